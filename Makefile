@@ -1,0 +1,33 @@
+# Everything a fresh Debian machine needs is set up from here: `make demo`, `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench setup clean
+
+demo: $(STAMP)
+	$(BIN)/python -m simulation demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
+
+bench: $(STAMP)
+	$(BIN)/python -m simulation.bench
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if ! command -v $(PYTHON) >/dev/null 2>&1 || ! $(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1; then \
+		echo "== installing Debian packages: python3 python3-venv python3-pip"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-pip >/dev/null; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) build *.egg-info out

@@ -1,0 +1,165 @@
+"""Connections: the entry point of the client library."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import zmq
+
+from client._publisher import Publisher
+from client._subscriber import Subscriber
+from roq import control
+from roq.config import PublisherConfig, SubscriberConfig, replace
+from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
+from roq.sockets import check_endpoint
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Connection", "connect"]
+
+
+class Connection:
+    """A connection to one logical queue, through its monitor. Made by :func:`connect`.
+
+    It owns a ZeroMQ context and every publisher and subscriber made from it; ``close()`` closes them.
+    """
+
+    def __init__(
+        self,
+        monitor: str,
+        *,
+        publisher_config: PublisherConfig | None = None,
+        subscriber_config: SubscriberConfig | None = None,
+    ) -> None:
+        self.monitor = check_endpoint(monitor)
+        self.publisher_config = publisher_config or PublisherConfig()
+        self.subscriber_config = subscriber_config or SubscriberConfig()
+        self._ctx = zmq.Context()
+        self._lock = threading.Lock()
+        self._children: list[Publisher | Subscriber] = []
+        self._closed = False
+
+    def ping(self, timeout: float = 5.0) -> dict[str, Any]:
+        """Ask the monitor whether it is there.
+
+        Raises:
+            BrokerConnectionError: no answer within ``timeout``.
+        """
+        return self._ask(control.Ping(), timeout)
+
+    def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The monitor's view of the queue: exchanges, publishers, subscribers, counters, events.
+
+        Raises:
+            BrokerConnectionError: no answer within ``timeout``.
+        """
+        return self._ask(control.Status(), timeout)
+
+    def relocate(self, publisher: str = "", target: str = "", timeout: float = 5.0) -> dict[str, Any]:
+        """Ask the monitor to move a publisher now (default: its busiest, to the least loaded exchange).
+
+        Raises:
+            BrokerConnectionError: no answer within ``timeout``, or the monitor refused (the reason).
+        """
+        return self._ask(control.ForceRelocate(publisher=publisher, target=target), timeout)
+
+    def publisher(self, **options: Any) -> Publisher:
+        """A new publisher; ``options`` override fields of :class:`~roq.config.PublisherConfig`.
+
+        Raises:
+            ConfigError: an unknown option or a bad value.
+            NoExchangeError: the queue has no live exchange.
+            BrokerConnectionError: the monitor did not answer.
+        """
+        config = replace(self.publisher_config, **options) if options else self.publisher_config
+        return self._adopt(lambda: Publisher(context=self._ctx, monitor=self.monitor, config=config))
+
+    def subscriber(self, prefix: bytes = b"", **options: Any) -> Subscriber:
+        """A new subscriber to the records whose key starts with ``prefix`` (b"" = all).
+
+        Raises:
+            ConfigError: an unknown option or a bad value.
+            BrokerConnectionError: the monitor did not answer.
+        """
+        config = replace(self.subscriber_config, **options) if options else self.subscriber_config
+        return self._adopt(lambda: Subscriber(context=self._ctx, monitor=self.monitor, prefix=prefix, config=config))
+
+    def close(self) -> None:
+        """Close every publisher (flushing it) and subscriber, then the context."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            children, self._children = self._children, []
+        errors = []
+        for child in children:
+            try:
+                child.close()
+            except Exception as exc:  # close the others anyway; report the first failure
+                errors.append(exc)
+        self._ctx.term()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _adopt(self, make: Any) -> Any:
+        with self._lock:
+            if self._closed:
+                raise ClosedError("connection is closed")
+        child = make()
+        with self._lock:
+            self._children.append(child)
+        return child
+
+    def _ask(self, request: control.Message, timeout: float) -> dict[str, Any]:
+        with self._lock:
+            if self._closed:
+                raise ClosedError("connection is closed")
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.connect(self.monitor)
+            sock.send(control.encode(request))
+            if not sock.poll(timeout * 1000):
+                raise BrokerConnectionError(f"monitor {self.monitor} did not answer within {timeout:.1f}s")
+            reply = control.decode(sock.recv())
+        except ProtocolError as exc:
+            raise BrokerConnectionError(f"monitor {self.monitor} answered garbage: {exc}") from exc
+        finally:
+            sock.close()
+        if not isinstance(reply, control.Reply):
+            raise BrokerConnectionError(f"monitor {self.monitor} answered {type(reply).__name__}")
+        if reply.result != control.Result.OK:
+            raise BrokerConnectionError(f"monitor refused ({reply.result}): {reply.comment}")
+        return reply.data
+
+
+def connect(
+    monitor: str,
+    *,
+    timeout: float = 5.0,
+    publisher_config: PublisherConfig | None = None,
+    subscriber_config: SubscriberConfig | None = None,
+) -> Connection:
+    """Connect to a logical queue through its monitor's endpoint, e.g. ``tcp://127.0.0.11:5500``.
+
+    Raises:
+        ConfigError: the endpoint is malformed.
+        BrokerConnectionError: the monitor did not answer within ``timeout`` seconds.
+    """
+    if not isinstance(monitor, str):
+        raise ConfigError(f"monitor must be an endpoint string, got {type(monitor).__name__}")
+    conn = Connection(monitor, publisher_config=publisher_config, subscriber_config=subscriber_config)
+    try:
+        conn.ping(timeout)
+    except BaseException:
+        conn.close()
+        raise
+    return conn

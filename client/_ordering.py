@@ -1,0 +1,226 @@
+"""Per-publisher ordering at a subscriber (pure): duplicates, gaps, and holding across relocations.
+
+Every batch carries its publisher's id, the publisher's *epoch* (incremented each time the publisher
+moves to another exchange) and the seq of its first record. Within one exchange a publisher's batches
+arrive in order; across exchanges they do not, so the reassembler applies these rules per publisher:
+
+* **Duplicates.** A record with a seq at or below the highest seq delivered is dropped (failover
+  resends records the subscriber may already have).
+* **Epochs.** Data of a newer epoch is delivered only once every older epoch since the current one has
+  *ended*: its exchange's marker arrived (the marker travels after the publisher's last batch through
+  that exchange, on the same pipe), or that exchange was declared lost. Until then it is *held*.
+* **Notes.** Before a planned move the monitor tells subscribers that a publisher is leaving an exchange.
+  A subscriber that has not heard that publisher yet (e.g. its prefix matched none of its keys so far)
+  then holds the publisher's data from other exchanges until the marker from the noted exchange arrives.
+* **Bounds.** Held data is released after ``hold_timeout`` seconds or beyond ``max_held`` batches,
+  whatever arrived; a hole that remains is counted as a gap.
+* **Gaps.** A subscriber that receives everything (empty prefix) knows a gap when a seq is skipped.
+  A filtering subscriber sees only some of a publisher's keys, so it follows each key's chain instead:
+  every batch names the seq of its publisher's previous record with the same key (``key_prev``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Reassembler"]
+
+
+def _epoch_of(entry: tuple) -> int:
+    return entry[1]
+
+
+class _Stream:
+    __slots__ = ("epoch", "source", "last", "ended", "held", "held_since", "note_source", "note_until", "key_last")
+
+    def __init__(self) -> None:
+        self.epoch: int | None = None  # epoch of the data delivered last
+        self.source: str | None = None  # exchange that data came from
+        self.last = 0  # highest seq delivered
+        self.ended: set[int] = set()  # epochs known to have ended (>= epoch)
+        self.held: list[tuple[str, int, int, int, int, bytes, Any]] = []
+        self.held_since = 0.0
+        self.note_source: str | None = None
+        self.note_until = 0.0
+        self.key_last: dict[bytes, int] = {}
+
+
+class Reassembler:
+    """Decides, batch by batch, what a subscriber delivers and in which order.
+
+    Args:
+        filtered: the subscriber filters on a non-empty prefix (gaps are found per key).
+        hold_timeout: longest hold of a newer epoch's data, seconds.
+        max_held: most batches held per publisher.
+        max_keys: per-publisher key chains remembered by a filtering subscriber (then reset).
+
+    Every method returns the list of ``(item, skip)`` to deliver now, in order: ``item`` is what the
+    caller passed with the batch, ``skip`` how many of its first records are duplicates.
+    """
+
+    def __init__(self, *, filtered: bool, hold_timeout: float, max_held: int, max_keys: int = 65536) -> None:
+        self.filtered = filtered
+        self.hold_timeout = hold_timeout
+        self.max_held = max_held
+        self.max_keys = max_keys
+        self.streams: dict[bytes, _Stream] = {}
+        self.duplicates = 0  # records dropped as already delivered
+        self.gaps = 0  # discontinuities detected
+        self.lost = 0  # records known missing (exact without a prefix, a lower bound with one)
+        self.hold_timeouts = 0  # holds released by the timeout or the bound
+        self.held = 0  # batches held right now
+
+    # ------------------------------------------------------------------ inputs
+
+    def data(
+        self,
+        source: str,
+        publisher: bytes,
+        epoch: int,
+        first: int,
+        count: int,
+        key_prev: int,
+        key: bytes,
+        item: Any,
+        now: float,
+    ) -> list[tuple[Any, int]]:
+        """A data batch arrived from exchange ``source``."""
+        st = self.streams.get(publisher)
+        if st is None:
+            st = self.streams[publisher] = _Stream()
+        entry = (source, epoch, first, count, key_prev, key, item)
+        if self._may_deliver(st, source, epoch):
+            out: list[tuple[Any, int]] = []
+            self._deliver(st, entry, out)
+            if st.held:
+                out.extend(self._retry(st, now))
+            return out
+        self._hold(st, entry, now)
+        return self._release(st, now) if len(st.held) > self.max_held else []
+
+    def marker(self, source: str, publisher: bytes, epoch: int, now: float) -> list[tuple[Any, int]]:
+        """A marker arrived from ``source``: the publisher's ``epoch`` there is over."""
+        st = self.streams.get(publisher)
+        if st is None:
+            return []  # never heard of it and nobody asked us to wait for it
+        st.ended.add(epoch)
+        if st.note_source == source:
+            st.note_source = None
+        return self._retry(st, now)
+
+    def note(self, publisher: bytes, source: str, now: float) -> None:
+        """The monitor announced that ``publisher`` is about to leave exchange ``source``."""
+        st = self.streams.get(publisher)
+        if st is None:
+            st = self.streams[publisher] = _Stream()
+        if st.epoch is None:
+            st.note_source = source
+            st.note_until = now + 2 * self.hold_timeout
+
+    def source_lost(self, source: str, now: float) -> list[tuple[Any, int]]:
+        """Exchange ``source`` is dead: none of its epochs will send a marker."""
+        out: list[tuple[Any, int]] = []
+        for st in self.streams.values():
+            touched = False
+            if st.source == source and st.epoch is not None:
+                st.ended.add(st.epoch)
+                touched = True
+            if st.note_source == source:
+                st.note_source = None
+                touched = True
+            if st.held and st.epoch is not None:
+                # epochs between ours and the held data's, which we never saw data in, may have
+                # lived on the lost exchange: their marker would never come
+                newest = max(e for _, e, *_ in st.held)
+                st.ended.update(range(st.epoch + 1, newest))
+                touched = True
+            if touched:
+                out.extend(self._retry(st, now))
+        return out
+
+    def expire(self, now: float) -> list[tuple[Any, int]]:
+        """Release holds older than the timeout and forget expired notes."""
+        out: list[tuple[Any, int]] = []
+        for st in self.streams.values():
+            if st.note_source is not None and now >= st.note_until:
+                st.note_source = None
+                out.extend(self._retry(st, now))
+            if st.held and now - st.held_since >= self.hold_timeout:
+                out.extend(self._release(st, now))
+        return out
+
+    def next_deadline(self) -> float | None:
+        """The earliest time :meth:`expire` has something to do, or None."""
+        times = [st.held_since + self.hold_timeout for st in self.streams.values() if st.held]
+        times += [st.note_until for st in self.streams.values() if st.note_source is not None]
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------ rules
+
+    def _may_deliver(self, st: _Stream, source: str, epoch: int) -> bool:
+        if st.epoch is None:
+            return st.note_source is None or st.note_source == source
+        if epoch <= st.epoch:
+            return True
+        return all(e in st.ended for e in range(st.epoch, epoch))
+
+    def _hold(self, st: _Stream, entry: tuple, now: float) -> None:
+        if not st.held:
+            st.held_since = now
+        st.held.append(entry)
+        self.held += 1
+
+    def _retry(self, st: _Stream, now: float) -> list[tuple[Any, int]]:
+        """Deliver what the newest knowledge allows: oldest epoch first, arrival order within one."""
+        out: list[tuple[Any, int]] = []
+        if not st.held:
+            return out
+        held, st.held = sorted(st.held, key=_epoch_of), []
+        self.held -= len(held)
+        for entry in held:
+            if self._may_deliver(st, entry[0], entry[1]):
+                self._deliver(st, entry, out)
+            else:
+                self._hold(st, entry, now)
+        return out
+
+    def _release(self, st: _Stream, now: float) -> list[tuple[Any, int]]:
+        """Give up waiting: every epoch before the newest held one is taken as ended."""
+        self.hold_timeouts += 1
+        newest = max(e for _, e, *_ in st.held)
+        st.ended.update(range(st.epoch if st.epoch is not None else newest, newest))
+        st.note_source = None
+        held, st.held = sorted(st.held, key=_epoch_of), []
+        self.held -= len(held)
+        out: list[tuple[Any, int]] = []
+        for entry in held:
+            self._deliver(st, entry, out)
+        return out
+
+    def _deliver(self, st: _Stream, entry: tuple, out: list[tuple[Any, int]]) -> None:
+        source, epoch, first, count, key_prev, key, item = entry
+        if st.epoch is None or epoch > st.epoch:
+            st.epoch, st.source = epoch, source
+            st.ended = {e for e in st.ended if e >= epoch}
+        last = first + count - 1
+        if last <= st.last:
+            self.duplicates += count
+            return
+        skip = st.last - first + 1 if first <= st.last else 0
+        if skip:
+            self.duplicates += skip
+        elif self.filtered:
+            known = st.key_last.get(key)
+            if known is not None and key_prev > known:
+                self.gaps += 1
+                self.lost += 1
+            if len(st.key_last) >= self.max_keys and known is None:
+                st.key_last.clear()
+            st.key_last[key] = last
+        elif st.last and first > st.last + 1:
+            self.gaps += 1
+            self.lost += first - st.last - 1
+        if self.filtered and skip:
+            st.key_last[key] = last
+        st.last = last
+        out.append((item, skip))

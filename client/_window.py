@@ -1,0 +1,79 @@
+"""A publisher's retransmission window (pure): batches sent and not yet safe to forget.
+
+A batch becomes safe ``grace`` seconds after an exchange acknowledged it. The grace covers batches an
+exchange had acknowledged (handed to its PUB socket) but not yet written to its subscribers when it was
+killed: after a failover they are resent, and subscribers drop the copies they already have.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import NamedTuple
+
+
+class Sent(NamedTuple):
+    first: int
+    count: int
+    key: bytes
+    body: bytes
+    key_prev: int
+    timestamp_ns: int
+    size: int  # payload bytes, as counted against the buffer bound
+    sent_at: float  # monotonic
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+
+class Window:
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.entries: collections.deque[Sent] = collections.deque()
+        self.acked = 0  # highest seq acknowledged
+        self._acks: collections.deque[tuple[float, int]] = collections.deque()  # (when, seq), seq increasing
+
+    def add(self, entry: Sent) -> None:
+        self.entries.append(entry)
+
+    def ack(self, seq: int, now: float) -> bool:
+        """Record an acknowledgement; True if it acknowledged something new."""
+        if seq <= self.acked:
+            return False
+        self.acked = seq
+        self._acks.append((now, seq))
+        return True
+
+    def trim(self, now: float) -> int:
+        """Forget batches acknowledged at least ``grace`` ago; return the payload bytes freed."""
+        safe = 0
+        acks = self._acks
+        while acks and now - acks[0][0] >= self.grace:
+            safe = acks.popleft()[1]
+        if not safe:
+            return 0
+        freed = 0
+        entries = self.entries
+        while entries and entries[0].last <= safe:
+            freed += entries.popleft().size
+        return freed
+
+    def oldest_unacked(self) -> Sent | None:
+        """The oldest batch not acknowledged yet, or None."""
+        for entry in self.entries:
+            if entry.last > self.acked:
+                return entry
+        return None
+
+    def take_all(self) -> list[Sent]:
+        """Empty the window for a resend after a failover.
+
+        Acknowledgements of the old exchange no longer count: the caller resends every batch and adds it
+        back, and only the new exchange's acknowledgements make them safe.
+        """
+        entries = list(self.entries)
+        self.entries.clear()
+        self._acks.clear()
+        if entries:
+            self.acked = min(self.acked, entries[0].first - 1)
+        return entries

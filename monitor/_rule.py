@@ -1,0 +1,134 @@
+"""The relocation rule (pure): which publisher to move off which hot exchange, and where.
+
+Evaluated every KPI period on smoothed loads (records/s):
+
+* an exchange is *hot* when its load is above ``high``; it must stay hot for ``sustain`` seconds;
+* from a hot exchange, move the most productive publisher that is not cooling down (moved less than
+  ``cooldown`` seconds ago) and that the least loaded accepting exchange can take while staying below
+  ``high``; if the most productive one does not fit, the next one down is tried; at most one move per
+  hot exchange per evaluation (the next evaluation sees the effect);
+* a publisher whose own rate is above ``high`` cannot be helped by moving it: it is reported as a
+  *limit case* and left where it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+__all__ = ["Ewma", "ExchangeLoad", "Move", "LimitCase", "evaluate"]
+
+
+class Ewma:
+    """Exponentially weighted moving average; the first sample sets the value."""
+
+    __slots__ = ("alpha", "value", "samples")
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+        self.value = 0.0
+        self.samples = 0
+
+    def add(self, sample: float) -> float:
+        self.value = sample if self.samples == 0 else self.alpha * sample + (1 - self.alpha) * self.value
+        self.samples += 1
+        return self.value
+
+
+@dataclass
+class ExchangeLoad:
+    """What the rule sees of one exchange.
+
+    Attributes:
+        exchange: its id.
+        load: smoothed records/s.
+        hot_since: monotonic time since when ``load`` has been above the mark (None: not hot).
+        publishers: smoothed records/s of each publisher that sends through it (and is not moving).
+        accepts: whether it may receive publishers (alive, not draining, heard by every subscriber).
+    """
+
+    exchange: str
+    load: float
+    hot_since: float | None = None
+    publishers: Mapping[str, float] = field(default_factory=dict)
+    accepts: bool = True
+
+
+@dataclass(frozen=True)
+class Move:
+    publisher: str
+    source: str
+    target: str
+    publisher_rate: float
+    source_load: float
+    target_load: float
+    high: float
+
+    def describe(self) -> str:
+        return (
+            f"publisher {self.publisher[:8]} ({self.publisher_rate:,.0f} rec/s) from {self.source} "
+            f"({self.source_load:,.0f} rec/s > high {self.high:,.0f}) to {self.target} "
+            f"({self.target_load:,.0f} -> {self.target_load + self.publisher_rate:,.0f} rec/s)"
+        )
+
+
+@dataclass(frozen=True)
+class LimitCase:
+    exchange: str
+    publisher: str
+    publisher_rate: float
+    high: float
+
+    def describe(self) -> str:
+        return (
+            f"limit case: publisher {self.publisher[:8]} alone sends {self.publisher_rate:,.0f} rec/s "
+            f"through {self.exchange}, above the high mark {self.high:,.0f}; not moved"
+        )
+
+
+def evaluate(
+    exchanges: Sequence[ExchangeLoad],
+    *,
+    now: float,
+    high: float,
+    sustain: float,
+    cooldown: float,
+    moved_at: Mapping[str, float],
+) -> tuple[list[Move], list[LimitCase]]:
+    """Apply the rule once.
+
+    Args:
+        exchanges: every live exchange of the queue.
+        now: the current monotonic time.
+        high: the high-water mark, records/s.
+        sustain: seconds an exchange must have been hot.
+        cooldown: seconds a moved publisher stays put.
+        moved_at: when each publisher was last moved (monotonic).
+
+    Returns:
+        The moves to make (at most one per hot exchange) and the limit cases seen.
+    """
+    loads = {x.exchange: x.load for x in exchanges}
+    moves: list[Move] = []
+    limits: list[LimitCase] = []
+    moving: set[str] = set()
+    hot = [x for x in exchanges if x.hot_since is not None and now - x.hot_since >= sustain and x.load > high]
+    for x in sorted(hot, key=lambda e: e.load, reverse=True):
+        ranked = sorted(x.publishers.items(), key=lambda item: item[1], reverse=True)
+        for pub, rate in ranked:
+            if rate > high:
+                limits.append(LimitCase(x.exchange, pub, rate, high))
+        targets = [y for y in exchanges if y.exchange != x.exchange and y.accepts]
+        if not targets:
+            continue
+        target = min(targets, key=lambda y: loads[y.exchange])
+        for pub, rate in ranked:
+            if rate > high or pub in moving or now - moved_at.get(pub, float("-inf")) < cooldown:
+                continue
+            if loads[target.exchange] + rate < high:
+                moves.append(Move(pub, x.exchange, target.exchange, rate, loads[x.exchange], loads[target.exchange], high))
+                loads[x.exchange] -= rate
+                loads[target.exchange] += rate
+                moving.add(pub)
+                break
+    return moves, limits

@@ -1,0 +1,233 @@
+"""Configuration of every component: frozen dataclasses with documented defaults.
+
+They are built once, from flags (and later files), in the command-line layer and passed down; library
+code never reads the environment. Every value is checked when the object is built and a bad one raises
+:class:`~roq.errors.ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from roq.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_MONITOR_PORT",
+    "ExchangeConfig",
+    "MonitorConfig",
+    "PublisherConfig",
+    "SubscriberConfig",
+]
+
+#: Port of the first monitor of a host in the original system; 0 means "any free port".
+DEFAULT_MONITOR_PORT = 5500
+
+
+def _positive(obj: Any, *names: str, allow_zero: bool = False) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise ConfigError(f"{type(obj).__name__}.{name} must be a number, got {value!r}")
+        if value < 0 or (value == 0 and not allow_zero):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise ConfigError(f"{type(obj).__name__}.{name} must be {bound}, got {value!r}")
+
+
+def _port(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+            raise ConfigError(f"{type(obj).__name__}.{name} must be a port number 0..65535, got {value!r}")
+
+
+def _text(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, str):
+            raise ConfigError(f"{type(obj).__name__}.{name} must be text, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ExchangeConfig:
+    """An exchange process.
+
+    Attributes:
+        monitor: endpoint of the queue's monitor, e.g. ``tcp://127.0.0.11:5500``.
+        address: address to bind the frontend and backend to (a loopback alias works).
+        frontend_port: port publishers send batches to (ROUTER); 0 = any free port.
+        backend_port: port subscribers receive from (PUB); 0 = any free port.
+        exchange_id: name of the exchange in the queue; "" = generated.
+        heartbeat_interval: seconds between heartbeats to the monitor (also beacons to subscribers).
+        kpi_period: seconds between KPI reports.
+        max_batch_bytes: a batch body above this is dropped and counted.
+        backend_hwm: ZeroMQ high-water mark of each subscriber pipe, in batches; beyond it the
+            subscriber is too slow and loses batches (it counts them as gaps).
+        drain_timeout: on SIGTERM, how long to keep forwarding while the monitor moves publishers away.
+    """
+
+    monitor: str
+    address: str = "127.0.0.1"
+    frontend_port: int = 0
+    backend_port: int = 0
+    exchange_id: str = ""
+    heartbeat_interval: float = 0.25
+    kpi_period: float = 1.0
+    max_batch_bytes: int = 4 << 20
+    backend_hwm: int = 10_000
+    drain_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        _text(self, "monitor", "address", "exchange_id")
+        _port(self, "frontend_port", "backend_port")
+        _positive(self, "heartbeat_interval", "kpi_period", "max_batch_bytes", "backend_hwm")
+        _positive(self, "drain_timeout", allow_zero=True)
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """The monitor of one logical queue.
+
+    Attributes:
+        address: address to bind the control endpoint to.
+        port: control port (ROUTER) for exchanges, clients and operators; 0 = any free port.
+        queue: name of the logical queue, for logs and events.
+        kpi_period: seconds between evaluations of the relocation rule (and expected KPI period).
+        heartbeat_timeout: an exchange silent for this long is declared dead.
+        high_records_per_s: relocation high-water mark of one exchange, in records/s (smoothed).
+        sustain: seconds an exchange must stay above the mark before a publisher is moved off it.
+        cooldown: seconds a moved publisher stays put; moving it back sooner counts a flap.
+        smoothing: weight of the newest KPI sample in the exponentially weighted moving average.
+        prepare_timeout: seconds to wait for subscribers to confirm a relocation target.
+        move_timeout: seconds to wait for a publisher to report a relocation done.
+        subscriber_timeout: a subscriber silent for this long is no longer waited for.
+        publisher_timeout: a publisher silent for this long is forgotten.
+        relocation_rule: whether the rule moves publishers by itself (forced moves always work).
+    """
+
+    address: str = "127.0.0.1"
+    port: int = DEFAULT_MONITOR_PORT
+    queue: str = "default"
+    kpi_period: float = 1.0
+    heartbeat_timeout: float = 1.0
+    high_records_per_s: float = 200_000.0
+    sustain: float = 2.0
+    cooldown: float = 10.0
+    smoothing: float = 0.5
+    prepare_timeout: float = 1.0
+    move_timeout: float = 5.0
+    subscriber_timeout: float = 3.0
+    publisher_timeout: float = 5.0
+    relocation_rule: bool = True
+
+    def __post_init__(self) -> None:
+        _text(self, "address", "queue")
+        _port(self, "port")
+        _positive(
+            self,
+            "kpi_period",
+            "heartbeat_timeout",
+            "high_records_per_s",
+            "prepare_timeout",
+            "move_timeout",
+            "subscriber_timeout",
+            "publisher_timeout",
+        )
+        _positive(self, "sustain", "cooldown", allow_zero=True)
+        if not 0 < self.smoothing <= 1:
+            raise ConfigError(f"MonitorConfig.smoothing must be in (0, 1], got {self.smoothing!r}")
+
+
+@dataclass(frozen=True)
+class PublisherConfig:
+    """A publisher of the client library.
+
+    Attributes:
+        linger: seconds a batch stays open for more records of the same key (0 = send at once).
+        batch_records: a batch is sent when it holds this many records.
+        batch_bytes: a batch is sent when its payloads reach this many bytes.
+        buffer_bytes: bound of the retransmission buffer (payload bytes not yet safe to forget).
+        full_policy: what ``send`` does when the buffer is full: "block" (wait for acknowledgements,
+            at most ``send_timeout``) or "raise" (:class:`~roq.errors.BufferFullError` at once).
+        send_timeout: longest wait in ``send`` under "block"; None = no limit.
+        ack_grace: seconds an acknowledged batch is still kept for resending, so that batches an
+            exchange acknowledged but had not yet written to its subscribers when it died are resent.
+        ack_timeout: unacknowledged data older than this makes the publisher ask for another exchange.
+        connect_timeout: how long ``publisher()`` waits for the monitor to assign an exchange.
+        heartbeat_interval: seconds between hellos to the monitor.
+        max_pending_batches: batches handed to the sender thread and not yet sent, before ``send`` waits.
+    """
+
+    linger: float = 0.0002
+    batch_records: int = 1024
+    batch_bytes: int = 256 << 10
+    buffer_bytes: int = 64 << 20
+    full_policy: str = "block"
+    send_timeout: float | None = 30.0
+    ack_grace: float = 0.25
+    ack_timeout: float = 1.5
+    connect_timeout: float = 5.0
+    heartbeat_interval: float = 1.0
+    max_pending_batches: int = 8
+
+    def __post_init__(self) -> None:
+        _positive(self, "linger", "ack_grace", allow_zero=True)
+        _positive(
+            self,
+            "batch_records",
+            "batch_bytes",
+            "buffer_bytes",
+            "ack_timeout",
+            "connect_timeout",
+            "heartbeat_interval",
+            "max_pending_batches",
+        )
+        if self.send_timeout is not None:
+            _positive(self, "send_timeout", allow_zero=True)
+        if self.full_policy not in ("block", "raise"):
+            raise ConfigError(f"PublisherConfig.full_policy must be 'block' or 'raise', got {self.full_policy!r}")
+        if self.buffer_bytes < self.batch_bytes:
+            raise ConfigError("PublisherConfig.buffer_bytes must be at least batch_bytes")
+
+
+@dataclass(frozen=True)
+class SubscriberConfig:
+    """A subscriber of the client library.
+
+    Attributes:
+        hold_timeout: seconds records of a moved publisher are held waiting for the old exchange's
+            marker; then they are released and any hole is counted as a gap.
+        max_held_batches: bound of held batches per publisher (beyond it they are released).
+        heartbeat_interval: seconds between hellos to the monitor (sent from ``recv``).
+        rcvhwm: ZeroMQ receive high-water mark per exchange, in batches.
+        latency_samples: how many recent batch latencies ``stats()`` summarises.
+        connect_timeout: how long ``subscriber()`` waits to hear every exchange of the queue.
+    """
+
+    hold_timeout: float = 2.0
+    max_held_batches: int = 10_000
+    heartbeat_interval: float = 1.0
+    rcvhwm: int = 100_000
+    latency_samples: int = 10_000
+    connect_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        _positive(
+            self, "hold_timeout", "max_held_batches", "heartbeat_interval", "rcvhwm", "latency_samples"
+        )
+        _positive(self, "connect_timeout", allow_zero=True)
+
+
+def replace(config: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` that reports an unknown option by name.
+
+    Raises:
+        ConfigError: an option the configuration does not have, or a bad value.
+    """
+    known = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise ConfigError(f"unknown {type(config).__name__} option(s): {', '.join(unknown)}")
+    return dataclasses.replace(config, **changes)

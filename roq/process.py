@@ -1,0 +1,185 @@
+"""Child processes: start a RoQ process, wait for its ready line, stop it by its pid.
+
+Children get ``PR_SET_PDEATHSIG`` so that they receive SIGTERM when their parent dies: a crashed
+launcher never leaves exchanges or monitors running on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from typing import IO, Any, Sequence
+
+from roq.errors import BrokerConnectionError, BrokerTimeoutError
+from roq.runtime import READY_PREFIX
+
+__all__ = ["Child", "spawn"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class Child:
+    """A started RoQ process. Use :func:`spawn`.
+
+    Attributes:
+        name: a label for logs (e.g. ``exchange x1``).
+        info: the ready line's fields (endpoints, ids) once :meth:`wait_ready` returned.
+    """
+
+    def __init__(self, name: str, popen: subprocess.Popen) -> None:
+        self.name = name
+        self._popen = popen
+        self.info: dict[str, Any] = {}
+        self._rest = b""  # output read past the ready line
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    def alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def wait_ready(self, timeout: float = 15.0) -> dict[str, Any]:
+        """Wait for the ``READY {...}`` line and return its fields.
+
+        Raises:
+            BrokerConnectionError: the process exited before it was ready.
+            BrokerTimeoutError: no ready line within ``timeout``.
+        """
+        stream: IO[bytes] = self._popen.stdout  # type: ignore[assignment]
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(stream, selectors.EVENT_READ)
+            buf = b""
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BrokerTimeoutError(f"{self.name} (pid {self.pid}) not ready after {timeout:.1f}s")
+                if not sel.select(left):
+                    continue
+                chunk = os.read(stream.fileno(), 65536)
+                if not chunk:
+                    code = self._popen.wait()
+                    raise BrokerConnectionError(f"{self.name} (pid {self.pid}) exited with code {code} before ready")
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    text = line.decode("utf-8", "replace")
+                    if text.startswith(READY_PREFIX):
+                        self.info = json.loads(text[len(READY_PREFIX) :])
+                        self._rest = buf
+                        return self.info
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the process if it still runs."""
+        if self._popen.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL the process and reap it."""
+        self.signal(signal.SIGKILL)
+        self._popen.wait()
+        self._close_pipes()
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns the exit code."""
+        self.signal(signal.SIGTERM)
+        try:
+            code = self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            code = self._popen.wait()
+        self._close_pipes()
+        return code
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the process to exit on its own.
+
+        Raises:
+            BrokerTimeoutError: still running after ``timeout``.
+        """
+        try:
+            code = self._popen.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise BrokerTimeoutError(f"{self.name} (pid {self.pid}) still running after {timeout}s") from exc
+        self._close_pipes()
+        return code
+
+    def communicate(self, timeout: float | None = None) -> str:
+        """Wait for the process to exit and return the rest of its standard output.
+
+        Raises:
+            BrokerTimeoutError: still running after ``timeout`` (it is left running).
+        """
+        try:
+            out, _ = self._popen.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise BrokerTimeoutError(f"{self.name} (pid {self.pid}) still running after {timeout}s") from exc
+        rest, self._rest = self._rest, b""
+        return (rest + (out or b"")).decode("utf-8", "replace")
+
+    def _close_pipes(self) -> None:
+        for stream in (self._popen.stdout, self._popen.stdin):
+            if stream is not None and not stream.closed:
+                stream.close()
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<Child {self.name} pid={self.pid} rc={self.returncode}>"
+
+
+def spawn(
+    name: str,
+    module: str,
+    args: Sequence[str],
+    *,
+    stderr: IO[Any] | int | None = None,
+    env: dict[str, str] | None = None,
+) -> Child:
+    """Start ``python -m module args...`` as a child that dies with this process.
+
+    Args:
+        name: a label for logs and errors.
+        module: the runnable package, e.g. ``"exchange"``.
+        args: its command-line arguments.
+        stderr: where its log goes (default: this process's stderr).
+        env: environment of the child (default: this process's).
+    """
+    parent = os.getpid()
+    popen = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        preexec_fn=lambda: _die_with_parent(parent),
+    )
+    return Child(name, popen)

@@ -1,0 +1,117 @@
+"""What every RoQ process shares at run time: exit codes, signals, logging, the ready line, drops.
+
+A process runs one ``zmq.Poller`` loop. :class:`SignalWakeup` turns SIGTERM/SIGINT into a readable file
+descriptor that the loop polls beside its sockets: the first signal asks for a graceful stop, the second
+one ends the process at once (as dramatiq's workers do).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+__all__ = ["ExitCode", "SignalWakeup", "DropCounter", "setup_logging", "announce_ready", "READY_PREFIX"]
+
+READY_PREFIX = "READY "
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    CONFIG = 3
+    BIND = 4  # the address or port could not be bound
+    SIGNALLED = 130
+
+
+class SignalWakeup:
+    """Make SIGTERM and SIGINT visible to a poll loop.
+
+    Register :attr:`fd` in the loop's poller; when it is readable call :meth:`consume` and stop
+    gracefully. A second signal exits immediately with :data:`ExitCode.SIGNALLED`.
+    """
+
+    def __init__(self, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        self._read, self._write = socket.socketpair()
+        self._read.setblocking(False)
+        self._write.setblocking(False)
+        self.count = 0
+        self._previous = {s: signal.signal(s, self._handle) for s in signals}
+        self._old_wakeup = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+
+    @property
+    def fd(self) -> int:
+        return self._read.fileno()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            os._exit(ExitCode.SIGNALLED)
+
+    def consume(self) -> bool:
+        """Drain the wakeup bytes; True when a stop was asked for."""
+        try:
+            while self._read.recv(512):
+                pass
+        except BlockingIOError:
+            pass
+        return self.count > 0
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._old_wakeup)
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._read.close()
+        self._write.close()
+
+
+class DropCounter:
+    """Counts input dropped as malformed, per reason, and logs it without flooding.
+
+    The first drop of each reason is logged at once; later ones are summed into at most one line per
+    ``interval`` seconds.
+    """
+
+    def __init__(self, logger: logging.Logger, where: str, interval: float = 5.0) -> None:
+        self._log = logger
+        self._where = where
+        self._interval = interval
+        self.total = 0
+        self.by_reason: dict[str, int] = {}
+        self._unlogged = 0
+        self._next_log = 0.0
+
+    def drop(self, reason: str, detail: str = "") -> None:
+        self.total += 1
+        first = reason not in self.by_reason
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+        now = time.monotonic()
+        if first or now >= self._next_log:
+            extra = f" (+{self._unlogged} more since last report)" if self._unlogged else ""
+            self._log.warning("%s: dropped %s%s%s", self._where, reason, f": {detail}" if detail else "", extra)
+            self._unlogged = 0
+            self._next_log = now + self._interval
+        else:
+            self._unlogged += 1
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Log lines to stderr with a timestamp, the process name and the logger name."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def announce_ready(role: str, **info: Any) -> None:
+    """Print the one line a launcher waits for: ``READY {"role": ..., ...}`` on stdout."""
+    sys.stdout.write(READY_PREFIX + json.dumps({"role": role, "pid": os.getpid(), **info}) + "\n")
+    sys.stdout.flush()

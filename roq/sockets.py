@@ -1,0 +1,77 @@
+"""ZeroMQ helpers shared by the processes: binding, endpoints, and counting bad connections."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from roq.errors import BrokerConnectionError, ConfigError
+from roq.runtime import DropCounter
+
+__all__ = ["bind", "check_endpoint", "HandshakeWatch"]
+
+_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+
+
+def bind(sock: zmq.Socket, address: str, port: int) -> str:
+    """Bind ``sock`` to ``tcp://address:port`` (port 0 = any free port) and return the real endpoint.
+
+    Raises:
+        BrokerConnectionError: the address cannot be bound (in use, not local...).
+    """
+    try:
+        ipaddress.ip_address(address)
+    except ValueError as exc:
+        raise ConfigError(f"bind address must be an IP address, got {address!r}") from exc
+    where = f"tcp://{address}:{port if port else '*'}"
+    try:
+        sock.bind(where)
+    except zmq.ZMQError as exc:
+        raise BrokerConnectionError(f"cannot bind {where}: {exc}") from exc
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def check_endpoint(endpoint: str) -> str:
+    """Validate a ``tcp://host:port`` endpoint given by a user.
+
+    Raises:
+        ConfigError: not of that form.
+    """
+    if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+        raise ConfigError(f"endpoint must look like tcp://HOST:PORT, got {endpoint!r}")
+    host, sep, port = endpoint[len("tcp://") :].rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"endpoint must look like tcp://HOST:PORT, got {endpoint!r}")
+    return endpoint
+
+
+class HandshakeWatch:
+    """Counts peers that connect to a bound socket and fail the ZeroMQ handshake (garbage bytes).
+
+    Register :attr:`socket` in the poller and call :meth:`handle` when it is readable.
+    """
+
+    def __init__(self, sock: zmq.Socket, name: str, drops: DropCounter) -> None:
+        self._watched = sock
+        self.socket = sock.get_monitor_socket(_FAILED)
+        self._name = name
+        self._drops = drops
+
+    def handle(self) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(self.socket, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except (zmq.ZMQError, ValueError, IndexError) as exc:  # pragma: no cover - context ending
+                logging.getLogger(__name__).debug("monitor socket: %s", exc)
+                return
+            self._drops.drop("bad connection", f"{self._name}: ZeroMQ handshake failed (event {event['event']})")
+
+    def close(self) -> None:
+        if not self._watched.closed:
+            self._watched.disable_monitor()
+        self.socket.close(linger=0)

@@ -1,0 +1,80 @@
+"""``python -m simulation``: local clusters, the demo, and (later) scenarios and reports."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+
+from roq.errors import RoQError
+from roq.runtime import ExitCode, SignalWakeup, setup_logging
+
+
+def local(args: argparse.Namespace) -> int:
+    from simulation.cluster import LocalCluster
+
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="roq-local-")
+    cluster = LocalCluster(
+        address=args.address, exchanges=args.exchanges, monitor_port=args.monitor_port, log_dir=log_dir
+    )
+    wakeup = SignalWakeup()
+    try:
+        cluster.start()
+        assert cluster.monitor is not None
+        print(f"monitor   {cluster.monitor_endpoint}  pid {cluster.monitor.pid}")
+        for x in cluster.status()["exchanges"]:
+            print(f"exchange  {x['id']}  frontend {x['frontend']}  backend {x['backend']}  pid {x['pid']}")
+        print(f"logs in {log_dir}; Ctrl-C stops everything", flush=True)
+        while not wakeup.count:
+            s = cluster.status()
+            rate = sum(x["records_per_s"] for x in s["exchanges"])
+            line = (f"exchanges {len(s['exchanges'])}  publishers {len(s['publishers'])}  "
+                    f"subscribers {len(s['subscribers'])}  {rate:,.0f} records/s  "
+                    f"relocations {s['counters']['relocations']}")
+            if sys.stdout.isatty():
+                print("\r" + line.ljust(100), end="", flush=True)
+            deadline = time.monotonic() + 1.0
+            while not wakeup.count and time.monotonic() < deadline:
+                time.sleep(0.05)
+        print("\nstopping", flush=True)
+    except RoQError as exc:
+        print(f"simulation local: {exc}", file=sys.stderr)
+        return ExitCode.FAILURE
+    finally:
+        cluster.stop()
+        wakeup.close()
+    return ExitCode.OK
+
+
+def demo(args: argparse.Namespace) -> int:
+    from simulation import demo as demo_module
+
+    try:
+        return demo_module.run()
+    except RoQError as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return ExitCode.FAILURE
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m simulation", description="Run RoQ-Py locally.")
+    sub = p.add_subparsers(dest="command", required=True)
+    lp = sub.add_parser("local", help="start a monitor and exchanges on a loopback address until Ctrl-C")
+    lp.add_argument("--exchanges", type=int, default=2, help="number of exchanges (default 2)")
+    lp.add_argument("--address", default="127.0.0.11", help="loopback address to bind (default 127.0.0.11)")
+    lp.add_argument("--monitor-port", type=int, default=5500, help="monitor port (default 5500; 0 = any free port)")
+    lp.add_argument("--log-dir", default=None, help="where the processes log (default: a new temporary directory)")
+    lp.set_defaults(run=local)
+    dp = sub.add_parser("demo", help="run publishers and subscribers on a local cluster and audit the result")
+    dp.set_defaults(run=demo)
+    p.add_argument("--log-level", default="WARNING", help="log level of this process (default WARNING)")
+    args = p.parse_args(argv)
+    setup_logging(args.log_level)
+    if getattr(args, "exchanges", 1) < 1:
+        p.error("--exchanges must be at least 1")
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

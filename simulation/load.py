@@ -1,0 +1,221 @@
+"""Load generators, each in its own process: ``python -m simulation.load publish|subscribe ...``.
+
+A Python publisher can saturate a core, so load is spread over processes. Each prints ``READY {json}``
+once connected, works until its duration, count or idle limit (or SIGTERM), then prints one line
+``REPORT {json}``: what it sent (per key) or what it received, with the audit of
+:mod:`simulation.audit` and latencies measured from the send time inside every payload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+import client
+from roq.errors import RoQError
+from roq.runtime import ExitCode, announce_ready, setup_logging
+from simulation.audit import PAYLOAD_HEADER, Audit, make_payload
+
+REPORT_PREFIX = "REPORT "
+
+__all__ = ["main", "parse_report", "percentiles", "REPORT_PREFIX"]
+
+
+def parse_report(output: str) -> dict[str, Any]:
+    """The REPORT of a load process's standard output.
+
+    Raises:
+        ValueError: the output has no report line.
+    """
+    for line in reversed(output.splitlines()):
+        if line.startswith(REPORT_PREFIX):
+            return json.loads(line[len(REPORT_PREFIX) :])
+    raise ValueError(f"no report in output: {output[-500:]!r}")
+
+
+def percentiles(samples: Any) -> dict[str, float]:
+    """count, mean, p50, p99, max of ``samples`` (in the samples' unit)."""
+    values = sorted(samples)
+    if not values:
+        return {"count": 0}
+    n = len(values)
+    return {
+        "count": n,
+        "mean": sum(values) / n,
+        "p50": values[n // 2],
+        "p99": values[min(n - 1, int(n * 0.99))],
+        "max": values[-1],
+    }
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.asked = False
+        signal.signal(signal.SIGTERM, self._set)
+        signal.signal(signal.SIGINT, self._set)
+
+    def _set(self, *_: object) -> None:
+        self.asked = True
+
+
+def _report(doc: dict[str, Any]) -> None:
+    sys.stdout.write(REPORT_PREFIX + json.dumps(doc) + "\n")
+    sys.stdout.flush()
+
+
+def publish(args: argparse.Namespace) -> int:
+    stop = _Stop()
+    keys = [k.encode() for k in args.keys.split(",")]
+    options: dict[str, Any] = {}
+    if args.linger is not None:
+        options["linger"] = args.linger
+    with client.connect(args.monitor) as conn:
+        pub = conn.publisher(**options)
+        announce_ready("publisher", publisher=pub.name)
+        sent_per_key = dict.fromkeys(keys, 0)
+        sent = 0
+        longest_pause = 0.0
+        started = time.monotonic()
+        deadline = started + args.duration if args.duration else float("inf")
+        clock = time.monotonic
+        key_index = 0
+        run_left = args.key_run
+        send = pub.send
+        size = args.size
+        while not stop.asked and sent < args.count and time.monotonic() < deadline:
+            now = time.monotonic()
+            if args.rate:
+                due = int((now - started) * args.rate) - sent
+                if due <= 0:
+                    time.sleep(min(0.001, (sent + 1) / args.rate - (now - started)))
+                    continue
+                due = min(due, args.count - sent)
+            else:
+                due = min(1000, args.count - sent)
+            for _ in range(due):
+                key = keys[key_index]
+                per_key = sent_per_key[key]
+                before = clock()
+                send(key, make_payload(sent, per_key, time.time_ns(), size))
+                took = clock() - before
+                if took > longest_pause:
+                    longest_pause = took
+                sent_per_key[key] = per_key + 1
+                sent += 1
+                run_left -= 1
+                if run_left == 0:
+                    run_left = args.key_run
+                    key_index = (key_index + 1) % len(keys)
+        elapsed = time.monotonic() - started
+        error = ""
+        try:
+            pub.flush(timeout=args.flush_timeout)
+        except RoQError as exc:
+            error = str(exc)
+        _report(
+            {
+                "publisher": pub.name,
+                "sent": sent,
+                "keys": {k.decode(): v for k, v in sent_per_key.items()},
+                "elapsed": elapsed,
+                "rate": sent / elapsed if elapsed else 0.0,
+                "longest_send_ms": longest_pause * 1000,
+                "stats": pub.stats(),
+                "error": error,
+            }
+        )
+    return ExitCode.OK if not error else ExitCode.FAILURE
+
+
+def subscribe(args: argparse.Namespace) -> int:
+    stop = _Stop()
+    audit = Audit()
+    latency = array.array("d")
+    with client.connect(args.monitor) as conn:
+        sub = conn.subscriber(prefix=args.prefix.encode(), hold_timeout=args.hold_timeout)
+        announce_ready("subscriber", subscriber=sub.name, prefix=args.prefix)
+        started = time.monotonic()
+        deadline = started + args.duration if args.duration else float("inf")
+        first = last = 0.0
+        received = 0
+        delay = args.delay_us / 1e6
+        unpack = PAYLOAD_HEADER.unpack_from
+        record = audit.record
+        while not stop.asked:
+            now = time.monotonic()
+            if now >= deadline or (received and args.idle_exit and now - last >= args.idle_exit):
+                break
+            msg = sub.recv(timeout=0.1)
+            if msg is None:
+                continue
+            last = time.monotonic()
+            if not received:
+                first = last
+            received += 1
+            payload = msg.payload
+            record(msg.publisher, msg.key, payload)
+            if len(payload) >= PAYLOAD_HEADER.size:
+                latency.append((time.time_ns() - unpack(payload)[2]) / 1e6)
+            if delay:
+                time.sleep(delay)
+        active = last - first
+        _report(
+            {
+                "subscriber": sub.name,
+                "prefix": args.prefix,
+                "received": received,
+                "rate": received / active if active > 0 else 0.0,
+                "latency_ms": percentiles(latency),
+                "audit": audit.summary(),
+                "stats": sub.stats().as_dict(),
+            }
+        )
+    return ExitCode.OK
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m simulation.load", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="role", required=True)
+    pp = sub.add_parser("publish", help="publish records at a rate, with counters and send times in payloads")
+    pp.add_argument("--monitor", required=True, help="monitor endpoint of the queue")
+    pp.add_argument("--rate", type=float, default=0.0, help="records/s (default 0 = as fast as possible)")
+    pp.add_argument("--duration", type=float, default=0.0, help="seconds to publish (default 0 = until --count)")
+    pp.add_argument("--count", type=int, default=sys.maxsize, help="records to publish (default: no limit)")
+    pp.add_argument("--size", type=int, default=100, help="payload bytes (default 100; at least 24 are used)")
+    pp.add_argument("--keys", default="load", help="comma-separated keys, used in turn (default 'load')")
+    pp.add_argument("--key-run", type=int, default=100, help="records per key before the next key (default 100)")
+    pp.add_argument("--linger", type=float, default=None, help="publisher linger in seconds (default: the library's)")
+    pp.add_argument("--flush-timeout", type=float, default=30.0, help="seconds to wait for the last acks (default 30)")
+    sp = sub.add_parser("subscribe", help="receive and audit records")
+    sp.add_argument("--monitor", required=True, help="monitor endpoint of the queue")
+    sp.add_argument("--prefix", default="", help="key prefix (default '' = everything)")
+    sp.add_argument("--duration", type=float, default=0.0, help="seconds to listen (default 0 = until idle)")
+    sp.add_argument("--idle-exit", type=float, default=3.0, help="stop this long after the last record (default 3; 0 = never)")
+    sp.add_argument("--delay-us", type=float, default=0.0, help="processing time per record, to model a slow consumer")
+    sp.add_argument("--hold-timeout", type=float, default=2.0, help="subscriber hold timeout in seconds (default 2)")
+    for q in (pp, sp):
+        q.add_argument("--log-level", default="WARNING")
+    args = p.parse_args(argv)
+    if args.role == "publish" and not args.duration and args.count == sys.maxsize:
+        p.error("publish needs --duration or --count")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        return publish(args) if args.role == "publish" else subscribe(args)
+    except RoQError as exc:
+        logging.getLogger("simulation.load").error("%s failed: %s", args.role, exc)
+        return ExitCode.FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
