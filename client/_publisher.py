@@ -114,6 +114,8 @@ class Publisher:
             payload = _as_bytes(payload, "payload")
         size = len(payload)
         cfg = self.config
+        if size > MAX_RECORD_BYTES:
+            raise ProtocolError(f"record of {size} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes")
         with self._lock:
             if self._closed:
                 raise ClosedError("publisher is closed")
@@ -121,7 +123,7 @@ class Publisher:
                 raise BrokerConnectionError(f"publisher failed: {self._error}") from self._error
             while True:  # both waits below release the lock: look again after each
                 if self._payloads and (
-                    key != self._key or len(self._payloads) >= cfg.batch_records or self._size >= cfg.batch_bytes
+                    key != self._key or len(self._payloads) >= cfg.batch_records or self._size + size > cfg.batch_bytes
                 ):
                     self._seal(wait=True)
                 elif self._buffered + size > cfg.buffer_bytes:
@@ -225,10 +227,8 @@ class Publisher:
 
     def _wait_for_space(self, size: int) -> None:
         cfg = self.config
-        if size > cfg.buffer_bytes or size > MAX_RECORD_BYTES:
-            raise ProtocolError(
-                f"record of {size} bytes exceeds the limit ({min(cfg.buffer_bytes, MAX_RECORD_BYTES)} bytes)"
-            )
+        if size > cfg.buffer_bytes:
+            raise BufferFullError(f"record of {size} bytes can never fit the buffer of {cfg.buffer_bytes} bytes")
         if cfg.full_policy == "raise":
             raise BufferFullError(f"buffer full ({self._buffered} of {cfg.buffer_bytes} bytes unacknowledged)")
         deadline = None if cfg.send_timeout is None else time.monotonic() + cfg.send_timeout

@@ -301,7 +301,7 @@ class Subscriber:
             if target == exchange:
                 del self._prepares[relocation]
                 self._send_monitor(control.Ready(subscriber=self.name, relocation=relocation))
-        self._next_hello = 0.0  # report the new confirmation soon
+        self._hello(time.monotonic())  # the monitor places publishers only where every subscriber listens
 
     def _add(self, exchange: str, backend: str) -> _Feed:
         sock = self._ctx.socket(zmq.SUB)

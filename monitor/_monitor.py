@@ -137,28 +137,25 @@ class Monitor:
                 return
             envelope, body = frames[:-1], frames[-1]
             if len(envelope) > 2 or (len(envelope) == 2 and envelope[1] != b""):
-                self._drop("bad envelope", f"{len(frames)} frames")
+                self.drops.drop("bad envelope", f"{len(frames)} frames")
                 continue
             try:
                 msg = control.decode(body)
             except UnknownCommandError as exc:
-                self._drop("unknown command", str(exc))
+                self.drops.drop("unknown command", str(exc))
                 self._reply(envelope, getattr(exc, "cmd", 0), Result.UNKNOWN_COMMAND, str(exc))
                 continue
             except ProtocolError as exc:
-                self._drop("malformed message", str(exc))
+                self.drops.drop("malformed message", str(exc))
                 self._reply(envelope, 0, Result.BAD_REQUEST, str(exc))
                 continue
             handler = self._handlers.get(type(msg))
             if handler is None:
-                self._drop("unexpected command", type(msg).__name__)
+                self.drops.drop("unexpected command", type(msg).__name__)
                 self._reply(envelope, msg.CMD, Result.UNKNOWN_COMMAND, f"{type(msg).__name__} is not served by a monitor")
                 continue
             handler(envelope, msg)
 
-    def _drop(self, reason: str, detail: str) -> None:
-        self.drops.drop(reason, detail)
-        self.log.count("dropped_messages")
 
     def _send(self, envelope: list[bytes], msg: control.Message) -> None:
         try:
@@ -579,7 +576,8 @@ class Monitor:
                 for s in self.subscribers.values()
             ],
             relocations_in_flight=len(self.relocations),
-            counters=dict(self.log.counters),
+            counters={**self.log.counters, "dropped_messages": self.drops.total},
+            dropped=dict(self.drops.by_reason),
             events=list(self.log.events)[-200:],
         )
 

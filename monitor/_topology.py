@@ -97,7 +97,6 @@ class EventLog:
         "exchanges_lost",
         "limit_cases",
         "flaps",
-        "dropped_messages",
     )
 
     def __init__(self, size: int = 1000) -> None:

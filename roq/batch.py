@@ -97,6 +97,8 @@ def pack_header(
     Raises:
         ProtocolError: a field does not fit its slot.
     """
+    if len(publisher) != 16:
+        raise ProtocolError(f"publisher id must be 16 bytes, got {len(publisher)}")
     try:
         return HEADER.pack(VERSION, kind, flags, count, publisher, epoch, first_seq, key_prev, timestamp_ns)
     except struct.error as exc:

@@ -1,0 +1,110 @@
+"""Shared fixtures: local clusters and load processes, all stopped by pid; nothing may outlive a test."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from roq.process import Child, spawn
+from simulation.cluster import LocalCluster
+from simulation.load import parse_report
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+def _print_logs(directory: Path) -> None:
+    for log in sorted(directory.rglob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        print(f"---- {log.relative_to(directory)} (last 30 of {len(lines)} lines)")
+        print("\n".join(lines[-30:]))
+
+
+@pytest.fixture
+def make_cluster(tmp_path, request):
+    """Start a LocalCluster (logs under the test's tmp_path); stopped at the end of the test."""
+    clusters: list[LocalCluster] = []
+
+    def make(**options) -> LocalCluster:
+        options.setdefault("log_dir", str(tmp_path / f"cluster{len(clusters)}"))
+        cluster = LocalCluster(**options)
+        clusters.append(cluster)
+        return cluster.start()
+
+    yield make
+    for cluster in clusters:
+        cluster.stop()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        _print_logs(tmp_path)
+
+
+@pytest.fixture
+def cluster(make_cluster) -> LocalCluster:
+    return make_cluster()
+
+
+class Loads:
+    """Start ``python -m simulation.load`` processes and collect their reports."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.children: list[Child] = []
+        self._files = []
+
+    def start(self, role: str, monitor: str, *args: str) -> Child:
+        log = open(self.directory / f"{role}-{len(self.children)}.log", "ab")
+        self._files.append(log)
+        child = spawn(role, "simulation.load", [role, "--monitor", monitor, *args], stderr=log)
+        self.children.append(child)
+        child.wait_ready(20)
+        return child
+
+    def report(self, child: Child, *, stop: bool = False, timeout: float = 60.0) -> dict:
+        if stop:
+            child.signal(15)
+        return parse_report(child.communicate(timeout))
+
+    def close(self) -> None:
+        for child in self.children:
+            child.stop(5)
+        for f in self._files:
+            f.close()
+
+
+@pytest.fixture
+def loads(tmp_path):
+    directory = tmp_path / "load"
+    directory.mkdir()
+    loads = Loads(directory)
+    yield loads
+    loads.close()
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    """Every process a test starts must be gone when it ends."""
+    me = psutil.Process(os.getpid())
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    deadline = time.monotonic() + 10.0
+    while True:
+        left = []
+        for p in me.children(recursive=True):
+            try:
+                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{p.pid} {' '.join(p.cmdline()[:4])}")
+            except psutil.NoSuchProcess:
+                pass
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"processes left behind: {left}"

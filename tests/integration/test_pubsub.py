@@ -1,0 +1,132 @@
+"""Publish/subscribe through real exchange and monitor processes, clients in this process."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import client
+
+
+def drain(sub, expected: int, timeout: float = 15.0) -> list:
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        msg = sub.recv(timeout=0.2)
+        if msg is not None:
+            got.append(msg)
+    return got
+
+
+def quiet(sub, wait: float = 0.5) -> list:
+    """Whatever else arrives within ``wait`` seconds (expected: nothing)."""
+    extra = []
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        msg = sub.recv(timeout=0.05)
+        if msg is not None:
+            extra.append(msg)
+    return extra
+
+
+def test_prefix_filtering_with_several_publishers_and_subscribers(make_cluster):
+    cluster = make_cluster(address="127.0.0.12", exchanges=2)
+    keys = [b"orders.eu", b"orders.us", b"stock.eu"]
+    with client.connect(cluster.monitor_endpoint) as conn:
+        subs = {p: conn.subscriber(prefix=p) for p in (b"", b"orders.", b"orders.eu", b"none")}
+        pubs = [conn.publisher() for _ in range(3)]
+        assert {p.stats()["exchange"] for p in pubs} == {"x1", "x2"}  # spread over both exchanges
+        sent = []
+        for i in range(3000):
+            pub = pubs[i % 3]
+            key = keys[(i // 7) % 3]
+            payload = f"{i}".encode()
+            pub.send(key, payload)
+            sent.append((pub.name, key, payload))
+        for pub in pubs:
+            pub.flush()
+        for prefix, sub in subs.items():
+            want = [s for s in sent if s[1].startswith(prefix)]
+            got = drain(sub, len(want))
+            got += quiet(sub, 0.3)
+            assert sorted((m.publisher, m.key, m.payload) for m in got) == sorted(want), prefix
+            for name in {p.name for p in pubs}:
+                seqs = [m.seq for m in got if m.publisher == name]
+                assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+            stats = sub.stats()
+            assert (stats.received, stats.gaps, stats.duplicates) == (len(want), 0, 0)
+        assert subs[b""].stats().latency["count"] > 0
+
+
+def test_late_subscriber_sees_only_what_is_published_after_it_joined(cluster):
+    with client.connect(cluster.monitor_endpoint) as conn:
+        early = conn.subscriber()
+        pub = conn.publisher()
+        for i in range(500):
+            pub.send(b"k", b"before %d" % i)
+        pub.flush()
+        assert len(drain(early, 500)) == 500
+        late = conn.subscriber()
+        for i in range(500):
+            pub.send(b"k", b"after %d" % i)
+        pub.flush()
+        got = drain(late, 500) + quiet(late, 0.3)
+        assert [m.payload for m in got] == [b"after %d" % i for i in range(500)]
+        assert [m.payload for m in drain(early, 500)] == [b"after %d" % i for i in range(500)]
+        assert late.stats().gaps == 0
+
+
+def test_a_slow_subscriber_counts_its_gaps_instead_of_hiding_them(make_cluster):
+    cluster = make_cluster(exchanges=1, exchange_args=["--backend-hwm", "200"])
+    with client.connect(cluster.monitor_endpoint) as conn:
+        fast = conn.subscriber()
+        slow = conn.subscriber(rcvhwm=10)
+        pub = conn.publisher(linger=0.0, batch_records=1)
+        total = 20_000  # 20 MB: more than the exchange's queue and the kernel's buffers can hold
+        payload = b"x" * 1000
+        got_fast = 0
+        for i in range(total):
+            pub.send(b"k", payload)
+            if i % 50 == 0:  # the fast one keeps up, the slow one is not read at all
+                while fast.recv(timeout=0) is not None:
+                    got_fast += 1
+        pub.flush(timeout=30)
+        got_fast += len(drain(fast, total - got_fast))
+        assert got_fast == total
+        assert fast.stats().gaps == 0
+        got_slow = drain(slow, total, timeout=3.0)
+        stats = slow.stats()
+        assert 0 < len(got_slow) < total
+        assert stats.gaps > 0
+        assert stats.lost == got_slow[-1].seq - got_slow[0].seq + 1 - len(got_slow)
+
+
+def test_send_validates_its_arguments(cluster):
+    with client.connect(cluster.monitor_endpoint) as conn:
+        pub = conn.publisher()
+        with pytest.raises(TypeError):
+            pub.send("text", b"x")
+        with pytest.raises(client.ProtocolError):
+            pub.send(b"k", b"x" * (5 << 20))
+        pub.send(bytearray(b"k"), memoryview(b"fine"))
+        pub.close()
+        with pytest.raises(client.ClosedError):
+            pub.send(b"k", b"late")
+
+
+def test_buffer_full_policy_raise(cluster):
+    with client.connect(cluster.monitor_endpoint) as conn:
+        pub = conn.publisher(full_policy="raise", buffer_bytes=1 << 16, batch_bytes=1 << 12, ack_grace=30.0)
+        with pytest.raises(client.BufferFullError):
+            for _ in range(10_000):
+                pub.send(b"k", b"x" * 100)
+
+
+def test_connect_errors_are_clear():
+    with pytest.raises(client.ConfigError):
+        client.connect("127.0.0.1:5500")
+    started = time.monotonic()
+    with pytest.raises(client.BrokerConnectionError, match="did not answer"):
+        client.connect("tcp://127.0.0.1:9", timeout=0.5)
+    assert time.monotonic() - started < 3

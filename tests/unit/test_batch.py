@@ -1,0 +1,69 @@
+import struct
+
+import pytest
+
+from roq import batch
+from roq.errors import ProtocolError, RoQError
+
+PUB = bytes(range(16))
+
+
+def test_header_round_trip():
+    frame = batch.pack_header(batch.DATA, PUB, 42, 3, epoch=7, key_prev=40, timestamp_ns=123456789)
+    assert len(frame) == batch.HEADER_SIZE
+    h = batch.parse_header(frame)
+    assert (h.kind, h.publisher, h.first_seq, h.count, h.epoch, h.key_prev, h.timestamp_ns) == (
+        batch.DATA, PUB, 42, 3, 7, 40, 123456789)
+    assert h.last_seq == 44
+
+
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        (b"", "header of 0 bytes"),
+        (b"\x01" * (batch.HEADER_SIZE - 1), "expected"),
+        (batch.HEADER.pack(9, batch.DATA, 0, 1, PUB, 0, 1, 0, 0), "version 9"),
+        (batch.HEADER.pack(1, 77, 0, 1, PUB, 0, 1, 0, 0), "unknown frame kind 77"),
+        (batch.HEADER.pack(1, batch.DATA, 0, 0, PUB, 0, 1, 0, 0), "no records"),
+        (batch.HEADER.pack(1, batch.DATA, 0, 2, PUB, 0, 0, 0, 0), "start at 1"),
+    ],
+)
+def test_bad_headers_are_rejected_with_a_reason(frame, message):
+    with pytest.raises(ProtocolError, match=message):
+        batch.parse_header(frame)
+
+
+def test_header_fields_out_of_range():
+    with pytest.raises(ProtocolError):
+        batch.pack_header(batch.DATA, PUB, -1, 1)
+    with pytest.raises(ProtocolError):
+        batch.pack_header(batch.DATA, b"short", 1, 1)
+
+
+def test_body_round_trip_including_empty_records():
+    payloads = [b"a", b"", b"x" * 1000, bytes(range(256))]
+    body = batch.encode_body(payloads)
+    assert body[:16] == struct.pack("<4I", 1, 0, 1000, 256)
+    assert batch.decode_body(body, len(payloads)) == payloads
+
+
+@pytest.mark.parametrize(
+    "body, count",
+    [
+        (b"", 1),  # no room for the length table
+        (struct.pack("<I", 5) + b"abc", 1),  # length says 5, 3 bytes follow
+        (struct.pack("<I", 1) + b"ab", 1),  # trailing garbage
+        (struct.pack("<2I", 1, 1) + b"a", 2),
+    ],
+)
+def test_bad_bodies_are_rejected(body, count):
+    with pytest.raises(ProtocolError):
+        batch.decode_body(body, count)
+
+
+def test_ack_round_trip_and_garbage():
+    assert batch.decode_ack(batch.encode_ack(2**40)) == 2**40
+    for junk in (b"", b"\x01\x04", batch.HEADER.pack(1, 1, 0, 1, PUB, 0, 1, 0, 0)[:10]):
+        with pytest.raises(ProtocolError):
+            batch.decode_ack(junk)
+    assert issubclass(ProtocolError, RoQError)

@@ -1,0 +1,57 @@
+from monitor import Ewma, ExchangeLoad, evaluate
+
+HIGH = 100.0
+
+
+def run(exchanges, now=10.0, moved_at=None, sustain=2.0, cooldown=5.0):
+    return evaluate(exchanges, now=now, high=HIGH, sustain=sustain, cooldown=cooldown, moved_at=moved_at or {})
+
+
+def test_no_move_before_the_overload_is_sustained():
+    hot = ExchangeLoad("a", 150, hot_since=9.0, publishers={"p": 80, "q": 70})
+    cold = ExchangeLoad("b", 10)
+    assert run([hot, cold]) == ([], [])
+
+
+def test_most_productive_publisher_that_fits_moves_to_the_least_loaded():
+    hot = ExchangeLoad("a", 160, hot_since=5.0, publishers={"p": 95, "q": 40, "r": 25})
+    warm = ExchangeLoad("b", 50)
+    cool = ExchangeLoad("c", 20)
+    moves, limits = run([hot, warm, cool])
+    assert limits == []
+    assert [(m.publisher, m.source, m.target) for m in moves] == [("q", "a", "c")]  # p (95) would push c to 115
+    assert "q" in moves[0].describe() and "160" in moves[0].describe()
+
+
+def test_cooling_down_publishers_stay_put():
+    hot = ExchangeLoad("a", 150, hot_since=0.0, publishers={"p": 80, "q": 70})
+    moves, _ = run([hot, ExchangeLoad("b", 0)], moved_at={"p": 8.0})
+    assert [m.publisher for m in moves] == ["q"]
+
+
+def test_a_publisher_above_the_mark_alone_is_a_limit_case():
+    hot = ExchangeLoad("a", 130, hot_since=0.0, publishers={"big": 130})
+    moves, limits = run([hot, ExchangeLoad("b", 0)])
+    assert moves == []
+    assert [(c.exchange, c.publisher) for c in limits] == [("a", "big")]
+
+
+def test_no_target_accepting_publishers_means_no_move():
+    hot = ExchangeLoad("a", 150, hot_since=0.0, publishers={"p": 60, "q": 90})
+    draining = ExchangeLoad("b", 0, accepts=False)
+    assert run([hot, draining]) == ([], [])
+
+
+def test_one_move_per_hot_exchange_and_books_updated_between_them():
+    a = ExchangeLoad("a", 150, hot_since=0.0, publishers={"p": 60, "q": 90})
+    b = ExchangeLoad("b", 140, hot_since=0.0, publishers={"r": 50, "s": 90})
+    c = ExchangeLoad("c", 0)
+    moves, _ = run([a, b, c])
+    assert [(m.publisher, m.target) for m in moves] == [("q", "c")]  # after it, c is at 90: r (50) no longer fits
+
+
+def test_ewma_smooths_and_starts_at_the_first_sample():
+    e = Ewma(0.5)
+    assert e.add(100) == 100
+    assert e.add(0) == 50
+    assert e.add(0) == 25
