@@ -13,7 +13,7 @@ from client._subscriber import Subscriber
 from roq import control
 from roq.config import PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
-from roq.sockets import check_endpoint
+from roq.sockets import check_endpoint, poll_ms
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class Connection:
         try:
             sock.connect(self.monitor)
             sock.send(control.encode(request))
-            if not sock.poll(timeout * 1000):
+            if not sock.poll(poll_ms(timeout)):
                 raise BrokerConnectionError(f"monitor {self.monitor} did not answer within {timeout:.1f}s")
             reply = control.decode(sock.recv())
         except ProtocolError as exc:

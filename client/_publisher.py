@@ -73,7 +73,7 @@ class Publisher:
         self._size = 0
         self._opened = 0.0  # monotonic
         self._opened_ns = 0  # wall clock, for latency
-        # handed to the sender: (key, payloads, first, key_prev, timestamp_ns, size)
+        # handed to the sender: (key, payloads, first, key_prev, timestamp_ns, size, flags)
         self._sealed: collections.deque[tuple] = collections.deque()
         self._next_seq = 1
         self._key_last: dict[bytes, int] = {}
@@ -153,7 +153,7 @@ class Publisher:
             if self._closed:
                 raise ClosedError("publisher is closed")
             if self._payloads:
-                self._seal(wait=True)
+                self._seal(wait=True, flags=batch.FLAG_ACK_NOW)
             target = self._next_seq - 1
             self._wake()
             while self._acked < target:
@@ -203,7 +203,7 @@ class Publisher:
 
     # ------------------------------------------------------------------ internals (lock held)
 
-    def _seal(self, *, wait: bool) -> None:
+    def _seal(self, *, wait: bool, flags: int = 0) -> None:
         """Close the open batch and hand it to the sender. With ``wait``, first wait for a free slot."""
         if wait:
             while len(self._sealed) >= self.config.max_pending_batches and not self._closed and self._error is None:
@@ -219,7 +219,7 @@ class Publisher:
         if len(self._key_last) >= MAX_KEYS and not key_prev:
             self._key_last.clear()
         self._key_last[key] = first + count - 1
-        self._sealed.append((key, self._payloads, first, key_prev, self._opened_ns, self._size))
+        self._sealed.append((key, self._payloads, first, key_prev, self._opened_ns, self._size, flags))
         self._payloads = []
         self._size = 0
         self._key = None

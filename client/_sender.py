@@ -25,6 +25,7 @@ import zmq
 from client._window import Sent, Window
 from roq import batch, control
 from roq.errors import ProtocolError
+from roq.sockets import poll_ms
 
 if TYPE_CHECKING:
     from client._publisher import Publisher
@@ -140,17 +141,19 @@ class Sender(threading.Thread):
         """Sleep until a socket, a wake-up, the open batch's linger or a timer needs us."""
         pub = self._pub
         deadline = min(self._next_check, self._next_hello)
+        lingering = False
         with pub._lock:
             if pub._sealed or pub._closed:
                 deadline = now
-            elif pub._payloads:
-                deadline = min(deadline, pub._opened + self._cfg.linger)
+            elif pub._payloads and pub._opened + self._cfg.linger < deadline:
+                deadline = pub._opened + self._cfg.linger
+                lingering = True
             pub._idle = deadline > now
         timeout = deadline - now
-        if 0 < timeout < 0.002 and not self._blocked:
+        if lingering and 0 < timeout < 0.002 and not self._blocked:
             time.sleep(timeout)  # zmq_poll counts whole milliseconds; the linger is finer
             timeout = 0
-        events = self._poller.poll(max(0.0, timeout) * 1000)
+        events = self._poller.poll(poll_ms(timeout))
         with pub._lock:
             pub._idle = False
         return events
@@ -159,8 +162,8 @@ class Sender(threading.Thread):
 
     def _take(self, sealed: list[tuple]) -> None:
         encode = batch.encode_body
-        for key, payloads, first, key_prev, ts, size in sealed:
-            self._outbox.append(Sent(first, len(payloads), key, encode(payloads), key_prev, ts, size, 0.0))
+        for key, payloads, first, key_prev, ts, size, flags in sealed:
+            self._outbox.append(Sent(first, len(payloads), key, encode(payloads), key_prev, ts, size, flags, 0.0))
 
     def _send_outbox(self, now: float) -> None:
         link = self._current
@@ -175,10 +178,8 @@ class Sender(threading.Thread):
         window = self._window
         while outbox:
             e = outbox[0]
-            header = pack(
-                batch.VERSION, batch.DATA, batch.FLAG_RETRANSMIT if e.sent_at else 0, e.count, pid, epoch,
-                e.first, e.key_prev, e.timestamp_ns,
-            )
+            flags = e.flags | batch.FLAG_RETRANSMIT if e.sent_at else e.flags
+            header = pack(batch.VERSION, batch.DATA, flags, e.count, pid, epoch, e.first, e.key_prev, e.timestamp_ns)
             try:
                 send((e.key, header, e.body), zmq.NOBLOCK)
             except zmq.Again:

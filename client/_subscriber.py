@@ -22,6 +22,7 @@ from client._ordering import Reassembler
 from roq import batch, control
 from roq.config import SubscriberConfig
 from roq.errors import BrokerConnectionError, ClosedError, ProtocolError
+from roq.sockets import poll_ms
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class Subscriber:
         held_until = self._order.next_deadline()
         if held_until is not None:
             limit = min(limit, held_until)
-        events = self._poller.poll(max(0.0, limit - now) * 1000)
+        events = self._poller.poll(poll_ms(limit - now))
         for sock, _ in events:
             if sock is self._monitor:
                 self._on_monitor()

@@ -19,7 +19,8 @@ class Sent(NamedTuple):
     key_prev: int
     timestamp_ns: int
     size: int  # payload bytes, as counted against the buffer bound
-    sent_at: float  # monotonic
+    flags: int  # header flags asked for by the publisher
+    sent_at: float  # monotonic; 0 until sent
 
     @property
     def last(self) -> int:

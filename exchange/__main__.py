@@ -34,6 +34,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-batch-bytes", type=int, default=d.max_batch_bytes, help=f"larger batch bodies are dropped (default {d.max_batch_bytes})")
     p.add_argument("--backend-hwm", type=int, default=d.backend_hwm, help=f"per-subscriber queue bound in batches (default {d.backend_hwm})")
     p.add_argument("--drain-timeout", type=float, default=d.drain_timeout, help=f"longest drain on SIGTERM, seconds (default {d.drain_timeout})")
+    p.add_argument("--ack-interval", type=float, default=d.ack_interval,
+                   help=f"seconds over which acknowledgements are coalesced (default {d.ack_interval})")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING... (default INFO)")
     return p.parse_args(argv)
 
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             max_batch_bytes=args.max_batch_bytes,
             backend_hwm=args.backend_hwm,
             drain_timeout=args.drain_timeout,
+            ack_interval=args.ack_interval,
         )
     except ConfigError as exc:
         print(f"exchange: {exc}", file=sys.stderr)

@@ -25,7 +25,7 @@ from roq import batch, control
 from roq.config import ExchangeConfig
 from roq.errors import ProtocolError
 from roq.runtime import DropCounter, SignalWakeup
-from roq.sockets import HandshakeWatch, bind
+from roq.sockets import HandshakeWatch, bind, poll_ms
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ class Exchange:
         self._beacons = 0
         self._draining_since: float | None = None
         self._last_data = 0.0
+        self._acks: dict[bytes, int] = {}  # publisher identity -> highest seq forwarded, not yet acknowledged
+        self._ack_due = float("inf")
         self._stopping = False
         self.frontend_endpoint = ""
         self.backend_endpoint = ""
@@ -124,8 +126,8 @@ class Exchange:
         next_beat = now + cfg.heartbeat_interval
         next_kpi = now + cfg.kpi_period
         while not self._stopping:
-            timeout = max(0.0, min(next_beat, next_kpi) - time.monotonic())
-            events = dict(poller.poll(timeout * 1000))
+            timeout = max(0.0, min(next_beat, next_kpi, self._ack_due) - time.monotonic())
+            events = dict(poller.poll(poll_ms(timeout)))
             started = time.monotonic()
             if self._frontend in events:
                 self._forward(acct)
@@ -137,6 +139,8 @@ class Exchange:
                 if watch.socket in events:
                     watch.handle()
             now = time.monotonic()
+            if now >= self._ack_due:
+                self._send_acks()
             acct.busy += now - started
             if now >= next_beat:
                 next_beat = now + cfg.heartbeat_interval
@@ -154,17 +158,19 @@ class Exchange:
                 )
                 dropped_at_report = self.drops.total
                 self._send_control(kpi)
+        self._send_acks()
         log.info("exchange %s stopped (%d malformed inputs dropped in all)", self.id, self.drops.total)
 
     def _forward(self, acct: Accounting) -> None:
-        """Forward up to BURST batches, then acknowledge every publisher heard from."""
+        """Forward up to BURST batches; their acknowledgements go out within ``ack_interval``."""
         recv = self._frontend.recv_multipart
         send = self._backend.send_multipart
         unpack = batch.HEADER.unpack
         header_size = batch.HEADER_SIZE
         max_body = self.config.max_batch_bytes
         publishers = acct.publishers
-        acks: dict[bytes, int] = {}
+        acks = self._acks
+        urgent = False
         for _ in range(BURST):
             try:
                 frames = recv(zmq.NOBLOCK)
@@ -177,7 +183,7 @@ class Exchange:
             if len(header) != header_size:
                 self.drops.drop("bad header", f"{len(header)} bytes, expected {header_size}")
                 continue
-            version, kind, _flags, count, pub, _epoch, first, _prev, _ts = unpack(header)
+            version, kind, flags, count, pub, _epoch, first, _prev, _ts = unpack(header)
             if version != batch.VERSION:
                 self.drops.drop("bad header", f"protocol version {version}")
                 continue
@@ -197,6 +203,7 @@ class Exchange:
                     continue
                 send(frames[1:])
                 acks[ident] = first + count - 1
+                urgent |= flags & batch.FLAG_ACK_NOW
                 acct.records_in += count
                 acct.bytes_in += size
                 acct.records_out += count
@@ -213,16 +220,25 @@ class Exchange:
                     continue
                 send(frames[1:])
                 acks[ident] = first - 1
+                urgent = True  # the publisher holds its new batches until this one is acknowledged
             else:
                 self.drops.drop("bad header", f"frame kind {kind} not accepted from publishers")
         if acks:
             self._last_data = time.monotonic()
-            reply = self._frontend.send_multipart
-            for ident, seq in acks.items():
-                try:
-                    reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
-                except zmq.ZMQError:  # peer gone or its pipe full: it will resend or learn from the monitor
-                    pass
+            if urgent:
+                self._send_acks()
+            elif self._ack_due == float("inf"):
+                self._ack_due = self._last_data + self.config.ack_interval
+
+    def _send_acks(self) -> None:
+        reply = self._frontend.send_multipart
+        for ident, seq in self._acks.items():
+            try:
+                reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
+            except zmq.ZMQError:  # peer gone or its pipe full: it will resend or learn from the monitor
+                pass
+        self._acks.clear()
+        self._ack_due = float("inf")
 
     # ------------------------------------------------------------------ control
 

@@ -26,7 +26,7 @@ from roq.config import MonitorConfig
 from roq.control import Result
 from roq.errors import ProtocolError, UnknownCommandError
 from roq.runtime import DropCounter, SignalWakeup
-from roq.sockets import HandshakeWatch, bind
+from roq.sockets import HandshakeWatch, bind, poll_ms
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class Monitor:
         next_rule = time.monotonic() + self.config.kpi_period
         while not self._stopping:
             timeout = max(0.0, min(next_tick, next_rule) - time.monotonic())
-            events = dict(poller.poll(timeout * 1000))
+            events = dict(poller.poll(poll_ms(timeout)))
             if self._router in events:
                 self._on_router()
             if self._watch is not None and self._watch.socket in events:

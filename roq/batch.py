@@ -46,7 +46,8 @@ MARKER = 2  # the publisher's stream through this exchange ends before ``first_s
 BEACON = 3  # sent by an exchange on its backend: "your subscription to me is live"
 
 #: Flag bits.
-FLAG_RETRANSMIT = 0x1
+FLAG_RETRANSMIT = 0x1  # resent after a failover (subscribers may have it already)
+FLAG_ACK_NOW = 0x2  # the publisher waits for this acknowledgement (flush): do not coalesce it
 
 #: Key of markers and beacons. Every subscriber subscribes to it besides its own prefix.
 CONTROL_TOPIC = b"\x00roq"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -11,7 +12,7 @@ from zmq.utils.monitor import recv_monitor_message
 from roq.errors import BrokerConnectionError, ConfigError
 from roq.runtime import DropCounter
 
-__all__ = ["bind", "check_endpoint", "HandshakeWatch"]
+__all__ = ["bind", "check_endpoint", "poll_ms", "HandshakeWatch"]
 
 _FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 
@@ -32,6 +33,17 @@ def bind(sock: zmq.Socket, address: str, port: int) -> str:
     except zmq.ZMQError as exc:
         raise BrokerConnectionError(f"cannot bind {where}: {exc}") from exc
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def poll_ms(seconds: float | None) -> int:
+    """A ``zmq_poll`` timeout in whole milliseconds, rounded up (-1 = wait forever).
+
+    pyzmq truncates a float timeout, so a deadline 0.4 ms away would become 0: a busy loop until the
+    deadline. Waking up to a millisecond late is harmless for every timer we keep.
+    """
+    if seconds is None:
+        return -1
+    return max(0, math.ceil(seconds * 1000))
 
 
 def check_endpoint(endpoint: str) -> str:

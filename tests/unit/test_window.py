@@ -2,7 +2,7 @@ from client._window import Sent, Window
 
 
 def sent(first, count, at=0.0, size=10):
-    return Sent(first, count, b"k", b"", 0, 0, size, at)
+    return Sent(first, count, b"k", b"", 0, 0, size, 0, at)
 
 
 def test_acknowledged_batches_are_kept_for_the_grace():
