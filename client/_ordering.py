@@ -6,12 +6,18 @@ arrive in order; across exchanges they do not, so the reassembler applies these 
 
 * **Duplicates.** A record with a seq at or below the highest seq delivered is dropped (failover
   resends records the subscriber may already have).
-* **Epochs.** Data of a newer epoch is delivered only once every older epoch since the current one has
-  *ended*: its exchange's marker arrived (the marker travels after the publisher's last batch through
-  that exchange, on the same pipe), or that exchange was declared lost. Until then it is *held*.
+* **Contiguity.** A subscriber without a prefix receives all of a publisher's records, so a batch that
+  starts at or before the next seq expected can be delivered whatever its epoch: no older record can
+  still be on its way.
+* **Epochs.** Otherwise (a hole before it, or a filtering subscriber, which sees only some seqs), data
+  of a newer epoch is delivered only once every older epoch since the current one has *ended*: its
+  exchange's marker arrived (the marker travels after the publisher's last batch through that
+  exchange, on the same pipe), or that exchange was declared lost. Until then it is *held*. Data of the
+  current or an older epoch is never held behind it.
 * **Notes.** Before a planned move the monitor tells subscribers that a publisher is leaving an exchange.
   A subscriber that has not heard that publisher yet (e.g. its prefix matched none of its keys so far)
-  then holds the publisher's data from other exchanges until the marker from the noted exchange arrives.
+  then holds the publisher's data from other exchanges until the noted exchange's marker arrives. Notes
+  are kept in order: after moves A -> B -> C, data from B waits for A's marker, data from C for both.
 * **Bounds.** Held data is released after ``hold_timeout`` seconds or beyond ``max_held`` batches,
   whatever arrived; a hole that remains is counted as a gap.
 * **Gaps.** A subscriber that receives everything (empty prefix) knows a gap when a seq is skipped.
@@ -31,17 +37,17 @@ def _epoch_of(entry: tuple) -> int:
 
 
 class _Stream:
-    __slots__ = ("epoch", "source", "last", "ended", "held", "held_since", "note_source", "note_until", "key_last")
+    __slots__ = ("epoch", "source", "last", "ended", "sources", "held", "held_since", "notes", "key_last")
 
     def __init__(self) -> None:
         self.epoch: int | None = None  # epoch of the data delivered last
         self.source: str | None = None  # exchange that data came from
         self.last = 0  # highest seq delivered
         self.ended: set[int] = set()  # epochs known to have ended (>= epoch)
+        self.sources: dict[int, str] = {}  # exchange of each epoch seen (>= epoch)
         self.held: list[tuple[str, int, int, int, int, bytes, Any]] = []
         self.held_since = 0.0
-        self.note_source: str | None = None
-        self.note_until = 0.0
+        self.notes: list[tuple[str, float]] = []  # (exchange the publisher leaves, until when), in order
         self.key_last: dict[bytes, int] = {}
 
 
@@ -89,7 +95,8 @@ class Reassembler:
         if st is None:
             st = self.streams[publisher] = _Stream()
         entry = (source, epoch, first, count, key_prev, key, item)
-        if self._may_deliver(st, source, epoch):
+        st.sources.setdefault(epoch, source)
+        if self._may_deliver(st, source, epoch, first):
             out: list[tuple[Any, int]] = []
             self._deliver(st, entry, out)
             if st.held:
@@ -103,9 +110,10 @@ class Reassembler:
         st = self.streams.get(publisher)
         if st is None:
             return []  # never heard of it and nobody asked us to wait for it
+        if st.sources.setdefault(epoch, source) != source:
+            return []  # that epoch went through another exchange: not a marker we can trust
         st.ended.add(epoch)
-        if st.note_source == source:
-            st.note_source = None
+        st.notes = [n for n in st.notes if n[0] != source]
         return self._retry(st, now)
 
     def note(self, publisher: bytes, source: str, now: float) -> None:
@@ -113,28 +121,18 @@ class Reassembler:
         st = self.streams.get(publisher)
         if st is None:
             st = self.streams[publisher] = _Stream()
-        if st.epoch is None:
-            st.note_source = source
-            st.note_until = now + 2 * self.hold_timeout
+        if st.epoch is None and all(n[0] != source for n in st.notes):
+            st.notes.append((source, now + 2 * self.hold_timeout))
 
     def source_lost(self, source: str, now: float) -> list[tuple[Any, int]]:
         """Exchange ``source`` is dead: none of its epochs will send a marker."""
         out: list[tuple[Any, int]] = []
         for st in self.streams.values():
-            touched = False
-            if st.source == source and st.epoch is not None:
-                st.ended.add(st.epoch)
-                touched = True
-            if st.note_source == source:
-                st.note_source = None
-                touched = True
-            if st.held and st.epoch is not None:
-                # epochs between ours and the held data's, which we never saw data in, may have
-                # lived on the lost exchange: their marker would never come
-                newest = max(e for _, e, *_ in st.held)
-                st.ended.update(range(st.epoch + 1, newest))
-                touched = True
-            if touched:
+            before = (len(st.ended), len(st.notes))
+            floor = -1 if st.epoch is None else st.epoch
+            st.ended.update(e for e, s in st.sources.items() if s == source and e >= floor)
+            st.notes = [n for n in st.notes if n[0] != source]
+            if (len(st.ended), len(st.notes)) != before:
                 out.extend(self._retry(st, now))
         return out
 
@@ -142,8 +140,8 @@ class Reassembler:
         """Release holds older than the timeout and forget expired notes."""
         out: list[tuple[Any, int]] = []
         for st in self.streams.values():
-            if st.note_source is not None and now >= st.note_until:
-                st.note_source = None
+            if st.notes and any(until <= now for _, until in st.notes):
+                st.notes = [n for n in st.notes if n[1] > now]
                 out.extend(self._retry(st, now))
             if st.held and now - st.held_since >= self.hold_timeout:
                 out.extend(self._release(st, now))
@@ -152,15 +150,18 @@ class Reassembler:
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`expire` has something to do, or None."""
         times = [st.held_since + self.hold_timeout for st in self.streams.values() if st.held]
-        times += [st.note_until for st in self.streams.values() if st.note_source is not None]
+        times += [until for st in self.streams.values() for _, until in st.notes]
         return min(times) if times else None
 
     # ------------------------------------------------------------------ rules
 
-    def _may_deliver(self, st: _Stream, source: str, epoch: int) -> bool:
+    def _may_deliver(self, st: _Stream, source: str, epoch: int, first: int) -> bool:
         if st.epoch is None:
-            return st.note_source is None or st.note_source == source
+            # never delivered: only notes can make us wait, for the exchanges left before ``source``
+            return not st.notes or st.notes[0][0] == source
         if epoch <= st.epoch:
+            return True
+        if not self.filtered and first <= st.last + 1:
             return True
         return all(e in st.ended for e in range(st.epoch, epoch))
 
@@ -178,7 +179,7 @@ class Reassembler:
         held, st.held = sorted(st.held, key=_epoch_of), []
         self.held -= len(held)
         for entry in held:
-            if self._may_deliver(st, entry[0], entry[1]):
+            if self._may_deliver(st, entry[0], entry[1], entry[2]):
                 self._deliver(st, entry, out)
             else:
                 self._hold(st, entry, now)
@@ -189,7 +190,7 @@ class Reassembler:
         self.hold_timeouts += 1
         newest = max(e for _, e, *_ in st.held)
         st.ended.update(range(st.epoch if st.epoch is not None else newest, newest))
-        st.note_source = None
+        st.notes = []
         held, st.held = sorted(st.held, key=_epoch_of), []
         self.held -= len(held)
         out: list[tuple[Any, int]] = []
@@ -202,6 +203,8 @@ class Reassembler:
         if st.epoch is None or epoch > st.epoch:
             st.epoch, st.source = epoch, source
             st.ended = {e for e in st.ended if e >= epoch}
+            st.sources = {e: s for e, s in st.sources.items() if e >= epoch}
+            st.notes = []
         last = first + count - 1
         if last <= st.last:
             self.duplicates += count

@@ -80,6 +80,7 @@ class Publisher:
         self._buffered = 0  # payload bytes not yet safe to forget: open + sealed + in the sender
         self._acked = 0
         self._closed = False
+        self._closing = False  # close() began: no more sends
         self._error: BaseException | None = None
         self._idle = False  # the sender sleeps in poll and must be woken
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -117,11 +118,11 @@ class Publisher:
         if size > MAX_RECORD_BYTES:
             raise ProtocolError(f"record of {size} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes")
         with self._lock:
-            if self._closed:
-                raise ClosedError("publisher is closed")
-            if self._error is not None:
-                raise BrokerConnectionError(f"publisher failed: {self._error}") from self._error
-            while True:  # both waits below release the lock: look again after each
+            while True:  # the waits below release the lock: look again after each
+                if self._closed or self._closing:
+                    raise ClosedError("publisher is closed")
+                if self._error is not None:
+                    raise BrokerConnectionError(f"publisher failed: {self._error}") from self._error
                 if self._payloads and (
                     key != self._key or len(self._payloads) >= cfg.batch_records or self._size + size > cfg.batch_bytes
                 ):
@@ -174,8 +175,9 @@ class Publisher:
                 could not be delivered.
         """
         with self._lock:
-            if self._closed:
+            if self._closed or self._closing:
                 return
+            self._closing = True
         try:
             if self._error is None:
                 self.flush(timeout)

@@ -126,6 +126,8 @@ class Sender(threading.Thread):
                 )
             events = self._wait(now)
             for sock, _ in events:
+                if isinstance(sock, zmq.Socket) and sock.closed:
+                    continue  # closed by a failover handled earlier in this round
                 if sock is self._monitor:
                     self._on_monitor()
                 elif sock == pub._wake_read:
@@ -332,14 +334,29 @@ class Sender(threading.Thread):
         self._send_outbox(time.monotonic())
 
     def _failover(self, exchange: str, frontend: str, relocation: int, now: float) -> None:
+        keep = self._current if self._current is not None and self._current.exchange == exchange else None
+        if keep is not None and self._blocked:
+            keep = None  # its queue is full: start afresh on a new connection
+        if keep is not None:
+            # failing over to the exchange we send through (a move away from it was abandoned):
+            # end the epoch there with a marker, so that subscribers need not wait for a timeout
+            marker = batch.pack_header(
+                batch.MARKER, self._pub.id, self._last_sent + 1, 0, epoch=self.epoch,
+                timestamp_ns=time.time_ns(), flags=batch.FLAG_ACK_NOW,
+            )
+            try:
+                keep.socket.send_multipart((batch.CONTROL_TOPIC, marker, b""), zmq.NOBLOCK)
+            except zmq.Again:
+                keep = None
         for link in self._links():
-            self._poller.unregister(link.socket)
-            link.socket.close(linger=0)
+            if link is not keep:
+                self._poller.unregister(link.socket)
+                link.socket.close(linger=0)
         self._current = None
         self._moving = None
         self._blocked = False
         self.epoch += 1
-        self._adopt(self._connect(exchange, frontend))
+        self._adopt(keep or self._connect(exchange, frontend))
         resend = self._window.take_all()
         # resent batches go first: their seqs are older than anything waiting in the outbox
         self._outbox.extendleft(reversed([e._replace(sent_at=e.sent_at or now) for e in resend]))

@@ -192,7 +192,7 @@ class Exchange:
                 continue
             size = len(body)
             if kind == batch.DATA:
-                if count == 0 or first == 0 or size < 4 * count:
+                if count == 0 or first == 0 or size < 4 * count or first + count > batch.SEQ_LIMIT:
                     self.drops.drop("bad batch", f"count {count}, first seq {first}, body {size} bytes")
                     continue
                 if size > max_body:
@@ -215,7 +215,7 @@ class Exchange:
                     stat[0] += count
                     stat[1] += size
             elif kind == batch.MARKER:
-                if key != batch.CONTROL_TOPIC or count != 0 or size or first == 0:
+                if key != batch.CONTROL_TOPIC or count != 0 or size or first == 0 or first >= batch.SEQ_LIMIT:
                     self.drops.drop("bad marker", f"key {key[:16]!r}, count {count}, body {size} bytes")
                     continue
                 send(frames[1:])
@@ -235,7 +235,7 @@ class Exchange:
         for ident, seq in self._acks.items():
             try:
                 reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
-            except zmq.ZMQError:  # peer gone or its pipe full: it will resend or learn from the monitor
+            except (zmq.ZMQError, ProtocolError):  # peer gone or its pipe full: it resends or fails over
                 pass
         self._acks.clear()
         self._ack_due = float("inf")

@@ -181,6 +181,7 @@ class Monitor:
             self._event("exchange_joined", f"exchange {x.id} joined: frontend {x.frontend}, backend {x.backend}", exchange=x.id)
             self._broadcast_exchanges()
             self._place_orphans()
+            self._continue_drains()
         elif (x.frontend, x.backend) != (hb.frontend, hb.backend):
             x.frontend, x.backend, x.pid = hb.frontend, hb.backend, hb.pid
             self._event("exchange_restarted", f"exchange {x.id} came back on new endpoints", exchange=x.id)
@@ -223,7 +224,14 @@ class Monitor:
         moving = [p for p in self.publishers.values() if p.exchange == x.id and p.relocation is None]
         self._event("exchange_draining", f"exchange {x.id} draining: moving its {len(moving)} publishers away", exchange=x.id)
         self._broadcast_exchanges()
-        for p in moving:
+        self._continue_drains()
+
+    def _continue_drains(self) -> None:
+        """Move every settled publisher off draining exchanges (also those that arrived there late)."""
+        for p in self.publishers.values():
+            x = self.exchanges.get(p.exchange) if p.exchange else None
+            if x is None or not x.draining or p.relocation is not None:
+                continue
             target = self._least_loaded(exclude={x.id})
             if target is None:
                 log.warning("exchange %s drains but no other exchange can take publisher %s", x.id, p.id[:8])
@@ -254,6 +262,7 @@ class Monitor:
         self._broadcast_exchanges(lost=[x.id])
         for p in on_it:
             self._failover(p, f"exchange {x.id} lost")
+        self._place_orphans()  # e.g. a failover still preparing whose target was this exchange
 
     def _failover(self, p: PublisherEntry, why: str) -> None:
         target = self._least_loaded(exclude={p.exchange} if p.exchange else set())
@@ -366,6 +375,7 @@ class Monitor:
             duration_ms=round((now - rel.started) * 1000, 2),
             flap=flap,
         )
+        self._continue_drains()  # it may have landed on an exchange that started draining meanwhile
 
     def _on_panic(self, envelope: list[bytes], panic: control.Panic) -> None:
         p = self.publishers.get(panic.publisher)
@@ -440,8 +450,13 @@ class Monitor:
         self.relocations[rel.id] = rel
         p.relocation = rel.id
         log.info("relocation %d (%s): publisher %s %s -> %s: %s", rel.id, reason, p.id[:8], p.exchange, target.id, why)
+        # no note for a resend: the publisher resends its whole window, nothing older can be missed
         prepare = control.Prepare(
-            relocation=rel.id, publisher=p.id, source=p.exchange or "", target=target.id, target_backend=target.backend
+            relocation=rel.id,
+            publisher=p.id,
+            source="" if rel.resends else p.exchange or "",
+            target=target.id,
+            target_backend=target.backend,
         )
         for s in subs:
             if s.id in rel.waiting:
@@ -487,6 +502,7 @@ class Monitor:
             source=rel.source,
             target=rel.target,
         )
+        self._continue_drains()
 
     def _tick(self, now: float) -> None:
         cfg = self.config

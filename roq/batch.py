@@ -49,6 +49,9 @@ BEACON = 3  # sent by an exchange on its backend: "your subscription to me is li
 FLAG_RETRANSMIT = 0x1  # resent after a failover (subscribers may have it already)
 FLAG_ACK_NOW = 0x2  # the publisher waits for this acknowledgement (flush): do not coalesce it
 
+#: Sequence numbers stay below this (they are u64 on the wire).
+SEQ_LIMIT = 1 << 64
+
 #: Key of markers and beacons. Every subscriber subscribes to it besides its own prefix.
 CONTROL_TOPIC = b"\x00roq"
 
@@ -152,8 +155,15 @@ def decode_body(body: bytes, count: int) -> list[bytes]:
 
 
 def encode_ack(seq: int) -> bytes:
-    """Encode a cumulative acknowledgement: every record up to ``seq`` was handed to the backend."""
-    return ACK.pack(VERSION, ACK_KIND, seq)
+    """Encode a cumulative acknowledgement: every record up to ``seq`` was handed to the backend.
+
+    Raises:
+        ProtocolError: ``seq`` does not fit in 64 bits.
+    """
+    try:
+        return ACK.pack(VERSION, ACK_KIND, seq)
+    except struct.error as exc:
+        raise ProtocolError(f"cannot encode ack {seq}: {exc}") from exc
 
 
 def decode_ack(frame: bytes) -> int:

@@ -204,7 +204,8 @@ class SubscriberConfig:
             marker; then they are released and any hole is counted as a gap.
         max_held_batches: bound of held batches per publisher (beyond it they are released).
         heartbeat_interval: seconds between hellos to the monitor (sent from ``recv``).
-        rcvhwm: ZeroMQ receive high-water mark per exchange, in batches.
+        rcvhwm: ZeroMQ receive high-water mark per exchange, in batches (up to ``batch_records`` records
+            each). It bounds a slow subscriber's memory; beyond it batches are lost and counted as gaps.
         latency_samples: how many recent batch latencies ``stats()`` summarises.
         connect_timeout: how long ``subscriber()`` waits to hear every exchange of the queue.
     """
@@ -212,7 +213,7 @@ class SubscriberConfig:
     hold_timeout: float = 2.0
     max_held_batches: int = 10_000
     heartbeat_interval: float = 1.0
-    rcvhwm: int = 100_000
+    rcvhwm: int = 1000
     latency_samples: int = 10_000
     connect_timeout: float = 5.0
 

@@ -138,7 +138,7 @@ def subscribe(args: argparse.Namespace) -> int:
     audit = Audit()
     latency = array.array("d")
     with client.connect(args.monitor) as conn:
-        sub = conn.subscriber(prefix=args.prefix.encode(), hold_timeout=args.hold_timeout)
+        sub = conn.subscriber(prefix=args.prefix.encode(), hold_timeout=args.hold_timeout, rcvhwm=args.rcvhwm)
         announce_ready("subscriber", subscriber=sub.name, prefix=args.prefix)
         started = time.monotonic()
         deadline = started + args.duration if args.duration else float("inf")
@@ -164,6 +164,9 @@ def subscribe(args: argparse.Namespace) -> int:
                 latency.append((time.time_ns() - unpack(payload)[2]) / 1e6)
             if delay:
                 time.sleep(delay)
+            if received == args.pause_at:
+                time.sleep(args.pause_for)  # a stalled consumer: its queues overflow meanwhile
+                last = time.monotonic()
         active = last - first
         _report(
             {
@@ -199,6 +202,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sp.add_argument("--idle-exit", type=float, default=3.0, help="stop this long after the last record (default 3; 0 = never)")
     sp.add_argument("--delay-us", type=float, default=0.0, help="processing time per record, to model a slow consumer")
     sp.add_argument("--hold-timeout", type=float, default=2.0, help="subscriber hold timeout in seconds (default 2)")
+    sp.add_argument("--pause-at", type=int, default=-1, help="stop reading after this many records...")
+    sp.add_argument("--pause-for", type=float, default=0.0, help="...for this many seconds, then read on")
+    sp.add_argument("--rcvhwm", type=int, default=1000, help="receive high-water mark per exchange, batches (default 1000)")
     for q in (pp, sp):
         q.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)

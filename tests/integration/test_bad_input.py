@@ -50,6 +50,7 @@ def bad_batches() -> list[list[bytes]]:
         [b"k", header(kind=batch.BEACON), good_body],
         [b"k", header(kind=77), good_body],
         [b"k", header(), good_body, b"extra", b"frames"],
+        [b"k", header(first=2**64 - 1, count=2), batch.encode_body([b"x", b"y"])],  # seq beyond 64 bits
     ]
 
 

@@ -11,7 +11,7 @@ def make(filtered=False, hold=2.0, max_held=100):
 
 
 def seqs(out):
-    """(first, skip) -> the seqs delivered."""
+    """(first, count), skip -> the seqs delivered."""
     result = []
     for (first, count), skip in out:
         result.extend(range(first + skip, first + count))
@@ -60,43 +60,84 @@ def test_filtered_subscriber_follows_the_key_chain():
     assert r.gaps == 1
 
 
-def test_newer_epoch_is_held_until_the_old_exchange_marker():
+# ----------------------------------------------------------------------- moves, without a prefix
+
+
+def test_contiguous_data_of_a_new_epoch_needs_no_marker():
     r = make()
     data(r, "A", 0, 1, 5)
-    assert seqs(data(r, "B", 1, 8, 2)) == []  # moved to B; A still has 6, 7 in flight
+    assert seqs(data(r, "B", 1, 6, 2)) == [6, 7]  # nothing can come between 5 and 6
+    assert r.held == 0
+
+
+def test_a_hole_before_new_epoch_data_holds_it_until_the_hole_fills():
+    r = make()
+    data(r, "A", 0, 1, 5)
+    assert seqs(data(r, "B", 1, 8, 2)) == []  # 6, 7 are still on A's pipe
     assert r.held == 1
-    assert seqs(data(r, "A", 0, 6, 2)) == [6, 7]  # the old epoch is never held behind the new one
-    assert seqs(r.marker("A", P, 0, 0.1)) == [8, 9]
+    assert seqs(data(r, "A", 0, 6, 2)) == [6, 7, 8, 9]  # the old epoch is never held behind the new one
     assert (r.held, r.gaps, r.duplicates) == (0, 0, 0)
-    assert seqs(data(r, "B", 1, 10, 1)) == [10]
 
 
-def test_marker_of_another_exchange_does_not_release():
+def test_a_hole_is_also_released_by_the_old_exchanges_marker():
     r = make()
-    data(r, "A", 0, 1, 1)
-    data(r, "B", 1, 2, 1)
-    assert seqs(r.marker("C", P, 5, 0.0)) == []
-    assert r.held == 1
+    data(r, "A", 0, 1, 5)
+    data(r, "B", 1, 8, 2)
+    assert seqs(r.marker("C", P, 0, 0.0)) == []  # someone else's marker
+    assert seqs(r.marker("A", P, 0, 0.1)) == [8, 9]  # A's epoch is over: 6, 7 are lost for good
+    assert (r.gaps, r.lost) == (1, 2)
 
 
-def test_two_quick_moves_need_both_markers():
-    r = make()
-    data(r, "A", 0, 1, 1)
-    assert seqs(data(r, "C", 2, 4, 1)) == []
-    assert seqs(data(r, "B", 1, 3, 1)) == []  # 2 is still in flight through A
-    assert seqs(r.marker("A", P, 0, 0.0)) == [3]  # epoch 1 may go, epoch 2 waits for B's marker
-    assert seqs(r.marker("B", P, 1, 0.0)) == [4]
-
-
-def test_failover_resend_is_released_when_the_source_is_lost():
+def test_failover_resend_flows_at_once_and_duplicates_are_dropped():
     r = make()
     data(r, "A", 0, 1, 10)
     # A dies having delivered up to 10; the publisher resends its window 6..12 through B
-    assert seqs(data(r, "B", 1, 6, 7)) == []
-    out = r.source_lost("A", 0.5)
-    assert seqs(out) == [11, 12]
-    assert r.duplicates == 5
-    assert r.gaps == 0
+    assert seqs(data(r, "B", 1, 6, 7)) == [11, 12]
+    assert (r.duplicates, r.gaps, r.held) == (5, 0, 0)
+
+
+def test_an_unrelated_lost_exchange_releases_nothing():
+    # publisher: A (epoch 1) -> B (epoch 2) -> C (epoch 3); B's data is late; exchange D dies
+    for lost in ("A", "D"):
+        r = make()
+        got = seqs(data(r, "A", 1, 1, 10))
+        got += seqs(r.marker("A", P, 1, 0.1))
+        got += seqs(data(r, "C", 3, 21, 10, now=0.2))
+        got += seqs(r.source_lost(lost, 0.3))
+        assert r.held == 1, lost
+        got += seqs(data(r, "B", 2, 11, 10, now=0.4))
+        assert got == list(range(1, 31)), lost
+        assert (r.duplicates, r.gaps) == (0, 0)
+
+
+def test_the_lost_exchange_of_a_held_epoch_releases_it():
+    r = make()
+    data(r, "A", 0, 1, 5)
+    data(r, "B", 1, 9, 1)
+    assert seqs(r.source_lost("A", 0.5)) == [9]
+    assert (r.gaps, r.lost) == (1, 3)
+
+
+# ----------------------------------------------------------------------- moves, with a prefix
+
+
+def test_filtered_new_epoch_waits_for_the_marker_even_when_its_key_chain_is_whole():
+    r = make(filtered=True)
+    data(r, "A", 0, 5, 1, key=b"b", key_prev=0)
+    # seq 10 (key a, also ours) is still on A's pipe; 11 (key b) arrives through B
+    assert seqs(data(r, "B", 1, 11, 1, key=b"b", key_prev=5)) == []
+    assert seqs(data(r, "A", 0, 10, 1, key=b"a", key_prev=0)) == [10]
+    assert seqs(r.marker("A", P, 0, 0.1)) == [11]
+    assert (r.gaps, r.duplicates) == (0, 0)
+
+
+def test_two_quick_moves_need_both_markers():
+    r = make(filtered=True)
+    data(r, "A", 0, 1, 1)
+    assert seqs(data(r, "C", 2, 4, 1)) == []
+    assert seqs(data(r, "B", 1, 3, 1)) == []  # 2 may still be on A's pipe
+    assert seqs(r.marker("A", P, 0, 0.0)) == [3]  # epoch 1 may go, epoch 2 waits for B's marker
+    assert seqs(r.marker("B", P, 1, 0.0)) == [4]
 
 
 def test_note_holds_an_unknown_publisher_until_the_marker():
@@ -108,9 +149,25 @@ def test_note_holds_an_unknown_publisher_until_the_marker():
     assert (r.gaps, r.duplicates) == (0, 0)
 
 
+def test_notes_are_kept_in_order():
+    r = make(filtered=True)
+    r.note(P, "A", 0.0)  # A -> B
+    r.note(P, "B", 0.0)  # B -> C
+    got = seqs(data(r, "C", 2, 21, 10))
+    got += seqs(r.marker("B", P, 1, 0.1))  # B is done, but A's backlog is not
+    assert got == [] and r.held == 1
+    got += seqs(data(r, "A", 0, 1, 10))
+    got += seqs(r.marker("A", P, 0, 0.2))
+    assert got == list(range(1, 11)) + list(range(21, 31))
+    assert r.duplicates == 0
+
+
 def test_without_a_note_an_unknown_publisher_is_delivered_at_once():
-    r = make()
+    r = make(filtered=True)
     assert seqs(data(r, "B", 3, 50, 2)) == [50, 51]
+
+
+# ----------------------------------------------------------------------- bounds
 
 
 def test_hold_timeout_releases_and_counts_the_hole():
@@ -123,17 +180,24 @@ def test_hold_timeout_releases_and_counts_the_hole():
     assert (r.hold_timeouts, r.gaps, r.lost) == (1, 1, 3)
 
 
+def test_notes_expire():
+    r = make(filtered=True, hold=1.0)
+    r.note(P, "A", 0.0)
+    data(r, "B", 1, 5, 1)
+    assert seqs(r.expire(2.0)) == [5]
+
+
 def test_holding_is_bounded():
     r = make(max_held=3)
     data(r, "A", 0, 1, 1)
     for i in range(3):
-        assert seqs(data(r, "B", 1, 2 + i, 1)) == []
-    assert seqs(data(r, "B", 1, 5, 1)) == [2, 3, 4, 5]
-    assert r.hold_timeouts == 1
+        assert seqs(data(r, "B", 1, 3 + i, 1)) == []
+    assert seqs(data(r, "B", 1, 6, 1)) == [3, 4, 5, 6]
+    assert r.hold_timeouts == 1 and r.gaps == 1
 
 
 def test_publishers_are_independent():
     r = make()
     data(r, "A", 0, 1, 1)
-    data(r, "B", 1, 2, 1)  # P held
+    data(r, "B", 1, 5, 1)  # P held
     assert seqs(data(r, "A", 0, 1, 2, pub=Q)) == [1, 2]
