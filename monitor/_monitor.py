@@ -20,7 +20,8 @@ from typing import Any, Callable
 import zmq
 
 from monitor import _rule
-from monitor._topology import EventLog, ExchangeEntry, PublisherEntry, Relocation, SubscriberEntry
+from monitor._moves import Mover
+from monitor._topology import EventLog, ExchangeEntry, PublisherEntry, SubscriberEntry, Topology
 from roq import control
 from roq.config import MonitorConfig
 from roq.control import Result
@@ -56,11 +57,11 @@ class Monitor:
         self.endpoint = ""
         self.drops = DropCounter(log, f"monitor {config.queue}")
         self.log = EventLog()
-        self.exchanges: dict[str, ExchangeEntry] = {}
-        self.publishers: dict[str, PublisherEntry] = {}
-        self.subscribers: dict[str, SubscriberEntry] = {}
-        self.relocations: dict[int, Relocation] = {}
-        self._next_relocation = 1
+        self.topology = Topology(high_records_per_s=config.high_records_per_s, subscriber_timeout=config.subscriber_timeout)
+        self.exchanges = self.topology.exchanges
+        self.publishers = self.topology.publishers
+        self.subscribers = self.topology.subscribers
+        self.mover = Mover(self.topology, config, self.log, lambda ident, msg: self._send([ident], msg), self._event)
         self._limit_reported: dict[str, float] = {}
         self._stopping = False
         self._handlers: dict[type, Callable[[list[bytes], Any], None]] = {
@@ -180,8 +181,8 @@ class Monitor:
             self.exchanges[x.id] = x
             self._event("exchange_joined", f"exchange {x.id} joined: frontend {x.frontend}, backend {x.backend}", exchange=x.id)
             self._broadcast_exchanges()
-            self._place_orphans()
-            self._continue_drains()
+            self.mover.place_orphans()
+            self.mover.continue_drains()
         elif (x.frontend, x.backend) != (hb.frontend, hb.backend):
             x.frontend, x.backend, x.pid = hb.frontend, hb.backend, hb.pid
             self._event("exchange_restarted", f"exchange {x.id} came back on new endpoints", exchange=x.id)
@@ -224,28 +225,11 @@ class Monitor:
         moving = [p for p in self.publishers.values() if p.exchange == x.id and p.relocation is None]
         self._event("exchange_draining", f"exchange {x.id} draining: moving its {len(moving)} publishers away", exchange=x.id)
         self._broadcast_exchanges()
-        self._continue_drains()
-
-    def _continue_drains(self) -> None:
-        """Move every settled publisher off draining exchanges (also those that arrived there late)."""
-        for p in self.publishers.values():
-            x = self.exchanges.get(p.exchange) if p.exchange else None
-            if x is None or not x.draining or p.relocation is not None:
-                continue
-            target = self._least_loaded(exclude={x.id})
-            if target is None:
-                log.warning("exchange %s drains but no other exchange can take publisher %s", x.id, p.id[:8])
-                continue
-            self._start(p, target, "drain", f"exchange {x.id} is draining")
+        self.mover.continue_drains()
 
     def _lose(self, x: ExchangeEntry, now: float) -> None:
         del self.exchanges[x.id]
-        for rel in list(self.relocations.values()):
-            if rel.target == x.id or rel.source == x.id:
-                p = self.publishers.get(rel.publisher)
-                if p is not None and rel.target == x.id and rel.phase == "moving":
-                    p.exchange = x.id  # it may already send there: fail it over too
-                self._cancel(rel, f"exchange {x.id} lost")
+        self.mover.exchange_lost(x.id)
         on_it = [p for p in self.publishers.values() if p.exchange == x.id]
         if x.draining and not on_it:
             self._event("exchange_left", f"exchange {x.id} left after draining", exchange=x.id)
@@ -261,58 +245,8 @@ class Monitor:
             )
         self._broadcast_exchanges(lost=[x.id])
         for p in on_it:
-            self._failover(p, f"exchange {x.id} lost")
-        self._place_orphans()  # e.g. a failover still preparing whose target was this exchange
-
-    def _failover(self, p: PublisherEntry, why: str) -> None:
-        target = self._least_loaded(exclude={p.exchange} if p.exchange else set())
-        if target is None:
-            log.warning("publisher %s has no exchange to fail over to (%s); it keeps buffering", p.id[:8], why)
-            self._send([p.identity], control.NoExchange(publisher=p.id, comment=why))
-            return
-        self.log.count("failovers")
-        self._start(p, target, "failover", why)
-
-    def _place_orphans(self) -> None:
-        """Give an exchange to publishers whose exchange is gone (or who never had one)."""
-        for p in self.publishers.values():
-            if p.relocation is None and (p.exchange is None or p.exchange not in self.exchanges):
-                if p.exchange is None:
-                    self._assign(p)
-                else:
-                    self._failover(p, f"exchange {p.exchange} is gone")
-
-    # ------------------------------------------------------------------ choosing exchanges
-
-    def _live_subscribers(self, now: float | None = None) -> list[SubscriberEntry]:
-        now = time.monotonic() if now is None else now
-        limit = self.config.subscriber_timeout
-        return [s for s in self.subscribers.values() if now - s.last_seen <= limit]
-
-    def _accepting(self, exclude: set[str]) -> tuple[list[ExchangeEntry], set[str]]:
-        """Exchanges that may take publishers, and the ids of those every live subscriber hears."""
-        alive = [x for x in self.exchanges.values() if not x.draining and x.id not in exclude]
-        subs = self._live_subscribers()
-        heard = {x.id for x in alive if all(x.id in s.confirmed for s in subs)}
-        return alive, heard
-
-    def _publisher_count(self, exchange: str) -> int:
-        return sum(1 for p in self.publishers.values() if p.exchange == exchange)
-
-    def _least_loaded(self, exclude: set[str]) -> ExchangeEntry | None:
-        """The least loaded exchange that may take a publisher, preferring those every subscriber hears.
-
-        While every candidate is cold (below a tenth of the high mark, e.g. at start, before KPIs),
-        the one with the fewest publishers wins, as in the original.
-        """
-        alive, heard = self._accepting(exclude)
-        candidates = [x for x in alive if x.id in heard] or alive
-        if not candidates:
-            return None
-        cold = self.config.high_records_per_s / 10
-        if all(x.load.value < cold for x in candidates):
-            return min(candidates, key=lambda x: (self._publisher_count(x.id), x.load.value, x.joined))
-        return min(candidates, key=lambda x: x.load.value)
+            self.mover.failover(p, f"exchange {x.id} lost")
+        self.mover.place_orphans()  # e.g. a failover still preparing whose target was this exchange
 
     # ------------------------------------------------------------------ publishers
 
@@ -330,52 +264,12 @@ class Monitor:
                 p.exchange = hello.exchange  # the publisher knows best where it sends
             else:
                 p.exchange = hello.exchange
-                self._failover(p, f"its exchange {hello.exchange} is not alive")
+                self.mover.failover(p, f"its exchange {hello.exchange} is not alive")
         else:
-            self._assign(p)
-
-    def _assign(self, p: PublisherEntry) -> None:
-        target = (self.exchanges.get(p.exchange) if p.exchange else None) or self._least_loaded(exclude=set())
-        if target is None:
-            self._send([p.identity], control.NoExchange(publisher=p.id, comment="the queue has no live exchange"))
-            return
-        if p.exchange != target.id:
-            log.info("publisher %s assigned to exchange %s", p.id[:8], target.id)
-        p.exchange = target.id
-        self._send(
-            [p.identity],
-            control.Relocate(publisher=p.id, exchange=target.id, frontend=target.frontend, reason="assign"),
-        )
+            self.mover.assign(p)
 
     def _on_moved(self, envelope: list[bytes], moved: control.Moved) -> None:
-        rel = self.relocations.get(moved.relocation)
-        p = self.publishers.get(moved.publisher)
-        if rel is None or p is None or rel.publisher != p.id:
-            return
-        now = time.monotonic()
-        del self.relocations[rel.id]
-        p.relocation = None
-        p.exchange = moved.exchange
-        p.epoch = moved.epoch
-        p.moved_at = now
-        self.log.count("relocations")
-        flap = rel.reason == "rule" and now - p.left.get(rel.target, float("-inf")) < 2 * self.config.cooldown
-        if rel.source and rel.reason == "rule":
-            p.left[rel.source] = now
-        if flap:
-            self.log.count("flaps")
-        self._event(
-            "relocated",
-            f"publisher {p.id[:8]} moved from {rel.source} to {rel.target} ({rel.reason}) in "
-            f"{(now - rel.started) * 1000:.1f} ms{'; FLAP: it left ' + rel.target + ' recently' if flap else ''}",
-            publisher=p.id,
-            source=rel.source,
-            target=rel.target,
-            reason=rel.reason,
-            duration_ms=round((now - rel.started) * 1000, 2),
-            flap=flap,
-        )
-        self._continue_drains()  # it may have landed on an exchange that started draining meanwhile
+        self.mover.moved(moved)
 
     def _on_panic(self, envelope: list[bytes], panic: control.Panic) -> None:
         p = self.publishers.get(panic.publisher)
@@ -387,16 +281,16 @@ class Monitor:
             return
         p.exchange = panic.exchange or p.exchange
         log.warning("publisher %s reports exchange %s unresponsive: %s", p.id[:8], panic.exchange, panic.reason)
-        target = self._least_loaded(exclude={panic.exchange})
+        target = self.mover.least_loaded(exclude={panic.exchange})
         if target is None:
             self._send([p.identity], control.NoExchange(publisher=p.id, comment="no other live exchange"))
             return
-        self._start(p, target, "panic", f"publisher reports {panic.exchange} unresponsive: {panic.reason}")
+        self.mover.start(p, target, "panic", f"publisher reports {panic.exchange} unresponsive: {panic.reason}")
 
     def _on_publisher_bye(self, envelope: list[bytes], bye: control.PublisherBye) -> None:
         p = self.publishers.pop(bye.publisher, None)
-        if p is not None and p.relocation is not None:
-            self.relocations.pop(p.relocation, None)
+        if p is not None:
+            self.mover.publisher_left(p)
 
     # ------------------------------------------------------------------ subscribers
 
@@ -411,20 +305,14 @@ class Monitor:
         s.confirmed = set(hello.confirmed)
         if s.confirmed != set(self.exchanges):
             self._send([s.identity], self._exchange_list())
-        for rel in list(self.relocations.values()):
-            if rel.phase == "preparing" and rel.resends and rel.target in s.confirmed and s.id in rel.waiting:
-                self._answered(rel, s.id)
+        self.mover.subscriber_heard(s)
 
     def _on_ready(self, envelope: list[bytes], ready: control.Ready) -> None:
-        rel = self.relocations.get(ready.relocation)
-        if rel is not None and rel.phase == "preparing":
-            self._answered(rel, ready.subscriber)
+        self.mover.ready(ready.relocation, ready.subscriber)
 
     def _on_subscriber_bye(self, envelope: list[bytes], bye: control.SubscriberBye) -> None:
         self.subscribers.pop(bye.subscriber, None)
-        for rel in list(self.relocations.values()):
-            if rel.phase == "preparing" and bye.subscriber in rel.waiting:
-                self._answered(rel, bye.subscriber)
+        self.mover.subscriber_left(bye.subscriber)
 
     def _exchange_list(self, lost: list[str] | None = None) -> control.Exchanges:
         return control.Exchanges(
@@ -437,88 +325,12 @@ class Monitor:
         for s in self.subscribers.values():
             self._send([s.identity], msg)
 
-    # ------------------------------------------------------------------ relocations
-
-    def _start(self, p: PublisherEntry, target: ExchangeEntry, reason: str, why: str) -> Relocation:
-        now = time.monotonic()
-        subs = self._live_subscribers(now)
-        rel = Relocation(self._next_relocation, p.id, p.exchange, target.id, reason, now, set(), detail=why)
-        self._next_relocation += 1
-        # A failover is urgent: only subscribers that do not hear the target yet are waited for.
-        # A planned move waits for every subscriber to note it (see client._ordering, "notes").
-        rel.waiting = {s.id for s in subs if not rel.resends or target.id not in s.confirmed}
-        self.relocations[rel.id] = rel
-        p.relocation = rel.id
-        log.info("relocation %d (%s): publisher %s %s -> %s: %s", rel.id, reason, p.id[:8], p.exchange, target.id, why)
-        # no note for a resend: the publisher resends its whole window, nothing older can be missed
-        prepare = control.Prepare(
-            relocation=rel.id,
-            publisher=p.id,
-            source="" if rel.resends else p.exchange or "",
-            target=target.id,
-            target_backend=target.backend,
-        )
-        for s in subs:
-            if s.id in rel.waiting:
-                self._send([s.identity], prepare)
-        if not rel.waiting:
-            self._move(rel)
-        return rel
-
-    def _answered(self, rel: Relocation, subscriber: str) -> None:
-        rel.waiting.discard(subscriber)
-        if not rel.waiting:
-            self._move(rel)
-
-    def _move(self, rel: Relocation) -> None:
-        p = self.publishers.get(rel.publisher)
-        target = self.exchanges.get(rel.target)
-        if p is None or target is None:
-            self._cancel(rel, "publisher or target gone")
-            return
-        rel.phase = "moving"
-        rel.moving_since = time.monotonic()
-        self._send(
-            [p.identity],
-            control.Relocate(
-                publisher=p.id,
-                exchange=target.id,
-                frontend=target.frontend,
-                reason="failover" if rel.resends else "relocate",
-                relocation=rel.id,
-            ),
-        )
-
-    def _cancel(self, rel: Relocation, why: str) -> None:
-        self.relocations.pop(rel.id, None)
-        p = self.publishers.get(rel.publisher)
-        if p is not None and p.relocation == rel.id:
-            p.relocation = None
-        self.log.count("relocations_failed")
-        self._event(
-            "relocation_failed",
-            f"relocation {rel.id} of publisher {rel.publisher[:8]} {rel.source} -> {rel.target} abandoned: {why}",
-            publisher=rel.publisher,
-            source=rel.source,
-            target=rel.target,
-        )
-        self._continue_drains()
-
     def _tick(self, now: float) -> None:
         cfg = self.config
         for x in list(self.exchanges.values()):
             if now - x.last_seen > cfg.heartbeat_timeout:
                 self._lose(x, now)
-        for rel in list(self.relocations.values()):
-            if rel.phase == "preparing" and now - rel.started > cfg.prepare_timeout:
-                log.warning(
-                    "relocation %d: %d subscribers did not confirm within %.1fs; moving anyway (%s)",
-                    rel.id, len(rel.waiting), cfg.prepare_timeout, ", ".join(s[:8] for s in sorted(rel.waiting)),
-                )
-                rel.waiting.clear()
-                self._move(rel)
-            elif rel.phase == "moving" and now - rel.moving_since > cfg.move_timeout:
-                self._cancel(rel, f"publisher did not confirm within {cfg.move_timeout:.1f}s")
+        self.mover.tick(now)
         for p in list(self.publishers.values()):
             if now - p.last_seen > cfg.publisher_timeout and p.relocation is None:
                 log.info("publisher %s silent for %.1fs: forgotten", p.id[:8], now - p.last_seen)
@@ -530,7 +342,7 @@ class Monitor:
 
     def _apply_rule(self, now: float) -> None:
         cfg = self.config
-        alive, heard = self._accepting(exclude=set())
+        alive, heard = self.topology.accepting(set(), now)
         views = []
         for x in alive:
             rates = {
@@ -551,7 +363,7 @@ class Monitor:
                             publisher_rate=round(case.publisher_rate, 1), high=case.high)
         for move in moves:
             source, target = self.exchanges[move.source], self.exchanges[move.target]
-            self._start(self.publishers[move.publisher], target, "rule", move.describe())
+            self.mover.start(self.publishers[move.publisher], target, "rule", move.describe())
             # book the move at once so that the next evaluation does not move more than needed
             source.load.value -= move.publisher_rate
             target.load.value += move.publisher_rate
@@ -563,35 +375,14 @@ class Monitor:
         self._reply(envelope, ping.CMD, Result.OK, "pong", queue=self.config.queue)
 
     def _on_status(self, envelope: list[bytes], status: control.Status) -> None:
-        now = time.monotonic()
-        live = {s.id for s in self._live_subscribers(now)}
         self._reply(
             envelope,
             status.CMD,
             Result.OK,
             queue=self.config.queue,
-            exchanges=[
-                {**x.describe(), "publishers": self._publisher_count(x.id)} for x in self.exchanges.values()
-            ],
-            publishers=[
-                {
-                    "id": p.id,
-                    "exchange": p.exchange or "",
-                    "relocating": p.relocation is not None,
-                    "records_per_s": round(
-                        self.exchanges[p.exchange].rates[p.id].value
-                        if p.exchange in self.exchanges and p.id in self.exchanges[p.exchange].rates
-                        else 0.0,
-                        1,
-                    ),
-                }
-                for p in self.publishers.values()
-            ],
-            subscribers=[
-                {"id": s.id, "prefix": s.prefix, "confirmed": sorted(s.confirmed), "live": s.id in live}
-                for s in self.subscribers.values()
-            ],
-            relocations_in_flight=len(self.relocations),
+            **self.topology.describe(time.monotonic()),
+            relocations_in_flight=len(self.mover.relocations),
+            relocations=self.mover.describe(),
             counters={**self.log.counters, "dropped_messages": self.drops.total},
             dropped=dict(self.drops.by_reason),
             events=list(self.log.events)[-200:],
@@ -628,10 +419,10 @@ class Monitor:
             if target.id == p.exchange:
                 return fail(Result.BAD_REQUEST, f"publisher {p.id[:8]} already sends through {target.id}")
         else:
-            target = self._least_loaded(exclude={p.exchange} if p.exchange else set())
+            target = self.mover.least_loaded(exclude={p.exchange} if p.exchange else set())
             if target is None:
                 return fail(Result.UNAVAILABLE, "no other exchange to move to")
-        rel = self._start(p, target, "forced", "asked by an operator")
+        rel = self.mover.start(p, target, "forced", "asked by an operator")
         self._reply(envelope, force.CMD, Result.OK, f"moving {p.id[:8]} to {target.id}",
                     relocation=rel.id, publisher=p.id, source=p.exchange or "", target=target.id)
 

@@ -1,4 +1,9 @@
-"""What a monitor knows of its queue: exchanges, publishers, subscribers, moves in flight, events."""
+"""What a monitor knows of its queue, and how it chooses among exchanges (pure: no sockets).
+
+:class:`Topology` holds the exchanges, publishers and subscribers as the monitor last heard of them,
+and answers the questions placement asks: which subscribers are live, which exchanges may take a
+publisher, which of them is the least loaded.
+"""
 
 from __future__ import annotations
 
@@ -112,3 +117,72 @@ class EventLog:
 
     def count(self, counter: str, n: int = 1) -> None:
         self.counters[counter] += n
+
+
+class Topology:
+    """Exchanges, publishers and subscribers of one queue, and placement over them.
+
+    Args:
+        high_records_per_s: the relocation mark; below a tenth of it an exchange counts as cold.
+        subscriber_timeout: a subscriber silent for longer is not live (not waited for, not counted).
+    """
+
+    def __init__(self, *, high_records_per_s: float, subscriber_timeout: float) -> None:
+        self.high = high_records_per_s
+        self.subscriber_timeout = subscriber_timeout
+        self.exchanges: dict[str, ExchangeEntry] = {}
+        self.publishers: dict[str, PublisherEntry] = {}
+        self.subscribers: dict[str, SubscriberEntry] = {}
+
+    def live_subscribers(self, now: float) -> list[SubscriberEntry]:
+        return [s for s in self.subscribers.values() if now - s.last_seen <= self.subscriber_timeout]
+
+    def accepting(self, exclude: set[str], now: float) -> tuple[list[ExchangeEntry], set[str]]:
+        """Exchanges that may take publishers, and the ids of those every live subscriber hears."""
+        alive = [x for x in self.exchanges.values() if not x.draining and x.id not in exclude]
+        subs = self.live_subscribers(now)
+        heard = {x.id for x in alive if all(x.id in s.confirmed for s in subs)}
+        return alive, heard
+
+    def publisher_count(self, exchange: str) -> int:
+        return sum(1 for p in self.publishers.values() if p.exchange == exchange)
+
+    def least_loaded(self, exclude: set[str], now: float) -> ExchangeEntry | None:
+        """The least loaded exchange that may take a publisher, preferring those every subscriber hears.
+
+        While every candidate is cold (below a tenth of the high mark, e.g. at start, before KPIs),
+        the one with the fewest publishers wins, as in the original.
+        """
+        alive, heard = self.accepting(exclude, now)
+        candidates = [x for x in alive if x.id in heard] or alive
+        if not candidates:
+            return None
+        if all(x.load.value < self.high / 10 for x in candidates):
+            return min(candidates, key=lambda x: (self.publisher_count(x.id), x.load.value, x.joined))
+        return min(candidates, key=lambda x: x.load.value)
+
+    def publisher_rate(self, p: PublisherEntry) -> float:
+        """Smoothed records/s of ``p`` through the exchange it sends to (0 if unknown)."""
+        x = self.exchanges.get(p.exchange) if p.exchange else None
+        rate = x.rates.get(p.id) if x is not None else None
+        return rate.value if rate is not None else 0.0
+
+    def describe(self, now: float) -> dict[str, Any]:
+        """Exchanges, publishers and subscribers as the status reply shows them."""
+        live = {s.id for s in self.live_subscribers(now)}
+        return {
+            "exchanges": [{**x.describe(), "publishers": self.publisher_count(x.id)} for x in self.exchanges.values()],
+            "publishers": [
+                {
+                    "id": p.id,
+                    "exchange": p.exchange or "",
+                    "relocating": p.relocation is not None,
+                    "records_per_s": round(self.publisher_rate(p), 1),
+                }
+                for p in self.publishers.values()
+            ],
+            "subscribers": [
+                {"id": s.id, "prefix": s.prefix, "confirmed": sorted(s.confirmed), "live": s.id in live}
+                for s in self.subscribers.values()
+            ],
+        }

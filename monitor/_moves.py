@@ -1,0 +1,249 @@
+"""Moving publishers: assignment, make-before-break relocation, failover, drains, and their timeouts.
+
+A move (:class:`~monitor._topology.Relocation`) is *preparing* while the monitor waits for subscribers
+to answer its Prepare (they note the move and confirm they hear the target), then *moving* once the
+publisher has been told to go, until it reports Moved. A planned move waits for every live subscriber;
+a failover (the publisher resends its window) only for those that do not hear the target yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from monitor._topology import EventLog, ExchangeEntry, PublisherEntry, Relocation, SubscriberEntry, Topology
+from roq import control
+from roq.config import MonitorConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Mover"]
+
+
+class Mover:
+    """Starts and follows every move of one queue's publishers.
+
+    Args:
+        topology: the queue's exchanges, publishers and subscribers.
+        config: timeouts and the cool-down (for flaps).
+        log_: counters and events.
+        send: ``send(identity, message)`` to a peer of the monitor's socket.
+        event: ``event(kind, text, **fields)`` records and logs a topology event.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: MonitorConfig,
+        log_: EventLog,
+        send: Callable[[bytes, control.Message], None],
+        event: Callable[..., None],
+    ) -> None:
+        self.topology = topology
+        self.config = config
+        self.log = log_
+        self._send = send
+        self._event = event
+        self.relocations: dict[int, Relocation] = {}
+        self._next = 1
+
+    # ------------------------------------------------------------------ placing
+
+    def least_loaded(self, exclude: set[str]) -> ExchangeEntry | None:
+        return self.topology.least_loaded(exclude, time.monotonic())
+
+    def assign(self, p: PublisherEntry) -> None:
+        """Give a new publisher its exchange (again, if it did not get the first answer)."""
+        exchanges = self.topology.exchanges
+        target = (exchanges.get(p.exchange) if p.exchange else None) or self.least_loaded(exclude=set())
+        if target is None:
+            self._send(p.identity, control.NoExchange(publisher=p.id, comment="the queue has no live exchange"))
+            return
+        if p.exchange != target.id:
+            log.info("publisher %s assigned to exchange %s", p.id[:8], target.id)
+        p.exchange = target.id
+        self._send(p.identity, control.Relocate(publisher=p.id, exchange=target.id, frontend=target.frontend, reason="assign"))
+
+    def failover(self, p: PublisherEntry, why: str) -> None:
+        target = self.least_loaded(exclude={p.exchange} if p.exchange else set())
+        if target is None:
+            log.warning("publisher %s has no exchange to fail over to (%s); it keeps buffering", p.id[:8], why)
+            self._send(p.identity, control.NoExchange(publisher=p.id, comment=why))
+            return
+        self.log.count("failovers")
+        self.start(p, target, "failover", why)
+
+    def place_orphans(self) -> None:
+        """Give an exchange to publishers whose exchange is gone (or who never had one)."""
+        exchanges = self.topology.exchanges
+        for p in list(self.topology.publishers.values()):
+            if p.relocation is None and (p.exchange is None or p.exchange not in exchanges):
+                if p.exchange is None:
+                    self.assign(p)
+                else:
+                    self.failover(p, f"exchange {p.exchange} is gone")
+
+    def continue_drains(self) -> None:
+        """Move every settled publisher off draining exchanges (also those that arrived there late)."""
+        for p in list(self.topology.publishers.values()):
+            x = self.topology.exchanges.get(p.exchange) if p.exchange else None
+            if x is None or not x.draining or p.relocation is not None:
+                continue
+            target = self.least_loaded(exclude={x.id})
+            if target is None:
+                log.warning("exchange %s drains but no other exchange can take publisher %s", x.id, p.id[:8])
+                continue
+            self.start(p, target, "drain", f"exchange {x.id} is draining")
+
+    # ------------------------------------------------------------------ one move
+
+    def start(self, p: PublisherEntry, target: ExchangeEntry, reason: str, why: str) -> Relocation:
+        """Begin moving ``p`` to ``target``; ``reason`` is rule, forced, drain, failover or panic."""
+        now = time.monotonic()
+        subs = self.topology.live_subscribers(now)
+        rel = Relocation(self._next, p.id, p.exchange, target.id, reason, now, set(), detail=why)
+        self._next += 1
+        # A failover is urgent: only subscribers that do not hear the target yet are waited for.
+        # A planned move waits for every subscriber to note it (see client._ordering, "notes").
+        rel.waiting = {s.id for s in subs if not rel.resends or target.id not in s.confirmed}
+        self.relocations[rel.id] = rel
+        p.relocation = rel.id
+        log.info("relocation %d (%s): publisher %s %s -> %s: %s", rel.id, reason, p.id[:8], p.exchange, target.id, why)
+        # no note for a resend: the publisher resends its whole window, nothing older can be missed
+        prepare = control.Prepare(
+            relocation=rel.id,
+            publisher=p.id,
+            source="" if rel.resends else p.exchange or "",
+            target=target.id,
+            target_backend=target.backend,
+        )
+        for s in subs:
+            if s.id in rel.waiting:
+                self._send(s.identity, prepare)
+        if not rel.waiting:
+            self._move(rel)
+        return rel
+
+    def _answered(self, rel: Relocation, subscriber: str) -> None:
+        rel.waiting.discard(subscriber)
+        if not rel.waiting:
+            self._move(rel)
+
+    def _move(self, rel: Relocation) -> None:
+        p = self.topology.publishers.get(rel.publisher)
+        target = self.topology.exchanges.get(rel.target)
+        if p is None or target is None:
+            self.cancel(rel, "publisher or target gone")
+            return
+        rel.phase = "moving"
+        rel.moving_since = time.monotonic()
+        self._send(
+            p.identity,
+            control.Relocate(
+                publisher=p.id,
+                exchange=target.id,
+                frontend=target.frontend,
+                reason="failover" if rel.resends else "relocate",
+                relocation=rel.id,
+            ),
+        )
+
+    def cancel(self, rel: Relocation, why: str) -> None:
+        self.relocations.pop(rel.id, None)
+        p = self.topology.publishers.get(rel.publisher)
+        if p is not None and p.relocation == rel.id:
+            p.relocation = None
+        self.log.count("relocations_failed")
+        self._event(
+            "relocation_failed",
+            f"relocation {rel.id} of publisher {rel.publisher[:8]} {rel.source} -> {rel.target} abandoned: {why}",
+            publisher=rel.publisher,
+            source=rel.source,
+            target=rel.target,
+        )
+        self.continue_drains()
+
+    # ------------------------------------------------------------------ what peers tell us
+
+    def moved(self, msg: control.Moved) -> None:
+        """The publisher reports a move done: book it, count a flap if it is one."""
+        rel = self.relocations.get(msg.relocation)
+        p = self.topology.publishers.get(msg.publisher)
+        if rel is None or p is None or rel.publisher != p.id:
+            return
+        now = time.monotonic()
+        del self.relocations[rel.id]
+        p.relocation = None
+        p.exchange = msg.exchange
+        p.epoch = msg.epoch
+        p.moved_at = now
+        self.log.count("relocations")
+        flap = rel.reason == "rule" and now - p.left.get(rel.target, float("-inf")) < 2 * self.config.cooldown
+        if rel.source and rel.reason == "rule":
+            p.left[rel.source] = now
+        if flap:
+            self.log.count("flaps")
+        duration = (now - rel.started) * 1000
+        self._event(
+            "relocated",
+            f"publisher {p.id[:8]} moved from {rel.source} to {rel.target} ({rel.reason}) in {duration:.1f} ms"
+            f"{'; FLAP: it left ' + rel.target + ' recently' if flap else ''}",
+            publisher=p.id,
+            source=rel.source,
+            target=rel.target,
+            reason=rel.reason,
+            duration_ms=round(duration, 2),
+            flap=flap,
+        )
+        self.continue_drains()  # it may have landed on an exchange that started draining meanwhile
+
+    def ready(self, relocation: int, subscriber: str) -> None:
+        rel = self.relocations.get(relocation)
+        if rel is not None and rel.phase == "preparing":
+            self._answered(rel, subscriber)
+
+    def subscriber_heard(self, s: SubscriberEntry) -> None:
+        """A hello: a failover waiting for this subscriber to hear its target may go on."""
+        for rel in list(self.relocations.values()):
+            if rel.phase == "preparing" and rel.resends and rel.target in s.confirmed and s.id in rel.waiting:
+                self._answered(rel, s.id)
+
+    def subscriber_left(self, subscriber: str) -> None:
+        for rel in list(self.relocations.values()):
+            if rel.phase == "preparing" and subscriber in rel.waiting:
+                self._answered(rel, subscriber)
+
+    def publisher_left(self, p: PublisherEntry) -> None:
+        if p.relocation is not None:
+            self.relocations.pop(p.relocation, None)
+
+    def exchange_lost(self, exchange: str) -> None:
+        """Abandon the moves from or to a lost exchange (their publishers are failed over after)."""
+        for rel in list(self.relocations.values()):
+            if rel.target == exchange or rel.source == exchange:
+                p = self.topology.publishers.get(rel.publisher)
+                if p is not None and rel.target == exchange and rel.phase == "moving":
+                    p.exchange = exchange  # it may already send there: fail it over too
+                self.cancel(rel, f"exchange {exchange} lost")
+
+    def tick(self, now: float) -> None:
+        """Time out preparations (move anyway) and moves the publisher never confirmed (abandon)."""
+        cfg = self.config
+        for rel in list(self.relocations.values()):
+            if rel.phase == "preparing" and now - rel.started > cfg.prepare_timeout:
+                log.warning(
+                    "relocation %d: %d subscribers did not confirm within %.1fs; moving anyway (%s)",
+                    rel.id, len(rel.waiting), cfg.prepare_timeout, ", ".join(s[:8] for s in sorted(rel.waiting)),
+                )
+                rel.waiting.clear()
+                self._move(rel)
+            elif rel.phase == "moving" and now - rel.moving_since > cfg.move_timeout:
+                self.cancel(rel, f"publisher did not confirm within {cfg.move_timeout:.1f}s")
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {"id": r.id, "publisher": r.publisher, "source": r.source or "", "target": r.target,
+             "reason": r.reason, "phase": r.phase, "waiting": len(r.waiting)}
+            for r in self.relocations.values()
+        ]
