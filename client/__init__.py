@@ -1,7 +1,7 @@
 """The RoQ client library: publish to and subscribe from elastic logical queues.
 
     import client
-    with client.connect(monitor="tcp://127.0.0.11:5500") as conn:
+    with client.connect(zk="127.0.0.1:2181", queue="orders") as conn:   # or monitor="tcp://..."
         pub = conn.publisher()
         pub.send(b"orders.eu", b"payload")
         pub.flush()
@@ -12,25 +12,33 @@
 from __future__ import annotations
 
 from client._connection import Connection, connect
+from client._management import QueueManager
 from client._message import Message, SubscriberStats
 from client._publisher import Publisher
 from client._subscriber import Subscriber
 from roq.config import PublisherConfig, SubscriberConfig
 from roq.errors import (
     BrokerConnectionError,
+    BadRequestError,
     BrokerTimeoutError,
     BufferFullError,
     ClosedError,
     ConfigError,
+    ManagementError,
     NoExchangeError,
+    NotFoundError,
+    NotLeaderError,
     ProtocolError,
     RoQError,
+    UnavailableError,
 )
 
 __all__ = [
     # connecting
     "connect",
     "Connection",
+    # managing queues
+    "QueueManager",
     # publishing
     "Publisher",
     "PublisherConfig",
@@ -48,4 +56,9 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "ProtocolError",
+    "ManagementError",
+    "NotFoundError",
+    "NotLeaderError",
+    "BadRequestError",
+    "UnavailableError",
 ]

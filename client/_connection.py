@@ -8,12 +8,14 @@ from typing import Any
 
 import zmq
 
+from client._management import QueueManager
 from client._publisher import Publisher
 from client._subscriber import Subscriber
 from roq import control
 from roq.config import PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
 from roq.sockets import check_endpoint, poll_ms
+from roq.zk import DEFAULT_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -142,18 +144,32 @@ class Connection:
 
 
 def connect(
-    monitor: str,
+    monitor: str | None = None,
     *,
+    zk: str | None = None,
+    queue: str | None = None,
+    root: str = DEFAULT_ROOT,
     timeout: float = 5.0,
     publisher_config: PublisherConfig | None = None,
     subscriber_config: SubscriberConfig | None = None,
 ) -> Connection:
-    """Connect to a logical queue through its monitor's endpoint, e.g. ``tcp://127.0.0.11:5500``.
+    """Connect to a logical queue: through its monitor's endpoint (``monitor="tcp://127.0.0.11:5500"``), or
+    by name through ZooKeeper (``zk="127.0.0.1:2181", queue="q"``): the GCM leader found there looks the
+    queue's monitor up.
 
     Raises:
-        ConfigError: the endpoint is malformed.
+        ConfigError: neither or both ways given, or a malformed endpoint.
+        ManagementError: the queue does not exist (NotFoundError) or is stopped (UnavailableError).
         BrokerConnectionError: the monitor did not answer within ``timeout`` seconds.
+        BrokerTimeoutError: no GCM leader answered the look-up in time.
     """
+    if (monitor is None) == (zk is None):
+        raise ConfigError("give either monitor=ENDPOINT or zk=SERVERS with queue=NAME")
+    if zk is not None:
+        if queue is None:
+            raise ConfigError("connecting by ZooKeeper needs queue=NAME")
+        with QueueManager(zk, root=root) as manager:
+            monitor = manager.lookup(queue, timeout=max(timeout, 10.0))
     if not isinstance(monitor, str):
         raise ConfigError(f"monitor must be an endpoint string, got {type(monitor).__name__}")
     conn = Connection(monitor, publisher_config=publisher_config, subscriber_config=subscriber_config)

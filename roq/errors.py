@@ -18,6 +18,10 @@ __all__ = [
     "BufferFullError",
     "ClosedError",
     "ManagementError",
+    "NotLeaderError",
+    "NotFoundError",
+    "BadRequestError",
+    "UnavailableError",
 ]
 
 
@@ -68,3 +72,23 @@ class ManagementError(RoQError):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.code = code
+
+
+class NotLeaderError(ManagementError):
+    """The GCM asked is a standby; ``leader`` names the active one ("" when none is elected)."""
+
+    def __init__(self, message: str, code: int, leader: str = "") -> None:
+        super().__init__(message, code)
+        self.leader = leader
+
+
+class NotFoundError(ManagementError):
+    """The queue or host named in a management request does not exist."""
+
+
+class BadRequestError(ManagementError):
+    """The management request was malformed or its values invalid (the comment says which)."""
+
+
+class UnavailableError(ManagementError):
+    """The cluster cannot do it now (no host with room, queue busy, not ready in time); retry later."""

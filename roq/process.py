@@ -90,6 +90,38 @@ class Child:
                         self._rest = buf
                         return self.info
 
+    @property
+    def stdout_fd(self) -> int:
+        """The file descriptor of the child's standard output, for a poll loop (see :meth:`read_ready`)."""
+        return self._popen.stdout.fileno()  # type: ignore[union-attr]
+
+    def read_ready(self) -> dict[str, Any] | None:
+        """Read what the child printed without blocking; return its ready fields once the line is in.
+
+        For a poll loop that watches :attr:`stdout_fd`. Returns None while the line is not complete, or
+        when the child closed its output (check :meth:`alive`).
+        """
+        fd = self.stdout_fd
+        os.set_blocking(fd, False)
+        try:
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                self._rest += chunk
+        except BlockingIOError:
+            pass
+        while b"\n" in self._rest:
+            line, self._rest = self._rest.split(b"\n", 1)
+            text = line.decode("utf-8", "replace")
+            if text.startswith(READY_PREFIX) and not self.info:
+                try:
+                    self.info = json.loads(text[len(READY_PREFIX) :])
+                except ValueError:
+                    continue
+                return self.info
+        return None
+
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the process if it still runs."""
         if self._popen.poll() is None:

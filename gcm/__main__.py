@@ -1,0 +1,67 @@
+"""``python -m gcm``: run one global configuration manager (leader or standby) until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gcm._gcm import Gcm, GcmConfig
+from roq.errors import BrokerConnectionError, ConfigError
+from roq.runtime import ExitCode, SignalWakeup, announce_ready, setup_logging
+from roq.settings import build, read_toml
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    d = GcmConfig(zk="")
+    p = argparse.ArgumentParser(
+        prog="python -m gcm",
+        description="Run a RoQ global configuration manager. GCMs elect a leader through ZooKeeper; the leader "
+        "serves queue look-ups, the BSON management API (create, remove, stop, start, rules...) and broadcasts the "
+        "configuration; standbys answer 'not leader' naming it and take over when it dies. Settings come from the "
+        "[gcm] table of --config, overridden by flags. Prints 'READY {json}' with its endpoints once bound.",
+    )
+    p.add_argument("--config", help="TOML file with a [gcm] table")
+    p.add_argument("--zk", help="ZooKeeper servers, host:port[,host:port...] (required here or in the file)")
+    p.add_argument("--address", help=f"address to bind (default {d.address})")
+    p.add_argument("--lookup-port", type=int, help=f"client look-up port (default {d.lookup_port}; 0 = any free port)")
+    p.add_argument("--management-port", type=int, help=f"management API port (default {d.management_port})")
+    p.add_argument("--broadcast-port", type=int, help=f"configuration broadcast port (default {d.broadcast_port})")
+    p.add_argument("--root", help=f"ZooKeeper root of the cluster (default {d.root})")
+    p.add_argument("--session-timeout", type=float, help=f"ZooKeeper session timeout, seconds (default {d.session_timeout})")
+    p.add_argument("--broadcast-period", type=float, help=f"seconds between periodic broadcasts (default {d.broadcast_period})")
+    p.add_argument("--ready-timeout", type=float, help=f"longest wait for a created queue's processes (default {d.ready_timeout})")
+    p.add_argument("--stop-timeout", type=float, help=f"longest wait for a stopped queue's processes (default {d.stop_timeout})")
+    p.add_argument("--id", dest="gcm_id", help="a name for this GCM in logs and replies (default: generated)")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING... (default INFO)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging(args.log_level)
+    flags = {k: v for k, v in vars(args).items() if k not in ("config", "log_level")}
+    try:
+        file = read_toml(args.config) if args.config else None
+        config = build(GcmConfig, file=file, section="gcm", source=args.config or "", flags=flags)
+    except ConfigError as exc:
+        print(f"gcm: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    wakeup = SignalWakeup()
+    node = Gcm(config)
+    try:
+        node.start()
+    except (BrokerConnectionError, ConfigError) as exc:
+        print(f"gcm: {exc}", file=sys.stderr)
+        node.close()
+        return ExitCode.BIND
+    announce_ready("gcm", id=node.id, leader=node.leading, **node.endpoints)
+    try:
+        node.serve(wakeup)
+    finally:
+        node.close()
+        wakeup.close()
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

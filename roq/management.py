@@ -1,0 +1,212 @@
+"""The GCM's BSON protocol: management requests, look-ups, replies and the configuration broadcast.
+
+A request is one BSON document with an int32 ``CMD`` and the original system's argument names (``QName``,
+``Host``); it is decoded and checked by :func:`roq.control.decode` like every control message. A reply is
+one flat BSON document ``{RESULT: int32, COMMENT: str, ...data}``: RESULT 0 is success, any other value is a
+:class:`~roq.control.Result` code and COMMENT says why in words.
+
+Command numbers keep the original's where the command existed there: 2000 look-up, 2001 remove, 2002 stop,
+2003 create on a host, 2004 create exchange, 2005 start, 2006/2007 set/get rules, 2010 create on the host
+with most headroom, 2011 exists. New ones: 2012 list queues, 2013 queue stats, 2014 list hosts, 2015/2016
+set/get thresholds.
+
+The broadcast (PUB) is three frames, as in the original: ``{CMD: 1500}``, ``{Queues: [...]}``,
+``{Hosts: [...]}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import bson
+from bson.errors import BSONError
+
+from roq.control import Message, Result, message
+from roq.errors import (
+    BadRequestError,
+    ManagementError,
+    NotFoundError,
+    NotLeaderError,
+    ProtocolError,
+    UnavailableError,
+)
+
+__all__ = [
+    "BROADCAST",
+    "MAX_REQUEST_BYTES",
+    "Lookup",
+    "RemoveQueue",
+    "StopQueue",
+    "CreateQueue",
+    "CreateExchange",
+    "StartQueue",
+    "SetRules",
+    "GetRules",
+    "CreateQueueAnywhere",
+    "QueueExists",
+    "ListQueues",
+    "QueueStats",
+    "ListHosts",
+    "SetThresholds",
+    "GetThresholds",
+    "reply",
+    "parse_reply",
+    "raise_for",
+    "broadcast_frames",
+    "parse_broadcast",
+]
+
+BROADCAST = 1500
+MAX_REQUEST_BYTES = 1 << 20  # larger requests are answered BAD_REQUEST without being decoded
+
+
+@message(2000)
+class Lookup(Message):
+    """Client -> GCM look-up port: where is the monitor of ``QName``?"""
+
+    QName: str
+
+
+@message(2001)
+class RemoveQueue(Message):
+    QName: str
+
+
+@message(2002)
+class StopQueue(Message):
+    """Stop the queue's processes; its definition and rules stay (start brings it back)."""
+
+    QName: str
+
+
+@message(2003)
+class CreateQueue(Message):
+    """Create ``QName`` with its monitor and ``Exchanges`` exchanges on ``Host``."""
+
+    QName: str
+    Host: str
+    Exchanges: int = 1
+
+
+@message(2004)
+class CreateExchange(Message):
+    """Add one exchange to ``QName`` on ``Host`` ("" = the host with most headroom)."""
+
+    QName: str
+    Host: str = ""
+
+
+@message(2005)
+class StartQueue(Message):
+    QName: str
+
+
+@message(2006)
+class SetRules(Message):
+    QName: str
+    Rules: dict
+
+
+@message(2007)
+class GetRules(Message):
+    QName: str
+
+
+@message(2010)
+class CreateQueueAnywhere(Message):
+    """Create ``QName`` on the host with most headroom."""
+
+    QName: str
+    Exchanges: int = 1
+
+
+@message(2011)
+class QueueExists(Message):
+    QName: str
+
+
+@message(2012)
+class ListQueues(Message):
+    pass
+
+
+@message(2013)
+class QueueStats(Message):
+    QName: str
+
+
+@message(2014)
+class ListHosts(Message):
+    pass
+
+
+@message(2015)
+class SetThresholds(Message):
+    QName: str
+    Thresholds: dict
+
+
+@message(2016)
+class GetThresholds(Message):
+    QName: str
+
+
+def reply(result: int, comment: str = "", **data: Any) -> bytes:
+    """Encode a reply document."""
+    return bson.encode({"RESULT": int(result), "COMMENT": comment, **data})
+
+
+def parse_reply(frame: bytes) -> tuple[int, str, dict[str, Any]]:
+    """Decode a reply: (RESULT, COMMENT, the other fields).
+
+    Raises:
+        ProtocolError: not BSON or without an integer RESULT.
+    """
+    try:
+        doc = bson.decode(frame)
+    except (BSONError, ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
+        raise ProtocolError(f"reply is not a BSON document ({len(frame)} bytes): {exc}") from exc
+    result = doc.pop("RESULT", None)
+    if isinstance(result, bool) or not isinstance(result, int):
+        raise ProtocolError("reply without an integer RESULT")
+    comment = doc.pop("COMMENT", "")
+    return result, comment if isinstance(comment, str) else str(comment), doc
+
+
+_ERRORS: dict[int, type[ManagementError]] = {
+    Result.BAD_REQUEST: BadRequestError,
+    Result.UNKNOWN_COMMAND: BadRequestError,
+    Result.NOT_FOUND: NotFoundError,
+    Result.UNAVAILABLE: UnavailableError,
+}
+
+
+def raise_for(result: int, comment: str, data: dict[str, Any]) -> None:
+    """Raise the :class:`ManagementError` subclass of a non-zero RESULT (do nothing on 0)."""
+    if result == Result.OK:
+        return
+    if result == Result.NOT_LEADER:
+        raise NotLeaderError(comment or "not the leader", result, str(data.get("Leader", "")))
+    raise _ERRORS.get(result, ManagementError)(comment or f"request failed with RESULT {result}", result)
+
+
+def broadcast_frames(queues: list[dict[str, Any]], hosts: list[dict[str, Any]]) -> list[bytes]:
+    """The three frames of a configuration broadcast."""
+    return [bson.encode({"CMD": BROADCAST}), bson.encode({"Queues": queues}), bson.encode({"Hosts": hosts})]
+
+
+def parse_broadcast(frames: list[bytes]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(queues, hosts) of a broadcast.
+
+    Raises:
+        ProtocolError: not three BSON frames of the expected shape.
+    """
+    if len(frames) != 3:
+        raise ProtocolError(f"a broadcast has 3 frames, got {len(frames)}")
+    try:
+        head, queues, hosts = (bson.decode(f) for f in frames)
+    except (BSONError, ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
+        raise ProtocolError(f"broadcast frame is not BSON: {exc}") from exc
+    if head.get("CMD") != BROADCAST or not isinstance(queues.get("Queues"), list) or not isinstance(hosts.get("Hosts"), list):
+        raise ProtocolError("broadcast frames are not {CMD: 1500}, {Queues: [...]}, {Hosts: [...]}")
+    return queues["Queues"], hosts["Hosts"]

@@ -1,0 +1,88 @@
+"""A queue's rules: what the management API accepts, checked before anything is stored.
+
+Rules are a flat document of documented keys (units in the names). :func:`merge_rules` checks an update
+against the current rules and returns the new whole, or raises :class:`~roq.errors.ConfigError` naming the
+offending key, so bad values never replace the rules in force.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roq.errors import ConfigError
+
+__all__ = ["DEFAULT_RULES", "RULE_DOCS", "merge_rules", "check_thresholds"]
+
+# key -> (type, default, lowest allowed, highest allowed or None, description)
+_SPEC: dict[str, tuple[type, Any, float, float | None, str]] = {
+    "min_exchanges": (int, 1, 1, None, "fewest exchanges the queue keeps"),
+    "max_exchanges": (int, 4, 1, None, "most exchanges the queue may have"),
+    "max_exchanges_per_host": (int, 4, 1, None, "most exchanges of this queue on one host"),
+    "exchange_records_per_s": (float, 200_000.0, 1.0, None, "high-water mark of one exchange, records/s (smoothed)"),
+    "publishers_per_exchange": (int, 0, 0, None, "most publishers on one exchange (0 = no limit)"),
+    "host_cpu_percent": (float, 90.0, 1.0, 100.0, "a host above this CPU % takes no new exchange"),
+    "host_memory_percent": (float, 90.0, 1.0, 100.0, "a host above this memory % takes no new exchange"),
+    "kpi_period_s": (float, 1.0, 0.05, 3600.0, "seconds between KPI reports and rule evaluations"),
+    "smoothing": (float, 0.5, 0.01, 1.0, "EWMA weight of the newest KPI sample"),
+    "sustain_s": (float, 2.0, 0.0, 3600.0, "seconds a condition must hold before the monitor acts"),
+    "cooldown_s": (float, 10.0, 0.0, 86400.0, "seconds a moved publisher stays put"),
+}
+
+DEFAULT_RULES: dict[str, Any] = {key: spec[1] for key, spec in _SPEC.items()}
+RULE_DOCS: dict[str, str] = {key: spec[4] for key, spec in _SPEC.items()}
+
+
+def _value(key: str, value: Any) -> Any:
+    kind, _default, low, high, _doc = _SPEC[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"rule {key!r} must be a number, got {type(value).__name__} {value!r}")
+    if kind is int:
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"rule {key!r} must be a whole number, got {value!r}")
+        value = int(value)
+    else:
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ConfigError(f"rule {key!r} must be finite, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
+        raise ConfigError(f"rule {key!r} must be {bound}, got {value!r}")
+    return value
+
+
+def merge_rules(current: dict[str, Any] | None, update: Any) -> dict[str, Any]:
+    """Return ``current`` (default: :data:`DEFAULT_RULES`) with ``update`` applied, all checked.
+
+    Raises:
+        ConfigError: ``update`` is not a document, names an unknown key, has a value of the wrong type or
+            out of range, or leaves ``min_exchanges`` above ``max_exchanges``.
+    """
+    if not isinstance(update, dict):
+        raise ConfigError(f"rules must be a document of key: value, got {type(update).__name__}")
+    merged = dict(DEFAULT_RULES)
+    merged.update({k: v for k, v in (current or {}).items() if k in _SPEC})
+    for key, value in update.items():
+        if key not in _SPEC:
+            raise ConfigError(f"unknown rule {key!r}; known rules: {', '.join(sorted(_SPEC))}")
+        merged[key] = _value(key, value)
+    if merged["min_exchanges"] > merged["max_exchanges"]:
+        raise ConfigError(
+            f"rule 'min_exchanges' ({merged['min_exchanges']}) is above 'max_exchanges' ({merged['max_exchanges']})"
+        )
+    return merged
+
+
+def check_thresholds(update: Any) -> dict[str, float]:
+    """Thresholds (set by an operator or the KPI tuner): names of numeric rules with positive numbers.
+
+    Raises:
+        ConfigError: not a document, an unknown name, or a value that is not a number in range.
+    """
+    if not isinstance(update, dict):
+        raise ConfigError(f"thresholds must be a document of name: number, got {type(update).__name__}")
+    out = {}
+    for key, value in update.items():
+        if key not in _SPEC:
+            raise ConfigError(f"unknown threshold {key!r}; known names: {', '.join(sorted(_SPEC))}")
+        out[key] = _value(key, value)
+    return out

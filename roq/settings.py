@@ -1,0 +1,98 @@
+"""Settings from a TOML file plus command-line flags, checked against a config dataclass.
+
+Every key of a section must be a field of the dataclass it configures and have that field's type; a
+required field must come from the file or a flag. Anything else is an error that names the file, the
+section and the key, never a silent default (the original's loader skipped every key after the first
+missing one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import typing
+from typing import Any, TypeVar
+
+from roq.errors import ConfigError
+
+__all__ = ["read_toml", "build"]
+
+T = TypeVar("T")
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    """Parse a TOML file.
+
+    Raises:
+        ConfigError: it cannot be read or is not valid TOML (the parser's message gives the line).
+    """
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def _check(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+        return tuple(value)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {type(value).__name__} {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {type(value).__name__} {value!r}")
+        return value
+    raise TypeError(f"unsupported setting type {hint!r}")
+
+
+def build(cls: type[T], *, file: dict[str, Any] | None = None, section: str = "", source: str = "",
+          flags: dict[str, Any] | None = None) -> T:
+    """Make ``cls`` from ``file[section]`` overridden by ``flags`` (None values in ``flags`` are unset).
+
+    Args:
+        cls: a dataclass whose fields are str, int, float, bool or tuple[str, ...].
+        file: the parsed TOML document (or None).
+        section: the table of ``file`` that configures ``cls``.
+        source: the file's name, for messages.
+        flags: values from the command line, by field name.
+
+    Raises:
+        ConfigError: an unknown key, a value of the wrong type, a missing required key, or a value the
+            dataclass itself refuses.
+    """
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    where = f"{source}: [{section}]" if source else f"[{section}]"
+    values: dict[str, Any] = {}
+    table = (file or {}).get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    for key, value in table.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f"; known keys: {', '.join(sorted(fields))}"
+            raise ConfigError(f"{where} unknown key {key!r}{hint}")
+        values[key] = _check(value, hints[key], f"{where} key {key!r}")
+    for key, value in (flags or {}).items():
+        if value is not None:
+            values[key] = _check(value, hints[key], f"option --{key.replace('_', '-')}")
+    for name, f in fields.items():
+        if name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{where} missing key {name!r} (or give --{name.replace('_', '-')})")
+    return cls(**values)

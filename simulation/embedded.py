@@ -1,0 +1,219 @@
+"""An embedded cluster on one machine: ZooKeeper, GCMs and one host manager per loopback address.
+
+Used by ``roq cluster up``, ``make demo``, the benchmark and the tests. Each "host" is a loopback alias
+(127.0.0.11, 127.0.0.12, ...) with its own host manager; queues are then created through the management
+API. Every process it starts it stops, by pid; all of them also die with it (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from typing import IO, Any, Callable, Sequence
+
+import client
+from roq.errors import BrokerTimeoutError, ConfigError
+from roq.process import Child, spawn
+from roq.zk import DEFAULT_ROOT
+from roq.zkserver import ZooKeeperServer
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EmbeddedCluster", "host_addresses"]
+
+
+def host_addresses(n: int, first: str = "127.0.0.11") -> list[str]:
+    """``n`` loopback addresses from ``first`` up (127.0.0.11, 127.0.0.12, ...)."""
+    a, b, c, d = (int(x) for x in first.split("."))
+    if a != 127 or d + n - 1 > 254:
+        raise ConfigError(f"cannot take {n} loopback hosts from {first}")
+    return [f"{a}.{b}.{c}.{d + i}" for i in range(n)]
+
+
+class EmbeddedCluster:
+    """Start ZooKeeper (unless ``zk`` is given), ``gcms`` GCMs and a host manager per host address.
+
+    Args:
+        hosts: how many hosts (loopback aliases from ``first_host``).
+        zk: servers of an existing ZooKeeper; None = start one on 127.0.0.1.
+        gcms: how many GCMs (the first becomes the leader, the others standbys).
+        root: ZooKeeper root (distinct roots let several clusters share one ZooKeeper).
+        session_timeout: ZooKeeper session timeout of the GCMs and host managers.
+        max_exchanges: capacity of each host.
+        log_dir: where every process logs (None = inherit stderr).
+        gcm_ports: (lookup, management, broadcast) of the first GCM; others use free ports.
+        hostmanager_args, gcm_args: extra flags.
+    """
+
+    def __init__(
+        self,
+        *,
+        hosts: int = 3,
+        first_host: str = "127.0.0.11",
+        zk: str | None = None,
+        gcms: int = 1,
+        root: str = DEFAULT_ROOT,
+        session_timeout: float = 4.0,
+        max_exchanges: int = 4,
+        log_dir: str | None = None,
+        gcm_ports: tuple[int, int, int] = (0, 0, 0),
+        hostmanager_args: Sequence[str] = (),
+        gcm_args: Sequence[str] = (),
+    ) -> None:
+        self.addresses = host_addresses(hosts, first_host)
+        self.zk = zk or ""
+        self.n_gcms = gcms
+        self.root = root
+        self.session_timeout = session_timeout
+        self.max_exchanges = max_exchanges
+        self.log_dir = log_dir
+        self.gcm_ports = gcm_ports
+        self.hostmanager_args = list(hostmanager_args)
+        self.gcm_args = list(gcm_args)
+        self.zookeeper: ZooKeeperServer | None = None
+        self.gcms: dict[str, Child] = {}
+        self.hostmanagers: dict[str, Child] = {}
+        self._logs: list[IO[Any]] = []
+        self._manager: client.QueueManager | None = None
+        self._gcm_count = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 30.0) -> EmbeddedCluster:
+        """Start everything; return once the leader lists every host.
+
+        Raises:
+            BrokerConnectionError: a process exited early.
+            BrokerTimeoutError: the cluster was not whole within ``timeout``.
+        """
+        try:
+            if not self.zk:
+                log_path = os.path.join(self.log_dir, "zookeeper.log") if self.log_dir else None
+                if self.log_dir:
+                    os.makedirs(self.log_dir, exist_ok=True)
+                self.zookeeper = ZooKeeperServer(log_path=log_path).start(timeout)
+                self.zk = self.zookeeper.hosts
+            for i in range(self.n_gcms):
+                self.add_gcm(ports=self.gcm_ports if i == 0 else (0, 0, 0), timeout=timeout)
+            started = [self.add_host(a, wait=False) for a in self.addresses]
+            for address in started:
+                self.hostmanagers[address].wait_ready(timeout)
+            self.wait_for(lambda: {h["Address"] for h in self.manager.hosts()} >= set(self.addresses),
+                          timeout, "every host registered")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the host managers (they stop their children), the GCMs, then ZooKeeper."""
+        if self._manager is not None:
+            self._manager.close()
+            self._manager = None
+        for child in self.hostmanagers.values():
+            child.signal(signal.SIGTERM)
+        for child in [*self.hostmanagers.values(), *self.gcms.values()]:
+            child.stop(timeout)
+        self.hostmanagers.clear()
+        self.gcms.clear()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+            self.zookeeper = None
+        for f in self._logs:
+            f.close()
+        self._logs.clear()
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ processes
+
+    def add_gcm(self, *, ports: tuple[int, int, int] = (0, 0, 0), timeout: float = 30.0) -> str:
+        """Start one more GCM on 127.0.0.1; return its id."""
+        self._gcm_count += 1
+        gid = f"gcm{self._gcm_count}"
+        lookup, management, broadcast = ports
+        child = self._spawn(gid, "gcm", [
+            "--zk", self.zk, "--root", self.root, "--id", gid, "--address", "127.0.0.1",
+            "--lookup-port", str(lookup), "--management-port", str(management), "--broadcast-port", str(broadcast),
+            "--session-timeout", str(self.session_timeout), *self.gcm_args,
+        ])  # fmt: skip
+        self.gcms[gid] = child
+        child.wait_ready(timeout)
+        return gid
+
+    def add_host(self, address: str, *, wait: bool = True) -> str:
+        """Start the host manager of ``address``."""
+        args = [
+            "--zk", self.zk, "--root", self.root, "--address", address,
+            "--max-exchanges", str(self.max_exchanges), "--session-timeout", str(self.session_timeout),
+            *self.hostmanager_args,
+        ]  # fmt: skip
+        if self.log_dir:
+            args += ["--log-dir", os.path.join(self.log_dir, address)]
+        child = self._spawn(f"hostmanager-{address}", "hostmanager", args)
+        self.hostmanagers[address] = child
+        if wait:
+            child.wait_ready()
+        return address
+
+    def leader(self) -> str:
+        """The id of the current GCM leader."""
+        return str(self.manager.leader()["id"])
+
+    def kill_gcm(self, gid: str) -> int:
+        child = self.gcms.pop(gid)
+        child.kill()
+        return child.pid
+
+    def kill_host(self, address: str) -> int:
+        """SIGKILL a host manager (its children then get SIGTERM from the kernel)."""
+        child = self.hostmanagers.pop(address)
+        child.kill()
+        return child.pid
+
+    def pids(self) -> list[int]:
+        children = [*self.gcms.values(), *self.hostmanagers.values()]
+        pids = [c.pid for c in children if c.alive()]
+        if self.zookeeper is not None and self.zookeeper.pid:
+            pids.append(self.zookeeper.pid)
+        return pids
+
+    # ------------------------------------------------------------------ management
+
+    @property
+    def manager(self) -> client.QueueManager:
+        if self._manager is None:
+            self._manager = client.QueueManager(self.zk, root=self.root)
+        return self._manager
+
+    def connect(self, queue: str, **options: Any) -> client.Connection:
+        return client.connect(zk=self.zk, queue=queue, root=self.root, **options)
+
+    def wait_for(self, condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+        """Poll ``condition()`` until it is true; return its value.
+
+        Raises:
+            BrokerTimeoutError: still false after ``timeout`` (the message says ``what``).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise BrokerTimeoutError(f"timed out after {timeout:.1f}s waiting for: {what}")
+            time.sleep(interval)
+
+    def _spawn(self, name: str, module: str, args: list[str]) -> Child:
+        stderr: IO[Any] | None = None
+        if self.log_dir is not None:
+            os.makedirs(self.log_dir, exist_ok=True)
+            stderr = open(os.path.join(self.log_dir, name + ".log"), "ab")
+            self._logs.append(stderr)
+        return spawn(name, module, args, stderr=stderr)
