@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
+from typing import Any
 from pathlib import Path
 
 import psutil
 import pytest
 
+from kazoo.client import KazooClient
+
 from roq.process import Child, spawn
+from roq.zkserver import ZooKeeperServer
 from simulation.cluster import LocalCluster
+from simulation.embedded import EmbeddedCluster
 from simulation.load import parse_report
 
 
@@ -108,3 +114,46 @@ def no_process_left_behind():
             break
         time.sleep(0.05)
     assert not left, f"processes left behind: {left}"
+
+
+_roots = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """A real ZooKeeper server (Debian's package) on a free loopback port, shared by the session."""
+    server = ZooKeeperServer(log_path=str(tmp_path_factory.mktemp("zookeeper") / "zookeeper.log"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_embedded(zookeeper, tmp_path, request):
+    """Start EmbeddedClusters on the shared ZooKeeper, each under its own root; stopped after the test."""
+    clusters: list[EmbeddedCluster] = []
+
+    def make(**options: Any) -> EmbeddedCluster:
+        options.setdefault("zk", zookeeper.hosts)
+        options.setdefault("root", f"/roq-test-{next(_roots)}")
+        options.setdefault("log_dir", str(tmp_path / f"embedded{len(clusters)}"))
+        cluster = EmbeddedCluster(**options)
+        clusters.append(cluster)
+        return cluster.start()
+
+    yield make
+    for cluster in clusters:
+        cluster.stop()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        _print_logs(tmp_path)
+
+
+@pytest.fixture
+def kz(zookeeper):
+    """A kazoo client of the test's own, to look at (never to fake) what the cluster wrote."""
+    client = KazooClient(hosts=zookeeper.hosts)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()

@@ -1,0 +1,50 @@
+"""Helpers of the control-plane tests: waiting on conditions, raw requests to the GCM, process checks."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import bson
+import psutil
+import pytest
+import zmq
+
+from roq import management as m
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll ``condition()`` until true; fail the test with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout:.1f}s waiting for: {what}")
+        time.sleep(interval)
+
+
+def ask(endpoint: str, *frames: bytes, timeout: float = 10.0) -> tuple[int, str, dict]:
+    """Send raw frames to a GCM port from a DEALER and parse the reply."""
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        sock.send_multipart(list(frames))
+        assert sock.poll(int(timeout * 1000)), f"no reply from {endpoint} within {timeout}s"
+        return m.parse_reply(sock.recv())
+    finally:
+        sock.close()
+
+
+def doc(**fields: Any) -> bytes:
+    return bson.encode(fields)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
