@@ -31,7 +31,7 @@ from roq.errors import ConfigError, ProtocolError, UnknownCommandError
 from roq.rules import DEFAULT_RULES, check_thresholds, merge_rules
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import bind, poll_ms
-from roq.zk import Paths, Session, check_queue_name, dumps, loads
+from roq.zk import Paths, Session, check_hosts, check_queue_name, dumps, loads
 
 __all__ = ["Gcm", "GcmConfig"]
 
@@ -71,6 +71,9 @@ class GcmConfig:
     gcm_id: str = ""
 
     def __post_init__(self) -> None:
+        if self.zk:  # "" only while flags are being gathered
+            check_hosts(self.zk)
+        Paths(self.root)
         for name in ("session_timeout", "broadcast_period", "ready_timeout", "stop_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")

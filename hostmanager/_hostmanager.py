@@ -29,7 +29,7 @@ from roq import control
 from roq.errors import ConfigError, ProtocolError
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import bind, poll_ms
-from roq.zk import Paths, Session, dumps, loads
+from roq.zk import Paths, Session, check_hosts, dumps, loads
 
 __all__ = ["HostManager", "HostManagerConfig"]
 
@@ -67,6 +67,9 @@ class HostManagerConfig:
     monitor_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.zk:  # "" only while flags are being gathered
+            check_hosts(self.zk)
+        Paths(self.root)
         if self.max_exchanges < 0:
             raise ConfigError(f"max_exchanges must be 0 or more, got {self.max_exchanges}")
         if self.kpi_period <= 0 or self.session_timeout <= 0:

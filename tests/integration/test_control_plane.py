@@ -269,3 +269,21 @@ def test_rules_are_checked_and_bad_ones_change_nothing(make_embedded):
     assert qm.get_rules("q") == rules
     assert qm.set_thresholds("q", {"exchange_records_per_s": 4000})["exchange_records_per_s"] == 4000.0
     assert qm.get_thresholds("q") == {"exchange_records_per_s": 4000.0}
+
+
+def test_three_node_ensemble_survives_losing_a_member(tmp_path):
+    from roq.zkserver import ZooKeeperEnsemble
+    from simulation.embedded import EmbeddedCluster
+
+    with ZooKeeperEnsemble(3, log_dir=str(tmp_path / "zk")) as ensemble:
+        assert ensemble.hosts.count(",") == 2
+        with EmbeddedCluster(hosts=2, zk=ensemble.hosts, session_timeout=6.0, log_dir=str(tmp_path / "cluster")) as cluster:
+            qm = cluster.manager
+            qm.create("before", "127.0.0.11")
+            leader = next(s for s in ensemble.servers if s.mode() == "leader")
+            leader.kill()  # the ZooKeeper leader: the others elect a new one and the clients move over
+            made = qm.create("after", "127.0.0.12", timeout=60)
+            assert made["State"] == "running"
+            assert {q["Name"] for q in qm.list()} == {"before", "after"}
+            with cluster.connect("after") as conn:
+                assert traffic(conn, 300) == 300

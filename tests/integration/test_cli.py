@@ -1,0 +1,109 @@
+"""The ``roq`` command line as an operator meets it: a cluster in the foreground, queue commands, config errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from zkhelp import gone, wait_until
+
+from roq.process import spawn
+from roq.runtime import ExitCode
+
+
+def roq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "roq.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
+    up = spawn("roq cluster up", "roq.cli", [
+        "cluster", "up", "--hosts", "2", "--zk-port", "0", "--lookup-port", "0", "--management-port", "0",
+        "--broadcast-port", "0", "--session-timeout", "4", "--log-dir", str(tmp_path / "logs"),
+    ], stderr=open(tmp_path / "up.err", "wb"))  # fmt: skip
+    try:
+        out = b""
+        import select
+
+        def ready() -> bool:
+            nonlocal out
+            if select.select([up.stdout_fd], [], [], 0.1)[0]:
+                out += os.read(up.stdout_fd, 65536)
+            return b"ready." in out
+
+        wait_until(ready, 60, "the cluster up and ready")
+        text = out.decode()
+        zk = next(line.split()[1] for line in text.splitlines() if line.startswith("zookeeper"))
+        assert text.count("hostmanager 127.0.0.1") == 2 and "(leader)" in text
+        pids = [int(line.split(" pid ")[1].split(":")[0].split()[0]) for line in text.splitlines() if " pid " in line]
+
+        made = roq("queue", "create", "orders", "--zk", zk, "--exchanges", "2")
+        assert made.returncode == 0, made.stderr
+        assert "orders" in made.stdout and "running" in made.stdout
+        listed = json.loads(roq("queue", "list", "--zk", zk, "--json").stdout)
+        assert [q["Name"] for q in listed] == ["orders"] and len(listed[0]["Exchanges"]) == 2
+        hosts = roq("hosts", "--zk", zk)
+        assert hosts.returncode == 0 and "127.0.0.11" in hosts.stdout and "127.0.0.12" in hosts.stdout
+        watched = roq("watch", "--count", "1", "--json", "--zk", zk)
+        assert watched.returncode == 0, watched.stderr
+        broadcast = json.loads(watched.stdout.splitlines()[-1])
+        assert broadcast["Queues"][0]["Name"] == "orders" and len(broadcast["Hosts"]) == 2
+        refused = roq("queue", "rules", "orders", "max_exchanges=-1", "--zk", zk)
+        assert refused.returncode == ExitCode.FAILURE and "max_exchanges" in refused.stderr and "1102" in refused.stderr
+        missing = roq("queue", "stop", "nothing", "--zk", zk)
+        assert missing.returncode == ExitCode.FAILURE and "no queue named 'nothing'" in missing.stderr
+        assert roq("queue", "remove", "orders", "--zk", zk).returncode == 0
+
+        up.signal(signal.SIGINT)  # Ctrl-C
+        assert up.wait(60) == 0
+        assert all(gone(p) for p in pids)
+    finally:
+        up.stop()
+
+
+@pytest.mark.parametrize(
+    "toml, named",
+    [
+        ("[cluster]\nhost = 3\n", "unknown key 'host' (did you mean 'hosts'?)"),
+        ("[cluster]\nhosts = \"three\"\n", "key 'hosts' must be an integer"),
+        ("[cluster]\nsession_timeout = true\n", "key 'session_timeout' must be a number"),
+        ("[cluster\n", "not valid TOML"),
+    ],
+)
+def test_cluster_config_errors_name_the_key(tmp_path, toml, named):
+    path = tmp_path / "roq.toml"
+    path.write_text(toml)
+    done = roq("--config", str(path), "cluster", "up")
+    assert done.returncode == ExitCode.CONFIG
+    assert named in done.stderr and str(path) in done.stderr
+
+
+def test_client_config_file_is_strict_too(tmp_path):
+    path = tmp_path / "roq.toml"
+    path.write_text("[client]\nzookeeper = '127.0.0.1:2181'\n")
+    done = roq("--config", str(path), "queue", "list")
+    assert done.returncode == ExitCode.CONFIG and "unknown key 'zookeeper'" in done.stderr
+
+
+@pytest.mark.parametrize("module", ["gcm", "hostmanager", "roq.cli"])
+def test_control_plane_commands_explain_themselves(module):
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and "usage:" in done.stdout and len(done.stdout) > 300
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["-m", "gcm"], "missing key 'zk'"),
+        (["-m", "hostmanager", "--zk", "localhost"], "bad ZooKeeper address"),
+        (["-m", "hostmanager", "--zk", "127.0.0.1:1", "--max-exchanges", "-2"], "max_exchanges"),
+        (["-m", "gcm", "--zk", "127.0.0.1:1", "--session-timeout", "0"], "session_timeout"),
+    ],
+)
+def test_control_plane_bad_flags_are_named(args, named):
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=30)
+    assert done.returncode == ExitCode.CONFIG, done.stderr
+    assert named in done.stderr
