@@ -57,7 +57,7 @@ class QueueView:
             "Running": self.state == RUNNING,
             "Monitor": (self.monitor or {}).get("endpoint", ""),
             "Exchanges": [
-                {"Id": xid, "Host": x.get("host", ""), "Frontend": x.get("frontend", ""), "Backend": x.get("backend", "")}
+                {"Id": xid, "Name": x.get("name", xid), "Host": x.get("host", ""), "Frontend": x.get("frontend", ""), "Backend": x.get("backend", "")}
                 for xid, x in sorted(self.exchanges.items())
             ],
         }

@@ -30,6 +30,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--session-timeout", type=float, help=f"ZooKeeper session timeout, seconds (default {d.session_timeout})")
     p.add_argument("--port-low", type=int, help="lowest port for children (default: any free port)")
     p.add_argument("--port-high", type=int, help="highest port for children")
+    p.add_argument("--monitor-arg", dest="monitor_args", action="append",
+                   help="a flag for every monitor started, e.g. --monitor-arg=--sustain --monitor-arg=1 (repeatable)")
+    p.add_argument("--exchange-arg", dest="exchange_args", action="append",
+                   help="a flag for every exchange started (repeatable)")
     p.add_argument("--log-dir", help="directory for the children's logs (default: this process's stderr)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING... (default INFO)")
     return p.parse_args(argv)

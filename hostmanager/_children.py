@@ -61,6 +61,7 @@ class Supervised:
         self._second_signal_sent = False
         self.last_port = 0  # the monitor's port, kept across restarts
         self.restart_pending = False
+        self.incarnation = ""  # the exchange id of the current process
 
     @property
     def running(self) -> bool:

@@ -318,9 +318,12 @@ class HostManager:
     def _start_exchange(self, sup: Supervised, monitor: str) -> None:
         a = sup.assignment
         front, back = self.ports.allocate(), self.ports.allocate()
+        # every incarnation has a name of its own: the monitor must see a crashed exchange as lost (and fail
+        # its publishers over), not as the same exchange come back on new ports
+        sup.incarnation = f"{a.id}-{os.urandom(2).hex()}"
         args = [
             "--monitor", monitor, "--address", self.address, "--frontend-port", str(front),
-            "--backend-port", str(back), "--id", a.id, *self.config.exchange_args,
+            "--backend-port", str(back), "--id", sup.incarnation, *self.config.exchange_args,
         ]  # fmt: skip
         sup.start(args, [front, back], self._log_for(sup))
 
@@ -338,6 +341,7 @@ class HostManager:
         else:
             path = self.paths.exchange(a.queue, a.id)
             data = {
+                "name": sup.incarnation,
                 "host": self.address,
                 "frontend": info.get("frontend", ""),
                 "backend": info.get("backend", ""),

@@ -1,22 +1,28 @@
-"""The demo behind ``make demo``: a local cluster under load, moves and a crash, then the audit.
+"""The demo behind ``make demo``: an embedded cluster, a queue made through the management API, load,
+moves and a crash, then the audit.
 
-Timeline (about 15 s): two exchanges and a monitor start on 127.0.0.11; two subscribers join (one for
-everything, one for ``orders.``); four publishers send at uneven rates for 10 s; the relocation rule
-moves a publisher off the hot exchange; two more relocations are forced; a third exchange joins and the
-first one is killed with SIGKILL under load. At the end every subscriber's audit is held against what
-the publishers sent.
+Timeline (about 25 s): ZooKeeper, two GCMs (a leader and a standby) and three host managers (127.0.0.11,
+.12, .13) start; the queue ``demo`` is created through the BSON management API with two exchanges on
+127.0.0.11; two subscribers join (one for everything, one for ``orders.``); four publishers send at uneven
+rates for 10 s; the relocation rule moves a publisher off the hot exchange; two more relocations are
+forced; a third exchange is added on another host through the management API; the busiest exchange is
+killed with SIGKILL under load (its publishers fail over, its host manager starts a new one). At the end
+every subscriber's audit is held against what the publishers sent.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import tempfile
 import time
 from typing import Any
 
+import client
 from roq.process import Child, spawn
 from simulation.audit import compare
-from simulation.cluster import LocalCluster
+from simulation.embedded import EmbeddedCluster
 from simulation.load import parse_report
 
 PUBLISHERS = [  # rate (records/s), keys
@@ -27,10 +33,11 @@ PUBLISHERS = [  # rate (records/s), keys
 ]
 SUBSCRIBERS = ["", "orders."]
 DURATION = 10.0
+MONITOR_ARGS = ["--high-records-per-s", "35000", "--sustain", "1", "--cooldown", "4"]
 
 
-def _load(cluster: LocalCluster, role: str, args: list[str]) -> Child:
-    return spawn(role, "simulation.load", [role, "--monitor", cluster.monitor_endpoint, *args])
+def _load(monitor: str, role: str, args: list[str]) -> Child:
+    return spawn(role, "simulation.load", [role, "--monitor", monitor, *args])
 
 
 def run(out: Any = sys.stdout) -> int:
@@ -38,26 +45,36 @@ def run(out: Any = sys.stdout) -> int:
         print(text, file=out, flush=True)
 
     log_dir = tempfile.mkdtemp(prefix="roq-demo-")
-    say(f"RoQ-Py demo: one elastic logical queue on 127.0.0.11 (process logs in {log_dir})")
-    cluster = LocalCluster(
-        address="127.0.0.11",
-        exchanges=2,
-        monitor_args=["--high-records-per-s", "35000", "--sustain", "1", "--cooldown", "4"],
-        log_dir=log_dir,
-    )
+    say(f"RoQ-Py demo: an embedded cluster on loopback hosts 127.0.0.11-13 (process logs in {log_dir})")
+    cluster = EmbeddedCluster(
+        hosts=3, gcms=2, log_dir=log_dir,
+        hostmanager_args=[f"--monitor-arg={a}" for a in MONITOR_ARGS],
+    )  # fmt: skip
     children: list[Child] = []
+    admin: client.Connection | None = None
     try:
         cluster.start()
-        say(f"  monitor   {cluster.monitor_endpoint}")
-        for x in cluster.status()["exchanges"]:
-            say(f"  exchange  {x['id']}  frontend {x['frontend']}  backend {x['backend']}")
-        subs = [_load(cluster, "subscribe", ["--prefix", p, "--idle-exit", "3"]) for p in SUBSCRIBERS]
+        say(f"  zookeeper  {cluster.zk}")
+        leader = cluster.leader()
+        for gid in cluster.gcms:
+            say(f"  gcm        {gid}{' (leader)' if gid == leader else ' (standby)'}")
+        for h in cluster.manager.hosts():
+            say(f"  host       {h['Address']}  capacity {h['MaxExchanges']} exchanges")
+        started = time.monotonic()
+        made = cluster.manager.create("demo", "127.0.0.11", exchanges=2)
+        say(f"queue 'demo' created through the management API in {time.monotonic() - started:.2f} s:")
+        say(f"  monitor    {made['Monitor']}")
+        for x in made["Exchanges"]:
+            say(f"  exchange   {x['Name']} on {x['Host']}  frontend {x['Frontend']}  backend {x['Backend']}")
+        monitor = cluster.manager.lookup("demo")
+        admin = client.Connection(monitor)
+        subs = [_load(monitor, "subscribe", ["--prefix", p, "--idle-exit", "3"]) for p in SUBSCRIBERS]
         children += subs
         for s in subs:
             s.wait_ready()
         say(f"  {len(subs)} subscribers joined (prefixes: {', '.join(repr(p) for p in SUBSCRIBERS)})")
         pubs = [
-            _load(cluster, "publish", ["--rate", str(rate), "--duration", str(DURATION), "--keys", keys])
+            _load(monitor, "publish", ["--rate", str(rate), "--duration", str(DURATION), "--keys", keys])
             for rate, keys in PUBLISHERS
         ]
         children += pubs
@@ -73,8 +90,8 @@ def run(out: Any = sys.stdout) -> int:
             for at, action in list(actions.items()):
                 if elapsed >= at:
                     del actions[at]
-                    say("  " + _act(cluster, action))
-            status = cluster.status()
+                    say("  " + _act(cluster, admin, action))
+            status = admin.status()
             rate = sum(x["records_per_s"] for x in status["exchanges"])
             c = status["counters"]
             say(f"  t={elapsed:4.1f}s  exchanges {len(status['exchanges'])}  publishers {len(status['publishers'])}  "
@@ -82,24 +99,29 @@ def run(out: Any = sys.stdout) -> int:
             time.sleep(1.0)
         pub_reports = [parse_report(p.communicate(60)) for p in pubs]
         sub_reports = [parse_report(s.communicate(60)) for s in subs]
-        status = cluster.status()
+        status = admin.status()
+        queue = cluster.manager.list()[0]
+        placed = ", ".join(f"{x['Name']}@{x['Host']}" for x in queue["Exchanges"])
+        say(f"queue 'demo' now has exchanges {placed}")
     finally:
         for child in children:
             child.stop()
+        if admin is not None:
+            admin.close()
         cluster.stop()
     return _summarise(say, pub_reports, sub_reports, status)
 
 
-def _act(cluster: LocalCluster, action: str) -> str:
+def _act(cluster: EmbeddedCluster, admin: client.Connection, action: str) -> str:
     if action == "force":
-        moved = cluster.relocate()
+        moved = admin.relocate()
         return f"forced relocation: publisher {moved['publisher'][:8]} {moved['source']} -> {moved['target']}"
     if action == "add":
-        name = cluster.add_exchange()
-        return f"exchange {name} added"
-    victim = max(cluster.status()["exchanges"], key=lambda x: x["records_per_s"])["id"]
-    pid = cluster.kill_exchange(victim)
-    return f"exchange {victim} killed with SIGKILL (pid {pid}) under load"
+        made = cluster.manager.add_exchange("demo", "127.0.0.12")
+        return f"exchange {made['name']} added on {made['Host']} through the management API"
+    victim = max(admin.status()["exchanges"], key=lambda x: x["records_per_s"])
+    os.kill(victim["pid"], signal.SIGKILL)
+    return f"exchange {victim['id']} killed with SIGKILL (pid {victim['pid']}) under load; its host manager starts a new one"
 
 
 def _summarise(say: Any, pubs: list[dict], subs: list[dict], status: dict) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -287,3 +288,33 @@ def test_three_node_ensemble_survives_losing_a_member(tmp_path):
             assert {q["Name"] for q in qm.list()} == {"before", "after"}
             with cluster.connect("after") as conn:
                 assert traffic(conn, 300) == 300
+
+
+def test_a_crashed_exchange_is_restarted_and_nothing_is_lost(make_embedded, kz):
+    cluster = make_embedded(hosts=1)
+    cluster.manager.create("q", "127.0.0.11", exchanges=2)
+    paths = Paths(cluster.root)
+
+    def exchanges() -> dict[str, dict]:
+        return {x: loads(kz.get(paths.exchange("q", x))[0]) for x in kz.get_children(paths.exchanges("q"))}
+
+    with cluster.connect("q") as conn:
+        sub = conn.subscriber()
+        pub = conn.publisher()
+        on = pub.stats()["exchange"]
+        victim = next(x for x, d in exchanges().items() if d["name"] == on)
+        old = exchanges()[victim]
+        for i in range(1000):
+            pub.send(b"k", b"%d" % i)
+        os.kill(old["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        for i in range(1000, 3000):
+            pub.send(b"k", b"%d" % i)
+        pub.flush(15)
+        back = wait_until(lambda: (d := exchanges().get(victim)) and d["pid"] != old["pid"] and d, 10, "the exchange restarted")
+        took = time.monotonic() - killed
+        print(f"exchange {victim} restarted and registered {took:.2f}s after kill -9 (as {back['name']})")
+        assert back["name"] != old["name"]  # a new incarnation: the monitor failed its publishers over
+        got = [int(msg.payload) for msg in iter(lambda: sub.recv(timeout=3.0), None)]
+        assert sorted(got) == list(range(3000)) and got == sorted(got)
+    assert took <= 3.0
