@@ -8,8 +8,8 @@ import sys
 
 from exchange._exchange import Exchange
 from roq.config import ExchangeConfig
-from roq.errors import BrokerConnectionError, ConfigError
-from roq.runtime import ExitCode, SignalWakeup, announce_ready, setup_logging
+from roq.errors import ConfigError
+from roq.runtime import ExitCode, run_node, setup_logging
 from roq.sockets import check_endpoint
 
 log = logging.getLogger("exchange")
@@ -60,21 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"exchange: {exc}", file=sys.stderr)
         return ExitCode.CONFIG
-    wakeup = SignalWakeup()
     node = Exchange(config)
-    try:
-        node.start()
-    except (BrokerConnectionError, ConfigError) as exc:
-        print(f"exchange: {exc}", file=sys.stderr)
-        node.close()
-        return ExitCode.BIND
-    announce_ready("exchange", id=node.id, frontend=node.frontend_endpoint, backend=node.backend_endpoint)
-    try:
-        node.serve(wakeup)
-    finally:
-        node.close()
-        wakeup.close()
-    return ExitCode.OK
+    return run_node("exchange", node, lambda: dict(id=node.id, frontend=node.frontend_endpoint, backend=node.backend_endpoint))
 
 
 if __name__ == "__main__":

@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from gcm._gcm import Gcm, GcmConfig
-from roq.errors import BrokerConnectionError, ConfigError
-from roq.runtime import ExitCode, SignalWakeup, announce_ready, setup_logging
-from roq.settings import build, read_toml
+from roq.errors import ConfigError
+from roq.runtime import ExitCode, run_node, setup_logging
+from roq.settings import from_args
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,28 +39,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(args.log_level)
-    flags = {k: v for k, v in vars(args).items() if k not in ("config", "log_level")}
     try:
-        file = read_toml(args.config) if args.config else None
-        config = build(GcmConfig, file=file, section="gcm", source=args.config or "", flags=flags)
+        config = from_args(GcmConfig, "gcm", args)
     except ConfigError as exc:
         print(f"gcm: {exc}", file=sys.stderr)
         return ExitCode.CONFIG
-    wakeup = SignalWakeup()
     node = Gcm(config)
-    try:
-        node.start()
-    except (BrokerConnectionError, ConfigError) as exc:
-        print(f"gcm: {exc}", file=sys.stderr)
-        node.close()
-        return ExitCode.BIND
-    announce_ready("gcm", id=node.id, leader=node.leading, **node.endpoints)
-    try:
-        node.serve(wakeup)
-    finally:
-        node.close()
-        wakeup.close()
-    return ExitCode.OK
+    return run_node("gcm", node, lambda: dict(id=node.id, leader=node.leading, **node.endpoints))
 
 
 if __name__ == "__main__":

@@ -633,28 +633,24 @@ class Gcm:
                    if v is not None and xid in v.exchanges else None)
 
     def _set_rules(self, sock: zmq.Socket, envelope: list[bytes], msg: m.SetRules) -> None:
-        q = self._queue(sock, envelope, msg.QName)
-        if q is None:
-            return
-        try:
-            rules = merge_rules(q.rules, msg.Rules)
-        except ConfigError as exc:
-            self._send(sock, envelope, Result.BAD_REQUEST, f"rules of {q.name!r} unchanged: {exc}")
-            return
-        self.session.zk.set(self.paths.rules(q.name), dumps(rules))
-        self._dirty = True
-        log.info("queue %s: rules now %s", q.name, rules)
-        self._send(sock, envelope, Result.OK, "rules set", Rules=rules)
+        self._set_document(sock, envelope, msg.QName, "Rules", lambda q: merge_rules(q.rules, msg.Rules), self.paths.rules)
 
     def _set_thresholds(self, sock: zmq.Socket, envelope: list[bytes], msg: m.SetThresholds) -> None:
-        q = self._queue(sock, envelope, msg.QName)
+        self._set_document(sock, envelope, msg.QName, "Thresholds",
+                           lambda q: {**q.thresholds, **check_thresholds(msg.Thresholds)}, self.paths.thresholds)
+
+    def _set_document(self, sock: zmq.Socket, envelope: list[bytes], name: str, field: str,
+                      make: Callable[[QueueView], dict[str, Any]], path: Callable[[str], str]) -> None:
+        """Check and store a queue's rules or thresholds; a bad value changes nothing."""
+        q = self._queue(sock, envelope, name)
         if q is None:
             return
         try:
-            thresholds = {**q.thresholds, **check_thresholds(msg.Thresholds)}
+            value = make(q)
         except ConfigError as exc:
-            self._send(sock, envelope, Result.BAD_REQUEST, f"thresholds of {q.name!r} unchanged: {exc}")
+            self._send(sock, envelope, Result.BAD_REQUEST, f"{field.lower()} of {q.name!r} unchanged: {exc}")
             return
-        self.session.zk.set(self.paths.thresholds(q.name), dumps(thresholds))
+        self.session.zk.set(path(q.name), dumps(value))
         self._dirty = True
-        self._send(sock, envelope, Result.OK, "thresholds set", Thresholds=thresholds)
+        log.info("queue %s: %s now %s", q.name, field.lower(), value)
+        self._send(sock, envelope, Result.OK, f"{field.lower()} set", **{field: value})

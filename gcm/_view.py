@@ -75,7 +75,8 @@ class HostView:
 
     @property
     def cpu_percent(self) -> float:
-        value = self.data.get("kpis", {}).get("cpu_percent", 0.0)
+        kpis = self.data.get("kpis")
+        value = kpis.get("cpu_percent", 0.0) if isinstance(kpis, dict) else 0.0
         return float(value) if isinstance(value, (int, float)) else 0.0
 
     def summary(self, assigned: int) -> dict[str, Any]:

@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from hostmanager._hostmanager import HostManager, HostManagerConfig
-from roq.errors import BrokerConnectionError, ConfigError
-from roq.runtime import ExitCode, SignalWakeup, announce_ready, setup_logging
-from roq.settings import build, read_toml
+from roq.errors import ConfigError
+from roq.runtime import ExitCode, run_node, setup_logging
+from roq.settings import from_args
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,28 +42,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(args.log_level)
-    flags = {k: v for k, v in vars(args).items() if k not in ("config", "log_level")}
     try:
-        file = read_toml(args.config) if args.config else None
-        config = build(HostManagerConfig, file=file, section="hostmanager", source=args.config or "", flags=flags)
+        config = from_args(HostManagerConfig, "hostmanager", args)
     except ConfigError as exc:
         print(f"hostmanager: {exc}", file=sys.stderr)
         return ExitCode.CONFIG
-    wakeup = SignalWakeup()
     node = HostManager(config)
-    try:
-        node.start()
-    except (BrokerConnectionError, ConfigError) as exc:
-        print(f"hostmanager: {exc}", file=sys.stderr)
-        node.close()
-        return ExitCode.BIND
-    announce_ready("hostmanager", address=config.address, endpoint=node.endpoint)
-    try:
-        node.serve(wakeup)
-    finally:
-        node.close()
-        wakeup.close()
-    return ExitCode.OK
+    return run_node("hostmanager", node, lambda: dict(address=config.address, endpoint=node.endpoint))
 
 
 if __name__ == "__main__":

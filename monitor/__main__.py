@@ -7,8 +7,8 @@ import sys
 
 from monitor._monitor import Monitor
 from roq.config import MonitorConfig
-from roq.errors import BrokerConnectionError, ConfigError
-from roq.runtime import ExitCode, SignalWakeup, announce_ready, setup_logging
+from roq.errors import ConfigError
+from roq.runtime import ExitCode, run_node, setup_logging
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -55,21 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"monitor: {exc}", file=sys.stderr)
         return ExitCode.CONFIG
-    wakeup = SignalWakeup()
     node = Monitor(config)
-    try:
-        node.start()
-    except (BrokerConnectionError, ConfigError) as exc:
-        print(f"monitor: {exc}", file=sys.stderr)
-        node.close()
-        return ExitCode.BIND
-    announce_ready("monitor", queue=config.queue, endpoint=node.endpoint)
-    try:
-        node.serve(wakeup)
-    finally:
-        node.close()
-        wakeup.close()
-    return ExitCode.OK
+    return run_node("monitor", node, lambda: dict(queue=config.queue, endpoint=node.endpoint))
 
 
 if __name__ == "__main__":

@@ -41,7 +41,10 @@ def _value(key: str, value: Any) -> Any:
             raise ConfigError(f"rule {key!r} must be a whole number, got {value!r}")
         value = int(value)
     else:
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError as exc:
+            raise ConfigError(f"rule {key!r} is out of range: {value!r}") from exc
         if value != value or value in (float("inf"), float("-inf")):
             raise ConfigError(f"rule {key!r} must be finite, got {value!r}")
     if value < low or (high is not None and value > high):

@@ -15,9 +15,9 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["ExitCode", "SignalWakeup", "DropCounter", "setup_logging", "announce_ready", "READY_PREFIX"]
+__all__ = ["ExitCode", "SignalWakeup", "DropCounter", "setup_logging", "announce_ready", "run_node", "READY_PREFIX"]
 
 READY_PREFIX = "READY "
 
@@ -115,3 +115,30 @@ def announce_ready(role: str, **info: Any) -> None:
     """Print the one line a launcher waits for: ``READY {"role": ..., ...}`` on stdout."""
     sys.stdout.write(READY_PREFIX + json.dumps({"role": role, "pid": os.getpid(), **info}) + "\n")
     sys.stdout.flush()
+
+
+def run_node(role: str, node: Any, ready: Callable[[], dict[str, Any]]) -> int:
+    """Run a process's node to the end: start it, print the ready line, serve until a signal, close it.
+
+    ``node`` has ``start()`` (which may raise BrokerConnectionError or ConfigError: the address cannot be
+    bound, a server cannot be reached), ``serve(wakeup)`` and ``close()``; ``ready()`` gives the ready
+    line's fields once it started. Returns the process's exit code.
+    """
+    from roq.errors import BrokerConnectionError, ConfigError
+
+    wakeup = SignalWakeup()
+    try:
+        try:
+            node.start()
+        except (BrokerConnectionError, ConfigError) as exc:
+            print(f"{role}: {exc}", file=sys.stderr)
+            node.close()
+            return ExitCode.BIND
+        announce_ready(role, **ready())
+        try:
+            node.serve(wakeup)
+        finally:
+            node.close()
+    finally:
+        wakeup.close()
+    return ExitCode.OK

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from roq.errors import ConfigError
 
-__all__ = ["read_toml", "build"]
+__all__ = ["read_toml", "build", "from_args"]
 
 T = TypeVar("T")
 
@@ -90,9 +90,24 @@ def build(cls: type[T], *, file: dict[str, Any] | None = None, section: str = ""
             raise ConfigError(f"{where} unknown key {key!r}{hint}")
         values[key] = _check(value, hints[key], f"{where} key {key!r}")
     for key, value in (flags or {}).items():
+        if key not in fields:
+            raise ConfigError(f"unknown option --{key.replace('_', '-')}")
         if value is not None:
             values[key] = _check(value, hints[key], f"option --{key.replace('_', '-')}")
     for name, f in fields.items():
         if name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{where} missing key {name!r} (or give --{name.replace('_', '-')})")
     return cls(**values)
+
+
+def from_args(cls: type[T], section: str, args: Any) -> T:
+    """Make ``cls`` from the ``[section]`` of the file named by ``args.config`` (if any) and the other
+    attributes of ``args`` (an argparse namespace whose destinations are ``cls``'s field names).
+
+    Raises:
+        ConfigError: as :func:`read_toml` and :func:`build`.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    flags = {k: v for k, v in vars(args).items() if k in names}
+    file = read_toml(args.config) if getattr(args, "config", None) else None
+    return build(cls, file=file, section=section, source=getattr(args, "config", "") or "", flags=flags)

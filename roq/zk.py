@@ -44,7 +44,7 @@ _HOSTPORT = re.compile(r"^[A-Za-z0-9_.-]+:\d{1,5}$")
 
 def check_queue_name(name: Any) -> str:
     """Return ``name`` if it can name a queue (1-64 of ``A-Z a-z 0-9 _ . -``), else raise ConfigError."""
-    if not isinstance(name, str) or not _QUEUE_NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _QUEUE_NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(f"bad queue name {name!r}: use 1 to 64 characters among A-Z a-z 0-9 _ . -")
     return name
 
@@ -55,7 +55,7 @@ def check_hosts(hosts: Any) -> str:
         raise ConfigError(f"bad ZooKeeper address {hosts!r}: expected host:port[,host:port...]")
     servers = hosts.split("/", 1)[0]
     for part in servers.split(","):
-        if not _HOSTPORT.match(part) or not 0 < int(part.rsplit(":", 1)[1]) < 65536:
+        if not _HOSTPORT.fullmatch(part) or not 0 < int(part.rsplit(":", 1)[1]) < 65536:
             raise ConfigError(f"bad ZooKeeper address {part!r} in {hosts!r}: expected host:port")
     return hosts
 

@@ -17,7 +17,7 @@ from roq.process import Child, spawn
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LocalCluster"]
+__all__ = ["LocalCluster", "spawn_logged"]
 
 
 class LocalCluster:
@@ -161,9 +161,15 @@ class LocalCluster:
     # ------------------------------------------------------------------ helpers
 
     def _spawn(self, name: str, module: str, args: list[str]) -> Child:
-        stderr: IO[Any] | None = None
-        if self.log_dir is not None:
-            os.makedirs(self.log_dir, exist_ok=True)
-            stderr = open(os.path.join(self.log_dir, name.replace(" ", "-") + ".log"), "ab")
-            self._logs.append(stderr)
-        return spawn(name, module, args, stderr=stderr)
+        return spawn_logged(name, module, args, self.log_dir, self._logs)
+
+
+def spawn_logged(name: str, module: str, args: list[str], log_dir: str | None, files: list[IO[Any]]) -> Child:
+    """Start ``python -m module args`` logging to ``log_dir/<name>.log`` (None: this process's stderr);
+    the opened file is appended to ``files`` for the caller to close."""
+    stderr: IO[Any] | None = None
+    if log_dir is not None:
+        os.makedirs(log_dir, exist_ok=True)
+        stderr = open(os.path.join(log_dir, name.replace(" ", "-") + ".log"), "ab")
+        files.append(stderr)
+    return spawn(name, module, args, stderr=stderr)

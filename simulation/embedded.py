@@ -15,9 +15,10 @@ from typing import IO, Any, Callable, Sequence
 
 import client
 from roq.errors import BrokerTimeoutError, ConfigError
-from roq.process import Child, spawn
+from roq.process import Child
 from roq.zk import DEFAULT_ROOT
 from roq.zkserver import ZooKeeperServer
+from simulation.cluster import spawn_logged
 
 log = logging.getLogger(__name__)
 
@@ -211,9 +212,4 @@ class EmbeddedCluster:
             time.sleep(interval)
 
     def _spawn(self, name: str, module: str, args: list[str]) -> Child:
-        stderr: IO[Any] | None = None
-        if self.log_dir is not None:
-            os.makedirs(self.log_dir, exist_ok=True)
-            stderr = open(os.path.join(self.log_dir, name + ".log"), "ab")
-            self._logs.append(stderr)
-        return spawn(name, module, args, stderr=stderr)
+        return spawn_logged(name, module, args, self.log_dir, self._logs)

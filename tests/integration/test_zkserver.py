@@ -6,7 +6,6 @@ import os
 import time
 
 import psutil
-import pytest
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError

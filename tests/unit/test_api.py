@@ -9,6 +9,7 @@ def test_client_exports_a_small_stable_surface():
         "connect", "Connection", "Publisher", "PublisherConfig", "Subscriber", "SubscriberConfig",
         "Message", "SubscriberStats", "RoQError", "BrokerConnectionError", "NoExchangeError",
         "BrokerTimeoutError", "BufferFullError", "ClosedError", "ConfigError", "ProtocolError",
+        "QueueManager", "ManagementError", "NotFoundError", "NotLeaderError", "BadRequestError", "UnavailableError",
     }
     for name in client.__all__:
         assert hasattr(client, name)
@@ -26,3 +27,22 @@ def test_every_error_is_a_roq_error_and_no_builtin_is_shadowed():
 def test_message_fields():
     m = client.Message((b"k", b"v", "ab", 7, 1.5))
     assert (m.key, m.payload, m.publisher, m.seq, m.timestamp) == (b"k", b"v", "ab", 7, 1.5)
+
+
+def test_management_errors_carry_their_result_code():
+    for cls in (client.NotFoundError, client.BadRequestError, client.UnavailableError):
+        err = cls("why", 1104)
+        assert isinstance(err, client.ManagementError) and err.code == 1104
+    err = client.NotLeaderError("not the leader", 8, "tcp://127.0.0.1:5003")
+    assert err.leader == "tcp://127.0.0.1:5003" and err.code == 8
+
+
+def test_connect_takes_a_monitor_or_a_queue_by_name():
+    import pytest
+
+    with pytest.raises(client.ConfigError):
+        client.connect()
+    with pytest.raises(client.ConfigError):
+        client.connect("tcp://127.0.0.1:1", zk="127.0.0.1:2181", queue="q")
+    with pytest.raises(client.ConfigError):
+        client.connect(zk="127.0.0.1:2181")
