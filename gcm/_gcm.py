@@ -31,7 +31,7 @@ from roq.errors import ConfigError, ProtocolError, UnknownCommandError
 from roq.rules import DEFAULT_RULES, check_thresholds, merge_rules
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import bind, poll_ms
-from roq.zk import Paths, Session, check_hosts, check_queue_name, dumps, loads
+from roq.zk import Paths, Session, check_hosts, check_queue_name, dumps
 
 __all__ = ["Gcm", "GcmConfig"]
 
@@ -89,6 +89,7 @@ class _Pending:
     done: Callable[[QueueView | None], dict[str, Any] | None]  # the reply data once reached, else None
     deadline: float
     what: str
+    timeout: float
 
 
 @dataclasses.dataclass
@@ -238,8 +239,7 @@ class Gcm:
         for q in list(self.view.queues.values()):
             if q.state != REMOVING:
                 continue
-            since = self._removing_since(q)
-            if q.quiet or time.time() - since > self.config.stop_timeout:
+            if q.quiet or time.time() - q.removing_since > self.config.stop_timeout:
                 if not q.quiet:
                     log.warning("queue %s: processes still registered after %.0fs; removing anyway", q.name, self.config.stop_timeout)
                 try:
@@ -249,14 +249,6 @@ class Gcm:
                 log.info("queue %s removed", q.name)
                 del self.view.queues[q.name]
                 self._dirty = True
-
-    def _removing_since(self, q: QueueView) -> float:
-        try:
-            data, _ = self.session.zk.get(self.paths.queue(q.name))
-        except NoNodeError:
-            return 0.0
-        value = loads(data).get("removing_since", 0.0)
-        return float(value) if isinstance(value, (int, float)) else 0.0
 
     # ------------------------------------------------------------------ broadcast
 
@@ -365,7 +357,7 @@ class Gcm:
 
     def _wait(self, sock: zmq.Socket, envelope: list[bytes], queue: str, what: str, timeout: float,
               done: Callable[[QueueView | None], dict[str, Any] | None]) -> None:
-        p = _Pending(sock, envelope, queue, done, time.monotonic() + timeout, what)
+        p = _Pending(sock, envelope, queue, done, time.monotonic() + timeout, what, timeout)
         if not self._complete(p):
             self._pending.append(p)
 
@@ -386,13 +378,14 @@ class Gcm:
             if now < p.deadline:
                 keep.append(p)
             else:
-                self._send(p.sock, p.envelope, Result.UNAVAILABLE, f"queue {p.queue!r}: {p.what} not reached within "
-                           f"{p.deadline - now + (self.config.ready_timeout if 'ready' in p.what else self.config.stop_timeout):.0f}s; "
-                           "the change is recorded and will complete when the hosts can carry it out")
+                self._send(p.sock, p.envelope, Result.UNAVAILABLE,
+                           f"queue {p.queue!r}: {p.what} not reached within {p.timeout:.0f}s; the change is recorded "
+                           "and will complete when the hosts can carry it out")
         self._pending = keep
         for sock, ask in list(self._stats.items()):
             if now >= ask.deadline:
-                self._finish_stats(sock, None)
+                self._stats.pop(sock).sock.close()
+                self._answer_stats(ask, None)
 
     def _fail_pending(self, why: str) -> None:
         for p in self._pending:
@@ -440,7 +433,7 @@ class Gcm:
         if q is None:
             return
         if q.monitor is None or len(self._stats) >= 100:
-            self._finish_stats(None, _StatsAsk(sock, envelope, q, 0.0))
+            self._answer_stats(_StatsAsk(sock, envelope, q, 0.0), None)
             return
         ask = self._ctx.socket(zmq.DEALER)
         ask.setsockopt(zmq.LINGER, 0)
@@ -453,19 +446,16 @@ class Gcm:
             reply = control.decode(sock.recv(zmq.NOBLOCK))
         except (zmq.Again, ProtocolError):
             reply = None
-        self._finish_stats(sock, reply.data if isinstance(reply, control.Reply) else None)
+        sock.close()
+        ask = self._stats.pop(sock)
+        self._answer_stats(ask, reply.data if isinstance(reply, control.Reply) else None)
 
-    def _finish_stats(self, sock: zmq.Socket | None, status: Any) -> None:
-        ask = self._stats.pop(sock, None) if sock is not None else status
-        if sock is not None:
-            sock.close()
-            status = status if isinstance(status, dict) else None
-        assert ask is not None
+    def _answer_stats(self, ask: _StatsAsk, status: dict[str, Any] | None) -> None:
+        """Answer a stats request with the topology, and the monitor's status when it gave one."""
         q = ask.queue
         data: dict[str, Any] = {"Queue": q.summary(), "Rules": q.rules}
-        if isinstance(status, dict):
-            data["Monitor"] = status
-            self._send(ask.sock, ask.envelope, Result.OK, "", **data)
+        if status is not None:
+            self._send(ask.sock, ask.envelope, Result.OK, "", Monitor=status, **data)
         else:
             self._send(ask.sock, ask.envelope, Result.OK, "the monitor did not answer; topology only", **data)
 
@@ -537,12 +527,17 @@ class Gcm:
         data = {"state": state, "host": q.host, "placement": q.placement, "next_exchange": q.next_exchange, **extra}
         t.set_data(self.paths.queue(q.name), dumps(data), version=q.version)
 
-    def _stop(self, sock: zmq.Socket, envelope: list[bytes], msg: m.StopQueue) -> None:
-        q = self._queue(sock, envelope, msg.QName)
-        if q is None:
-            return
-        if q.state == REMOVING:
+    def _changeable(self, sock: zmq.Socket, envelope: list[bytes], name: str) -> QueueView | None:
+        """The queue named, unless it does not exist or is being removed (then the request is answered)."""
+        q = self._queue(sock, envelope, name)
+        if q is not None and q.state == REMOVING:
             self._send(sock, envelope, Result.UNAVAILABLE, f"queue {q.name!r} is being removed")
+            return None
+        return q
+
+    def _stop(self, sock: zmq.Socket, envelope: list[bytes], msg: m.StopQueue) -> None:
+        q = self._changeable(sock, envelope, msg.QName)
+        if q is None:
             return
         if q.state == RUNNING:
             doomed = self._existing_assignments(q)
@@ -559,11 +554,8 @@ class Gcm:
                    lambda v: {"COMMENT": "stopped", "State": STOPPED} if v is not None and v.quiet else None)
 
     def _start(self, sock: zmq.Socket, envelope: list[bytes], msg: m.StartQueue) -> None:
-        q = self._queue(sock, envelope, msg.QName)
+        q = self._changeable(sock, envelope, msg.QName)
         if q is None:
-            return
-        if q.state == REMOVING:
-            self._send(sock, envelope, Result.UNAVAILABLE, f"queue {q.name!r} is being removed")
             return
         if q.state == STOPPED:
             host = q.host if q.host in self.view.hosts else (choose_host(self.view) or "")

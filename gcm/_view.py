@@ -29,6 +29,7 @@ class QueueView:
     placement: dict[str, str]  # exchange id -> host
     next_exchange: int
     version: int  # of the queue znode, for conditional updates
+    removing_since: float = 0.0  # wall time the removal was decided
     monitor: dict[str, Any] | None = None  # the live monitor's znode, if any
     exchanges: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # live exchanges
     rules: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -141,6 +142,7 @@ def read_view(zk: KazooClient, paths: Paths, watch: Callable[..., Any]) -> View:
             placement=dict(placement) if isinstance(placement, dict) else {},
             next_exchange=int(data.get("next_exchange", 1)),
             version=version,
+            removing_since=float(data.get("removing_since", 0.0) or 0.0),
         )
         q.monitor, _ = get(paths.monitor(name))
         for xid in children(paths.exchanges(name)):

@@ -145,7 +145,6 @@ def _cluster_up(s: ClusterSettings) -> int:
     import tempfile
 
     from simulation.embedded import EmbeddedCluster
-    from roq.zkserver import ZooKeeperServer
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -155,16 +154,12 @@ def _cluster_up(s: ClusterSettings) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     log_dir = s.log_dir or tempfile.mkdtemp(prefix="roq-cluster-")
     cluster = EmbeddedCluster(
-        hosts=s.hosts, first_host=s.first_host, zk=s.zk or None, gcms=s.gcms, root=s.root,
+        hosts=s.hosts, first_host=s.first_host, zk=s.zk or None, zk_port=s.zk_port, gcms=s.gcms, root=s.root,
         session_timeout=s.session_timeout, max_exchanges=s.max_exchanges, log_dir=log_dir,
         gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port),
     )  # fmt: skip
     print(f"starting: {s.hosts} host(s) from {s.first_host}, {s.gcms} GCM(s); logs in {log_dir}", flush=True)
     try:
-        if not s.zk:
-            os.makedirs(log_dir, exist_ok=True)
-            cluster.zookeeper = ZooKeeperServer(port=s.zk_port, log_path=os.path.join(log_dir, "zookeeper.log"))
-            cluster.zk = cluster.zookeeper.start().hosts
         cluster.start()
         leader = cluster.manager.leader()
         print(f"zookeeper   {cluster.zk}{' (started here)' if not s.zk else ''}")

@@ -39,6 +39,7 @@ class EmbeddedCluster:
     Args:
         hosts: how many hosts (loopback aliases from ``first_host``).
         zk: servers of an existing ZooKeeper; None = start one on 127.0.0.1.
+        zk_port: the port of the ZooKeeper it starts (0 = any free port).
         gcms: how many GCMs (the first becomes the leader, the others standbys).
         root: ZooKeeper root (distinct roots let several clusters share one ZooKeeper).
         session_timeout: ZooKeeper session timeout of the GCMs and host managers.
@@ -54,6 +55,7 @@ class EmbeddedCluster:
         hosts: int = 3,
         first_host: str = "127.0.0.11",
         zk: str | None = None,
+        zk_port: int = 0,
         gcms: int = 1,
         root: str = DEFAULT_ROOT,
         session_timeout: float = 4.0,
@@ -65,6 +67,7 @@ class EmbeddedCluster:
     ) -> None:
         self.addresses = host_addresses(hosts, first_host)
         self.zk = zk or ""
+        self.zk_port = zk_port
         self.n_gcms = gcms
         self.root = root
         self.session_timeout = session_timeout
@@ -94,7 +97,7 @@ class EmbeddedCluster:
                 log_path = os.path.join(self.log_dir, "zookeeper.log") if self.log_dir else None
                 if self.log_dir:
                     os.makedirs(self.log_dir, exist_ok=True)
-                self.zookeeper = ZooKeeperServer(log_path=log_path).start(timeout)
+                self.zookeeper = ZooKeeperServer(port=self.zk_port, log_path=log_path).start(timeout)
                 self.zk = self.zookeeper.hosts
             for i in range(self.n_gcms):
                 self.add_gcm(ports=self.gcm_ports if i == 0 else (0, 0, 0), timeout=timeout)

@@ -34,14 +34,16 @@ def _print_logs(directory: Path) -> None:
         print("\n".join(lines[-30:]))
 
 
-@pytest.fixture
-def make_cluster(tmp_path, request):
-    """Start a LocalCluster (logs under the test's tmp_path); stopped at the end of the test."""
-    clusters: list[LocalCluster] = []
+def _clusters(kind: Any, tmp_path: Path, request: Any, defaults: Any):
+    """A factory of started clusters of ``kind`` (logs under the test's tmp_path), stopped after the test;
+    their logs are printed when the test failed."""
+    clusters: list[Any] = []
 
-    def make(**options) -> LocalCluster:
+    def make(**options: Any) -> Any:
         options.setdefault("log_dir", str(tmp_path / f"cluster{len(clusters)}"))
-        cluster = LocalCluster(**options)
+        for key, value in defaults().items():
+            options.setdefault(key, value)
+        cluster = kind(**options)
         clusters.append(cluster)
         return cluster.start()
 
@@ -51,6 +53,12 @@ def make_cluster(tmp_path, request):
     failed = getattr(request.node, "rep_call", None)
     if failed is not None and failed.failed:
         _print_logs(tmp_path)
+
+
+@pytest.fixture
+def make_cluster(tmp_path, request):
+    """Start a LocalCluster; stopped at the end of the test."""
+    yield from _clusters(LocalCluster, tmp_path, request, dict)
 
 
 @pytest.fixture
@@ -131,22 +139,8 @@ def zookeeper(tmp_path_factory):
 @pytest.fixture
 def make_embedded(zookeeper, tmp_path, request):
     """Start EmbeddedClusters on the shared ZooKeeper, each under its own root; stopped after the test."""
-    clusters: list[EmbeddedCluster] = []
-
-    def make(**options: Any) -> EmbeddedCluster:
-        options.setdefault("zk", zookeeper.hosts)
-        options.setdefault("root", f"/roq-test-{next(_roots)}")
-        options.setdefault("log_dir", str(tmp_path / f"embedded{len(clusters)}"))
-        cluster = EmbeddedCluster(**options)
-        clusters.append(cluster)
-        return cluster.start()
-
-    yield make
-    for cluster in clusters:
-        cluster.stop()
-    failed = getattr(request.node, "rep_call", None)
-    if failed is not None and failed.failed:
-        _print_logs(tmp_path)
+    yield from _clusters(EmbeddedCluster, tmp_path, request,
+                         lambda: {"zk": zookeeper.hosts, "root": f"/roq-test-{next(_roots)}"})
 
 
 @pytest.fixture
