@@ -205,5 +205,8 @@ class QueueManager:
             if result == Result.NOT_LEADER and time.monotonic() < deadline:
                 time.sleep(0.05)  # the election is settling: read the leader again
                 continue
+            if data.get("Retry") is True and time.monotonic() + 0.2 < deadline:
+                time.sleep(0.2)  # ZooKeeper was briefly unreachable (e.g. electing its leader); every request is idempotent
+                continue
             m.raise_for(result, comment, data)
             return data

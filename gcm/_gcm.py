@@ -319,7 +319,8 @@ class Gcm:
         except KazooException as exc:
             log.warning("GCM %s: %s failed in ZooKeeper: %r", self.id, type(msg).__name__, exc)
             self._dirty = True
-            self._send(sock, envelope, Result.UNAVAILABLE, f"ZooKeeper refused the change ({type(exc).__name__}); retry")
+            self._send(sock, envelope, Result.UNAVAILABLE, f"ZooKeeper refused the change ({type(exc).__name__}); retry",
+                       Retry=True)
 
     def _handlers(self, sock: zmq.Socket) -> dict[type, Callable[[zmq.Socket, list[bytes], Any], None]]:
         if sock is self.lookup:
