@@ -93,20 +93,86 @@ class QueueManager:
         return list(self._call(m.ListHosts(), None, read=True)["Hosts"])
 
     def set_rules(self, queue: str, rules: dict[str, Any]) -> dict[str, Any]:
-        """Change some of the queue's rules (see :data:`roq.rules.RULE_DOCS`); returns all of them.
+        """Set some of the queue's rules (see :data:`roq.rules.RULE_DOCS`); a ``None`` value unsets one.
 
-        Bad values raise :class:`~roq.errors.BadRequestError` and leave the rules in force unchanged.
+        Returns:
+            Every rule now in force: the defaults, overridden by the tuner's thresholds, overridden by the
+            rules an operator set (those alone: :meth:`explicit_rules`).
+
+        Raises:
+            BadRequestError: a bad value (the rules in force stay unchanged); NotFoundError: no such queue.
         """
         return dict(self._call(m.SetRules(QName=check_queue_name(queue), Rules=dict(rules)), None)["Rules"])
 
     def get_rules(self, queue: str) -> dict[str, Any]:
+        """Every rule in force for ``queue`` (as :meth:`set_rules` returns them).
+
+        Raises:
+            NotFoundError: no such queue.
+        """
         return dict(self._call(m.GetRules(QName=check_queue_name(queue)), None, read=True)["Rules"])
+
+    def explicit_rules(self, queue: str) -> dict[str, Any]:
+        """Only the rules an operator set on ``queue`` (the rest come from thresholds and defaults).
+
+        Raises:
+            NotFoundError: no such queue.
+        """
+        return dict(self._call(m.GetRules(QName=check_queue_name(queue)), None, read=True).get("Explicit", {}))
 
     def set_thresholds(self, queue: str, thresholds: dict[str, float]) -> dict[str, Any]:
         return dict(self._call(m.SetThresholds(QName=check_queue_name(queue), Thresholds=dict(thresholds)), None)["Thresholds"])
 
     def get_thresholds(self, queue: str) -> dict[str, Any]:
         return dict(self._call(m.GetThresholds(QName=check_queue_name(queue)), None, read=True)["Thresholds"])
+
+    def scale_out(self, queue: str, exchanges: int, reason: str = "") -> dict[str, Any]:
+        """Have ``exchanges`` exchanges placed for ``queue``, the missing ones on the hosts with most headroom.
+
+        Idempotent: asking again for the same total adds nothing. Returns once the placement is stored (the
+        processes start right after): ``Placed`` [{Exchange, Host}] (empty if as many were placed already) and
+        ``Exchanges``, how many are placed now: fewer than asked when only some fitted.
+
+        Raises:
+            BadRequestError: beyond the queue's ``max_exchanges``; NotFoundError: no such queue;
+            UnavailableError: the queue is not running, or no host can take an exchange (the message says
+            why for each host).
+        """
+        request = m.ScaleOut(QName=check_queue_name(queue), Exchanges=int(exchanges), Reason=reason)
+        return self._call(request, None)
+
+    def remove_exchange(self, queue: str, exchange: str, reason: str = "") -> dict[str, Any]:
+        """Take exchange slot ``exchange`` (``x3``, or an incarnation name ``x3-1a2b``) out of ``queue``.
+
+        Its host manager stops the process (an exchange drains first: see the monitor). Idempotent: a slot
+        already gone answers as removed. Returns ``Exchange``, ``Exchanges`` (how many are left) and, when it
+        was removed now, ``Host``.
+
+        Raises:
+            BadRequestError: it would leave fewer than the queue's ``min_exchanges``; NotFoundError: no such
+            queue; UnavailableError: the queue is being removed.
+        """
+        request = m.RemoveExchange(QName=check_queue_name(queue), Exchange=exchange, Reason=reason)
+        return self._call(request, None)
+
+    def events(self, queue: str, limit: int = 200) -> list[dict[str, Any]]:
+        """The queue's most recent topology events of its monitor and the GCM, oldest first.
+
+        Each is a document with ``seq``, ``time`` (seconds since the epoch), ``source`` (``monitor`` or
+        ``gcm``), ``kind``, ``text`` (a sentence with the numbers) and fields of its kind.
+
+        Raises:
+            BadRequestError: ``limit`` is not between 1 and 1000; NotFoundError: no such queue.
+        """
+        return list(self._call(m.GetEvents(QName=check_queue_name(queue), Limit=int(limit)), None, read=True)["Events"])
+
+    def counters(self, queue: str) -> dict[str, Any]:
+        """The counters the queue's monitor keeps (moves, scale-outs, failovers...; ``{}`` before it wrote any).
+
+        Raises:
+            NotFoundError: no such queue.
+        """
+        return dict(self._call(m.GetEvents(QName=check_queue_name(queue), Limit=1), None, read=True)["Counters"])
 
     def lookup(self, queue: str, *, timeout: float = 10.0) -> str:
         """The endpoint of ``queue``'s monitor (waits while the queue is starting)."""

@@ -124,7 +124,8 @@ class Exchange:
         acct = Accounting(now)
         dropped_at_report = 0
         next_beat = now + cfg.heartbeat_interval
-        next_kpi = now + cfg.kpi_period
+        self._kpi_period = cfg.kpi_period
+        next_kpi = now + self._kpi_period
         while not self._stopping:
             timeout = max(0.0, min(next_beat, next_kpi, self._ack_due) - time.monotonic())
             events = dict(poller.poll(poll_ms(timeout)))
@@ -147,8 +148,8 @@ class Exchange:
                 self._send_control(self._heartbeat())
                 self._beacon()
                 self._check_drained(now)
-            if now >= next_kpi:
-                next_kpi = now + cfg.kpi_period
+            if now >= min(next_kpi, acct.started + self._kpi_period):
+                next_kpi = now + self._kpi_period
                 kpi = acct.report(
                     self.id,
                     now,
@@ -259,6 +260,12 @@ class Exchange:
             if isinstance(msg, control.Shutdown):
                 log.info("exchange %s: shutdown asked by the monitor (%s)", self.id, msg.reason or "no reason")
                 self._stopping = True
+            elif isinstance(msg, control.KpiPeriod):
+                if not 0.05 <= msg.period <= 3600:
+                    self.drops.drop("bad control message", f"KPI period {msg.period!r} out of 0.05..3600 s")
+                elif msg.period != self._kpi_period:
+                    log.info("exchange %s: KPI period now %.2fs (was %.2fs)", self.id, msg.period, self._kpi_period)
+                    self._kpi_period = msg.period
             elif isinstance(msg, control.Reply):
                 if msg.result != control.Result.OK:
                     log.warning("exchange %s: monitor answered %d: %s", self.id, msg.result, msg.comment)

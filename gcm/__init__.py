@@ -4,6 +4,6 @@
 """
 
 from gcm._gcm import Gcm, GcmConfig
-from gcm._view import choose_host
+from gcm._placement import choose_host
 
 __all__ = ["Gcm", "GcmConfig", "choose_host"]

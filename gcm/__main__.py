@@ -31,6 +31,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--broadcast-period", type=float, help=f"seconds between periodic broadcasts (default {d.broadcast_period})")
     p.add_argument("--ready-timeout", type=float, help=f"longest wait for a created queue's processes (default {d.ready_timeout})")
     p.add_argument("--stop-timeout", type=float, help=f"longest wait for a stopped queue's processes (default {d.stop_timeout})")
+    p.add_argument("--host-grace", type=float,
+                   help="seconds a host holding exchanges or monitors of running queues may be unregistered before "
+                   f"they are moved to other hosts (default {d.host_grace})")
     p.add_argument("--id", dest="gcm_id", help="a name for this GCM in logs and replies (default: generated)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING... (default INFO)")
     return p.parse_args(argv)

@@ -8,7 +8,9 @@ out on their own; a create retried on the new leader finds the queue and answers
 
 Replies that wait for processes (create, start, stop, remove, create exchange) are kept as pending and
 answered when the view shows the outcome, or with UNAVAILABLE at their deadline. The loop never blocks on
-them.
+them. Scale-out and exchange removal answer once the placement is stored: the queue's monitor sees the
+exchanges come and go. Where exchanges go is :mod:`gcm._placement`; what happens when a host is lost is
+:mod:`gcm._hostloss`; every decision is logged and recorded as an event of its queue (:mod:`gcm._events`).
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ import zmq
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from gcm._election import Election
-from gcm._view import REMOVING, RUNNING, STOPPED, QueueView, View, broadcast_docs, choose_host, read_view
+from gcm._events import MAX_LIMIT, EventLog
+from gcm._hostloss import HostLoss
+from gcm._placement import Placer, slot_order
+from gcm._scaling import MAX_AT_ONCE, Scaling
+from gcm._view import REMOVING, RUNNING, STOPPED, QueueView, View, broadcast_docs, read_view
 from roq import control, management as m
 from roq.control import Result
 from roq.errors import ConfigError, ProtocolError, UnknownCommandError
-from roq.rules import DEFAULT_RULES, check_thresholds, merge_rules
+from roq.rules import check_thresholds, effective_rules, update_rules
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import bind, poll_ms
 from roq.zk import Paths, Session, check_hosts, check_queue_name, dumps
@@ -38,7 +44,6 @@ __all__ = ["Gcm", "GcmConfig"]
 log = logging.getLogger("gcm")
 
 _MAX_ZMQ_MESSAGE = 128 << 20  # beyond this ZeroMQ drops the peer; below it a too-large request is answered
-_MAX_EXCHANGES_AT_ONCE = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +60,8 @@ class GcmConfig:
         broadcast_period: seconds between periodic broadcasts (changes are broadcast at once).
         ready_timeout: how long create/start wait for the queue's processes before answering UNAVAILABLE.
         stop_timeout: how long stop/remove wait for the processes to go.
+        host_grace: how long a host holding exchanges or monitors of running queues may be unregistered
+            (as seen by the leader) before they are moved to other hosts.
         gcm_id: a name for logs and the election ("" = generated).
     """
 
@@ -68,13 +75,14 @@ class GcmConfig:
     broadcast_period: float = 2.0
     ready_timeout: float = 15.0
     stop_timeout: float = 15.0
+    host_grace: float = 2.0
     gcm_id: str = ""
 
     def __post_init__(self) -> None:
         if self.zk:  # "" only while flags are being gathered
             check_hosts(self.zk)
         Paths(self.root)
-        for name in ("session_timeout", "broadcast_period", "ready_timeout", "stop_timeout"):
+        for name in ("session_timeout", "broadcast_period", "ready_timeout", "stop_timeout", "host_grace"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 
@@ -121,6 +129,9 @@ class Gcm:
         self._last_broadcast: tuple[Any, Any] | None = None
         self._next_broadcast = 0.0
         self.requests = 0
+        self.events = EventLog(self.session.zk, self.paths)
+        self.host_loss = HostLoss(config.host_grace, self.session.zk, self.paths, self.events, self._commit)
+        self.scaling = Scaling(self.session.zk, self.paths, self.events, self._commit)
 
     def _router(self) -> zmq.Socket:
         sock = self._ctx.socket(zmq.ROUTER)
@@ -166,7 +177,11 @@ class Gcm:
             for sock in set(self._stats) - asking:
                 poller.register(sock, zmq.POLLIN)
             asking = set(self._stats)
-            timeout = 0.02 if self._dirty else min(0.25, max(0.0, self._next_broadcast - time.monotonic()))
+            now = time.monotonic()
+            wake = now + 0.25  # a standby wakes only to notice signals; a leader also for its timers
+            if self.leading:
+                wake = min(wake, self._next_broadcast, self.host_loss.next_deadline(now) or wake)
+            timeout = 0.02 if self._dirty else max(0.0, wake - now)
             events = dict(poller.poll(poll_ms(timeout)))
             if wakeup.fd in events and wakeup.consume():
                 log.info("GCM %s: stopping on signal", self.id)
@@ -182,6 +197,8 @@ class Gcm:
                 self._on_stats_reply(sock)
             now = time.monotonic()
             self._expire(now)
+            if self.leading and not self._dirty and self.host_loss.act(self.view, now):
+                self._refresh()
             if self.leading and now >= self._next_broadcast:
                 self._broadcast(force=True)
 
@@ -203,6 +220,7 @@ class Gcm:
         for state in states:
             if state == "lost" and self.election is not None:
                 self.election.lost()
+                self.host_loss.reset()
                 self._fail_pending("the GCM lost its ZooKeeper session; retry")
             self._dirty = True
 
@@ -213,10 +231,12 @@ class Gcm:
         try:
             changed = self.election.update(self.session.watch)
             if not self.leading:
+                self.host_loss.reset()
                 if changed:
                     self._fail_pending("this GCM is no longer the leader; retry")
                 return
             self.view = read_view(self.session.zk, self.paths, self.session.watch)
+            self.host_loss.update(self.view, time.monotonic())
             self._finish_removals()
         except KazooException as exc:
             log.warning("GCM %s: reading ZooKeeper failed (%s); retrying", self.id, type(exc).__name__)
@@ -341,6 +361,9 @@ class Gcm:
             m.ListHosts: self._hosts,
             m.SetThresholds: self._set_thresholds,
             m.GetThresholds: self._get_thresholds,
+            m.ScaleOut: self._scale_out,
+            m.RemoveExchange: self._remove_exchange,
+            m.GetEvents: self._get_events,
         }
 
     def _send(self, sock: zmq.Socket, envelope: list[bytes], result: int, comment: str = "", **data: Any) -> None:
@@ -422,12 +445,20 @@ class Gcm:
     def _get_rules(self, sock: zmq.Socket, envelope: list[bytes], msg: m.GetRules) -> None:
         q = self._queue(sock, envelope, msg.QName)
         if q is not None:
-            self._send(sock, envelope, Result.OK, "", Rules=q.rules)
+            self._send(sock, envelope, Result.OK, "", Rules=q.rules, Explicit=q.explicit_rules)
 
     def _get_thresholds(self, sock: zmq.Socket, envelope: list[bytes], msg: m.GetThresholds) -> None:
         q = self._queue(sock, envelope, msg.QName)
         if q is not None:
             self._send(sock, envelope, Result.OK, "", Thresholds=q.thresholds)
+
+    def _get_events(self, sock: zmq.Socket, envelope: list[bytes], msg: m.GetEvents) -> None:
+        if not 1 <= msg.Limit <= MAX_LIMIT:
+            raise ConfigError(f"Limit must be between 1 and {MAX_LIMIT}, got {msg.Limit}")
+        q = self._queue(sock, envelope, msg.QName)
+        if q is not None:
+            events, counters = self.events.read(q.name, msg.Limit)
+            self._send(sock, envelope, Result.OK, "", Events=events, Counters=counters)
 
     def _queue_stats(self, sock: zmq.Socket, envelope: list[bytes], msg: m.QueueStats) -> None:
         q = self._queue(sock, envelope, msg.QName)
@@ -464,8 +495,8 @@ class Gcm:
 
     def _create(self, sock: zmq.Socket, envelope: list[bytes], msg: m.CreateQueue | m.CreateQueueAnywhere) -> None:
         name = check_queue_name(msg.QName)
-        if not 1 <= msg.Exchanges <= _MAX_EXCHANGES_AT_ONCE:
-            raise ConfigError(f"Exchanges must be between 1 and {_MAX_EXCHANGES_AT_ONCE}, got {msg.Exchanges}")
+        if not 1 <= msg.Exchanges <= MAX_AT_ONCE:
+            raise ConfigError(f"Exchanges must be between 1 and {MAX_AT_ONCE}, got {msg.Exchanges}")
         existing = self.view.queues.get(name)
         if existing is not None:
             if existing.state == REMOVING:
@@ -482,9 +513,10 @@ class Gcm:
                 self._send(sock, envelope, Result.NOT_FOUND, f"no host manager registered at {host!r} (hosts: {known})")
                 return
         else:
-            host = choose_host(self.view) or ""
+            placer = Placer(self.view)
+            host = placer.choose() or ""
             if not host:
-                self._send(sock, envelope, Result.UNAVAILABLE, "no host has room for an exchange (all full or none registered)")
+                self._send(sock, envelope, Result.UNAVAILABLE, f"no host can take a new queue: {placer.explain()}")
                 return
         placement = {f"x{i}": host for i in range(1, msg.Exchanges + 1)}
         data = {"state": RUNNING, "host": host, "placement": placement, "next_exchange": msg.Exchanges + 1,
@@ -494,9 +526,11 @@ class Gcm:
 
         def ops(t: Any) -> None:
             t.create(paths.queue(name), dumps(data))
-            t.create(paths.rules(name), dumps(DEFAULT_RULES))
+            t.create(paths.rules(name), dumps({}))  # only what an operator sets: defaults and thresholds stay live
             t.create(paths.thresholds(name), dumps({}))
             t.create(paths.exchanges(name), b"")
+            t.create(paths.events(name), b"")
+            t.create(paths.events(name, "gcm"), dumps({"events": [], "counters": {}}))
             t.create(paths.assignment(host, name, "monitor"), b"")
             for xid in placement:
                 t.create(paths.assignment(host, name, xid), b"")
@@ -507,7 +541,8 @@ class Gcm:
             self._refresh()
             self._wait(sock, envelope, name, "ready", self.config.ready_timeout, self._ready_reply("already exists"))
             return
-        log.info("queue %s created on %s with %d exchange(s)", name, host, msg.Exchanges)
+        self.events.record(name, "queue_created", f"created on {host} with {msg.Exchanges} exchange(s)",
+                           host=host, exchanges=msg.Exchanges)
         self._refresh()
         self._wait(sock, envelope, name, "ready", self.config.ready_timeout, self._ready_reply("created"))
 
@@ -549,7 +584,9 @@ class Gcm:
                     t.delete(path)
 
             self._commit(ops)
-            log.info("queue %s stopping", q.name)
+            self.events.record(q.name, "queue_stopped",
+                               f"stopped: its monitor and {len(q.placement)} exchange(s) are being stopped",
+                               exchanges=len(q.placement))
             self._refresh()
         self._wait(sock, envelope, q.name, "stopped", self.config.stop_timeout,
                    lambda v: {"COMMENT": "stopped", "State": STOPPED} if v is not None and v.quiet else None)
@@ -559,11 +596,19 @@ class Gcm:
         if q is None:
             return
         if q.state == STOPPED:
-            host = q.host if q.host in self.view.hosts else (choose_host(self.view) or "")
+            placer = Placer(self.view)
+            host = q.host if q.host in self.view.hosts else (placer.choose_monitor(q) or "")
             if not host:
                 self._send(sock, envelope, Result.UNAVAILABLE, "no live host to start the queue on")
                 return
-            placement = {x: (h if h in self.view.hosts else host) for x, h in q.placement.items()} or {"x1": host}
+            placement = {}
+            for xid in sorted(q.placement, key=slot_order) or ["x1"]:
+                old = q.placement.get(xid, "")
+                if old in self.view.hosts:
+                    placement[xid] = old
+                else:  # its host is gone: where a scale-out would put it, else beside the monitor
+                    placement[xid] = placer.choose(q) or host
+                    placer.place(q.name, placement[xid], old or None)
             q = dataclasses.replace(q, host=host, placement=placement)
             paths = self.paths
             for h in {host, *placement.values()}:
@@ -576,7 +621,9 @@ class Gcm:
                     t.create(paths.assignment(h, q.name, xid), b"")
 
             self._commit(ops)
-            log.info("queue %s starting on %s", q.name, host)
+            where = ", ".join(f"{x}@{h}" for x, h in placement.items())
+            self.events.record(q.name, "queue_started", f"started: monitor on {host}, exchanges {where}",
+                               host=host, exchanges=len(placement))
             self._refresh()
         self._wait(sock, envelope, q.name, "ready", self.config.ready_timeout, self._ready_reply("running"))
 
@@ -605,10 +652,12 @@ class Gcm:
         if q.state != RUNNING:
             self._send(sock, envelope, Result.UNAVAILABLE, f"queue {q.name!r} is {q.state}")
             return
-        host = msg.Host or choose_host(self.view) or ""
+        placer = Placer(self.view)
+        host = msg.Host or placer.choose(q) or ""
         if host not in self.view.hosts:
             self._send(sock, envelope, Result.NOT_FOUND if msg.Host else Result.UNAVAILABLE,
-                       f"no host manager registered at {host!r}" if msg.Host else "no host has room for an exchange")
+                       f"no host manager registered at {host!r}" if msg.Host
+                       else f"no host can take an exchange of {q.name!r}: {placer.explain(q)}")
             return
         xid = f"x{q.next_exchange}"
         placement = {**q.placement, xid: host}
@@ -619,14 +668,42 @@ class Gcm:
             t.create(self.paths.assignment(host, q.name, xid), b"")
 
         self._commit(ops)
-        log.info("queue %s: exchange %s placed on %s", q.name, xid, host)
+        self.events.record(q.name, "exchange_placed",
+                           f"exchange {xid} placed on {host} (create-exchange request): "
+                           f"{len(q.placement)} -> {len(placement)} exchanges",
+                           reason="create-exchange request", hosts=host, placed=xid,
+                           exchanges=len(placement), previous=len(q.placement))
         self._refresh()
         self._wait(sock, envelope, q.name, f"exchange {xid} ready", self.config.ready_timeout,
                    lambda v: {"COMMENT": "created", "Exchange": xid, "Host": host, **v.exchanges[xid]}
                    if v is not None and xid in v.exchanges else None)
 
+    def _scale_out(self, sock: zmq.Socket, envelope: list[bytes], msg: m.ScaleOut) -> None:
+        q = self._queue(sock, envelope, msg.QName)
+        if q is not None:
+            result, comment, data = self.scaling.scale_out(self.view, q, msg.Exchanges, msg.Reason)
+            self._send(sock, envelope, result, comment, **data)
+
+    def _remove_exchange(self, sock: zmq.Socket, envelope: list[bytes], msg: m.RemoveExchange) -> None:
+        q = self._changeable(sock, envelope, msg.QName)
+        if q is not None:
+            result, comment, data = self.scaling.remove(q, msg.Exchange, msg.Reason)
+            self._send(sock, envelope, result, comment, **data)
+
     def _set_rules(self, sock: zmq.Socket, envelope: list[bytes], msg: m.SetRules) -> None:
-        self._set_document(sock, envelope, msg.QName, "Rules", lambda q: merge_rules(q.rules, msg.Rules), self.paths.rules)
+        """Store the keys an operator set (a None value unsets one); answer the rules now in force."""
+        q = self._queue(sock, envelope, msg.QName)
+        if q is None:
+            return
+        try:
+            explicit = update_rules(q.explicit_rules, msg.Rules, q.thresholds)
+        except ConfigError as exc:
+            self._send(sock, envelope, Result.BAD_REQUEST, f"rules of {q.name!r} unchanged: {exc}")
+            return
+        self.session.zk.set(self.paths.rules(q.name), dumps(explicit))
+        self._dirty = True
+        log.info("queue %s: rules set by the operator now %s", q.name, explicit)
+        self._send(sock, envelope, Result.OK, "rules set", Rules=effective_rules(explicit, q.thresholds), Explicit=explicit)
 
     def _set_thresholds(self, sock: zmq.Socket, envelope: list[bytes], msg: m.SetThresholds) -> None:
         self._set_document(sock, envelope, msg.QName, "Thresholds",

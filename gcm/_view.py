@@ -1,8 +1,8 @@
 """What the GCM knows of the cluster: a snapshot read from ZooKeeper, and the pure decisions made on it.
 
 :func:`read_view` reads the whole topology (setting a watch on everything it reads, so any change wakes
-the GCM); the rest is plain logic, unit-tested without ZooKeeper: which host has the most headroom, what the
-broadcast says, whether a queue is ready.
+the GCM); the rest is plain logic, unit-tested without ZooKeeper: what the broadcast says, whether a queue is
+ready. Where things go is decided in :mod:`gcm._placement`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any, Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from roq.rules import DEFAULT_RULES
+from roq.rules import DEFAULT_RULES, effective_rules
 from roq.zk import Paths, loads
 
-__all__ = ["QueueView", "HostView", "View", "read_view", "choose_host", "broadcast_docs"]
+__all__ = ["QueueView", "HostView", "View", "read_view", "broadcast_docs", "RUNNING", "STOPPED", "REMOVING"]
 
 RUNNING, STOPPED, REMOVING = "running", "stopped", "removing"
 
@@ -32,17 +32,20 @@ class QueueView:
     removing_since: float = 0.0  # wall time the removal was decided
     monitor: dict[str, Any] | None = None  # the live monitor's znode, if any
     exchanges: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # live exchanges
-    rules: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rules: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_RULES))  # in force
+    explicit_rules: dict[str, Any] = dataclasses.field(default_factory=dict)  # the keys an operator set
     thresholds: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
-        """Running with its monitor and every placed exchange up."""
+        """Running with its monitor and every placed exchange up, each registered by the host it is placed on
+        (a process of a host the slot was moved away from does not count)."""
         return (
             self.state == RUNNING
             and self.monitor is not None
+            and self.monitor.get("host", self.host) == self.host
             and bool(self.placement)
-            and all(x in self.exchanges for x in self.placement)
+            and all(x in self.exchanges and self.exchanges[x].get("host", h) == h for x, h in self.placement.items())
         )
 
     @property
@@ -76,9 +79,16 @@ class HostView:
 
     @property
     def cpu_percent(self) -> float:
+        return self._kpi("cpu_percent")
+
+    @property
+    def memory_percent(self) -> float:
+        return self._kpi("memory_percent")
+
+    def _kpi(self, name: str) -> float:
         kpis = self.data.get("kpis")
-        value = kpis.get("cpu_percent", 0.0) if isinstance(kpis, dict) else 0.0
-        return float(value) if isinstance(value, (int, float)) else 0.0
+        value = kpis.get(name, 0.0) if isinstance(kpis, dict) else 0.0
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
     def summary(self, assigned: int) -> dict[str, Any]:
         kpis = self.data.get("kpis", {}) if isinstance(self.data.get("kpis"), dict) else {}
@@ -149,10 +159,11 @@ def read_view(zk: KazooClient, paths: Paths, watch: Callable[..., Any]) -> View:
             x, _ = get(paths.exchange(name, xid))
             if x is not None:
                 q.exchanges[xid] = x
-        rules, _ = get(paths.rules(name))
-        q.rules = {**DEFAULT_RULES, **(rules or {})}
-        q.thresholds, _ = get(paths.thresholds(name))
-        q.thresholds = q.thresholds or {}
+        explicit, _ = get(paths.rules(name))
+        thresholds, _ = get(paths.thresholds(name))
+        q.explicit_rules = {k: v for k, v in (explicit or {}).items() if k in DEFAULT_RULES}
+        q.thresholds = thresholds or {}
+        q.rules = effective_rules(q.explicit_rules, q.thresholds)
         queues[name] = q
     hosts = {}
     for address in children(paths.hosts):
@@ -160,22 +171,6 @@ def read_view(zk: KazooClient, paths: Paths, watch: Callable[..., Any]) -> View:
         if data is not None:
             hosts[address] = HostView(address, data)
     return View(queues, hosts)
-
-
-def choose_host(view: View, exclude: frozenset[str] = frozenset()) -> str | None:
-    """The live host with the most free exchange slots (ties: lower CPU %, then address); None if full."""
-    assigned = view.assigned()
-    best: tuple[int, float, str] | None = None
-    for host in view.hosts.values():
-        if host.address in exclude:
-            continue
-        free = host.max_exchanges - assigned.get(host.address, 0)
-        if free <= 0:
-            continue
-        key = (-free, host.cpu_percent, host.address)
-        if best is None or key < best:
-            best = key
-    return best[2] if best else None
 
 
 def broadcast_docs(view: View) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -29,7 +29,7 @@ from roq import control
 from roq.errors import ConfigError, ProtocolError
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import bind, poll_ms
-from roq.zk import Paths, Session, check_hosts, dumps, loads
+from roq.zk import Paths, Session, check_hosts, dumps, incarnation, loads
 
 __all__ = ["HostManager", "HostManagerConfig"]
 
@@ -312,7 +312,11 @@ class HostManager:
         a = sup.assignment
         port = self.ports.allocate(sup.last_port)
         sup.last_port = port
-        args = ["--address", self.address, "--port", str(port), "--queue", a.queue, *self.config.monitor_args]
+        c = self.config
+        args = [
+            "--address", self.address, "--port", str(port), "--queue", a.queue,
+            "--zk", c.zk, "--root", c.root, "--session-timeout", str(c.session_timeout), *c.monitor_args,
+        ]  # fmt: skip
         sup.start(args, [port], self._log_for(sup))
 
     def _start_exchange(self, sup: Supervised, monitor: str) -> None:
@@ -320,7 +324,7 @@ class HostManager:
         front, back = self.ports.allocate(), self.ports.allocate()
         # every incarnation has a name of its own: the monitor must see a crashed exchange as lost (and fail
         # its publishers over), not as the same exchange come back on new ports
-        sup.incarnation = f"{a.id}-{os.urandom(2).hex()}"
+        sup.incarnation = incarnation(a.id)
         args = [
             "--monitor", monitor, "--address", self.address, "--frontend-port", str(front),
             "--backend-port", str(back), "--id", sup.incarnation, *self.config.exchange_args,

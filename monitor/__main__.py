@@ -9,6 +9,7 @@ from monitor._monitor import Monitor
 from roq.config import MonitorConfig
 from roq.errors import ConfigError
 from roq.runtime import ExitCode, run_node, setup_logging
+from roq.zk import Paths, check_hosts
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -32,6 +33,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cooldown", type=float, default=d.cooldown, help=f"seconds a moved publisher stays put (default {d.cooldown})")
     p.add_argument("--smoothing", type=float, default=d.smoothing, help=f"EWMA weight of the newest KPI (default {d.smoothing})")
     p.add_argument("--no-relocation-rule", action="store_true", help="never move publishers by the rule (forced moves still work)")
+    p.add_argument("--zk", default=d.zk, help="ZooKeeper servers host:port[,...]: adopt the queue's rules from there, keep "
+                   "events there and scale the queue out and in through the GCM (default: none, a monitor on its own)")
+    p.add_argument("--root", default=d.root, help=f"ZooKeeper root of the cluster (default {d.root})")
+    p.add_argument("--session-timeout", type=float, default=d.session_timeout,
+                   help=f"ZooKeeper session timeout (default {d.session_timeout}s)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING... (default INFO)")
     return p.parse_args(argv)
 
@@ -51,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
             cooldown=args.cooldown,
             smoothing=args.smoothing,
             relocation_rule=not args.no_relocation_rule,
+            zk=args.zk,
+            root=args.root,
+            session_timeout=args.session_timeout,
         )
+        if config.zk:
+            check_hosts(config.zk)
+            Paths(config.root)
     except ConfigError as exc:
         print(f"monitor: {exc}", file=sys.stderr)
         return ExitCode.CONFIG

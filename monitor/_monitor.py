@@ -8,26 +8,41 @@ subscribers (hello, ready) and operators (ping, status, forced relocation). The 
 * moves publishers make-before-break: subscribers are prepared first (they note the move and confirm
   they hear the target), then the publisher is told to move;
 * declares an exchange dead after ``heartbeat_timeout`` of silence and fails its publishers over;
-* every KPI period, applies the relocation rule (:mod:`monitor._rule`) and logs each decision.
+* four times per KPI period, applies the relocation rule (:mod:`monitor._rule`) and, in a cluster, the
+  scaling rule (:mod:`monitor._elastic`), and logs each decision with its reason and numbers.
+
+In a cluster (``config.zk`` set, see :mod:`monitor._cluster`) the queue's rules come from ZooKeeper and
+change without a restart; scaling out asks the GCM for one more exchange, scaling in drains the least
+loaded exchange and then asks the GCM to remove it. A restarted monitor rebuilds its state from what the
+exchanges, publishers and subscribers report (they all report periodically) and from ZooKeeper (rules,
+placement, its earlier events and counters); while it settles it does not take a publisher's exchange it
+has not heard from yet for dead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import time
 from typing import Any, Callable
 
 import zmq
 
 from monitor import _rule
+from monitor._cluster import ClusterLink
+from monitor._elastic import Decision, QueueLoad, Scaler
 from monitor._moves import Mover
 from monitor._topology import EventLog, ExchangeEntry, PublisherEntry, SubscriberEntry, Topology
 from roq import control
 from roq.config import MonitorConfig
 from roq.control import Result
+from roq import management as m
 from roq.errors import ProtocolError, UnknownCommandError
+from roq.rules import DEFAULT_RULES
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import HandshakeWatch, bind, poll_ms
+from roq.zk import exchange_slot
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +50,9 @@ __all__ = ["Monitor"]
 
 BURST = 512
 TICK = 0.05  # seconds between checks of heartbeats and timeouts
+EVALUATIONS_PER_PERIOD = 4  # rule evaluations per KPI period (each acts only on sustained conditions)
+STARTING_LIMIT = 20.0  # a placed exchange not heard of for this long no longer holds scaling back
+REFUSED_BACKOFF = 5.0  # at least this long between scale-outs after the GCM refused one
 
 
 class Monitor:
@@ -64,6 +82,19 @@ class Monitor:
         self.mover = Mover(self.topology, config, self.log, lambda ident, msg: self._send([ident], msg), self._event)
         self._limit_reported: dict[str, float] = {}
         self._stopping = False
+        self.cluster = (
+            ClusterLink(config.zk, config.root, config.queue, self._ctx, session_timeout=config.session_timeout)
+            if config.zk else None
+        )
+        self.rules = self._rules_of(config)
+        self.scaler = Scaler()
+        self._missing_since: dict[str, float] = {}  # placed slots not heard of yet -> since when
+        self._scaled_out_at: float | None = None  # when the last scale-out was decided (until its exchange joins)
+        self._out_refused_until = 0.0
+        self._retiring: str | None = None  # the exchange drained to scale in
+        self._remove_asked = False
+        self._stuck: list[str] = []
+        self._fresh: str | None = None  # a new exchange that hot exchanges wait for
         self._handlers: dict[type, Callable[[list[bytes], Any], None]] = {
             control.Heartbeat: self._on_heartbeat,
             control.ExchangeKpi: self._on_kpi,
@@ -90,9 +121,24 @@ class Monitor:
         """
         self.endpoint = bind(self._router, self.config.address, self.config.port)
         self._watch = HandshakeWatch(self._router, "control", self.drops)
+        self.topology.settle_until = time.monotonic() + 2 * self.config.heartbeat_timeout
         log.info("monitor of queue %r listening on %s", self.config.queue, self.endpoint)
+        if self.cluster is not None:
+            events, counters = self.cluster.start()
+            self.log.restore(events, counters)
+            self._adopt(self.cluster.rules)
+            self._event(
+                "monitor_started",
+                f"monitor of queue {self.config.queue} started on {self.endpoint}"
+                + (f"; continuing {len(events)} earlier events" if events else ""),
+                endpoint=self.endpoint,
+            )
 
     def close(self) -> None:
+        if self.cluster is not None:
+            if self.log.changed:
+                self.cluster.flush(list(self.log.events), self.log.counters, time.monotonic(), force=True)
+            self.cluster.close()
         if self._watch is not None:
             self._watch.close()
         self._router.close()
@@ -107,11 +153,26 @@ class Monitor:
             poller.register(self._watch.socket, zmq.POLLIN)
         if wakeup is not None:
             poller.register(wakeup.fd, zmq.POLLIN)
+        if self.cluster is not None:
+            poller.register(self.cluster.fd, zmq.POLLIN)
+        gcm: zmq.Socket | None = None
         next_tick = time.monotonic() + TICK
-        next_rule = time.monotonic() + self.config.kpi_period
+        next_rule = time.monotonic() + self.config.kpi_period / EVALUATIONS_PER_PERIOD
+        settled = False
         while not self._stopping:
+            if self.cluster is not None and self.cluster.gcm is not gcm:  # the GCM leader changed
+                if gcm is not None:
+                    poller.unregister(gcm)  # works on a closed socket too
+                gcm = self.cluster.gcm
+                if gcm is not None:
+                    poller.register(gcm, zmq.POLLIN)
             timeout = max(0.0, min(next_tick, next_rule) - time.monotonic())
             events = dict(poller.poll(poll_ms(timeout)))
+            if self.cluster is not None:
+                if self.cluster.fd in events and self.cluster.on_session():
+                    self._adopt(self.cluster.rules)
+                if gcm is not None and gcm in events and not gcm.closed:
+                    self.cluster.on_gcm()
             if self._router in events:
                 self._on_router()
             if self._watch is not None and self._watch.socket in events:
@@ -123,10 +184,15 @@ class Monitor:
             if now >= next_tick:
                 next_tick = now + TICK
                 self._tick(now)
+                if not settled and not self.topology.settling(now):
+                    settled = True
+                    self.mover.place_orphans()  # publishers whose exchange never reported: fail them over
             if now >= next_rule:
-                next_rule = now + self.config.kpi_period
+                next_rule = now + self.config.kpi_period / EVALUATIONS_PER_PERIOD
                 if self.config.relocation_rule:
                     self._apply_rule(now)
+                if self.cluster is not None:
+                    self._scale(now)
 
     # ------------------------------------------------------------------ socket
 
@@ -180,9 +246,17 @@ class Monitor:
             )
             self.exchanges[x.id] = x
             self._event("exchange_joined", f"exchange {x.id} joined: frontend {x.frontend}, backend {x.backend}", exchange=x.id)
+            if self.cluster is not None:
+                self._send([x.identity], control.KpiPeriod(period=self.config.kpi_period))
             self._broadcast_exchanges()
             self.mover.place_orphans()
             self.mover.continue_drains()
+            if self._scaled_out_at is not None and self.cluster is not None and exchange_slot(x.id) in self.cluster.placement:
+                took = now - self._scaled_out_at
+                self._scaled_out_at = None
+                self._fresh = x.id
+                self._event("scale_out_done", f"exchange {x.id} joined {took:.2f}s after the scale-out decision",
+                            exchange=x.id, took_s=round(took, 3))
         elif (x.frontend, x.backend) != (hb.frontend, hb.backend):
             x.frontend, x.backend, x.pid = hb.frontend, hb.backend, hb.pid
             self._event("exchange_restarted", f"exchange {x.id} came back on new endpoints", exchange=x.id)
@@ -260,10 +334,8 @@ class Monitor:
         if p.relocation is not None:
             return
         if hello.exchange:
-            if hello.exchange in self.exchanges:
-                p.exchange = hello.exchange  # the publisher knows best where it sends
-            else:
-                p.exchange = hello.exchange
+            p.exchange = hello.exchange  # the publisher knows best where it sends
+            if hello.exchange not in self.exchanges and not self.topology.settling(now):
                 self.mover.failover(p, f"its exchange {hello.exchange} is not alive")
         else:
             self.mover.assign(p)
@@ -331,6 +403,13 @@ class Monitor:
             if now - x.last_seen > cfg.heartbeat_timeout:
                 self._lose(x, now)
         self.mover.tick(now)
+        if self._fresh is not None:
+            # the hot exchanges need not wait for the next evaluation once every subscriber hears the new one
+            _, heard = self.topology.accepting(set(), now)
+            if self._fresh not in self.exchanges or self._fresh in heard:
+                if self._fresh in heard and self.config.relocation_rule:
+                    self._apply_rule(now)
+                self._fresh = None
         for p in list(self.publishers.values()):
             if now - p.last_seen > cfg.publisher_timeout and p.relocation is None:
                 log.info("publisher %s silent for %.1fs: forgotten", p.id[:8], now - p.last_seen)
@@ -352,8 +431,10 @@ class Monitor:
             }
             views.append(_rule.ExchangeLoad(x.id, x.load.value, x.hot_since, rates, accepts=x.id in heard))
         moved_at = {p.id: p.moved_at for p in self.publishers.values()}
+        self._stuck = []
         moves, limits = _rule.evaluate(
-            views, now=now, high=cfg.high_records_per_s, sustain=cfg.sustain, cooldown=cfg.cooldown, moved_at=moved_at
+            views, now=now, high=cfg.high_records_per_s, sustain=cfg.sustain, cooldown=cfg.cooldown,
+            moved_at=moved_at, stuck=self._stuck,
         )
         for case in limits:
             if now - self._limit_reported.get(case.publisher, float("-inf")) >= max(cfg.cooldown, cfg.sustain):
@@ -369,6 +450,143 @@ class Monitor:
             target.load.value += move.publisher_rate
             source.hot_since = None
 
+    # ------------------------------------------------------------------ rules and scaling
+
+    @staticmethod
+    def _rules_of(config: MonitorConfig) -> dict[str, Any]:
+        """The rules of a monitor on its own: its flags."""
+        return {
+            **DEFAULT_RULES,
+            "exchange_records_per_s": config.high_records_per_s,
+            "kpi_period_s": config.kpi_period,
+            "smoothing": config.smoothing,
+            "sustain_s": config.sustain,
+            "cooldown_s": config.cooldown,
+        }
+
+    def _adopt(self, rules: dict[str, Any]) -> None:
+        """Put the queue's rules in force now: marks, periods and smoothing, without a restart."""
+        changed = {k: v for k, v in rules.items() if self.rules.get(k) != v}
+        self.rules = dict(rules)
+        if not changed:
+            return
+        old = self.config
+        self.config = dataclasses.replace(
+            old,
+            high_records_per_s=float(rules["exchange_records_per_s"]),
+            kpi_period=float(rules["kpi_period_s"]),
+            smoothing=float(rules["smoothing"]),
+            sustain=float(rules["sustain_s"]),
+            cooldown=float(rules["cooldown_s"]),
+        )
+        self.topology.high = self.config.high_records_per_s
+        self.mover.config = self.config
+        for x in self.exchanges.values():
+            for ewma in (x.load, x.bytes_load, *x.rates.values()):
+                ewma.alpha = self.config.smoothing
+            if self.config.kpi_period != old.kpi_period:
+                self._send([x.identity], control.KpiPeriod(period=self.config.kpi_period))
+        self.scaler.reset()
+        self._event("rules_changed", "rules in force: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())),
+                    rules=changed)
+
+    def _scale(self, now: float) -> None:
+        """Carry on a scale-in, then take a new scaling decision if nothing is under way."""
+        assert self.cluster is not None
+        self._continue_scale_in()
+        if self.log.changed and self.cluster.flush(list(self.log.events), self.log.counters, now):
+            self.log.changed = False
+        self.cluster.expire(now)
+        if self.cluster.state != "running":
+            return
+        joined = {exchange_slot(x) for x in self.exchanges}
+        for slot in list(self._missing_since):
+            if slot in joined or slot not in self.cluster.placement:
+                del self._missing_since[slot]
+        for slot in self.cluster.placement:
+            if slot not in joined:
+                self._missing_since.setdefault(slot, now)
+        starting = [s for s, since in self._missing_since.items() if now - since < STARTING_LIMIT]
+        if self.cluster.asking or starting or self._retiring is not None or now < self._out_refused_until:
+            self.scaler.reset()
+            return
+        live = [x for x in self.exchanges.values() if not x.draining]
+        load = QueueLoad(
+            loads={x.id: x.load.value for x in live},
+            publishers={x.id: self.topology.publisher_count(x.id) for x in live},
+            stuck=[x for x in self._stuck if x in self.exchanges],
+            placed=len(self.cluster.placement),
+        )
+        decision = self.scaler.evaluate(load, self.rules, now)
+        if decision is not None:
+            self._decide(decision, now)
+
+    def _decide(self, d: Decision, now: float) -> None:
+        assert self.cluster is not None
+        if self.scaler.decided(d, now, self.rules):
+            self.log.count("flaps")
+            flap = "; FLAP: it reverses the previous scaling decision"
+        else:
+            flap = ""
+        if d.kind == "out":
+            self.log.count("scale_outs")
+            self._scaled_out_at = now
+            self._event("scale_out", f"scale out from {d.exchanges} exchanges: {d.reason}{flap}",
+                        reason=d.reason, flap=bool(flap), **d.numbers)
+            request = m.ScaleOut(QName=self.config.queue, Exchanges=d.exchanges + 1, Reason=d.reason)
+            self.cluster.ask(request, "scale out", self._on_scale_out_answer)
+        else:
+            x = self.exchanges[d.victim]
+            self.log.count("scale_ins")
+            self._retiring, self._remove_asked = x.id, False
+            self._event("scale_in", f"scale in from {d.exchanges} exchanges, draining {x.id}: {d.reason}{flap}",
+                        exchange=x.id, reason=d.reason, flap=bool(flap), **d.numbers)
+            self._drain(x)
+
+    def _on_scale_out_answer(self, result: int | None, comment: str, data: dict[str, Any]) -> None:
+        if result == Result.OK:
+            placed = data.get("Placed", [])
+            log.info("queue %s: GCM placed %s (%s)", self.config.queue, placed, comment)
+            return
+        self._scaled_out_at = None
+        if result is None:  # no answer: the request is idempotent, the next evaluation may ask again
+            self._event("scale_out_unanswered", f"scale out not answered: {comment}", comment=comment)
+            return
+        self._out_refused_until = time.monotonic() + max(REFUSED_BACKOFF, self.config.cooldown)
+        self._event("scale_out_refused", f"the GCM refused to scale out ({result}): {comment}",
+                    result=result, comment=comment)
+
+    def _continue_scale_in(self) -> None:
+        """Once the exchange drained to scale in carries no publisher, ask the GCM to remove it."""
+        assert self.cluster is not None
+        x = self.exchanges.get(self._retiring) if self._retiring else None
+        if x is None:
+            self._retiring = None
+            return
+        self.mover.continue_drains()
+        busy = any(p.exchange == x.id for p in self.publishers.values()) or any(
+            x.id in (r.source, r.target) for r in self.mover.relocations.values()
+        )
+        if busy or self._remove_asked:
+            return
+        self._remove_asked = True
+        slot = exchange_slot(x.id)
+
+        def answer(result: int | None, comment: str, data: dict[str, Any]) -> None:
+            if result == Result.OK:
+                log.info("queue %s: GCM removes %s (%s)", self.config.queue, slot, comment)
+            elif result is None:
+                self._remove_asked = False  # ask again
+            elif self._retiring == x.id:
+                self._retiring = None
+                x.draining = False
+                self._event("scale_in_refused", f"the GCM refused to remove {x.id} ({result}): {comment}; it takes "
+                            "publishers again", exchange=x.id, result=result, comment=comment)
+                self._broadcast_exchanges()
+
+        self.cluster.ask(m.RemoveExchange(QName=self.config.queue, Exchange=slot, Reason="drained to scale in"),
+                         f"remove {slot}", answer)
+
     # ------------------------------------------------------------------ operators
 
     def _on_ping(self, envelope: list[bytes], ping: control.Ping) -> None:
@@ -380,8 +598,16 @@ class Monitor:
             status.CMD,
             Result.OK,
             queue=self.config.queue,
+            pid=os.getpid(),
             **self.topology.describe(time.monotonic()),
             relocations_in_flight=len(self.mover.relocations),
+            rules=self.rules,
+            scaling={
+                "placement": dict(self.cluster.placement) if self.cluster is not None else {},
+                "starting": sorted(self._missing_since),
+                "retiring": self._retiring or "",
+                "asking_gcm": self.cluster is not None and self.cluster.asking,
+            },
             relocations=self.mover.describe(),
             counters={**self.log.counters, "dropped_messages": self.drops.total},
             dropped=dict(self.drops.by_reason),
@@ -429,5 +655,5 @@ class Monitor:
     # ------------------------------------------------------------------ events
 
     def _event(self, kind: str, text: str, **fields: Any) -> None:
-        self.log.add(kind, text, queue=self.config.queue, **fields)
+        self.log.add(kind, text, queue=self.config.queue, origin="monitor", **fields)
         log.info("%s", text)

@@ -75,13 +75,17 @@ class Mover:
         self.start(p, target, "failover", why)
 
     def place_orphans(self) -> None:
-        """Give an exchange to publishers whose exchange is gone (or who never had one)."""
+        """Give an exchange to publishers whose exchange is gone (or who never had one).
+
+        While the monitor settles after a start, an exchange it has not heard of yet is not gone.
+        """
         exchanges = self.topology.exchanges
+        settling = self.topology.settling(time.monotonic())
         for p in list(self.topology.publishers.values()):
             if p.relocation is None and (p.exchange is None or p.exchange not in exchanges):
                 if p.exchange is None:
                     self.assign(p)
-                else:
+                elif not settling:
                     self.failover(p, f"exchange {p.exchange} is gone")
 
     def continue_drains(self) -> None:

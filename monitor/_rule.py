@@ -94,6 +94,7 @@ def evaluate(
     sustain: float,
     cooldown: float,
     moved_at: Mapping[str, float],
+    stuck: list[str] | None = None,
 ) -> tuple[list[Move], list[LimitCase]]:
     """Apply the rule once.
 
@@ -104,6 +105,8 @@ def evaluate(
         sustain: seconds an exchange must have been hot.
         cooldown: seconds a moved publisher stays put.
         moved_at: when each publisher was last moved (monotonic).
+        stuck: if given, receives the hot exchanges that have a publisher the rule could move (not a limit
+            case, not cooling down) but no exchange that can absorb it: a new exchange would help them.
 
     Returns:
         The moves to make (at most one per hot exchange) and the limit cases seen.
@@ -118,17 +121,25 @@ def evaluate(
         for pub, rate in ranked:
             if rate > high:
                 limits.append(LimitCase(x.exchange, pub, rate, high))
+        movable = [
+            (pub, rate)
+            for pub, rate in ranked
+            if rate <= high and pub not in moving and now - moved_at.get(pub, float("-inf")) >= cooldown
+        ]
         targets = [y for y in exchanges if y.exchange != x.exchange and y.accepts]
         if not targets:
+            if movable and stuck is not None:
+                stuck.append(x.exchange)
             continue
         target = min(targets, key=lambda y: loads[y.exchange])
-        for pub, rate in ranked:
-            if rate > high or pub in moving or now - moved_at.get(pub, float("-inf")) < cooldown:
-                continue
+        for pub, rate in movable:
             if loads[target.exchange] + rate < high:
                 moves.append(Move(pub, x.exchange, target.exchange, rate, loads[x.exchange], loads[target.exchange], high))
                 loads[x.exchange] -= rate
                 loads[target.exchange] += rate
                 moving.add(pub)
                 break
+        else:
+            if movable and stuck is not None:
+                stuck.append(x.exchange)
     return moves, limits

@@ -102,21 +102,33 @@ class EventLog:
         "exchanges_lost",
         "limit_cases",
         "flaps",
+        "scale_outs",
+        "scale_ins",
     )
 
     def __init__(self, size: int = 1000) -> None:
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=size)
         self.counters = dict.fromkeys(self.COUNTERS, 0)
+        self.changed = False  # since the owner last saved them
         self._seq = 0
+
+    def restore(self, events: list[dict[str, Any]], counters: dict[str, int]) -> None:
+        """Continue the events and counters a previous monitor of the queue left."""
+        self.events.extend(events)
+        self._seq = max([self._seq, *(e["seq"] for e in events if isinstance(e.get("seq"), int))])
+        for key, value in counters.items():
+            self.counters[key] = self.counters.get(key, 0) + value
 
     def add(self, kind: str, text: str, **fields: Any) -> dict[str, Any]:
         self._seq += 1
         event = {"seq": self._seq, "time": time.time(), "kind": kind, "text": text, **fields}
         self.events.append(event)
+        self.changed = True
         return event
 
     def count(self, counter: str, n: int = 1) -> None:
-        self.counters[counter] += n
+        self.counters[counter] = self.counters.get(counter, 0) + n
+        self.changed = True
 
 
 class Topology:
@@ -133,6 +145,11 @@ class Topology:
         self.exchanges: dict[str, ExchangeEntry] = {}
         self.publishers: dict[str, PublisherEntry] = {}
         self.subscribers: dict[str, SubscriberEntry] = {}
+        self.settle_until = 0.0  # a (re)started monitor waits this long for exchanges to report before failing over
+
+    def settling(self, now: float) -> bool:
+        """Whether the monitor is new: a publisher's exchange it has not heard of yet may still report."""
+        return now < self.settle_until
 
     def live_subscribers(self, now: float) -> list[SubscriberEntry]:
         return [s for s in self.subscribers.values() if now - s.last_seen <= self.subscriber_timeout]

@@ -4,7 +4,8 @@
     roq queue create orders [--host 127.0.0.12] [--exchanges 2]
     roq queue remove|stop|start|stats orders
     roq queue list
-    roq queue rules orders [min_exchanges=2 ...]
+    roq queue rules orders [min_exchanges=2 cooldown_s= ...]   (KEY= or KEY=none unsets)
+    roq events orders [--follow]        the queue's topology events, from its monitor and the GCM
     roq hosts
     roq watch                           print configuration broadcasts as they arrive
 
@@ -62,7 +63,7 @@ class ClientSettings:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="roq", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n".join(__doc__.split("\n")[2:10]))
+                                epilog=__doc__.split("\n\n")[1])
     p.add_argument("--config", help="TOML settings file ([cluster] and [client] tables)")
     p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING... (default WARNING)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -105,11 +106,18 @@ def _parser() -> argparse.ArgumentParser:
         a.add_argument("name")
         client_flags(a)
     client_flags(qsub.add_parser("list", help="every queue"))
-    rules = qsub.add_parser("rules", help="show a queue's rules, or change some: KEY=VALUE ...",
+    rules = qsub.add_parser("rules", help="show the rules in force for a queue, or set some: KEY=VALUE ... "
+                            "(KEY= or KEY=none unsets a rule set before)",
                             epilog="rules: " + "; ".join(f"{k}: {v}" for k, v in RULE_DOCS.items()))
     rules.add_argument("name")
     rules.add_argument("changes", nargs="*", metavar="KEY=VALUE")
     client_flags(rules)
+    events = sub.add_parser("events", help="a queue's topology events (scale-out, scale-in, relocations, host loss...) "
+                            "from its monitor and the GCM, oldest first: TIME  SOURCE  KIND  TEXT")
+    events.add_argument("name", metavar="QUEUE")
+    events.add_argument("--limit", type=int, default=200, help="how many of the latest to show (1-1000, default 200)")
+    events.add_argument("--follow", action="store_true", help="then print new events as they come (Ctrl-C stops)")
+    client_flags(events)
     client_flags(sub.add_parser("hosts", help="every live host with its capacity and KPIs"))
     watch = sub.add_parser("watch", help="print configuration broadcasts as they arrive (Ctrl-C stops)")
     watch.add_argument("--count", type=int, default=0, help="stop after this many broadcasts (default: never)")
@@ -213,6 +221,8 @@ def _manage(args: argparse.Namespace, s: ClientSettings) -> int:
             return _show(args, qm.hosts(), _host_line)
         if args.command == "watch":
             return _watch(args, qm)
+        if args.command == "events":
+            return _events(args, qm)
         action = args.action
         if action == "create":
             return _show(args, qm.create(args.name, args.host, exchanges=args.exchanges), _queue_line)
@@ -237,6 +247,9 @@ def _parse_changes(changes: list[str]) -> dict[str, Any]:
         key, sep, value = change.partition("=")
         if not sep or not key:
             raise ConfigError(f"expected KEY=VALUE, got {change!r}")
+        if value.strip().lower() in ("", "none", "null"):
+            out[key] = None  # unset: the threshold or default applies again
+            continue
         try:
             out[key] = json.loads(value)
         except ValueError:
@@ -265,6 +278,45 @@ def _queue_line(q: dict[str, Any]) -> str:
 def _host_line(h: dict[str, Any]) -> str:
     return (f"{h['Address']:<15} exchanges {h['AssignedExchanges']}/{h['MaxExchanges']}  "
             f"cpu {h['CpuPercent']:.0f}%  memory {h['MemoryPercent']:.0f}%  net {h['NetBytesPerS'] / 1e3:.1f} kB/s")
+
+
+def _event_line(e: dict[str, Any]) -> str:
+    t = float(e.get("time", 0.0)) if isinstance(e.get("time"), (int, float)) else 0.0
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
+    return f"{stamp}  {e.get('origin', '?'):<7}  {e.get('kind', '?'):<20}  {e.get('text', '')}"
+
+
+def _events(args: argparse.Namespace, qm: Any) -> int:
+    from roq.errors import ConfigError
+
+    if not 1 <= args.limit <= 1000:
+        raise ConfigError(f"--limit must be between 1 and 1000, got {args.limit}")
+
+    def show(events: list[dict[str, Any]]) -> None:
+        for e in events:
+            print(json.dumps(e, sort_keys=True) if args.json else _event_line(e), flush=True)
+
+    def key(e: dict[str, Any]) -> tuple[Any, ...]:
+        return e.get("origin"), e.get("seq"), e.get("time")
+
+    # following: read every event stored (each source keeps at most 200), so none falls between two reads
+    events = qm.events(args.name, 1000 if args.follow else args.limit)
+    show(events[-args.limit:])
+    if not args.follow:
+        if not events and not args.json:
+            print("(no events)")
+        return ExitCode.OK
+    seen = {key(e) for e in events}
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)  # even when started with SIGINT ignored (in the background)
+    while True:  # until Ctrl-C (exit 130)
+        time.sleep(0.5)
+        latest = qm.events(args.name, 1000)
+        show([e for e in latest if key(e) not in seen])
+        seen = {key(e) for e in latest}
 
 
 def _watch(args: argparse.Namespace, qm: Any) -> int:

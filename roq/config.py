@@ -108,6 +108,11 @@ class MonitorConfig:
         subscriber_timeout: a subscriber silent for this long is no longer waited for.
         publisher_timeout: a publisher silent for this long is forgotten.
         relocation_rule: whether the rule moves publishers by itself (forced moves always work).
+        zk: ZooKeeper servers ("" = a monitor on its own: its rules are the fields above and it cannot
+            scale). With them, the queue's rules in ZooKeeper replace the fields above, and the monitor
+            scales the queue out and in through the GCM.
+        root: the cluster's ZooKeeper root.
+        session_timeout: the ZooKeeper session timeout.
     """
 
     address: str = "127.0.0.1"
@@ -124,9 +129,13 @@ class MonitorConfig:
     subscriber_timeout: float = 3.0
     publisher_timeout: float = 5.0
     relocation_rule: bool = True
+    zk: str = ""
+    root: str = "/roq"
+    session_timeout: float = 6.0
 
     def __post_init__(self) -> None:
-        _text(self, "address", "queue")
+        _text(self, "address", "queue", "zk", "root")
+        _positive(self, "session_timeout")
         _port(self, "port")
         _positive(
             self,

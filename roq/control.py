@@ -254,6 +254,13 @@ class Shutdown(Message):
     reason: str = ""
 
 
+@message(1106)
+class KpiPeriod(Message):
+    """Monitor -> exchange: report KPIs every ``period`` seconds from now on (the queue's ``kpi_period_s``)."""
+
+    period: float
+
+
 # --------------------------------------------------------------------------- publisher <-> monitor
 
 

@@ -8,7 +8,7 @@ one flat BSON document ``{RESULT: int32, COMMENT: str, ...data}``: RESULT 0 is s
 Command numbers keep the original's where the command existed there: 2000 look-up, 2001 remove, 2002 stop,
 2003 create on a host, 2004 create exchange, 2005 start, 2006/2007 set/get rules, 2010 create on the host
 with most headroom, 2011 exists. New ones: 2012 list queues, 2013 queue stats, 2014 list hosts, 2015/2016
-set/get thresholds.
+set/get thresholds, 2017 scale out, 2018 remove an exchange, 2019 the queue's topology events.
 
 The broadcast (PUB) is three frames, as in the original: ``{CMD: 1500}``, ``{Queues: [...]}``,
 ``{Hosts: [...]}``.
@@ -49,6 +49,9 @@ __all__ = [
     "ListHosts",
     "SetThresholds",
     "GetThresholds",
+    "ScaleOut",
+    "RemoveExchange",
+    "GetEvents",
     "reply",
     "parse_reply",
     "raise_for",
@@ -149,6 +152,43 @@ class SetThresholds(Message):
 @message(2016)
 class GetThresholds(Message):
     QName: str
+
+
+@message(2017)
+class ScaleOut(Message):
+    """Monitor (or operator) -> GCM: ``QName`` should have ``Exchanges`` exchanges placed.
+
+    The missing ones are placed on the hosts with most headroom (free slots, the queue's per-host maximum,
+    host CPU and memory limits). Idempotent: if as many are placed already, nothing changes, so a request
+    repeated after a GCM fail-over never adds two. Refused beyond the queue's ``max_exchanges``. The reply
+    comes once the placement is stored (``Placed: [{Exchange, Host}]``, ``Exchanges``: how many are placed),
+    not when the exchanges run: the monitor sees them join.
+    """
+
+    QName: str
+    Exchanges: int
+    Reason: str = ""
+
+
+@message(2018)
+class RemoveExchange(Message):
+    """Monitor (or operator) -> GCM: take exchange slot ``Exchange`` (e.g. ``x3``) out of ``QName``.
+
+    Its host manager stops it. Idempotent (a slot already gone answers OK); refused if it would leave fewer
+    exchanges than the queue's ``min_exchanges``. The monitor asks only once the exchange is drained.
+    """
+
+    QName: str
+    Exchange: str
+    Reason: str = ""
+
+
+@message(2019)
+class GetEvents(Message):
+    """The queue's recent topology events, oldest first (``Events``: at most ``Limit`` documents)."""
+
+    QName: str
+    Limit: int = 200
 
 
 def reply(result: int, comment: str = "", **data: Any) -> bytes:

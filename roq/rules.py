@@ -3,6 +3,10 @@
 Rules are a flat document of documented keys (units in the names). :func:`merge_rules` checks an update
 against the current rules and returns the new whole, or raises :class:`~roq.errors.ConfigError` naming the
 offending key, so bad values never replace the rules in force.
+
+Where a value comes from, strongest first: the rules an operator set through the management API (stored as
+just the keys set, see :func:`update_rules`), the thresholds the KPI tuner wrote, the defaults below
+(:func:`effective_rules`).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from typing import Any
 
 from roq.errors import ConfigError
 
-__all__ = ["DEFAULT_RULES", "RULE_DOCS", "merge_rules", "check_thresholds"]
+__all__ = ["DEFAULT_RULES", "RULE_DOCS", "merge_rules", "update_rules", "effective_rules", "check_thresholds"]
 
 # key -> (type, default, lowest allowed, highest allowed or None, description)
 _SPEC: dict[str, tuple[type, Any, float, float | None, str]] = {
@@ -19,13 +23,21 @@ _SPEC: dict[str, tuple[type, Any, float, float | None, str]] = {
     "max_exchanges": (int, 4, 1, None, "most exchanges the queue may have"),
     "max_exchanges_per_host": (int, 4, 1, None, "most exchanges of this queue on one host"),
     "exchange_records_per_s": (float, 200_000.0, 1.0, None, "high-water mark of one exchange, records/s (smoothed)"),
-    "publishers_per_exchange": (int, 0, 0, None, "most publishers on one exchange (0 = no limit)"),
+    "publishers_per_exchange": (int, 0, 0, None,
+                                "the queue scales out when it has more publishers per exchange than this (0 = no limit)"),
+    "scale_out_records_per_s": (float, 0.0, 0.0, None,
+                                "the queue scales out when its average load per exchange stays above this, records/s "
+                                "(0 = only when an exchange is hot and no other can take its publishers)"),
+    "scale_in_ratio": (float, 0.6, 0.05, 0.95,
+                       "the queue scales in when its load fits in one exchange fewer at this fraction of "
+                       "exchange_records_per_s each"),
     "host_cpu_percent": (float, 90.0, 1.0, 100.0, "a host above this CPU % takes no new exchange"),
     "host_memory_percent": (float, 90.0, 1.0, 100.0, "a host above this memory % takes no new exchange"),
     "kpi_period_s": (float, 1.0, 0.05, 3600.0, "seconds between KPI reports and rule evaluations"),
     "smoothing": (float, 0.5, 0.01, 1.0, "EWMA weight of the newest KPI sample"),
     "sustain_s": (float, 2.0, 0.0, 3600.0, "seconds a condition must hold before the monitor acts"),
-    "cooldown_s": (float, 10.0, 0.0, 86400.0, "seconds a moved publisher stays put"),
+    "cooldown_s": (float, 10.0, 0.0, 86400.0,
+                   "seconds a moved publisher stays put, and the least time between two scaling decisions"),
 }
 
 DEFAULT_RULES: dict[str, Any] = {key: spec[1] for key, spec in _SPEC.items()}
@@ -73,6 +85,51 @@ def merge_rules(current: dict[str, Any] | None, update: Any) -> dict[str, Any]:
             f"rule 'min_exchanges' ({merged['min_exchanges']}) is above 'max_exchanges' ({merged['max_exchanges']})"
         )
     return merged
+
+
+def update_rules(explicit: dict[str, Any] | None, update: Any, thresholds: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The rules an operator has set (just those keys) after ``update``; a ``None`` value unsets a key.
+
+    The effective whole (see :func:`effective_rules`) is checked, so e.g. a ``min_exchanges`` above the
+    ``max_exchanges`` in force is refused even when only one of them is in ``update``.
+
+    Raises:
+        ConfigError: as :func:`merge_rules`.
+    """
+    if not isinstance(update, dict):
+        raise ConfigError(f"rules must be a document of key: value, got {type(update).__name__}")
+    unset = [k for k, v in update.items() if v is None]
+    for key in unset:
+        if key not in _SPEC:
+            raise ConfigError(f"unknown rule {key!r}; known rules: {', '.join(sorted(_SPEC))}")
+    kept = {k: v for k, v in (explicit or {}).items() if k in _SPEC and k not in unset}
+    changes = {k: v for k, v in update.items() if v is not None}
+    merge_rules({**effective_rules(None, thresholds), **kept}, changes)  # raises on any bad value
+    new = {**kept, **{k: _value(k, v) for k, v in changes.items()}}
+    merge_rules({**effective_rules(None, thresholds), **new}, {})
+    return new
+
+
+def effective_rules(explicit: dict[str, Any] | None, thresholds: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The rules in force: defaults, overridden by the tuner's thresholds, overridden by the operator's rules.
+
+    Values that do not check (e.g. written by an older version) are skipped. A threshold that would put
+    ``min_exchanges`` above ``max_exchanges`` is ignored.
+    """
+    rules = dict(DEFAULT_RULES)
+    for source in (thresholds or {}, explicit or {}):
+        for key, value in source.items():
+            if key in _SPEC:
+                try:
+                    rules[key] = _value(key, value)
+                except ConfigError:
+                    continue
+    if rules["min_exchanges"] > rules["max_exchanges"]:
+        for key in ("min_exchanges", "max_exchanges"):
+            rules[key] = (explicit or {}).get(key, DEFAULT_RULES[key])
+        if rules["min_exchanges"] > rules["max_exchanges"]:
+            rules["max_exchanges"] = rules["min_exchanges"]
+    return rules
 
 
 def check_thresholds(update: Any) -> dict[str, float]:

@@ -11,6 +11,11 @@ Everything durable about a cluster lives under one root (default ``/roq``)::
     /roq/queues/<q>/thresholds       persistent: thresholds (management API, the KPI tuner)
     /roq/queues/<q>/monitor          ephemeral (host manager's session): the monitor's endpoint
     /roq/queues/<q>/exchanges/<id>   ephemeral (host manager's session): an exchange's endpoints
+    /roq/queues/<q>/events/<source>  persistent: the recent topology events and counters written by
+                                     ``monitor`` or ``gcm`` ({"events": [...], "counters": {...}})
+
+An exchange *slot* (``x3``) is a place in the queue's placement; each process started for it has a name
+of its own, its *incarnation* (``x3-1a2b``, see :func:`incarnation` and :func:`exchange_slot`).
 
 Data is UTF-8 JSON, so ``zkCli.sh get`` shows it as it is. kazoo calls its watchers on its own thread;
 :class:`Session` turns every watch and session event into a readable file descriptor so that a process's
@@ -33,7 +38,19 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from roq.errors import BrokerConnectionError, ConfigError
 
-__all__ = ["Paths", "Session", "dumps", "loads", "check_queue_name", "check_hosts", "DEFAULT_ROOT"]
+__all__ = [
+    "Paths",
+    "Session",
+    "dumps",
+    "loads",
+    "check_queue_name",
+    "check_hosts",
+    "incarnation",
+    "exchange_slot",
+    "DEFAULT_ROOT",
+    "EVENT_SOURCES",
+    "MAX_EVENTS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +75,21 @@ def check_hosts(hosts: Any) -> str:
         if not _HOSTPORT.fullmatch(part) or not 0 < int(part.rsplit(":", 1)[1]) < 65536:
             raise ConfigError(f"bad ZooKeeper address {part!r} in {hosts!r}: expected host:port")
     return hosts
+
+
+EVENT_SOURCES = ("monitor", "gcm")
+MAX_EVENTS = 200  # events kept per source in ZooKeeper
+
+
+def incarnation(slot: str) -> str:
+    """A fresh name for a process started for exchange ``slot``: ``x3`` -> ``x3-1a2b``."""
+    return f"{slot}-{os.urandom(2).hex()}"
+
+
+def exchange_slot(name: str) -> str:
+    """The slot of an exchange's incarnation name (``x3-1a2b`` -> ``x3``); a name of another form is its own."""
+    slot, sep, tail = name.rpartition("-")
+    return slot if sep and slot and len(tail) == 4 and all(c in "0123456789abcdef" for c in tail) else name
 
 
 def dumps(value: Any) -> bytes:
@@ -115,6 +147,9 @@ class Paths:
 
     def exchange(self, name: str, exchange_id: str) -> str:
         return f"{self.queues}/{name}/exchanges/{exchange_id}"
+
+    def events(self, name: str, source: str | None = None) -> str:
+        return f"{self.queues}/{name}/events" + (f"/{source}" if source else "")
 
 
 class Session:

@@ -9,7 +9,10 @@ Configurations (100-byte payloads unless ``--size``):
 (d) control plane on a real ZooKeeper, a GCM and 3 host managers: time from a create-queue request to the
     queue accepting publishers (a publisher's first record acknowledged), beside the 2 s the original
     slept by design; time from a topology change in ZooKeeper (a host node appearing or going) to the
-    GCM's broadcast saying so at a subscriber.
+    GCM's broadcast saying so at a subscriber;
+(e) elasticity (:mod:`simulation.bench_elastic`): on the same kind of cluster, from an exchange's overload
+    to a new exchange carrying traffic, beside the floor of an add-exchange request; the longest send of
+    a moved publisher beside one not moved; then records/s from 4 publishers through 1, 2, 3 exchanges.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -273,6 +276,10 @@ def run(args: argparse.Namespace) -> list[Result]:
         results.append(r)
     if "d" in args.only:
         results += bench_control(args.trials, progress)
+    if "e" in args.only:
+        from simulation import bench_elastic
+
+        results += bench_elastic.run(args, progress)
     return results
 
 
@@ -351,7 +358,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     ]
     for r in results:
         lat = r.latency_ms
-        if r.name.startswith("(d)"):
+        if r.name.startswith(("(d)", "(e)")):
             continue
         lines.append(
             f"{r.name:58} {r.records_per_s:11,.0f} {r.mb_per_s:7.1f} {r.lost:6d} "
@@ -376,6 +383,9 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     for r in results:
         if "exchange_rss_mb" in r.notes:
             lines.append(f"{r.name[:3]} exchange RSS after the runs (MB): {r.notes['exchange_rss_mb']}")
+    from simulation import bench_elastic
+
+    lines += bench_elastic.render(results)
     return "\n".join(lines)
 
 
@@ -386,8 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--rate", type=float, default=20_000, help="records/s in all for the latency runs (default 20,000)")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
-    p.add_argument("--only", default="abcd", help="which configurations to run (default abcd)")
-    p.add_argument("--trials", type=int, default=10, help="queues created and topology changes in (d) (default 10)")
+    p.add_argument("--only", default="abcde", help="which configurations to run (default abcde)")
+    p.add_argument("--trials", type=int, default=10,
+                   help="queues created and topology changes in (d), at most 3 overloads in (e) (default 10)")
     p.add_argument("--json", default=None, help="also write the results as JSON to this file")
     args = p.parse_args(argv)
     if args.size < STAMP.size:

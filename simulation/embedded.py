@@ -13,6 +13,8 @@ import signal
 import time
 from typing import IO, Any, Callable, Sequence
 
+import psutil
+
 import client
 from roq.errors import BrokerTimeoutError, ConfigError
 from roq.process import Child
@@ -180,6 +182,22 @@ class EmbeddedCluster:
         child = self.hostmanagers.pop(address)
         child.kill()
         return child.pid
+
+    def crash_host(self, address: str) -> list[int]:
+        """SIGKILL a host manager and every process it runs at once, as when the machine dies; their pids."""
+        child = self.hostmanagers.pop(address)
+        child.signal(signal.SIGSTOP)  # it must not restart its children as they die
+        try:
+            victims = psutil.Process(child.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            victims = []
+        for p in victims:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        child.kill()
+        return [child.pid, *(p.pid for p in victims)]
 
     def pids(self) -> list[int]:
         children = [*self.gcms.values(), *self.hostmanagers.values()]

@@ -40,7 +40,7 @@ def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
         assert text.count("hostmanager 127.0.0.1") == 2 and "(leader)" in text
         pids = [int(line.split(" pid ")[1].split(":")[0].split()[0]) for line in text.splitlines() if " pid " in line]
 
-        made = roq("queue", "create", "orders", "--zk", zk, "--exchanges", "2")
+        made = roq("queue", "create", "orders", "--host", "127.0.0.11", "--zk", zk, "--exchanges", "2")
         assert made.returncode == 0, made.stderr
         assert "orders" in made.stdout and "running" in made.stdout
         listed = json.loads(roq("queue", "list", "--zk", zk, "--json").stdout)

@@ -28,6 +28,20 @@ def runtime_pids(kz, root: str, queue: str) -> list[int]:
     return pids
 
 
+def whole(kz, root: str, queue: str) -> bool:
+    """The queue's monitor and every exchange slot placed on a live host and registered by that host."""
+    paths = Paths(root)
+    q = loads(kz.get(paths.queue(queue))[0])
+    live = set(kz.get_children(paths.hosts))
+    monitor = loads(kz.get(paths.monitor(queue))[0]) if kz.exists(paths.monitor(queue)) else {}
+    running = {x: loads(kz.get(paths.exchange(queue, x))[0]) for x in kz.get_children(paths.exchanges(queue))}
+    return (
+        q["host"] in live
+        and monitor.get("host") == q["host"]
+        and all(h in live and running.get(x, {}).get("host") == h for x, h in q["placement"].items())
+    )
+
+
 def traffic(conn: client.Connection, n: int = 2000) -> int:
     """Publish n records and count what a subscriber that joined first receives."""
     sub = conn.subscriber(prefix=b"k")  # returns once it hears every exchange
@@ -55,8 +69,10 @@ def test_queue_lifecycle_on_three_hosts(make_embedded, kz):
     assert made["Host"] == "127.0.0.12" and len(made["Exchanges"]) == 2
     assert all(x["Host"] == "127.0.0.12" for x in made["Exchanges"])
     assert qm.create("orders", "127.0.0.12", exchanges=2)["Monitor"] == made["Monitor"]  # idempotent
-    other = qm.create("audit")  # on the host with most headroom: not .12, which holds 2 exchanges
-    assert other["Host"] in ("127.0.0.11", "127.0.0.13")
+    # named hosts: a queue created anywhere goes to the host with most headroom, but every loopback host reports
+    # this busy machine's CPU, which may be over the 90% limit (placement: tests/unit/test_gcm_elastic.py)
+    other = qm.create("audit", "127.0.0.13")
+    assert other["Host"] == "127.0.0.13"
     assert qm.exists("orders") and not qm.exists("nothing")
     assert {q["Name"] for q in qm.list()} == {"orders", "audit"}
 
@@ -142,7 +158,7 @@ def test_gcm_leader_killed_standby_takes_over(make_embedded):
         print(f"standby {standby} took over {took:.2f}s after the leader's kill -9 (session timeout 4s)")
         assert took <= 4.0 + 2.0
         # management and look-ups work again, nothing else restarted
-        assert qm.create("q2")["Name"] == "q2"
+        assert qm.create("q2", "127.0.0.12")["Name"] == "q2"
         with cluster.connect("q2") as conn2:
             assert traffic(conn2, 300) == 300
         # the connection made before the fail-over kept working all along
@@ -189,9 +205,11 @@ def test_session_expiry_registers_again(make_embedded, kz):
     finally:
         for child in frozen:
             child.signal(signal.SIGCONT)
-    # both come back with new sessions and register again; the topology is whole
+    # both come back with new sessions and register again; the topology is whole: if the new leader moved the
+    # queue off the host meanwhile (it was unregistered for longer than the host grace), on the other host
     wait_until(lambda: "127.0.0.12" in {h["Address"] for h in qm.hosts()}, 15, "the host registered again")
     wait_until(lambda: (q := qm.list()) and q[0]["Monitor"] and len(q[0]["Exchanges"]) == 1, 15, "the queue whole again")
+    wait_until(lambda: whole(kz, cluster.root, "q"), 15, "every slot registered by the live host it is placed on")
     paths = Paths(cluster.root)
     wait_until(lambda: len(kz.get_children(paths.election)) == 2, 15, "the old leader stands again as a standby")
     with cluster.connect("q") as conn:
@@ -260,7 +278,7 @@ def test_bad_input_on_the_management_and_lookup_ports(make_embedded):
 def test_rules_are_checked_and_bad_ones_change_nothing(make_embedded):
     cluster = make_embedded(hosts=1)
     qm = cluster.manager
-    qm.create("q")
+    qm.create("q", "127.0.0.11")
     rules = qm.set_rules("q", {"max_exchanges": 3, "exchange_records_per_s": 5000})
     assert rules["max_exchanges"] == 3 and rules["exchange_records_per_s"] == 5000.0
     for bad in ({"max_exchanges": -1}, {"min_exchanges": 5}, {"cooldown_s": "ten"}, {"no_such_rule": 1}, {"smoothing": 2}):

@@ -13,7 +13,8 @@ import socket
 import bson
 import pytest
 
-from gcm._view import HostView, QueueView, View, broadcast_docs, choose_host
+from gcm._placement import choose_host
+from gcm._view import HostView, QueueView, View, broadcast_docs
 from hostmanager._children import Assignment
 from hostmanager._ports import PortAllocator
 from roq import management
@@ -559,7 +560,7 @@ def test_tie_on_free_slots_and_cpu_goes_to_lower_address():
 
 
 def test_full_host_is_skipped():
-    view = _view([_queue("q", {"x1": "a:1", "x2": "a:1"})], [_host("a:1", 2, cpu=0.0), _host("b:1", 1, cpu=99.0)])
+    view = _view([_queue("q", {"x1": "a:1", "x2": "a:1"})], [_host("a:1", 2, cpu=0.0), _host("b:1", 1, cpu=89.0)])
     assert choose_host(view) == "b:1"
 
 
@@ -578,7 +579,7 @@ def test_no_host_fits_gives_none():
 def test_host_with_no_exchange_slots_is_never_chosen():
     assert choose_host(_view([], [_host("a:1", 0, cpu=0.0)])) is None
     assert choose_host(_view([], [HostView("a:1", {})])) is None
-    assert choose_host(_view([], [_host("a:1", 0, cpu=0.0), _host("z:1", 1, cpu=99.0)])) == "z:1"
+    assert choose_host(_view([], [_host("a:1", 0, cpu=0.0), _host("z:1", 1, cpu=89.0)])) == "z:1"
 
 
 def test_slots_of_a_removing_queue_are_free_for_placement():

@@ -1,0 +1,177 @@
+"""Host loss: the leader moves the exchange slots and monitors of running queues off hosts that are gone.
+
+A host is lost once it has had no registration in ``/hosts`` for ``host_grace`` seconds as seen by the
+leader (its ZooKeeper session expired: it died, froze or was cut off). Each queue's slots on it are moved
+in one transaction (queue node with a version check, the old assignments deleted, the new ones created,
+same slot names) to hosts chosen as for a scale-out; its monitor too, if it was there. A slot that no host
+can take stays where it is and is tried again on later refreshes, at most once a second per queue. A host
+that comes back after its slots moved simply has no assignments any more: its host manager stops the
+processes it still runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+
+from gcm._events import EventLog
+from gcm._placement import MONITOR, Move, plan_replacements, slot_order
+from gcm._view import RUNNING, QueueView, View
+from roq.zk import Paths, dumps
+
+__all__ = ["HostLoss", "LostHosts"]
+
+log = logging.getLogger("gcm")
+
+RETRY = 1.0  # least seconds between two attempts for one queue
+
+
+class LostHosts:
+    """Hosts that hold work of running queues but have no registration, and since when (as seen here).
+
+    The clock of a host starts the first time :meth:`update` sees it missing, so a GCM that just took over
+    waits the whole grace before moving anything.
+
+    Args:
+        grace: seconds a host may be missing before its slots move.
+    """
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.missing_since: dict[str, float] = {}
+
+    def update(self, view: View, now: float) -> None:
+        referenced: set[str] = set()
+        for q in view.queues.values():
+            if q.state == RUNNING:
+                referenced.update(h for h in q.placement.values() if h)
+                if q.host:
+                    referenced.add(q.host)
+        missing = referenced - set(view.hosts)
+        self.missing_since = {h: self.missing_since.get(h, now) for h in missing}
+
+    def lost(self, now: float) -> set[str]:
+        """The hosts missing for at least the grace."""
+        return {h for h, since in self.missing_since.items() if now - since >= self.grace}
+
+    def deadlines(self) -> list[float]:
+        """When each missing host's grace ends."""
+        return [since + self.grace for since in self.missing_since.values()]
+
+    def reset(self) -> None:
+        self.missing_since.clear()
+
+
+class HostLoss:
+    """The leader's watch over lost hosts (see the module).
+
+    Args:
+        grace: seconds a host may be unregistered before its slots move.
+        zk, paths: where the topology lives.
+        events: where decisions are recorded.
+        commit: runs ``ops(transaction)`` as one ZooKeeper transaction, raising its first error.
+    """
+
+    def __init__(self, grace: float, zk: KazooClient, paths: Paths, events: EventLog,
+                 commit: Callable[[Callable[[Any], None]], None]) -> None:
+        self.hosts = LostHosts(grace)
+        self.zk = zk
+        self.paths = paths
+        self.events = events
+        self.commit = commit
+        self._next_try: dict[str, float] = {}
+        self._noted: set[tuple[str, str, str]] = set()  # (queue, slot, host) already reported as stuck
+
+    def update(self, view: View, now: float) -> None:
+        """Note which hosts are missing now (call on every fresh view)."""
+        self.hosts.update(view, now)
+
+    def reset(self) -> None:
+        """Forget every clock (this GCM no longer leads: a new term starts the clocks again)."""
+        self.hosts.reset()
+        self._next_try.clear()
+        self._noted.clear()
+
+    def next_deadline(self, now: float) -> float | None:
+        """The next moment :meth:`act` may have something to do (None: nothing pending)."""
+        later = [t for t in (*self.hosts.deadlines(), *self._next_try.values()) if t > now]
+        return min(later, default=None)
+
+    def act(self, view: View, now: float) -> bool:
+        """Move what can be moved off lost hosts; True if anything was committed."""
+        lost = self.hosts.lost(now)
+        if not lost:
+            return False
+        due = [
+            q.name for q in view.queues.values()
+            if q.state == RUNNING and (q.host in lost or lost & set(q.placement.values()))
+            and now >= self._next_try.get(q.name, 0.0)
+        ]  # fmt: skip
+        self._next_try = {name: t for name, t in self._next_try.items() if t > now}
+        if not due:
+            return False
+        for name in due:
+            self._next_try[name] = now + RETRY
+        moves, blocked = plan_replacements(view, lost, due)
+        changed = False
+        for name in due:
+            mine = [mv for mv in moves if mv.queue == name]
+            if mine and self._move(view.queues[name], mine, lost):
+                changed = True
+        stuck = {(b.queue, b.slot, b.source) for b in blocked}
+        self._noted = {key for key in self._noted if key[0] not in due or key in stuck}
+        for b in blocked:
+            if (b.queue, b.slot, b.source) in self._noted:
+                continue
+            self._noted.add((b.queue, b.slot, b.source))
+            what = "the monitor" if b.slot == MONITOR else b.slot
+            self.events.record(b.queue, "replacement_blocked",
+                               f"host {b.source} lost: cannot replace {what}, no host can take it ({b.why}); "
+                               f"retrying every {RETRY:.0f}s", slot=b.slot, lost_host=b.source, why=b.why)
+        return changed
+
+    def _move(self, q: QueueView, moves: list[Move], lost: set[str]) -> bool:
+        exchanges = sorted((mv for mv in moves if mv.slot != MONITOR), key=lambda mv: slot_order(mv.slot))
+        monitor = next((mv for mv in moves if mv.slot == MONITOR), None)
+        placement = {**q.placement, **{mv.slot: mv.target for mv in exchanges}}
+        host = monitor.target if monitor is not None else q.host
+        zk, paths = self.zk, self.paths
+        try:
+            for target in {mv.target for mv in moves}:
+                zk.ensure_path(paths.host_assignments(target))
+            doomed = [p for mv in moves if zk.exists(p := paths.assignment(mv.source, q.name, mv.slot))]
+            wanted = [p for mv in moves if not zk.exists(p := paths.assignment(mv.target, q.name, mv.slot))]
+            data = {"state": q.state, "host": host, "placement": placement, "next_exchange": q.next_exchange}
+
+            def ops(t: Any) -> None:
+                t.set_data(paths.queue(q.name), dumps(data), version=q.version)
+                for path in doomed:
+                    t.delete(path)
+                for path in wanted:
+                    t.create(path, b"")
+
+            self.commit(ops)
+        except KazooException as exc:  # the queue changed meanwhile, or ZooKeeper is unreachable: next time
+            log.warning("queue %s: moving slots off lost host(s) %s failed (%s); will retry",
+                        q.name, ", ".join(sorted(lost)), type(exc).__name__)
+            return False
+        if exchanges:
+            sources = sorted({mv.source for mv in exchanges})
+            text = ", ".join(f"{mv.slot} to {mv.target}" for mv in exchanges)
+            self.events.record(
+                q.name, "exchanges_replaced",
+                f"host {', '.join(sources)} lost (unregistered for over {self.hosts.grace:g}s): moved {text}; "
+                f"{len(placement)} exchange(s) placed",
+                lost_host=",".join(sources), moved=len(exchanges), exchanges=len(placement),
+                moves=",".join(f"{mv.slot}@{mv.target}" for mv in exchanges),
+                hosts=",".join(sorted({mv.target for mv in exchanges})),
+            )  # fmt: skip
+        if monitor is not None:
+            self.events.record(q.name, "monitor_moved",
+                               f"host {monitor.source} lost (unregistered for over {self.hosts.grace:g}s): "
+                               f"monitor moved to {monitor.target}",
+                               lost_host=monitor.source, host=monitor.target)
+        return True

@@ -1,0 +1,182 @@
+"""Where exchanges and monitors go, and where the slots of a lost host go. Pure logic on a :class:`View`.
+
+A host can take an exchange of queue ``q`` when it is registered, has a free slot (its ``max_exchanges``
+over every queue), holds fewer than ``q``'s ``max_exchanges_per_host``, and its CPU and memory are within
+``q``'s ``host_cpu_percent`` / ``host_memory_percent``. Among those the choice spreads the queue over hosts
+first, then takes the most free slots, the lowest CPU %, the lowest memory %, the lowest address. A
+:class:`Placer` counts every placement it decided for the next choice, so several exchanges placed in one
+decision spread as if placed one after the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Iterable
+
+from gcm._view import REMOVING, RUNNING, HostView, QueueView, View
+from roq.rules import DEFAULT_RULES
+
+__all__ = ["Placer", "Move", "Blocked", "choose_host", "explain_no_host", "plan_replacements", "slot_order"]
+
+MONITOR = "monitor"  # the slot name of a queue's monitor in a Move
+
+
+def slot_order(slot: str) -> tuple[int, str]:
+    """Sort key of exchange slots: x2 before x10."""
+    match = re.fullmatch(r"x(\d+)", slot)
+    return (int(match.group(1)), slot) if match else (1 << 62, slot)
+
+
+class Placer:
+    """Placement decisions on one view, each one counted for the next."""
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self.assigned = view.assigned()  # host -> exchanges of every queue not being removed
+        self._of_queue: dict[tuple[str, str], int] = {}  # (queue, host) -> its exchanges there
+        self._monitors: dict[str, int] = {}  # host -> monitors of queues not being removed
+        for q in view.queues.values():
+            if q.state == REMOVING:
+                continue
+            for host in q.placement.values():
+                self._of_queue[(q.name, host)] = self._of_queue.get((q.name, host), 0) + 1
+            if q.state == RUNNING and q.host:
+                self._monitors[q.host] = self._monitors.get(q.host, 0) + 1
+
+    def of_queue(self, queue: str, host: str) -> int:
+        return self._of_queue.get((queue, host), 0)
+
+    def refusal(self, host: HostView, queue: QueueView | None) -> str:
+        """Why ``host`` cannot take an exchange of ``queue`` (None: a new queue); "" if it can."""
+        rules = queue.rules if queue is not None else DEFAULT_RULES
+        used = self.assigned.get(host.address, 0)
+        if used >= host.max_exchanges:
+            return f"full ({used}/{host.max_exchanges})"
+        if queue is not None:
+            mine, most = self.of_queue(queue.name, host.address), int(rules["max_exchanges_per_host"])
+            if mine >= most:
+                return f"holds {mine} of {queue.name}'s exchanges (max_exchanges_per_host {most})"
+        if host.cpu_percent > float(rules["host_cpu_percent"]):
+            return f"CPU {host.cpu_percent:.0f}% > {float(rules['host_cpu_percent']):.0f}%"
+        if host.memory_percent > float(rules["host_memory_percent"]):
+            return f"memory {host.memory_percent:.0f}% > {float(rules['host_memory_percent']):.0f}%"
+        return ""
+
+    def choose(self, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str | None:
+        """The best host for one more exchange of ``queue`` (None: of a new queue), or None if none can."""
+        skip = set(exclude)
+        best: tuple[int, int, float, float, str] | None = None
+        for host in self.view.hosts.values():
+            if host.address in skip or self.refusal(host, queue):
+                continue
+            mine = self.of_queue(queue.name, host.address) if queue is not None else 0
+            free = host.max_exchanges - self.assigned.get(host.address, 0)
+            key = (mine, -free, host.cpu_percent, host.memory_percent, host.address)
+            if best is None or key < best:
+                best = key
+        return best[-1] if best else None
+
+    def explain(self, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str:
+        """Why no host can take an exchange: ``"127.0.0.11: full (4/4); 127.0.0.12: CPU 97% > 90%"``."""
+        skip = set(exclude)
+        reasons = [f"{a}: {self.refusal(h, queue) or 'excluded'}" for a, h in sorted(self.view.hosts.items()) if a not in skip]
+        return "; ".join(reasons) if reasons else "no host manager is registered"
+
+    def choose_monitor(self, queue: QueueView, *, exclude: Iterable[str] = ()) -> str | None:
+        """A live host for ``queue``'s monitor: within the queue's CPU and memory limits if any host is, then
+        the fewest monitors, the lowest CPU %, memory %, address."""
+        skip = set(exclude)
+        rules = queue.rules
+        best: tuple[bool, int, float, float, str] | None = None
+        for host in self.view.hosts.values():
+            if host.address in skip:
+                continue
+            over = host.cpu_percent > float(rules["host_cpu_percent"]) or host.memory_percent > float(rules["host_memory_percent"])
+            key = (over, self._monitors.get(host.address, 0), host.cpu_percent, host.memory_percent, host.address)
+            if best is None or key < best:
+                best = key
+        return best[-1] if best else None
+
+    def place(self, queue: str, host: str, source: str | None = None) -> None:
+        """Count an exchange of ``queue`` placed on ``host`` (moved off ``source``, if given)."""
+        self.assigned[host] = self.assigned.get(host, 0) + 1
+        self._of_queue[(queue, host)] = self.of_queue(queue, host) + 1
+        if source is not None:
+            self.assigned[source] = max(0, self.assigned.get(source, 0) - 1)
+            self._of_queue[(queue, source)] = max(0, self.of_queue(queue, source) - 1)
+
+    def place_monitor(self, host: str, source: str | None = None) -> None:
+        self._monitors[host] = self._monitors.get(host, 0) + 1
+        if source is not None:
+            self._monitors[source] = max(0, self._monitors.get(source, 0) - 1)
+
+
+def choose_host(view: View, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str | None:
+    """The host that should take one more exchange of ``queue`` (None: the first of a new queue, judged by
+    capacity and the default CPU and memory limits); None if no host can (see :func:`explain_no_host`)."""
+    return Placer(view).choose(queue, exclude=exclude)
+
+
+def explain_no_host(view: View, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str:
+    """Every host's reason not to take one more exchange of ``queue``, in one line."""
+    return Placer(view).explain(queue, exclude=exclude)
+
+
+@dataclasses.dataclass(frozen=True)
+class Move:
+    """Slot ``slot`` of ``queue`` (an exchange ``x3``, or ``monitor``) goes from ``source`` to ``target``."""
+
+    queue: str
+    slot: str
+    source: str
+    target: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocked:
+    """Slot ``slot`` of ``queue`` stays on lost host ``source``: ``why`` no live host can take it."""
+
+    queue: str
+    slot: str
+    source: str
+    why: str
+
+
+def plan_replacements(view: View, lost: Iterable[str], queues: Iterable[str] | None = None) -> tuple[list[Move], list[Blocked]]:
+    """Where the exchange slots and monitors of running queues on ``lost`` hosts go.
+
+    Args:
+        view: the topology; the lost hosts are normally no longer registered in it.
+        lost: hosts whose slots must move; never chosen as a target.
+        queues: only these queues (default: every running queue).
+
+    Returns:
+        The moves (queues by name, slots in order, each counted for the next choice) and the slots that no
+        live host can take, with the reasons.
+    """
+    dead = set(lost)
+    placer = Placer(view)
+    names = sorted(view.queues) if queues is None else sorted(set(queues) & set(view.queues))
+    moves: list[Move] = []
+    blocked: list[Blocked] = []
+    for name in names:
+        q = view.queues[name]
+        if q.state != RUNNING:
+            continue
+        for slot in sorted((s for s, h in q.placement.items() if h in dead), key=slot_order):
+            source = q.placement[slot]
+            target = placer.choose(q, exclude=dead)
+            if target is None:
+                blocked.append(Blocked(name, slot, source, placer.explain(q, exclude=dead)))
+                continue
+            placer.place(name, target, source)
+            moves.append(Move(name, slot, source, target))
+        if q.host in dead:
+            target = placer.choose_monitor(q, exclude=dead)
+            if target is None:
+                blocked.append(Blocked(name, MONITOR, q.host, "no live host manager is registered"))
+            else:
+                placer.place_monitor(target, q.host)
+                moves.append(Move(name, MONITOR, q.host, target))
+    return moves, blocked

@@ -1,0 +1,121 @@
+"""The scaling rule (pure): out when stuck hot, in only well below the mark, sustained, no flapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor._elastic import QueueLoad, Scaler
+from monitor._rule import ExchangeLoad, evaluate
+from roq.rules import DEFAULT_RULES
+
+RULES = {**DEFAULT_RULES, "exchange_records_per_s": 1000.0, "sustain_s": 1.0, "cooldown_s": 5.0,
+         "min_exchanges": 1, "max_exchanges": 4, "scale_in_ratio": 0.6}
+
+
+def run(scaler, load, times, rules=RULES):
+    """Evaluate at each time; return (time, decision) of the first decision."""
+    for t in times:
+        d = scaler.evaluate(load, rules, t)
+        if d is not None:
+            return t, d
+    return None, None
+
+
+def test_scale_out_when_stuck_and_sustained():
+    s = Scaler()
+    load = QueueLoad({"a": 1500.0}, {"a": 3}, stuck=["a"])
+    t, d = run(s, load, [0.0, 0.5, 0.99, 1.0, 1.5])
+    assert (t, d.kind, d.exchanges) == (1.0, "out", 1)
+    assert "no other exchange can take" in d.reason and d.numbers["total_records_per_s"] == 1500.0
+
+
+def test_no_scale_out_at_max_or_when_the_condition_lapses():
+    s = Scaler()
+    assert run(s, QueueLoad({"a": 1500.0, "b": 1500.0}, stuck=["a"], placed=4), [0, 2, 4])[1] is None
+    s = Scaler()
+    hot, calm = QueueLoad({"a": 1500.0}, stuck=["a"]), QueueLoad({"a": 900.0})
+    assert s.evaluate(hot, RULES, 0.0) is None
+    assert s.evaluate(calm, RULES, 0.9) is None  # the timer restarts
+    assert s.evaluate(hot, RULES, 1.0) is None
+    assert s.evaluate(hot, RULES, 1.9) is None
+    assert s.evaluate(hot, RULES, 2.0).kind == "out"
+
+
+def test_scale_out_on_queue_averages():
+    rules = {**RULES, "scale_out_records_per_s": 700.0}
+    t, d = run(Scaler(), QueueLoad({"a": 800.0, "b": 700.0}), [0, 1], rules)
+    assert d.kind == "out" and "average load 750" in d.reason
+    rules = {**RULES, "publishers_per_exchange": 2}
+    t, d = run(Scaler(), QueueLoad({"a": 10.0, "b": 10.0}, {"a": 3, "b": 2}), [0, 1], rules)
+    assert d.kind == "out" and "5 publishers on 2 exchanges" in d.reason
+
+
+def test_scale_in_only_well_below_the_mark():
+    # 2 exchanges at 1100 in all: fits in one at the mark (1000)? no. At 0.6 of it? no.
+    assert run(Scaler(), QueueLoad({"a": 600.0, "b": 500.0}), [0, 1, 2, 10])[1] is None
+    # 590 in all fits in one exchange at 600 (0.6 x 1000)
+    t, d = run(Scaler(), QueueLoad({"a": 400.0, "b": 190.0}, {"a": 2, "b": 1}), [0, 0.5, 1.0])
+    assert (t, d.kind, d.victim) == (1.0, "in", "b")
+    assert d.numbers["victim_records_per_s"] == 190.0
+
+
+def test_never_below_the_minimum_and_not_while_one_is_starting():
+    assert run(Scaler(), QueueLoad({"a": 0.0}), [0, 5])[1] is None
+    assert run(Scaler(), QueueLoad({"a": 0.0, "b": 0.0}), [0, 5], {**RULES, "min_exchanges": 2})[1] is None
+    assert run(Scaler(), QueueLoad({"a": 0.0, "b": 0.0}, placed=3), [0, 5])[1] is None
+
+
+def test_scale_in_respects_the_publisher_limit():
+    rules = {**RULES, "publishers_per_exchange": 2}
+    assert run(Scaler(), QueueLoad({"a": 0.0, "b": 0.0}, {"a": 2, "b": 1}), [0, 5], rules)[1] is None
+    assert run(Scaler(), QueueLoad({"a": 0.0, "b": 0.0}, {"a": 1, "b": 1}), [0, 5], rules)[1].kind == "in"
+
+
+def test_reversal_waits_for_the_cooldown_and_counts_a_flap_within_two():
+    s = Scaler()
+    out = s.evaluate(QueueLoad({"a": 1500.0}, stuck=["a"]), RULES, 0.0) or s.evaluate(
+        QueueLoad({"a": 1500.0}, stuck=["a"]), RULES, 1.0
+    )
+    assert out.kind == "out" and s.decided(out, 1.0, RULES) is False
+    cold = QueueLoad({"a": 100.0, "b": 100.0})
+    t, d = run(s, cold, [1.5, 3, 5.9, 6.0, 6.5])
+    assert (t, d.kind) == (6.0, "in")  # cooldown 5 s after the scale-out at 1.0
+    assert s.decided(d, t, RULES) is True  # within 2 x cooldown: a flap
+    s2 = Scaler()
+    s2.last = ("out", 0.0)
+    d = s2.evaluate(cold, RULES, 20.0) or s2.evaluate(cold, RULES, 21.0)
+    assert d.kind == "in" and s2.decided(d, 21.0, RULES) is False
+
+
+def test_same_direction_needs_only_the_sustain():
+    s = Scaler()
+    s.last = ("out", 0.0)
+    hot = QueueLoad({"a": 1500.0, "b": 1400.0}, stuck=["a"])
+    assert s.evaluate(hot, RULES, 0.1) is None
+    assert s.evaluate(hot, RULES, 1.1).kind == "out"
+
+
+@pytest.mark.parametrize("other, stuck", [(600.0, ["a"]), (100.0, [])])
+def test_rule_reports_stuck_exchanges(other, stuck):
+    xs = [
+        ExchangeLoad("a", 1400.0, hot_since=0.0, publishers={"p1": 700.0, "p2": 700.0}),
+        ExchangeLoad("b", other, publishers={"p3": other}),
+    ]
+    found: list[str] = []
+    moves, _ = evaluate(xs, now=5.0, high=1000.0, sustain=1.0, cooldown=5.0, moved_at={}, stuck=found)
+    assert found == stuck
+    assert bool(moves) == (not stuck)
+
+
+def test_rule_a_lone_heavy_publisher_is_not_stuck():
+    xs = [ExchangeLoad("a", 1400.0, hot_since=0.0, publishers={"p1": 1400.0}), ExchangeLoad("b", 0.0)]
+    found: list[str] = []
+    moves, limits = evaluate(xs, now=5.0, high=1000.0, sustain=1.0, cooldown=5.0, moved_at={}, stuck=found)
+    assert (moves, found, [c.publisher for c in limits]) == ([], [], ["p1"])
+
+
+def test_rule_single_exchange_with_two_publishers_is_stuck():
+    xs = [ExchangeLoad("a", 1400.0, hot_since=0.0, publishers={"p1": 700.0, "p2": 700.0})]
+    found: list[str] = []
+    evaluate(xs, now=5.0, high=1000.0, sustain=1.0, cooldown=5.0, moved_at={}, stuck=found)
+    assert found == ["a"]
