@@ -3,7 +3,9 @@
 A host can take an exchange of queue ``q`` when it is registered, has a free slot (its ``max_exchanges``
 over every queue), holds fewer than ``q``'s ``max_exchanges_per_host``, and its CPU and memory are within
 ``q``'s ``host_cpu_percent`` / ``host_memory_percent``. Among those the choice spreads the queue over hosts
-first, then takes the most free slots, the lowest CPU %, the lowest memory %, the lowest address. A
+first, then takes the most free slots, the lowest CPU %, the lowest memory %, the lowest address. A new queue
+(an operator's explicit request, with no rules yet) only prefers hosts within the default limits: a
+cluster whose every host is busy still creates it, on the least busy host with a free slot. A
 :class:`Placer` counts every placement it decided for the next choice, so several exchanges placed in one
 decision spread as if placed one after the other.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from gcm._view import REMOVING, RUNNING, HostView, QueueView, View
 from roq.rules import DEFAULT_RULES
@@ -57,6 +59,11 @@ class Placer:
             mine, most = self.of_queue(queue.name, host.address), int(rules["max_exchanges_per_host"])
             if mine >= most:
                 return f"holds {mine} of {queue.name}'s exchanges (max_exchanges_per_host {most})"
+        return self.overloaded(host, rules) if queue is not None else ""
+
+    @staticmethod
+    def overloaded(host: HostView, rules: Mapping[str, Any]) -> str:
+        """Why ``host`` is above the CPU or memory limit of ``rules``; "" if it is not."""
         if host.cpu_percent > float(rules["host_cpu_percent"]):
             return f"CPU {host.cpu_percent:.0f}% > {float(rules['host_cpu_percent']):.0f}%"
         if host.memory_percent > float(rules["host_memory_percent"]):
@@ -66,13 +73,14 @@ class Placer:
     def choose(self, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str | None:
         """The best host for one more exchange of ``queue`` (None: of a new queue), or None if none can."""
         skip = set(exclude)
-        best: tuple[int, int, float, float, str] | None = None
+        best: tuple[bool, int, int, float, float, str] | None = None
         for host in self.view.hosts.values():
             if host.address in skip or self.refusal(host, queue):
                 continue
             mine = self.of_queue(queue.name, host.address) if queue is not None else 0
             free = host.max_exchanges - self.assigned.get(host.address, 0)
-            key = (mine, -free, host.cpu_percent, host.memory_percent, host.address)
+            over = queue is None and bool(self.overloaded(host, DEFAULT_RULES))
+            key = (over, mine, -free, host.cpu_percent, host.memory_percent, host.address)
             if best is None or key < best:
                 best = key
         return best[-1] if best else None
@@ -92,7 +100,7 @@ class Placer:
         for host in self.view.hosts.values():
             if host.address in skip:
                 continue
-            over = host.cpu_percent > float(rules["host_cpu_percent"]) or host.memory_percent > float(rules["host_memory_percent"])
+            over = bool(self.overloaded(host, rules))
             key = (over, self._monitors.get(host.address, 0), host.cpu_percent, host.memory_percent, host.address)
             if best is None or key < best:
                 best = key

@@ -13,6 +13,7 @@ stops it stops its children; if it is killed they get SIGTERM from the kernel (`
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -34,6 +35,8 @@ from roq.zk import Paths, Session, check_hosts, dumps, incarnation, loads
 __all__ = ["HostManager", "HostManagerConfig"]
 
 log = logging.getLogger("hostmanager")
+
+CPU_WINDOW = 5  # the host's CPU % is the mean of this many KPI periods
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +98,9 @@ class HostManager:
         self._registered = False
         self._next_kpi = 0.0
         self._net_last: tuple[float, int] | None = None
+        # placement acts on the CPU of the last few reports, not on one busy second (a process starting)
+        self._cpu: collections.deque[float] = collections.deque(maxlen=CPU_WINDOW)
+        psutil.cpu_percent(None)  # the first reading counts from here
         self._started = time.time()
 
     # ------------------------------------------------------------------ lifecycle
@@ -241,8 +247,9 @@ class HostManager:
         if self._net_last is not None and now > self._net_last[0]:
             rate = (total - self._net_last[1]) / (now - self._net_last[0])
         self._net_last = (now, total)
+        self._cpu.append(psutil.cpu_percent(None))
         return {
-            "cpu_percent": psutil.cpu_percent(None),
+            "cpu_percent": round(sum(self._cpu) / len(self._cpu), 1),
             "memory_percent": psutil.virtual_memory().percent,
             "net_bytes_per_s": round(rate, 1),
         }

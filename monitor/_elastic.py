@@ -2,17 +2,20 @@
 
 Evaluated with the relocation rule, on the same smoothed loads (records/s) and the queue's rules:
 
-* **out** (one more exchange) when the queue has fewer than ``max_exchanges`` and, for ``sustain_s``:
+* **out** (one more exchange) when the queue has fewer than ``max_exchanges`` and:
 
-  - some exchange is hot (above ``exchange_records_per_s``) and the relocation rule found no exchange that
-    can absorb any of its movable publishers (a publisher alone above the mark is a limit case: a new
-    exchange would not help it); or
+  - it has fewer than ``min_exchanges`` (at once); or
+  - some exchange is *stuck*: hot (above ``exchange_records_per_s``) for ``sustain_s`` already, and the
+    relocation rule found no exchange that can absorb any of its movable publishers (a publisher alone
+    above the mark is a limit case: a new exchange would not help it); at once, as the relocation rule
+    has counted the sustain; or, for ``sustain_s``,
   - the queue's average load per exchange is above ``scale_out_records_per_s`` (when set); or
   - it has more publishers per exchange than ``publishers_per_exchange`` (when set);
 
-* **in** (drain the least loaded exchange) when the queue has more than ``min_exchanges`` and, for
-  ``sustain_s``, its whole load fits in one exchange fewer at ``scale_in_ratio`` of the mark each (and of
-  ``scale_out_records_per_s``, and within ``publishers_per_exchange``, when those are set).
+* **in** (drain the least loaded exchange) when the queue has more than ``min_exchanges`` and either more
+  than ``max_exchanges`` (at once: an operator lowered it), or, for ``sustain_s``, its whole load fits in
+  one exchange fewer at ``scale_in_ratio`` of the mark each (and of ``scale_out_records_per_s``, and within
+  ``publishers_per_exchange``, when those are set).
 
 Hysteresis keeps the two apart: out above the mark, in only well below it (0.6 of it by default), each
 condition sustained, nothing decided while an earlier decision is being carried out, and a decision that
@@ -57,6 +60,7 @@ class Decision:
     exchanges: int  # how many the queue has now
     victim: str = ""
     numbers: dict[str, Any] = field(default_factory=dict)
+    bound: bool = False  # taken to respect min_exchanges / max_exchanges, not because of the load
 
 
 class Scaler:
@@ -83,18 +87,23 @@ class Scaler:
         self.out_since = (self.out_since if self.out_since is not None else now) if why_out else None
         self.in_since = (self.in_since if self.in_since is not None else now) if why_in else None
         sustain = float(rules["sustain_s"])
-        if why_out and now - self.out_since >= sustain and self._may("out", now, rules):
-            return Decision("out", why_out, n, numbers=numbers)
-        if why_in and now - self.in_since >= sustain and self._may("in", now, rules) and q.loads:
+        # the operator's bounds apply at once, whatever the cool-down; a stuck exchange was hot for the sustain
+        out_bound = n < int(rules["min_exchanges"])
+        in_bound = n > int(rules["max_exchanges"])
+        if why_out and (out_bound or (
+                (q.stuck or now - self.out_since >= sustain) and self._may("out", now, rules))):
+            return Decision("out", why_out, n, numbers=numbers, bound=out_bound)
+        if why_in and q.loads and (in_bound or (now - self.in_since >= sustain and self._may("in", now, rules))):
             victim = min(q.loads, key=lambda x: (q.loads[x], q.publishers.get(x, 0), x))
             numbers = {**numbers, "victim_records_per_s": round(q.loads[victim], 1)}
-            return Decision("in", why_in, n, victim=victim, numbers=numbers)
+            return Decision("in", why_in, n, victim=victim, numbers=numbers, bound=in_bound)
         return None
 
     def decided(self, d: Decision, now: float, rules: Mapping[str, Any]) -> bool:
         """Record ``d`` as taken; True if it reverses the previous decision within two cool-downs (a flap)."""
         flap = (
-            self.last is not None
+            not d.bound
+            and self.last is not None
             and self.last[0] != d.kind
             and now - self.last[1] < 2 * float(rules["cooldown_s"])
         )
@@ -109,6 +118,9 @@ class Scaler:
     @staticmethod
     def _why_out(q: QueueLoad, rules: Mapping[str, Any], n: int, total: float, pubs: int) -> str:
         high = float(rules["exchange_records_per_s"])
+        least = int(rules["min_exchanges"])
+        if n < least:
+            return f"{n} exchange{'s' if n != 1 else ''}, below min_exchanges {least}"
         if q.stuck:
             hot = ", ".join(f"{x} ({q.loads.get(x, 0.0):,.0f} rec/s)" for x in q.stuck)
             return f"{hot} above the mark {high:,.0f} rec/s and no other exchange can take its publishers"
@@ -122,8 +134,13 @@ class Scaler:
 
     @staticmethod
     def _why_in(q: QueueLoad, rules: Mapping[str, Any], n: int, total: float, pubs: int) -> str:
-        if q.stuck or n < 2 or len(q.loads) < n:
-            return ""  # something is hot, or an exchange is still starting
+        if n < 2 or len(q.loads) < n:
+            return ""  # an exchange is still starting
+        most = int(rules["max_exchanges"])
+        if n > most:
+            return f"{n} exchanges, above max_exchanges {most}"
+        if q.stuck:
+            return ""  # something is hot
         ratio = float(rules["scale_in_ratio"])
         fewer = n - 1
         room = ratio * float(rules["exchange_records_per_s"]) * fewer

@@ -278,7 +278,8 @@ class Monitor:
         now = time.monotonic()
         x.last_seen = now
         period = max(kpi.period, 1e-3)
-        x.load.add(kpi.records_in / period)
+        raw = kpi.records_in / period
+        x.load.add(raw)
         x.bytes_load.add(kpi.bytes_in / period)
         x.cpu_percent, x.rss_bytes, x.busy = kpi.cpu_percent, kpi.rss_bytes, kpi.busy
         x.dropped += kpi.dropped
@@ -292,7 +293,11 @@ class Monitor:
                 entry = self.publishers.get(pub)
                 if value < 1.0 and (entry is None or entry.exchange != x.id):
                     del x.rates[pub]
-        x.hot_since = (x.hot_since or now) if x.load.value > self.config.high_records_per_s else None
+        # smoothing decides *whether* the exchange is hot; the sustain counts from when the raw load went over,
+        # so smoothing does not delay the reaction to a real overload a second time
+        high = self.config.high_records_per_s
+        x.over_since = (x.over_since or now) if raw > high else None
+        x.hot_since = (x.hot_since or x.over_since or now) if x.load.value > high else None
 
     def _drain(self, x: ExchangeEntry) -> None:
         x.draining = True
@@ -448,7 +453,7 @@ class Monitor:
             # book the move at once so that the next evaluation does not move more than needed
             source.load.value -= move.publisher_rate
             target.load.value += move.publisher_rate
-            source.hot_since = None
+            source.hot_since = source.over_since = None
 
     # ------------------------------------------------------------------ rules and scaling
 
@@ -507,6 +512,11 @@ class Monitor:
             if slot not in joined:
                 self._missing_since.setdefault(slot, now)
         starting = [s for s, since in self._missing_since.items() if now - since < STARTING_LIMIT]
+        # an exchange that joined but that some subscriber does not hear yet cannot take publishers: the hot
+        # exchanges still look stuck until it can, and asking for another would be one too many
+        _, heard = self.topology.accepting(set(), now)
+        starting += [x.id for x in self.exchanges.values()
+                     if not x.draining and x.id not in heard and now - x.joined < STARTING_LIMIT]
         if self.cluster.asking or starting or self._retiring is not None or now < self._out_refused_until:
             self.scaler.reset()
             return

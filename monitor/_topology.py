@@ -27,7 +27,8 @@ class ExchangeEntry:
     bytes_load: Ewma  # bytes/s
     joined: float
     draining: bool = False
-    hot_since: float | None = None
+    hot_since: float | None = None  # the smoothed load is above the mark (since the raw load went over)
+    over_since: float | None = None  # the raw load has been above the mark in every report since
     rates: dict[str, Ewma] = field(default_factory=dict)  # publisher -> records/s through this exchange
     cpu_percent: float = 0.0
     rss_bytes: int = 0

@@ -135,9 +135,9 @@ def test_ramp_scales_out_to_three_exchanges_over_two_hosts_and_back(make_embedde
 
 def test_monitor_killed_under_load_restarts_and_rebuilds(make_embedded, loads):
     cluster = make_embedded(hosts=2)
-    q = Queue(cluster, loads, "mon", **FAST)
-    cluster.manager.scale_out("mon", 2)
+    q = Queue(cluster, loads, "mon", min_exchanges=2, **FAST)  # the monitor grows the queue to its minimum
     q.wait(lambda s: len(s["exchanges"]) == 2, 20, "2 exchanges")
+    assert "below min_exchanges 2" in q.events("scale_out")[0]["text"]
     q.subscribe("")
     for keys in ("a", "b", "c"):
         q.publish(1500, keys)
@@ -167,11 +167,9 @@ def test_monitor_killed_under_load_restarts_and_rebuilds(make_embedded, loads):
 def test_whole_host_crash_under_load_has_its_exchanges_replaced(make_embedded, loads):
     cluster = make_embedded(hosts=3)
     a, b, c = cluster.addresses
-    q = Queue(cluster, loads, "crash", host=a, max_exchanges_per_host=1, **FAST)
-    placed = cluster.manager.scale_out("crash", 2)
-    assert [p["Host"] for p in placed["Placed"]] != [a]
-    victim_host = placed["Placed"][0]["Host"]
-    q.wait(lambda s: len(s["exchanges"]) == 2, 20, "2 exchanges")
+    q = Queue(cluster, loads, "crash", host=a, max_exchanges_per_host=1, min_exchanges=2, **FAST)
+    status = q.wait(lambda s: len(s["exchanges"]) == 2, 20, "2 exchanges")
+    victim_host, = hosts_of(status, cluster, "crash") - {a}  # one exchange per host: the second is elsewhere
     q.subscribe("")
     for keys in ("a", "b", "c", "d"):
         q.publish(800, keys)

@@ -21,24 +21,38 @@ def run(scaler, load, times, rules=RULES):
     return None, None
 
 
-def test_scale_out_when_stuck_and_sustained():
+def test_scale_out_at_once_when_stuck():
+    # the relocation rule calls an exchange stuck only once it has been hot for the sustain: not counted twice
     s = Scaler()
     load = QueueLoad({"a": 1500.0}, {"a": 3}, stuck=["a"])
-    t, d = run(s, load, [0.0, 0.5, 0.99, 1.0, 1.5])
-    assert (t, d.kind, d.exchanges) == (1.0, "out", 1)
+    t, d = run(s, load, [0.0, 0.5])
+    assert (t, d.kind, d.exchanges, d.bound) == (0.0, "out", 1, False)
     assert "no other exchange can take" in d.reason and d.numbers["total_records_per_s"] == 1500.0
 
 
 def test_no_scale_out_at_max_or_when_the_condition_lapses():
     s = Scaler()
     assert run(s, QueueLoad({"a": 1500.0, "b": 1500.0}, stuck=["a"], placed=4), [0, 2, 4])[1] is None
+    rules = {**RULES, "scale_out_records_per_s": 700.0}
     s = Scaler()
-    hot, calm = QueueLoad({"a": 1500.0}, stuck=["a"]), QueueLoad({"a": 900.0})
-    assert s.evaluate(hot, RULES, 0.0) is None
-    assert s.evaluate(calm, RULES, 0.9) is None  # the timer restarts
-    assert s.evaluate(hot, RULES, 1.0) is None
-    assert s.evaluate(hot, RULES, 1.9) is None
-    assert s.evaluate(hot, RULES, 2.0).kind == "out"
+    hot, calm = QueueLoad({"a": 800.0}), QueueLoad({"a": 600.0})
+    assert s.evaluate(hot, rules, 0.0) is None
+    assert s.evaluate(calm, rules, 0.9) is None  # the timer restarts
+    assert s.evaluate(hot, rules, 1.0) is None
+    assert s.evaluate(hot, rules, 1.9) is None
+    assert s.evaluate(hot, rules, 2.0).kind == "out"
+
+
+def test_the_operators_bounds_apply_at_once_whatever_the_cooldown():
+    s = Scaler()
+    s.last = ("in", 0.0)  # a scale-in just now: a load-driven scale-out would wait for the cool-down
+    d = s.evaluate(QueueLoad({"a": 0.0}), {**RULES, "min_exchanges": 2}, 0.1)
+    assert (d.kind, d.bound, d.reason) == ("out", True, "1 exchange, below min_exchanges 2")
+    assert s.decided(d, 0.1, RULES) is False  # not a flap: the operator asked for it
+    s = Scaler()
+    s.last = ("out", 0.0)
+    d = s.evaluate(QueueLoad({"a": 900.0, "b": 900.0, "c": 10.0}), {**RULES, "max_exchanges": 2}, 0.1)
+    assert (d.kind, d.victim, d.bound, d.reason) == ("in", "c", True, "3 exchanges, above max_exchanges 2")
 
 
 def test_scale_out_on_queue_averages():
@@ -73,9 +87,7 @@ def test_scale_in_respects_the_publisher_limit():
 
 def test_reversal_waits_for_the_cooldown_and_counts_a_flap_within_two():
     s = Scaler()
-    out = s.evaluate(QueueLoad({"a": 1500.0}, stuck=["a"]), RULES, 0.0) or s.evaluate(
-        QueueLoad({"a": 1500.0}, stuck=["a"]), RULES, 1.0
-    )
+    out = s.evaluate(QueueLoad({"a": 1500.0}, stuck=["a"]), RULES, 1.0)
     assert out.kind == "out" and s.decided(out, 1.0, RULES) is False
     cold = QueueLoad({"a": 100.0, "b": 100.0})
     t, d = run(s, cold, [1.5, 3, 5.9, 6.0, 6.5])
@@ -90,9 +102,15 @@ def test_reversal_waits_for_the_cooldown_and_counts_a_flap_within_two():
 def test_same_direction_needs_only_the_sustain():
     s = Scaler()
     s.last = ("out", 0.0)
-    hot = QueueLoad({"a": 1500.0, "b": 1400.0}, stuck=["a"])
-    assert s.evaluate(hot, RULES, 0.1) is None
-    assert s.evaluate(hot, RULES, 1.1).kind == "out"
+    hot = QueueLoad({"a": 1500.0, "b": 1400.0})
+    rules = {**RULES, "scale_out_records_per_s": 1000.0}
+    assert s.evaluate(hot, rules, 0.1) is None
+    assert s.evaluate(hot, rules, 1.1).kind == "out"
+    s = Scaler()
+    s.last = ("in", 0.0)
+    stuck = QueueLoad({"a": 1500.0, "b": 1400.0}, stuck=["a"])
+    assert s.evaluate(stuck, RULES, 0.1) is None  # the other way: the cool-down first
+    assert s.evaluate(stuck, RULES, 5.0).kind == "out"
 
 
 @pytest.mark.parametrize("other, stuck", [(600.0, ["a"]), (100.0, [])])

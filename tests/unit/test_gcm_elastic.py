@@ -86,11 +86,15 @@ def test_a_host_at_the_limit_is_accepted():
     assert choose_host(_view([q], [_host("a", cpu=50.0, memory=60.0)]), q) == "a"
 
 
-def test_a_new_queue_is_judged_by_capacity_and_the_default_limits():
-    hosts = [_host("a", 1), _host("b", cpu=DEFAULT_RULES["host_cpu_percent"] + 1)]
+def test_a_new_queue_needs_a_free_slot_and_prefers_hosts_within_the_default_limits():
+    busy = DEFAULT_RULES["host_cpu_percent"] + 1
+    hosts = [_host("a", 1), _host("b", cpu=busy)]
     view = _view([_queue("q", {"x1": "a"}, max_exchanges_per_host=1)], hosts)
-    assert choose_host(view) is None
-    assert explain_no_host(view) == "a: full (1/1); b: CPU 91% > 90%"
+    assert choose_host(view) == "b"  # every host with room is busy: the operator's request still goes through
+    view = _view([], [_host("a", cpu=busy), _host("b", cpu=busy + 5), _host("c", memory=95.0), _host("d", cpu=20.0)])
+    assert choose_host(view) == "d"
+    view = _view([_queue("q", {"x1": "a"})], [_host("a", 1)])
+    assert choose_host(view) is None and explain_no_host(view) == "a: full (1/1)"
 
 
 def test_explaining_without_hosts_says_so():
