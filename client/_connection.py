@@ -8,6 +8,7 @@ from typing import Any
 
 import zmq
 
+from client._locator import MonitorLocator
 from client._management import QueueManager
 from client._publisher import Publisher
 from client._subscriber import Subscriber
@@ -26,6 +27,7 @@ class Connection:
     """A connection to one logical queue, through its monitor. Made by :func:`connect`.
 
     It owns a ZeroMQ context and every publisher and subscriber made from it; ``close()`` closes them.
+    Made through ZooKeeper, it follows the queue's monitor when the monitor moves to another host.
     """
 
     def __init__(
@@ -35,13 +37,18 @@ class Connection:
         publisher_config: PublisherConfig | None = None,
         subscriber_config: SubscriberConfig | None = None,
     ) -> None:
-        self.monitor = check_endpoint(monitor)
+        self._locator = MonitorLocator(check_endpoint(monitor))
         self.publisher_config = publisher_config or PublisherConfig()
         self.subscriber_config = subscriber_config or SubscriberConfig()
         self._ctx = zmq.Context()
         self._lock = threading.Lock()
         self._children: list[Publisher | Subscriber] = []
         self._closed = False
+
+    @property
+    def monitor(self) -> str:
+        """The endpoint of the queue's monitor (the current one, when followed through ZooKeeper)."""
+        return self._locator.endpoint
 
     def ping(self, timeout: float = 5.0) -> dict[str, Any]:
         """Ask the monitor whether it is there.
@@ -76,7 +83,7 @@ class Connection:
             BrokerConnectionError: the monitor did not answer.
         """
         config = replace(self.publisher_config, **options) if options else self.publisher_config
-        return self._adopt(lambda: Publisher(context=self._ctx, monitor=self.monitor, config=config))
+        return self._adopt(lambda: Publisher(context=self._ctx, monitor=self._locator, config=config))
 
     def subscriber(self, prefix: bytes = b"", **options: Any) -> Subscriber:
         """A new subscriber to the records whose key starts with ``prefix`` (b"" = all).
@@ -86,7 +93,7 @@ class Connection:
             BrokerConnectionError: the monitor did not answer.
         """
         config = replace(self.subscriber_config, **options) if options else self.subscriber_config
-        return self._adopt(lambda: Subscriber(context=self._ctx, monitor=self.monitor, prefix=prefix, config=config))
+        return self._adopt(lambda: Subscriber(context=self._ctx, monitor=self._locator, prefix=prefix, config=config))
 
     def close(self) -> None:
         """Close every publisher (flushing it) and subscriber, then the context."""
@@ -102,6 +109,7 @@ class Connection:
             except Exception as exc:  # close the others anyway; report the first failure
                 errors.append(exc)
         self._ctx.term()
+        self._locator.close()
         if errors:
             raise errors[0]
 
@@ -155,7 +163,7 @@ def connect(
 ) -> Connection:
     """Connect to a logical queue: through its monitor's endpoint (``monitor="tcp://127.0.0.11:5500"``), or
     by name through ZooKeeper (``zk="127.0.0.1:2181", queue="q"``): the GCM leader found there looks the
-    queue's monitor up.
+    queue's monitor up, and the connection follows that monitor if it moves to another host (its host died).
 
     Raises:
         ConfigError: neither or both ways given, or a malformed endpoint.
@@ -174,6 +182,8 @@ def connect(
         raise ConfigError(f"monitor must be an endpoint string, got {type(monitor).__name__}")
     conn = Connection(monitor, publisher_config=publisher_config, subscriber_config=subscriber_config)
     try:
+        if zk is not None:
+            conn._locator.follow(zk, root, str(queue), timeout=max(timeout, 10.0))
         conn.ping(timeout)
     except BaseException:
         conn.close()

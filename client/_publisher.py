@@ -19,6 +19,7 @@ from typing import Any
 
 import zmq
 
+from client._locator import MonitorLocator
 from roq import batch
 from roq.config import PublisherConfig
 from roq.errors import (
@@ -59,7 +60,7 @@ class Publisher:
     A publisher may be shared by threads: ``send`` is serialised by a lock.
     """
 
-    def __init__(self, *, context: zmq.Context, monitor: str, config: PublisherConfig) -> None:
+    def __init__(self, *, context: zmq.Context, monitor: str | MonitorLocator, config: PublisherConfig) -> None:
         from client._sender import Sender
 
         self.config = config
@@ -87,7 +88,9 @@ class Publisher:
         self._assigned = threading.Event()
         self._no_exchange = ""
         self.counters = {"relocations": 0, "failovers": 0, "retransmitted": 0, "panics": 0}
-        self._sender = Sender(self, context, monitor)
+        locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
+        monitor = locator.endpoint
+        self._sender = Sender(self, context, locator)
         self._sender.start()
         if not self._assigned.wait(config.connect_timeout) or self._error is not None:
             self._shutdown()

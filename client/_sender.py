@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
+from client._locator import MonitorLocator
 from client._window import Sent, Window
 from roq import batch, control
 from roq.errors import ProtocolError
@@ -57,12 +58,13 @@ class _Move:
 
 
 class Sender(threading.Thread):
-    def __init__(self, publisher: Publisher, context: zmq.Context, monitor: str) -> None:
+    def __init__(self, publisher: Publisher, context: zmq.Context, monitor: MonitorLocator) -> None:
         super().__init__(name=f"roq-publisher-{publisher.name[:8]}", daemon=True)
         self._pub = publisher
         self._cfg = publisher.config
         self._ctx = context
-        self._monitor_endpoint = monitor
+        self._locator = monitor
+        self._monitor_endpoint = monitor.endpoint
         self._monitor: zmq.Socket | None = None
         self._poller = zmq.Poller()
         self._current: _Link | None = None
@@ -119,6 +121,10 @@ class Sender(threading.Thread):
             if now >= self._next_check:
                 self._next_check = now + CHECK_INTERVAL
                 self._check(now)
+            if self._locator.endpoint != self._monitor_endpoint:  # the monitor moved to another host
+                assert self._monitor is not None
+                self._monitor_endpoint = self._locator.retarget(self._monitor, self._monitor_endpoint)
+                self._next_hello = now
             if now >= self._next_hello:
                 self._next_hello = now + self._cfg.heartbeat_interval
                 self._send_monitor(

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import zmq
 
+from client._locator import MonitorLocator
 from client._message import Message, SubscriberStats
 from client._ordering import Reassembler
 from roq import batch, control
@@ -50,7 +51,8 @@ class Subscriber:
     across relocations and failovers, as long as the subscriber keeps up.
     """
 
-    def __init__(self, *, context: zmq.Context, monitor: str, prefix: bytes, config: SubscriberConfig) -> None:
+    def __init__(self, *, context: zmq.Context, monitor: str | MonitorLocator, prefix: bytes,
+                 config: SubscriberConfig) -> None:
         if not isinstance(prefix, bytes):
             raise TypeError(f"prefix must be bytes, got {type(prefix).__name__}")
         self.config = config
@@ -71,13 +73,15 @@ class Subscriber:
         self._listed = False
         self._next_hello = 0.0
         self._poller = zmq.Poller()
+        self._locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
+        self._monitor_endpoint = self._locator.endpoint
         self._monitor = context.socket(zmq.DEALER)
         self._monitor.setsockopt(zmq.ROUTING_ID, self.id)
         self._monitor.setsockopt(zmq.LINGER, 200)
-        self._monitor.connect(monitor)
+        self._monitor.connect(self._monitor_endpoint)
         self._poller.register(self._monitor, zmq.POLLIN)
         try:
-            self._join(monitor)
+            self._join(self._monitor_endpoint)
         except BaseException:
             self.close()
             raise
@@ -169,6 +173,9 @@ class Subscriber:
 
     def _pump(self, timeout: float) -> None:
         now = time.monotonic()
+        if self._locator.endpoint != self._monitor_endpoint:  # the monitor moved to another host
+            self._monitor_endpoint = self._locator.retarget(self._monitor, self._monitor_endpoint)
+            self._next_hello = now
         if now >= self._next_hello:
             self._hello(now)
         limit = min(now + timeout, self._next_hello)

@@ -187,6 +187,7 @@ class Monitor:
                 if not settled and not self.topology.settling(now):
                     settled = True
                     self.mover.place_orphans()  # publishers whose exchange never reported: fail them over
+                    self._broadcast_exchanges()  # and subscribers drop the exchanges that never reported
             if now >= next_rule:
                 next_rule = now + self.config.kpi_period / EVALUATIONS_PER_PERIOD
                 if self.config.relocation_rule:
@@ -380,7 +381,7 @@ class Monitor:
             log.info("subscriber %s joined (prefix %r)", s.id[:8], hello.prefix)
         s.identity, s.last_seen, s.prefix = envelope[0], now, hello.prefix
         s.confirmed = set(hello.confirmed)
-        if s.confirmed != set(self.exchanges):
+        if s.confirmed != set(self.exchanges) and self._may_list(s, now):
             self._send([s.identity], self._exchange_list())
         self.mover.subscriber_heard(s)
 
@@ -399,8 +400,20 @@ class Monitor:
 
     def _broadcast_exchanges(self, lost: list[str] | None = None) -> None:
         msg = self._exchange_list(lost)
+        now = time.monotonic()
         for s in self.subscribers.values():
-            self._send([s.identity], msg)
+            if self._may_list(s, now):
+                self._send([s.identity], msg)
+
+    def _may_list(self, s: SubscriberEntry, now: float) -> bool:
+        """Whether ``s`` may be sent the exchange list now.
+
+        A list makes a subscriber drop every exchange it does not name. A (re)started monitor that has not
+        heard from every exchange yet would make subscribers drop live exchanges whose publishers still send
+        there (for instance exchanges that were still reporting to a monitor on a host that died): until it
+        settles it only sends lists that take nothing away.
+        """
+        return not self.topology.settling(now) or s.confirmed <= set(self.exchanges)
 
     def _tick(self, now: float) -> None:
         cfg = self.config

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import tempfile
 import time
 from collections import Counter
 from typing import Any, Callable
 
-from roq.process import Child, spawn
+from roq.errors import BrokerTimeoutError
 from simulation.bench import Result, _percentiles, bench_roq
-from simulation.load import parse_report
+from simulation.embedded import wait_for
+from simulation.load import Loads
 
 __all__ = ["run", "render"]
 
@@ -46,51 +46,6 @@ REACTION_LIMIT = 30.0
 #: Exchanges in the data-plane runs, and how many times each is run (the best run counts).
 EXCHANGES = (1, 2, 3)
 ROUNDS = 2
-
-
-class _Loads:
-    """``python -m simulation.load`` processes logging to ``log_dir``; all stopped by pid on exit."""
-
-    def __init__(self, log_dir: str) -> None:
-        self.log_dir = log_dir
-        self.children: list[Child] = []
-        self._files: list[Any] = []
-
-    def start(self, role: str, monitor: str, *args: str) -> Child:
-        log = open(os.path.join(self.log_dir, f"{role}-{len(self.children)}.log"), "ab")
-        self._files.append(log)
-        child = spawn(role, "simulation.load", [role, "--monitor", monitor, *args], stderr=log)
-        self.children.append(child)
-        child.wait_ready(30)
-        return child
-
-    def report(self, child: Child, timeout: float = 60.0) -> dict[str, Any]:
-        """SIGTERM ``child`` and return its REPORT."""
-        child.signal(signal.SIGTERM)
-        return parse_report(child.communicate(timeout))
-
-    def close(self) -> None:
-        for child in self.children:
-            child.stop(5)
-        for f in self._files:
-            f.close()
-
-    def __enter__(self) -> _Loads:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _wait(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for: {what}")
-        time.sleep(interval)
 
 
 def _create(qm: Any, name: str, timeout: float = 60.0) -> None:
@@ -116,7 +71,7 @@ def _first(events: list[dict[str, Any]], kind: str, since: float, **fields: Any)
 # ---------------------------------------------------------------------------------------- embedded
 
 
-def _trial(cluster: Any, loads: _Loads, name: str) -> dict[str, Any]:
+def _trial(cluster: Any, loads: Loads, name: str) -> dict[str, Any]:
     """One reaction trial on a fresh queue ``name``; removes it afterwards."""
     import client
 
@@ -144,27 +99,27 @@ def _trial(cluster: Any, loads: _Loads, name: str) -> dict[str, Any]:
                 return next((e for e in events if e["kind"] == "relocated" and e["target"] != first
                              and e["time"] >= overload_at), None)
 
-            _wait(lambda: status()["rules"]["exchange_records_per_s"] == HIGH, 15, f"{name}'s monitor to adopt its rules")
+            wait_for(lambda: status()["rules"]["exchange_records_per_s"] == HIGH, 15, f"{name}'s monitor to adopt its rules")
             sub = loads.start("subscribe", monitor, "--duration", "600", "--idle-exit", "0")
             pubs = [loads.start("publish", monitor, "--rate", str(rate), "--duration", "600", "--keys", f"k{i}")
                     for i in range(2)]
-            first = _wait(steady, 30, f"2 publishers at {2 * rate:,.0f} rec/s on one exchange")["exchanges"][0]["id"]
+            first = wait_for(steady, 30, f"2 publishers at {2 * rate:,.0f} rec/s on one exchange")["exchanges"][0]["id"]
             pubs.append(loads.start("publish", monitor, "--rate", str(rate), "--duration", "600", "--keys", "k2"))
             overload_at = time.time()
             try:
-                event = _wait(moved, REACTION_LIMIT, "a publisher moved to a new exchange")
-            except TimeoutError as exc:
+                event = wait_for(moved, REACTION_LIMIT, "a publisher moved to a new exchange")
+            except BrokerTimeoutError as exc:
                 s = status()
                 seen = "; ".join(e["text"] for e in s["events"] if e["time"] >= overload_at) or "none"
                 loads_now = ", ".join(f"{x['id']} {x['records_per_s']:,.0f} rec/s" for x in s["exchanges"])
-                raise TimeoutError(f"queue {name}: {exc} (exchanges: {loads_now}; events since the overload: {seen})") from None
+                raise BrokerTimeoutError(f"queue {name}: {exc} (exchanges: {loads_now}; events since the overload: {seen})") from None
             # the moved publisher must send through its new exchange for a while before its report means much
-            _wait(lambda: any(p["id"] == event["publisher"] and p["exchange"] == event["target"]
+            wait_for(lambda: any(p["id"] == event["publisher"] and p["exchange"] == event["target"]
                               and p["records_per_s"] > rate / 2 for p in status()["publishers"]),
                   15, "the moved publisher carried by the new exchange")
             events = status()["events"]
-            reports = [loads.report(p) for p in pubs]
-            loads.report(sub)
+            reports = [loads.report(p, stop=True) for p in pubs]
+            loads.report(sub, stop=True)
     finally:
         qm.remove(name)
     decided = _first(events, "scale_out", overload_at)
@@ -205,7 +160,7 @@ def bench_reaction(trials: int, progress: Callable[[str], None]) -> list[Result]
 
     log_dir = tempfile.mkdtemp(prefix="roq-bench-")
     runs = []
-    with EmbeddedCluster(hosts=3, log_dir=log_dir) as cluster, _Loads(log_dir) as loads:
+    with EmbeddedCluster(hosts=3, log_dir=log_dir) as cluster, Loads(log_dir) as loads:
         progress(f"(e) floor: add_exchange -> exchange registered, {FLOOR_SAMPLES} samples")
         floor = _floor(cluster, FLOOR_SAMPLES)
         for i in range(trials):

@@ -24,7 +24,23 @@ from simulation.cluster import spawn_logged
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EmbeddedCluster", "host_addresses"]
+__all__ = ["EmbeddedCluster", "host_addresses", "wait_for"]
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll ``condition()`` until it is true; return its value.
+
+    Raises:
+        BrokerTimeoutError: still false after ``timeout`` (the message says ``what``).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise BrokerTimeoutError(f"timed out after {timeout:.1f}s waiting for: {what}")
+        time.sleep(interval)
 
 
 def host_addresses(n: int, first: str = "127.0.0.11") -> list[str]:
@@ -218,19 +234,8 @@ class EmbeddedCluster:
         return client.connect(zk=self.zk, queue=queue, root=self.root, **options)
 
     def wait_for(self, condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-        """Poll ``condition()`` until it is true; return its value.
-
-        Raises:
-            BrokerTimeoutError: still false after ``timeout`` (the message says ``what``).
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise BrokerTimeoutError(f"timed out after {timeout:.1f}s waiting for: {what}")
-            time.sleep(interval)
+        """:func:`wait_for`."""
+        return wait_for(condition, timeout, what, interval)
 
     def _spawn(self, name: str, module: str, args: list[str]) -> Child:
         return spawn_logged(name, module, args, self.log_dir, self._logs)

@@ -12,6 +12,7 @@ import argparse
 import array
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -19,12 +20,13 @@ from typing import Any
 
 import client
 from roq.errors import RoQError
+from roq.process import Child, spawn
 from roq.runtime import ExitCode, announce_ready, setup_logging
 from simulation.audit import PAYLOAD_HEADER, Audit, make_payload
 
 REPORT_PREFIX = "REPORT "
 
-__all__ = ["main", "parse_report", "percentiles", "REPORT_PREFIX"]
+__all__ = ["main", "Loads", "parse_report", "percentiles", "REPORT_PREFIX"]
 
 
 def parse_report(output: str) -> dict[str, Any]:
@@ -37,6 +39,50 @@ def parse_report(output: str) -> dict[str, Any]:
         if line.startswith(REPORT_PREFIX):
             return json.loads(line[len(REPORT_PREFIX) :])
     raise ValueError(f"no report in output: {output[-500:]!r}")
+
+
+class Loads:
+    """Load processes started from here, each logging to its own file in ``log_dir``; all stopped by pid on
+    :meth:`close`."""
+
+    def __init__(self, log_dir: str | os.PathLike[str], *, ready_timeout: float = 30.0) -> None:
+        self.log_dir = log_dir
+        self.ready_timeout = ready_timeout
+        self.children: list[Child] = []
+        self._files: list[Any] = []
+
+    def start(self, role: str, monitor: str, *args: str) -> Child:
+        """Start ``python -m simulation.load ROLE --monitor MONITOR ARGS`` and wait for its READY (``monitor``
+        "": ARGS say how to connect, e.g. ``--zk SERVERS --queue NAME``).
+
+        Raises:
+            RoQError: it did not become ready in time (it is stopped on :meth:`close`).
+        """
+        log_file = open(os.path.join(self.log_dir, f"{role}-{len(self.children)}.log"), "ab")
+        self._files.append(log_file)
+        where = ["--monitor", monitor] if monitor else []
+        child = spawn(role, "simulation.load", [role, *where, *args], stderr=log_file)
+        self.children.append(child)
+        child.wait_ready(self.ready_timeout)
+        return child
+
+    def report(self, child: Child, *, stop: bool = False, timeout: float = 60.0) -> dict[str, Any]:
+        """The REPORT of ``child`` once it ends (``stop``: SIGTERM it first)."""
+        if stop:
+            child.signal(signal.SIGTERM)
+        return parse_report(child.communicate(timeout))
+
+    def close(self) -> None:
+        for child in self.children:
+            child.stop(5)
+        for f in self._files:
+            f.close()
+
+    def __enter__(self) -> Loads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def percentiles(samples: Any) -> dict[str, float]:
@@ -69,13 +115,19 @@ def _report(doc: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def _connect(args: argparse.Namespace) -> client.Connection:
+    if args.monitor:
+        return client.connect(args.monitor)
+    return client.connect(zk=args.zk, queue=args.queue, root=args.root)
+
+
 def publish(args: argparse.Namespace) -> int:
     stop = _Stop()
     keys = [k.encode() for k in args.keys.split(",")]
     options: dict[str, Any] = {}
     if args.linger is not None:
         options["linger"] = args.linger
-    with client.connect(args.monitor) as conn:
+    with _connect(args) as conn:
         pub = conn.publisher(**options)
         announce_ready("publisher", publisher=pub.name)
         sent_per_key = dict.fromkeys(keys, 0)
@@ -137,7 +189,7 @@ def subscribe(args: argparse.Namespace) -> int:
     stop = _Stop()
     audit = Audit()
     latency = array.array("d")
-    with client.connect(args.monitor) as conn:
+    with _connect(args) as conn:
         sub = conn.subscriber(prefix=args.prefix.encode(), hold_timeout=args.hold_timeout, rcvhwm=args.rcvhwm)
         announce_ready("subscriber", subscriber=sub.name, prefix=args.prefix)
         started = time.monotonic()
@@ -186,7 +238,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m simulation.load", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="role", required=True)
     pp = sub.add_parser("publish", help="publish records at a rate, with counters and send times in payloads")
-    pp.add_argument("--monitor", required=True, help="monitor endpoint of the queue")
     pp.add_argument("--rate", type=float, default=0.0, help="records/s (default 0 = as fast as possible)")
     pp.add_argument("--duration", type=float, default=0.0, help="seconds to publish (default 0 = until --count)")
     pp.add_argument("--count", type=int, default=sys.maxsize, help="records to publish (default: no limit)")
@@ -196,7 +247,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     pp.add_argument("--linger", type=float, default=None, help="publisher linger in seconds (default: the library's)")
     pp.add_argument("--flush-timeout", type=float, default=30.0, help="seconds to wait for the last acks (default 30)")
     sp = sub.add_parser("subscribe", help="receive and audit records")
-    sp.add_argument("--monitor", required=True, help="monitor endpoint of the queue")
     sp.add_argument("--prefix", default="", help="key prefix (default '' = everything)")
     sp.add_argument("--duration", type=float, default=0.0, help="seconds to listen (default 0 = until idle)")
     sp.add_argument("--idle-exit", type=float, default=3.0, help="stop this long after the last record (default 3; 0 = never)")
@@ -206,8 +256,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sp.add_argument("--pause-for", type=float, default=0.0, help="...for this many seconds, then read on")
     sp.add_argument("--rcvhwm", type=int, default=1000, help="receive high-water mark per exchange, batches (default 1000)")
     for q in (pp, sp):
+        q.add_argument("--monitor", default="", help="monitor endpoint of the queue")
+        q.add_argument("--zk", default="", help="or: ZooKeeper servers, with --queue (follows a moving monitor)")
+        q.add_argument("--queue", default="", help="the queue's name, with --zk")
+        q.add_argument("--root", default="/roq", help="ZooKeeper root of the cluster, with --zk (default /roq)")
         q.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
+    if bool(args.monitor) == bool(args.zk) or bool(args.zk) != bool(args.queue):
+        p.error("give either --monitor ENDPOINT or --zk SERVERS with --queue NAME")
     if args.role == "publish" and not args.duration and args.count == sys.maxsize:
         p.error("publish needs --duration or --count")
     return args

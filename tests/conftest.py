@@ -13,11 +13,10 @@ import pytest
 
 from kazoo.client import KazooClient
 
-from roq.process import Child, spawn
 from roq.zkserver import ZooKeeperServer
 from simulation.cluster import LocalCluster
 from simulation.embedded import EmbeddedCluster
-from simulation.load import parse_report
+from simulation.load import Loads
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -66,39 +65,11 @@ def cluster(make_cluster) -> LocalCluster:
     return make_cluster()
 
 
-class Loads:
-    """Start ``python -m simulation.load`` processes and collect their reports."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.children: list[Child] = []
-        self._files = []
-
-    def start(self, role: str, monitor: str, *args: str) -> Child:
-        log = open(self.directory / f"{role}-{len(self.children)}.log", "ab")
-        self._files.append(log)
-        child = spawn(role, "simulation.load", [role, "--monitor", monitor, *args], stderr=log)
-        self.children.append(child)
-        child.wait_ready(20)
-        return child
-
-    def report(self, child: Child, *, stop: bool = False, timeout: float = 60.0) -> dict:
-        if stop:
-            child.signal(15)
-        return parse_report(child.communicate(timeout))
-
-    def close(self) -> None:
-        for child in self.children:
-            child.stop(5)
-        for f in self._files:
-            f.close()
-
-
 @pytest.fixture
 def loads(tmp_path):
     directory = tmp_path / "load"
     directory.mkdir()
-    loads = Loads(directory)
+    loads = Loads(directory, ready_timeout=20)
     yield loads
     loads.close()
 

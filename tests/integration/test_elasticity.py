@@ -22,13 +22,16 @@ FAST = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5}
 class Queue:
     """A queue of an embedded cluster, its monitor's status, and its load processes."""
 
-    def __init__(self, cluster: Any, loads: Any, name: str, host: str | None = None, **rules: Any) -> None:
+    def __init__(self, cluster: Any, loads: Any, name: str, host: str | None = None, *, follow: bool = False,
+                 **rules: Any) -> None:
+        """``follow``: every client connects by name through ZooKeeper and follows the monitor if it moves."""
         self.cluster, self.loads, self.name = cluster, loads, name
         cluster.manager.create(name, host, exchanges=1)
         if rules:
             cluster.manager.set_rules(name, rules)
         self.monitor = cluster.manager.lookup(name)
-        self.conn = client.connect(monitor=self.monitor)
+        self.conn = cluster.connect(name) if follow else client.connect(monitor=self.monitor)
+        self.where = ("", "--zk", cluster.zk, "--queue", name, "--root", cluster.root) if follow else (self.monitor,)
         self.pubs: list[Any] = []
         self.subs: list[Any] = []
         self.sent: dict[str, dict[str, int]] = {}
@@ -48,10 +51,10 @@ class Queue:
 
     def subscribe(self, prefix: str = "") -> None:
         # it stops 5 s after the last record: once every publisher has flushed, it has everything
-        self.subs.append(self.loads.start("subscribe", self.monitor, "--prefix", prefix, "--idle-exit", "5"))
+        self.subs.append(self.loads.start("subscribe", *self.where, "--prefix", prefix, "--idle-exit", "5"))
 
     def publish(self, rate: float, keys: str) -> Any:
-        pub = self.loads.start("publish", self.monitor, "--rate", str(rate), "--duration", "600", "--keys", keys)
+        pub = self.loads.start("publish", *self.where, "--rate", str(rate), "--duration", "600", "--keys", keys)
         self.pubs.append(pub)
         return pub
 
@@ -185,6 +188,33 @@ def test_whole_host_crash_under_load_has_its_exchanges_replaced(make_embedded, l
     print(f"host {victim_host} crashed; exchange replaced after {replaced[0]['time'] - killed_at:.2f}s: "
           f"{replaced[0]['text']}")
     assert hosts_of(status, cluster, "crash") <= {a, b, c} - {victim_host}
+    q.audit()
+    q.close()
+
+
+def test_crash_of_the_monitors_host_under_load_moves_monitor_and_exchange_and_clients_follow(make_embedded, loads):
+    cluster = make_embedded(hosts=3)
+    a = cluster.addresses[0]
+    q = Queue(cluster, loads, "mhost", host=a, follow=True, max_exchanges_per_host=1, min_exchanges=2, **FAST)
+    status = q.wait(lambda s: len(s["exchanges"]) == 2, 20, "2 exchanges")
+    assert a in hosts_of(status, cluster, "mhost") and q.conn.monitor.startswith(f"tcp://{a}:")
+    q.subscribe("")
+    for keys in ("a", "b", "c", "d"):
+        q.publish(800, keys)
+    q.wait(lambda s: len(s["publishers"]) == 4 and len(s["subscribers"]) == 1
+           and all(p["records_per_s"] > 300 for p in s["publishers"]), 20, "4 publishers sending")
+    killed_at = time.monotonic()
+    pids = cluster.crash_host(a)  # the monitor, one exchange and the host manager
+    wait_until(lambda: all(gone(p) for p in pids), 5, "the host's processes dead")
+    wait_until(lambda: not q.conn.monitor.startswith(f"tcp://{a}:"), 30, "the monitor started on another host")
+    status = q.wait(lambda s: len(s["exchanges"]) == 2 and a not in hosts_of(s, cluster, "mhost")
+                    and len(s["publishers"]) == 4 and len(s["subscribers"]) == 1 and not s["relocations"]
+                    and all(p["exchange"] in {x["id"] for x in s["exchanges"]} and p["records_per_s"] > 300
+                            for p in s["publishers"]), 40,
+                    "the monitor and the lost exchange on other hosts, every client following, all publishers sending")
+    moved = [e for e in cluster.manager.events("mhost") if e["kind"] == "monitor_moved"]
+    print(f"host {a} (monitor and one exchange) crashed; the queue whole again on "
+          f"{sorted(hosts_of(status, cluster, 'mhost'))} {time.monotonic() - killed_at:.2f}s later: {moved[0]['text']}")
     q.audit()
     q.close()
 
