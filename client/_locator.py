@@ -35,7 +35,7 @@ class MonitorLocator:
     """
 
     def __init__(self, endpoint: str) -> None:
-        self.endpoint = check_endpoint(endpoint)
+        self.endpoint = endpoint  # a user's endpoint is checked where it is given (``connect``)
         self._zk: KazooClient | None = None
 
     def follow(self, zk: str, root: str, queue: str, *, timeout: float = 10.0) -> None:

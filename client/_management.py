@@ -54,6 +54,9 @@ class QueueManager:
     def create(self, queue: str, host: str | None = None, *, exchanges: int = 1, timeout: float | None = None) -> dict[str, Any]:
         """Create ``queue`` on ``host`` (None = the host with most headroom); idempotent.
 
+        With ``exchanges`` above 1 the queue's rules get ``min_exchanges`` = ``exchanges``, so the autoscaler
+        keeps what was asked for (lower it with :meth:`set_rules` to let the queue shrink).
+
         Returns once the queue's monitor and exchanges run: its summary (Name, Host, State, Monitor, Exchanges).
         """
         check_queue_name(queue)

@@ -34,7 +34,7 @@ from gcm._view import REMOVING, RUNNING, STOPPED, QueueView, View, broadcast_doc
 from roq import control, management as m
 from roq.control import Result
 from roq.errors import ConfigError, ProtocolError, UnknownCommandError
-from roq.rules import check_thresholds, effective_rules, update_rules
+from roq.rules import DEFAULT_RULES, check_thresholds, effective_rules, update_rules
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import bind, poll_ms
 from roq.zk import Paths, Session, check_hosts, check_queue_name, dumps
@@ -521,12 +521,18 @@ class Gcm:
         placement = {f"x{i}": host for i in range(1, msg.Exchanges + 1)}
         data = {"state": RUNNING, "host": host, "placement": placement, "next_exchange": msg.Exchanges + 1,
                 "created": time.time()}
+        # asked for N exchanges, the operator keeps at least N: the autoscaler must not take back what was asked
+        # for (the rule shows in GetRules and can be lowered); otherwise only what an operator sets is stored,
+        # so that defaults and thresholds stay live
+        rules = {"min_exchanges": msg.Exchanges} if msg.Exchanges > DEFAULT_RULES["min_exchanges"] else {}
+        if msg.Exchanges > DEFAULT_RULES["max_exchanges"]:
+            rules["max_exchanges"] = msg.Exchanges
         zk, paths = self.session.zk, self.paths
         zk.ensure_path(paths.host_assignments(host))
 
         def ops(t: Any) -> None:
             t.create(paths.queue(name), dumps(data))
-            t.create(paths.rules(name), dumps({}))  # only what an operator sets: defaults and thresholds stay live
+            t.create(paths.rules(name), dumps(rules))
             t.create(paths.thresholds(name), dumps({}))
             t.create(paths.exchanges(name), b"")
             t.create(paths.events(name), b"")

@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     rules.add_argument("changes", nargs="*", metavar="KEY=VALUE")
     client_flags(rules)
     events = sub.add_parser("events", help="a queue's topology events (scale-out, scale-in, relocations, host loss...) "
-                            "from its monitor and the GCM, oldest first: TIME  SOURCE  KIND  TEXT")
+                            "from its monitor and the GCM, oldest first: TIME  ORIGIN  KIND  TEXT")
     events.add_argument("name", metavar="QUEUE")
     events.add_argument("--limit", type=int, default=200, help="how many of the latest to show (1-1000, default 200)")
     events.add_argument("--follow", action="store_true", help="then print new events as they come (Ctrl-C stops)")

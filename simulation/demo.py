@@ -33,7 +33,8 @@ PUBLISHERS = [  # rate (records/s), keys
 ]
 SUBSCRIBERS = ["", "orders."]
 DURATION = 10.0
-MONITOR_ARGS = ["--high-records-per-s", "35000", "--sustain", "1", "--cooldown", "4"]
+#: The queue's rules, set through the management API: the relocation mark, and quick decisions for a short run.
+RULES = {"exchange_records_per_s": 35_000, "sustain_s": 1.0, "cooldown_s": 4.0}
 
 
 def _load(monitor: str, role: str, args: list[str]) -> Child:
@@ -46,10 +47,7 @@ def run(out: Any = sys.stdout) -> int:
 
     log_dir = tempfile.mkdtemp(prefix="roq-demo-")
     say(f"RoQ-Py demo: an embedded cluster on loopback hosts 127.0.0.11-13 (process logs in {log_dir})")
-    cluster = EmbeddedCluster(
-        hosts=3, gcms=2, log_dir=log_dir,
-        hostmanager_args=[f"--monitor-arg={a}" for a in MONITOR_ARGS],
-    )  # fmt: skip
+    cluster = EmbeddedCluster(hosts=3, gcms=2, log_dir=log_dir)
     children: list[Child] = []
     admin: client.Connection | None = None
     try:
@@ -66,8 +64,13 @@ def run(out: Any = sys.stdout) -> int:
         say(f"  monitor    {made['Monitor']}")
         for x in made["Exchanges"]:
             say(f"  exchange   {x['Name']} on {x['Host']}  frontend {x['Frontend']}  backend {x['Backend']}")
+        rules = cluster.manager.set_rules("demo", RULES)
         monitor = cluster.manager.lookup("demo")
         admin = client.Connection(monitor)
+        cluster.wait_for(lambda: admin.status()["rules"] == rules, 10, "the monitor to adopt the queue's rules")
+        say(f"  rules      relocation mark {rules['exchange_records_per_s']:,.0f} records/s per exchange, "
+            f"{rules['min_exchanges']} to {rules['max_exchanges']} exchanges, sustain {rules['sustain_s']:g} s, "
+            f"cool-down {rules['cooldown_s']:g} s")
         subs = [_load(monitor, "subscribe", ["--prefix", p, "--idle-exit", "3"]) for p in SUBSCRIBERS]
         children += subs
         for s in subs:
@@ -81,8 +84,7 @@ def run(out: Any = sys.stdout) -> int:
         for p in pubs:
             p.wait_ready()
         total_rate = sum(r for r, _ in PUBLISHERS)
-        say(f"  {len(pubs)} publishers sending {total_rate:,} records/s in all for {DURATION:.0f} s; "
-            "relocation mark 35,000 records/s per exchange")
+        say(f"  {len(pubs)} publishers sending {total_rate:,} records/s in all for {DURATION:.0f} s")
         started = time.monotonic()
         actions = {3.0: "force", 5.0: "force", 6.0: "add", 7.0: "kill"}
         while any(p.alive() for p in pubs):

@@ -66,6 +66,7 @@ def test_queue_lifecycle_on_three_hosts(make_embedded, kz):
     assert {h["Address"] for h in qm.hosts()} == {"127.0.0.11", "127.0.0.12", "127.0.0.13"}
 
     made = qm.create("orders", "127.0.0.12", exchanges=2)
+    assert qm.get_rules("orders")["min_exchanges"] == 2  # the autoscaler keeps what was asked for
     assert made["Host"] == "127.0.0.12" and len(made["Exchanges"]) == 2
     assert all(x["Host"] == "127.0.0.12" for x in made["Exchanges"])
     assert qm.create("orders", "127.0.0.12", exchanges=2)["Monitor"] == made["Monitor"]  # idempotent
