@@ -25,6 +25,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "second signal stops it at once. It prints one line 'READY {json}' with its endpoints when bound.",
     )
     p.add_argument("--monitor", required=True, help="control endpoint of the queue's monitor, e.g. tcp://127.0.0.11:5500")
+    p.add_argument("--commands-on-stdin", action="store_true",
+                   help='read commands as JSON lines on standard input: {"monitor": ENDPOINT} (the host manager '
+                        "tells its exchanges where their monitor moved)")
     p.add_argument("--address", default=d.address, help=f"address to bind (default {d.address}; loopback aliases work)")
     p.add_argument("--frontend-port", type=int, default=d.frontend_port, help="publisher port (default 0 = any free port)")
     p.add_argument("--backend-port", type=int, default=d.backend_port, help="subscriber port (default 0 = any free port)")
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"exchange: {exc}", file=sys.stderr)
         return ExitCode.CONFIG
-    node = Exchange(config)
+    node = Exchange(config, commands_fd=sys.stdin.fileno() if args.commands_on_stdin else None)
     return run_node("exchange", node, lambda: dict(id=node.id, frontend=node.frontend_endpoint, backend=node.backend_endpoint))
 
 

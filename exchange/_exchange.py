@@ -12,6 +12,7 @@ Sockets (all owned by the one thread that runs :meth:`Exchange.serve`):
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -23,9 +24,9 @@ import zmq
 from exchange._accounting import Accounting
 from roq import batch, control
 from roq.config import ExchangeConfig
-from roq.errors import ProtocolError
-from roq.runtime import DropCounter, SignalWakeup
-from roq.sockets import HandshakeWatch, bind, poll_ms
+from roq.errors import ConfigError, ProtocolError
+from roq.runtime import DropCounter, LineReader, SignalWakeup
+from roq.sockets import HandshakeWatch, bind, check_endpoint, poll_ms
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,14 @@ class Exchange:
     Args:
         config: what to bind, where the monitor is, periods and bounds.
         context: the ZeroMQ context (default: a new one, terminated by :meth:`close`).
+        commands_fd: a pipe on which the host manager writes commands, one JSON line each (for now only
+            ``{"monitor": ENDPOINT}``: report to the queue's monitor there from now on); None = no commands.
     """
 
-    def __init__(self, config: ExchangeConfig, *, context: zmq.Context | None = None) -> None:
+    def __init__(self, config: ExchangeConfig, *, context: zmq.Context | None = None,
+                 commands_fd: int | None = None) -> None:
         self.config = config
+        self._commands_fd = commands_fd
         self.id = config.exchange_id or f"x-{uuid.uuid4().hex[:8]}"
         self._own_context = context is None
         self._ctx = context or zmq.Context()
@@ -90,6 +95,7 @@ class Exchange:
             HandshakeWatch(self._frontend, "frontend", self.drops),
             HandshakeWatch(self._backend, "backend", self.drops),
         ]
+        self._monitor_endpoint = cfg.monitor
         self._control.connect(cfg.monitor)
         self._send_control(self._heartbeat())
         log.info(
@@ -99,6 +105,29 @@ class Exchange:
             self.backend_endpoint,
             cfg.monitor,
         )
+
+    def retarget(self, monitor: str) -> None:
+        """Report to the monitor at ``monitor`` from now on (the queue's monitor moved to another host)."""
+        if monitor == self._monitor_endpoint:
+            return
+        try:
+            self._control.disconnect(self._monitor_endpoint)
+        except zmq.ZMQError:
+            pass
+        self._control.connect(monitor)
+        log.info("exchange %s: the queue's monitor moved: %s -> %s", self.id, self._monitor_endpoint, monitor)
+        self._monitor_endpoint = monitor
+        self._send_control(self._heartbeat())  # the new monitor learns about us at once
+
+    def _on_command(self, line: bytes) -> None:
+        """A command of the host manager on standard input: ``{"monitor": ENDPOINT}``."""
+        try:
+            command = json.loads(line)
+            monitor = check_endpoint(command["monitor"])
+        except (ValueError, TypeError, KeyError, ConfigError) as exc:
+            self.drops.drop("bad command", f"{line[:80]!r}: {exc}")
+            return
+        self.retarget(monitor)
 
     def close(self) -> None:
         for watch in self._watches:
@@ -120,6 +149,9 @@ class Exchange:
             poller.register(watch.socket, zmq.POLLIN)
         if wakeup is not None:
             poller.register(wakeup.fd, zmq.POLLIN)
+        commands = LineReader(self._commands_fd) if self._commands_fd is not None else None
+        if commands is not None:
+            poller.register(commands.fd, zmq.POLLIN)
         now = time.monotonic()
         acct = Accounting(now)
         dropped_at_report = 0
@@ -136,6 +168,12 @@ class Exchange:
                 self._on_control()
             if wakeup is not None and wakeup.fd in events and wakeup.consume():
                 self._begin_drain("signal")
+            if commands is not None and commands.fd in events:
+                for line in commands.read():
+                    self._on_command(line)
+                if commands.closed:
+                    poller.unregister(commands.fd)
+                    commands = None
             for watch in self._watches:
                 if watch.socket in events:
                     watch.handle()

@@ -70,7 +70,8 @@ class Supervised:
     def start(self, args: list[str], ports: list[int], stderr: IO[Any] | None) -> None:
         a = self.assignment
         self.args, self.ports = args, ports
-        self.child = spawn(f"{a.role} {a.queue}/{a.id}", a.role, args, stderr=stderr)
+        # exchanges take commands on standard input (where their monitor moved)
+        self.child = spawn(f"{a.role} {a.queue}/{a.id}", a.role, args, stderr=stderr, commands=a.role == "exchange")
         self.ready = False
         self.restart_pending = False
         self.started_at = time.monotonic()

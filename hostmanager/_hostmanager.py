@@ -289,9 +289,13 @@ class HostManager:
             if a.role == "exchange":
                 monitor = self._monitor_endpoint(a.queue)
                 if sup.child is not None and monitor and sup.args and sup.args[1] != monitor:
-                    log.info("monitor of queue %s moved to %s: restarting exchange %s", a.queue, monitor, a.id)
-                    sup.child.stop(5.0)
-                    self._child_gone(sup, now)
+                    if sup.child.tell(monitor=monitor):
+                        log.info("monitor of queue %s moved to %s: exchange %s told", a.queue, monitor, a.id)
+                        sup.args[1] = monitor  # what a restart of this incarnation's successor would use
+                    else:
+                        log.info("monitor of queue %s moved to %s: restarting exchange %s", a.queue, monitor, a.id)
+                        sup.child.stop(5.0)
+                        self._child_gone(sup, now)
                 if sup.child is None and monitor and now >= sup.not_before:
                     self._start_exchange(sup, monitor)
             elif sup.child is None and now >= sup.not_before:
@@ -333,7 +337,7 @@ class HostManager:
         # its publishers over), not as the same exchange come back on new ports
         sup.incarnation = incarnation(a.id)
         args = [
-            "--monitor", monitor, "--address", self.address, "--frontend-port", str(front),
+            "--monitor", monitor, "--commands-on-stdin", "--address", self.address, "--frontend-port", str(front),
             "--backend-port", str(back), "--id", sup.incarnation, *self.config.exchange_args,
         ]  # fmt: skip
         sup.start(args, [front, back], self._log_for(sup))

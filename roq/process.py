@@ -160,6 +160,23 @@ class Child:
         self._close_pipes()
         return code
 
+    def tell(self, **fields: Any) -> bool:
+        """Write ``fields`` as one JSON line on the child's standard input (see ``spawn(commands=True)``).
+
+        Never blocks. Returns False if the line could not be written whole (no pipe, the child is gone, or
+        it stopped reading): the caller falls back on something that needs no cooperation from the child.
+        """
+        stream = self._popen.stdin
+        if stream is None or stream.closed:
+            return False
+        line = json.dumps(fields).encode() + b"\n"
+        fd = stream.fileno()
+        os.set_blocking(fd, False)
+        try:
+            return os.write(fd, line) == len(line)
+        except (BlockingIOError, BrokenPipeError):
+            return False
+
     def communicate(self, timeout: float | None = None) -> str:
         """Wait for the process to exit and return the rest of its standard output.
 
@@ -195,6 +212,7 @@ def spawn(
     *,
     stderr: IO[Any] | int | None = None,
     env: dict[str, str] | None = None,
+    commands: bool = False,
 ) -> Child:
     """Start ``python -m module args...`` as a child that dies with this process.
 
@@ -204,13 +222,14 @@ def spawn(
         args: its command-line arguments.
         stderr: where its log goes (default: this process's stderr).
         env: environment of the child (default: this process's).
+        commands: give the child a pipe on its standard input for :meth:`Child.tell` (default: none).
     """
     parent = os.getpid()
     popen = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         stdout=subprocess.PIPE,
         stderr=stderr,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE if commands else subprocess.DEVNULL,
         env=env,
         preexec_fn=lambda: _die_with_parent(parent),
     )

@@ -35,6 +35,7 @@ class Queue:
         self.pubs: list[Any] = []
         self.subs: list[Any] = []
         self.sent: dict[str, dict[str, int]] = {}
+        self.reports: dict[str, dict[str, Any]] = {}  # each stopped publisher's REPORT, by id
 
     def status(self) -> dict[str, Any]:
         return self.conn.status(timeout=10)
@@ -62,6 +63,7 @@ class Queue:
         report = self.loads.report(pub, stop=True)
         assert report["error"] == "", report
         self.sent[report["publisher"]] = report["keys"]
+        self.reports[report["publisher"]] = report
         self.pubs.remove(pub)
         return report
 
@@ -201,8 +203,11 @@ def test_crash_of_the_monitors_host_under_load_moves_monitor_and_exchange_and_cl
     q.subscribe("")
     for keys in ("a", "b", "c", "d"):
         q.publish(800, keys)
-    q.wait(lambda s: len(s["publishers"]) == 4 and len(s["subscribers"]) == 1
-           and all(p["records_per_s"] > 300 for p in s["publishers"]), 20, "4 publishers sending")
+    before = q.wait(lambda s: len(s["publishers"]) == 4 and len(s["subscribers"]) == 1
+                    and all(p["records_per_s"] > 300 for p in s["publishers"]), 20, "4 publishers sending")
+    lost_exchange = next(x["id"] for x in before["exchanges"] if x["frontend"].startswith(f"tcp://{a}:"))
+    survivor = next(x["id"] for x in before["exchanges"] if x["id"] != lost_exchange)
+    stayed = {p["id"] for p in before["publishers"] if p["exchange"] == survivor}
     killed_at = time.monotonic()
     pids = cluster.crash_host(a)  # the monitor, one exchange and the host manager
     wait_until(lambda: all(gone(p) for p in pids), 5, "the host's processes dead")
@@ -215,7 +220,10 @@ def test_crash_of_the_monitors_host_under_load_moves_monitor_and_exchange_and_cl
     moved = [e for e in cluster.manager.events("mhost") if e["kind"] == "monitor_moved"]
     print(f"host {a} (monitor and one exchange) crashed; the queue whole again on "
           f"{sorted(hosts_of(status, cluster, 'mhost'))} {time.monotonic() - killed_at:.2f}s later: {moved[0]['text']}")
+    # the exchange on a healthy host was told where its monitor went: it runs on, its publishers never moved
+    assert survivor in {x["id"] for x in status["exchanges"]}
     q.audit()
+    assert stayed and all(q.reports[p]["stats"]["failovers"] == 0 for p in stayed), [q.reports[p]["stats"] for p in stayed]
     q.close()
 
 
