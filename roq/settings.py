@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from roq.errors import ConfigError
 
-__all__ = ["read_toml", "build", "from_args"]
+__all__ = ["read_toml", "build", "from_args", "check_table", "missing_keys"]
 
 T = TypeVar("T")
 
@@ -79,25 +79,50 @@ def build(cls: type[T], *, file: dict[str, Any] | None = None, section: str = ""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     where = f"{source}: [{section}]" if source else f"[{section}]"
-    values: dict[str, Any] = {}
-    table = (file or {}).get(section, {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where} must be a table")
-    for key, value in table.items():
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f"; known keys: {', '.join(sorted(fields))}"
-            raise ConfigError(f"{where} unknown key {key!r}{hint}")
-        values[key] = _check(value, hints[key], f"{where} key {key!r}")
+    values = check_table(cls, (file or {}).get(section, {}), where)
     for key, value in (flags or {}).items():
         if key not in fields:
             raise ConfigError(f"unknown option --{key.replace('_', '-')}")
         if value is not None:
             values[key] = _check(value, hints[key], f"option --{key.replace('_', '-')}")
-    for name, f in fields.items():
-        if name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{where} missing key {name!r} (or give --{name.replace('_', '-')})")
+    for name in missing_keys(cls, values):
+        raise ConfigError(f"{where} missing key {name!r} (or give --{name.replace('_', '-')})")
     return cls(**values)
+
+
+def check_table(cls: type, table: Any, where: str) -> dict[str, Any]:
+    """The values of ``table`` checked against the fields of the dataclass ``cls``.
+
+    Raises:
+        ConfigError: ``table`` is not a table, has a key that is not a field (with a suggestion) or a value
+            of the wrong type; its ``key`` attribute names the key at fault ("" for the table itself).
+    """
+    if not isinstance(table, dict):
+        raise _about(ConfigError(f"{where} must be a table"), "")
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in hints or key not in fields:
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f"; known keys: {', '.join(sorted(fields))}"
+            raise _about(ConfigError(f"{where} unknown key {key!r}{hint}"), key)
+        try:
+            values[key] = _check(value, hints[key], f"{where} key {key!r}")
+        except ConfigError as exc:
+            raise _about(exc, key) from None
+    return values
+
+
+def missing_keys(cls: type, values: dict[str, Any]) -> list[str]:
+    """The required fields of the dataclass ``cls`` that ``values`` lacks."""
+    return [f.name for f in dataclasses.fields(cls)
+            if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+
+
+def _about(exc: ConfigError, key: str) -> ConfigError:
+    exc.key = key  # type: ignore[attr-defined]
+    return exc
 
 
 def from_args(cls: type[T], section: str, args: Any) -> T:

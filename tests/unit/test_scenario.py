@@ -1,0 +1,115 @@
+"""Scenario files: the shipped ones are valid, and every kind of mistake names the line and the key."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from roq.errors import ConfigError
+from simulation.scenario import load_scenario, parse_scenario
+
+SHIPPED = sorted((pathlib.Path(__file__).parents[2] / "simulation" / "scenarios").glob("*.toml"))
+
+HEAD = """\
+[scenario]
+name = "t"
+duration_s = 30
+
+[[queue]]
+name = "q"
+"""
+
+
+def test_every_shipped_scenario_is_valid():
+    assert {p.stem for p in SHIPPED} >= {"quickstart", "ramp-and-drain", "failover", "eqs-2011"}
+    for path in SHIPPED:
+        s = load_scenario(str(path))
+        assert s.info.name == path.stem and s.queues and s.publishers and s.subscribers
+
+
+def test_the_eqs_experiment_is_the_papers():
+    s = load_scenario(str(next(p for p in SHIPPED if p.stem == "eqs-2011")))
+    (pubs,), (subs,) = s.publishers, s.subscribers
+    assert (pubs.count, pubs.rate, pubs.size, subs.count) == (16, 57, 5120, 20)
+    assert s.queues[0].rules["max_exchanges"] == 4
+    joins = pubs.joins()
+    assert joins == sorted(joins) and len(set(joins)) == 16  # one after another
+
+
+def test_a_schedule_is_read_as_written():
+    s = parse_scenario(HEAD + """
+[[publishers]]
+rate = 100
+count = 3
+start_s = 1
+every_s = 2
+stop_s = 20
+leave_every_s = 1.5
+
+[[subscribers]]
+delay_us = 50
+""")
+    (g,) = s.publishers
+    assert g.queue == "q" and g.joins() == [1, 3, 5] and g.leaves(30) == [20, 21.5, 23]
+    assert not s.subscribers[0].keeps_up and s.hosts == ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
+
+
+@pytest.mark.parametrize("body, line, words", [
+    ("[[publishers]]\nrate = 10\ncuont = 2\n", 10, ["[[publishers]] #1", "'cuont'", "did you mean 'count'"]),
+    ("[[publishers]]\nrate = \"fast\"\n", 9, ["'rate'", "must be a number", "'fast'"]),
+    ("[[publishers]]\nrate = 10\nkeys = \"k\"\n", 10, ["'keys'", "list of strings"]),
+    ("[[publishers]]\nrate = 0\n", 9, ["'rate'", "more than 0"]),
+    ("[[publishers]]\nrate = 5\ncount = 4\nevery_s = 10\n", 11, ["'every_s'", "join at 30 s", "not before the end"]),
+    ("[[publishers]]\nrate = 5\nstart_s = 10\nstop_s = 5\n", 11, ["'stop_s'", "leave at 5 s", "before it joins"]),
+    ("[[publishers]]\nrate = 5\nstop_s = 40\n", 10, ["'stop_s'", "after the end"]),
+    ("[[publishers]]\nrate = 5\nqueue = \"nope\"\n", 10, ["no [[queue]] named 'nope'"]),
+    ("[[publishers]]\nrate = 5\nsize = 10\n", 10, ["'size'", "at least 24"]),
+    ("[[subscribers]]\nprefix = 3\n", 9, ["[[subscribers]] #1", "'prefix'", "must be a string"]),
+    ("[[faults]]\nat_s = 40\nkind = \"kill_monitor\"\n", 9, ["[[faults]] #1", "'at_s'", "inside the run"]),
+    ("[[faults]]\nat_s = 4\nkind = \"explode\"\n", 10, ["'kind'", "unknown fault 'explode'", "kill_host"]),
+    ("[[faults]]\nat_s = 4\nkind = \"kill_host\"\n", 8, ["missing key 'host'", "127.0.0.11"]),
+    ("[[faults]]\nat_s = 4\nkind = \"kill_host\"\nhost = \"10.0.0.1\"\n", 11, ["'host'", "not a host"]),
+    ("[[faults]]\nat_s = 4\nkind = \"kill_gcm_leader\"\nqueue = \"q\"\n", 11, ["'queue'", "takes no 'queue'"]),
+    ("[[faults]]\nat_s = 25\nkind = \"pause_monitor\"\nfor_s = 6\n", 11, ["'for_s'", "past the end"]),
+    ("[[faults]]\nat_s = 4\nkind = \"pause_monitor\"\n", 8, ["'for_s'", "more than 0"]),
+])
+def test_mistakes_name_the_line_and_the_key(body, line, words):
+    with pytest.raises(ConfigError) as err:
+        parse_scenario(HEAD + "\n" + body, "bad.toml")
+    message = str(err.value)
+    assert message.startswith(f"bad.toml:{line}: "), message
+    for word in words:
+        assert word in message, message
+
+
+@pytest.mark.parametrize("text, start, words", [
+    ("[scenario]\nname = \"t\"\nduration_s = 30\nhosts = 12\n[[queue]]\nname = \"q\"\n", "s.toml:4:", ["'hosts'", "between 1 and 9"]),
+    ("[scenario]\nname = \"t\"\nduration_s = -1\n[[queue]]\nname = \"q\"\n", "s.toml:3:", ["'duration_s'"]),
+    ("[scenario]\nname = \"t\"\n[[queue]]\nname = \"q\"\n", "s.toml:1:", ["missing key 'duration_s'"]),
+    ("[scenario]\nname = \"t\"\nduration_s = 3\n", "s.toml:", ["at least one [[queue]]"]),
+    (HEAD + "rules = { exchange_records_per_s = -5 }\n", "s.toml:7:", ["rules", "exchange_records_per_s", "at least 1"]),
+    (HEAD + "[queue.rules]\nmin_exchanges = 5\nmax_exchanges = 2\n", "s.toml:8:", ["'min_exchanges' (5) is above"]),
+    (HEAD + "[queue.rules]\nsustain = 1\n", "s.toml:8:", ["unknown rule 'sustain'"]),
+    (HEAD + "name = \"q\"\n", "s.toml:", ["not valid TOML", "line 7"]),
+    (HEAD + "[[queue]]\nname = \"q\"\n", "s.toml:8:", ["[[queue]] #2", "declared twice"]),
+    (HEAD + "[[queue]]\nname = \"r\"\n[[publishers]]\nrate = 5\n", "s.toml:9:", ["[[publishers]] #1", "missing key 'queue'"]),
+    (HEAD + "[[queue]]\nname = \"bad name!\"\n", "s.toml:8:", ["'name'"]),
+    (HEAD + "[[publisher]]\nrate = 5\n", "s.toml:7:", ["unknown table 'publisher'"]),
+    (HEAD + "[[publishers]]\ncount = 70\nrate = 1\n", "s.toml:", ["70 publishers and subscribers", "64"]),
+])
+def test_whole_file_mistakes_are_named_too(text, start, words):
+    with pytest.raises(ConfigError) as err:
+        parse_scenario(text, "s.toml")
+    message = str(err.value)
+    assert message.startswith(start), message
+    for word in words:
+        assert word in message, message
+
+
+def test_an_unreadable_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_scenario(str(tmp_path / "missing.toml"))
+    (tmp_path / "binary.toml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_scenario(str(tmp_path / "binary.toml"))
