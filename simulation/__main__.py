@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -57,6 +58,48 @@ def demo(args: argparse.Namespace) -> int:
         return ExitCode.FAILURE
 
 
+def run(args: argparse.Namespace) -> int:
+    from simulation.runner import Runner
+    from simulation.scenario import load_scenario
+
+    try:
+        scenario = load_scenario(args.scenario)
+    except RoQError as exc:
+        print(f"simulation run: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    out = args.out or os.path.join("out", f"{scenario.info.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    tty = sys.stdout.isatty()
+
+    def progress(line: str) -> None:
+        # a status line rewrites itself on a terminal; everything else is a line of its own
+        if tty and line[:1] == " " or line[:1].isdigit():
+            print("\r" + line.ljust(110), end="", flush=True) if tty else print(line, flush=True)
+        else:
+            print(("\n" if tty else "") + line, flush=True)
+
+    wakeup = SignalWakeup()
+    try:
+        print(f"scenario {scenario.info.name} ({scenario.source}): {scenario.info.description or 'no description'}")
+        summary = Runner(scenario, out, progress=progress, stop_requested=lambda: wakeup.count > 0).run()
+    except RoQError as exc:
+        print(f"\nsimulation run: {exc}", file=sys.stderr)
+        return ExitCode.FAILURE
+    finally:
+        wakeup.close()
+    audit = summary["keep_up_audit"]
+    print(f"\npublished {summary['published']:,} records, delivered {summary['delivered']:,} "
+          f"({summary['delivered_records_per_s']:,.0f} records/s); exchanges at most {summary['exchanges_peak']}; "
+          f"relocations {summary['relocations']} (fail-overs {summary['failovers']}); scale-outs "
+          f"{summary['scale_outs']}, scale-ins {summary['scale_ins']}")
+    for x in summary["subscribers"]:
+        a = x.get("audit")
+        what = (f"expected {a['expected']:,} received {a['received']:,} lost {a['lost']} duplicated "
+                f"{a['duplicated']} reordered {a['reordered']} gaps {x['gaps']}") if a else x.get("error", "")
+        print(f"  subscriber {x['queue']}/{x['prefix']!r}{'' if x['keeps_up'] else ' (slow)'}: {what}")
+    print(f"audit of subscribers that keep up: {'clean' if audit['clean'] else 'NOT CLEAN'}; results in {out}")
+    return ExitCode.OK if audit["clean"] and not summary["interrupted"] else ExitCode.FAILURE
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m simulation", description="Run RoQ-Py locally.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -68,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     lp.set_defaults(run=local)
     dp = sub.add_parser("demo", help="run publishers and subscribers on a local cluster and audit the result")
     dp.set_defaults(run=demo)
+    rp = sub.add_parser("run", help="run a scenario file (see simulation/scenarios/) and write its results")
+    rp.add_argument("scenario", help="a scenario TOML file, e.g. simulation/scenarios/ramp-and-drain.toml")
+    rp.add_argument("--out", default=None, help="results directory (default out/NAME-DATE-TIME)")
+    rp.set_defaults(run=run)
     p.add_argument("--log-level", default="WARNING", help="log level of this process (default WARNING)")
     args = p.parse_args(argv)
     setup_logging(args.log_level)

@@ -13,6 +13,7 @@ import array
 import json
 import logging
 import os
+import random
 import signal
 import sys
 import time
@@ -140,6 +141,8 @@ def publish(args: argparse.Namespace) -> int:
         run_left = args.key_run
         send = pub.send
         size = args.size
+        # sizes uniform in [size, size_max], the same sequence for the same publisher name
+        pick = random.Random(pub.name).randint if args.size_max > size else None
         while not stop.asked and sent < args.count and time.monotonic() < deadline:
             now = time.monotonic()
             if args.rate:
@@ -154,7 +157,7 @@ def publish(args: argparse.Namespace) -> int:
                 key = keys[key_index]
                 per_key = sent_per_key[key]
                 before = clock()
-                send(key, make_payload(sent, per_key, time.time_ns(), size))
+                send(key, make_payload(sent, per_key, time.time_ns(), pick(size, args.size_max) if pick else size))
                 took = clock() - before
                 if took > longest_pause:
                     longest_pause = took
@@ -242,6 +245,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     pp.add_argument("--duration", type=float, default=0.0, help="seconds to publish (default 0 = until --count)")
     pp.add_argument("--count", type=int, default=sys.maxsize, help="records to publish (default: no limit)")
     pp.add_argument("--size", type=int, default=100, help="payload bytes (default 100; at least 24 are used)")
+    pp.add_argument("--size-max", type=int, default=0, help="if above --size: payload bytes uniform in [size, size-max]")
     pp.add_argument("--keys", default="load", help="comma-separated keys, used in turn (default 'load')")
     pp.add_argument("--key-run", type=int, default=100, help="records per key before the next key (default 100)")
     pp.add_argument("--linger", type=float, default=None, help="publisher linger in seconds (default: the library's)")

@@ -1,0 +1,319 @@
+"""Running a scenario: its cluster, its load processes on their schedule, its faults, and what they measured.
+
+:class:`Runner` starts an embedded cluster (ZooKeeper, GCMs, host managers on loopback aliases), creates the
+scenario's queues with their rules, starts every subscriber group, then every publisher at its join time as
+a process of its own (``python -m simulation.load``, connected by name so it follows a moving monitor) that
+stops itself at its leave time, and injects the faults at their times. Once a second it samples every
+queue's monitor (records/s per exchange, exchanges, publishers, counters) for the timeline and the progress
+line. At the end, or on Ctrl-C, it collects the publishers' and subscribers' reports, audits every
+subscriber against what the publishers sent, and writes ``summary.json`` and ``timeline.json`` to its
+output directory. Every process it started is stopped, by pid, whatever happens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import time
+from typing import Any, Callable
+
+import psutil
+
+from roq.errors import RoQError
+from simulation.audit import compare
+from simulation.embedded import EmbeddedCluster
+from simulation.load import Loads
+from simulation.scenario import Fault, Scenario
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Runner"]
+
+SAMPLE_INTERVAL = 1.0
+DRAIN_S = 3.0  # after the last publisher flushed, subscribers get this long before they report
+
+
+@dataclasses.dataclass
+class _Pending:
+    """A publisher still to start, or running."""
+
+    group: int
+    index: int
+    queue: str
+    join: float
+    leave: float
+    child: Any = None
+    report: dict[str, Any] | None = None
+
+
+class Runner:
+    """Run ``scenario``; results go to ``out_dir``.
+
+    Args:
+        scenario: what to run.
+        out_dir: where ``summary.json``, ``timeline.json`` and the processes' logs go.
+        progress: called with one line of progress about once a second.
+        stop_requested: polled; when it returns True the run ends early (its results are still written).
+    """
+
+    def __init__(self, scenario: Scenario, out_dir: str, *, progress: Callable[[str], None] = print,
+                 stop_requested: Callable[[], bool] = lambda: False) -> None:
+        self.scenario = scenario
+        self.out_dir = out_dir
+        self.progress = progress
+        self.stop_requested = stop_requested
+        self.cluster: EmbeddedCluster | None = None
+        self.timeline: list[dict[str, Any]] = []
+        self.faults: list[dict[str, Any]] = []
+        self._paused: dict[int, float] = {}  # pid -> when to SIGCONT it (monotonic)
+        self._zk_back_at: float | None = None
+        self._connections: dict[str, Any] = {}
+        self._started = 0.0
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> dict[str, Any]:
+        """Run the scenario to its end (or until stopped); return the summary it wrote.
+
+        Raises:
+            RoQError: the cluster could not be started or a queue could not be created.
+        """
+        s = self.scenario
+        os.makedirs(self.out_dir, exist_ok=True)
+        logs = os.path.join(self.out_dir, "logs")
+        os.makedirs(logs, exist_ok=True)
+        cluster = self.cluster = EmbeddedCluster(hosts=s.info.hosts, gcms=s.info.gcms, log_dir=logs)
+        loads = Loads(logs)
+        pending = [_Pending(g, i, group.queue, join, leave)
+                   for g, group in enumerate(s.publishers)
+                   for i, (join, leave) in enumerate(zip(group.joins(), group.leaves(s.info.duration_s)))]
+        subscribers: list[tuple[int, Any]] = []
+        interrupted = False
+        try:
+            cluster.start()
+            self.progress(f"cluster up: ZooKeeper {cluster.zk}, {s.info.gcms} GCM(s), hosts {', '.join(cluster.addresses)}")
+            for q in s.queues:
+                cluster.manager.create(q.name, q.host or None, exchanges=q.exchanges)
+                if q.rules:
+                    cluster.manager.set_rules(q.name, q.rules)
+                self._connections[q.name] = cluster.connect(q.name)
+            for g, group in enumerate(s.subscribers):
+                for _ in range(group.count):
+                    child = loads.start("subscribe", "", *self._where(group.queue), "--prefix", group.prefix,
+                                        "--delay-us", str(group.delay_us), "--idle-exit", "0")
+                    subscribers.append((g, child))
+            self.progress(f"{len(s.queues)} queue(s) created, {len(subscribers)} subscriber(s) joined; "
+                          f"running for {s.info.duration_s:g} s")
+            interrupted = self._drive(loads, pending)
+            self._finish_faults(force=True)
+            for p in pending:  # leave-time publishers stop themselves; the others are stopped now
+                if p.child is not None and p.report is None:
+                    p.report = self._report(loads, p.child, stop=interrupted or p.child.alive())
+            self.progress("publishers done; letting subscribers drain")
+            time.sleep(DRAIN_S)  # a schedule, not a wait for a condition: what is in flight arrives within it
+            reports = [(g, self._report(loads, child, stop=True)) for g, child in subscribers]
+            events = self._events()
+            summary = self._summary(pending, reports, events, interrupted)
+        finally:
+            self._finish_faults(force=True)
+            for conn in self._connections.values():
+                conn.close()
+            loads.close()
+            cluster.stop()
+        self._write("summary.json", summary)
+        self._write("timeline.json", {"samples": self.timeline, "faults": self.faults, "events": events})
+        return summary
+
+    def _where(self, queue: str) -> tuple[str, ...]:
+        assert self.cluster is not None
+        return ("--zk", self.cluster.zk, "--queue", queue, "--root", self.cluster.root)
+
+    def _drive(self, loads: Loads, pending: list[_Pending]) -> bool:
+        """Start and stop publishers, inject faults, sample; True if the run was cut short."""
+        s = self.scenario
+        faults = sorted(s.faults, key=lambda f: f.at_s)
+        self._started = time.monotonic()
+        next_sample = self._started
+        while True:
+            now = time.monotonic()
+            t = now - self._started
+            if self.stop_requested():
+                self.progress(f"stopped at {t:.1f} s; collecting what there is")
+                return True
+            if t >= s.info.duration_s:
+                return False
+            for p in pending:
+                if p.child is None and t >= p.join:
+                    group = s.publishers[p.group]
+                    p.child = loads.start(
+                        "publish", "", *self._where(p.queue), "--rate", str(group.rate),
+                        "--duration", str(max(0.1, p.leave - t)), "--size", str(group.size),
+                        "--size-max", str(group.size_max), "--keys", ",".join(group.keys),
+                        "--key-run", str(group.key_run))
+                elif p.child is not None and p.report is None and not p.child.alive():
+                    p.report = self._report(loads, p.child)
+            while faults and t >= faults[0].at_s:
+                self._inject(faults.pop(0), t)
+            self._finish_faults()
+            if now >= next_sample:
+                next_sample = now + SAMPLE_INTERVAL
+                self._sample(t, pending)
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ faults
+
+    def _inject(self, fault: Fault, t: float) -> None:
+        assert self.cluster is not None
+        cluster = self.cluster
+        record: dict[str, Any] = {"t": round(t, 3), "kind": fault.kind}
+        try:
+            if fault.kind in ("kill_exchange", "pause_exchange"):
+                status = self._connections[fault.queue].status(timeout=5)
+                x = max(status["exchanges"], key=lambda x: x["records_per_s"])
+                record.update(queue=fault.queue, exchange=x["id"], pid=x["pid"])
+                self._hit(x["pid"], fault)
+            elif fault.kind in ("kill_monitor", "pause_monitor"):
+                status = self._connections[fault.queue].status(timeout=5)
+                record.update(queue=fault.queue, pid=status["pid"])
+                self._hit(status["pid"], fault)
+            elif fault.kind == "kill_host":
+                record.update(host=fault.host, pids=cluster.crash_host(fault.host))
+            elif fault.kind == "kill_gcm_leader":
+                leader = cluster.leader()
+                record.update(gcm=leader, pid=cluster.kill_gcm(leader))
+            elif fault.kind == "restart_zookeeper":
+                assert cluster.zookeeper is not None
+                cluster.zookeeper.kill()  # keeps its data: the same server comes back
+                self._zk_back_at = time.monotonic() + fault.for_s
+                record.update(for_s=fault.for_s)
+        except (RoQError, psutil.Error, KeyError, ValueError) as exc:
+            record["error"] = str(exc)
+        self.faults.append(record)
+        self.progress(f"fault at {t:.1f} s: {fault.kind} {json.dumps({k: v for k, v in record.items() if k not in ('t', 'kind')})}")
+
+    def _hit(self, pid: int, fault: Fault) -> None:
+        if fault.kind.startswith("pause_"):
+            os.kill(pid, signal.SIGSTOP)
+            self._paused[pid] = time.monotonic() + fault.for_s
+        else:
+            psutil.Process(pid).kill()
+
+    def _finish_faults(self, force: bool = False) -> None:
+        """Resume paused processes and restart ZooKeeper when their time has come (all of them if ``force``)."""
+        now = time.monotonic()
+        for pid, until in list(self._paused.items()):
+            if force or now >= until:
+                del self._paused[pid]
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        if self._zk_back_at is not None and (force or now >= self._zk_back_at):
+            self._zk_back_at = None
+            assert self.cluster is not None and self.cluster.zookeeper is not None
+            self.cluster.zookeeper.start()
+
+    # ------------------------------------------------------------------ measuring
+
+    def _sample(self, t: float, pending: list[_Pending]) -> None:
+        sample: dict[str, Any] = {"t": round(t, 3), "queues": {}}
+        for name, conn in self._connections.items():
+            try:
+                s = conn.status(timeout=0.5)
+            except RoQError:
+                continue  # its monitor is restarting or moving: a hole in the timeline, not an error
+            sample["queues"][name] = {
+                "exchanges": {x["id"]: x["records_per_s"] for x in s["exchanges"]},
+                "publishers": len(s["publishers"]),
+                "subscribers": len(s["subscribers"]),
+                "counters": s["counters"],
+            }
+        self.timeline.append(sample)
+        queues = sample["queues"].values()
+        rate = sum(sum(q["exchanges"].values()) for q in queues)
+        exchanges = sum(len(q["exchanges"]) for q in queues)
+        moves = sum(q["counters"].get("relocations", 0) for q in queues)
+        running = sum(1 for p in pending if p.child is not None and p.report is None)
+        self.progress(f"{t:6.1f} / {self.scenario.info.duration_s:g} s  {rate:10,.0f} records/s  exchanges {exchanges}  "
+                      f"publishers {running}  relocations {moves}  faults {len(self.faults)}")
+
+    def _report(self, loads: Loads, child: Any, stop: bool = False) -> dict[str, Any]:
+        try:
+            return loads.report(child, stop=stop, timeout=60)
+        except (RoQError, ValueError) as exc:
+            return {"error": f"no report from {child.name}: {exc}"}
+
+    def _events(self) -> list[dict[str, Any]]:
+        assert self.cluster is not None
+        events: list[dict[str, Any]] = []
+        for q in self.scenario.queues:
+            try:
+                events += self.cluster.manager.events(q.name, 1000)
+            except RoQError as exc:
+                log.warning("events of %s not read: %s", q.name, exc)
+        return sorted(events, key=lambda e: e.get("time", 0.0))
+
+    def _summary(self, pending: list[_Pending], reports: list[tuple[int, dict[str, Any]]],
+                 events: list[dict[str, Any]], interrupted: bool) -> dict[str, Any]:
+        s = self.scenario
+        sent: dict[str, dict[str, dict[str, int]]] = {q.name: {} for q in s.queues}
+        publishers = []
+        for p in pending:
+            r = p.report or {}
+            if "publisher" in r:
+                sent[p.queue][r["publisher"]] = r["keys"]
+            publishers.append({"group": p.group, "queue": p.queue, "join_s": p.join, "leave_s": p.leave,
+                               "sent": r.get("sent", 0), "rate_records_per_s": r.get("rate", 0.0),
+                               "longest_send_ms": r.get("longest_send_ms"), "error": r.get("error", "")
+                               if p.child is not None else "never started"})
+        subscribers = []
+        for g, r in reports:
+            group = s.subscribers[g]
+            entry: dict[str, Any] = {"group": g, "queue": group.queue, "prefix": group.prefix,
+                                     "keeps_up": group.keeps_up}
+            if "audit" in r:
+                entry["audit"] = compare(r["audit"], sent[group.queue], group.prefix.encode())
+                entry["latency_ms"] = r["latency_ms"]
+                entry["gaps"] = r["stats"].get("gaps", 0)
+                entry["rate_records_per_s"] = r["rate"]
+            else:
+                entry["error"] = r.get("error", "no report")
+            subscribers.append(entry)
+        keep_up = [x for x in subscribers if x["keeps_up"]]
+        lost = sum(x.get("audit", {}).get("lost", 0) for x in keep_up)
+        dup = sum(x.get("audit", {}).get("duplicated", 0) for x in keep_up)
+        reordered = sum(x.get("audit", {}).get("reordered", 0) for x in keep_up)
+        kinds = [e.get("kind") for e in events]
+        peak = max((sum(len(q["exchanges"]) for q in x["queues"].values()) for x in self.timeline), default=0)
+        delivered = sum(x.get("audit", {}).get("received", 0) for x in subscribers)
+        return {
+            "scenario": s.info.name,
+            "source": s.source,
+            "interrupted": interrupted,
+            "duration_s": s.info.duration_s,
+            "units": {"duration_s": "s", "rate_records_per_s": "records/s", "latency_ms": "ms",
+                      "longest_send_ms": "ms", "published": "records", "delivered": "records"},
+            "published": sum(x["sent"] for x in publishers),
+            "delivered": delivered,
+            "delivered_records_per_s": round(delivered / s.info.duration_s, 1),
+            "exchanges_peak": peak,
+            "relocations": kinds.count("relocated"),
+            "scale_outs": kinds.count("scale_out"),
+            "scale_ins": kinds.count("scale_in"),
+            "failovers": sum(1 for e in events if e.get("kind") == "relocated" and e.get("reason") in ("failover", "panic")),
+            "faults": self.faults,
+            "keep_up_audit": {"lost": lost, "duplicated": dup, "reordered": reordered,
+                              "clean": bool(keep_up) and lost == dup == reordered == 0
+                              and all("audit" in x for x in keep_up)},
+            "publishers": publishers,
+            "subscribers": subscribers,
+        }
+
+    def _write(self, name: str, document: dict[str, Any]) -> None:
+        path = os.path.join(self.out_dir, name)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=1, sort_keys=True, default=str)
+        os.replace(path + ".tmp", path)

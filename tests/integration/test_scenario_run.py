@@ -1,0 +1,70 @@
+"""A short scenario end to end: real cluster, load processes on a schedule, a fault, the audit and the summary."""
+
+from __future__ import annotations
+
+import json
+
+from simulation.runner import Runner
+from simulation.scenario import parse_scenario
+
+SHORT = """
+[scenario]
+name = "short"
+duration_s = 12
+hosts = 2
+
+[[queue]]
+name = "s"
+rules = { exchange_records_per_s = 1500, sustain_s = 1, cooldown_s = 3 }
+
+[[subscribers]]
+prefix = ""
+
+[[subscribers]]
+prefix = "a"
+
+[[subscribers]]
+prefix = ""
+delay_us = 3000    # about 330 records/s: it cannot keep up with 1,800
+
+[[publishers]]
+count = 3
+rate = 600
+keys = ["a", "b"]
+size = 100
+size_max = 400
+every_s = 1
+stop_s = 10
+leave_every_s = 0.5
+
+[[faults]]
+at_s = 7
+kind = "kill_exchange"
+"""
+
+FIELDS = {"scenario", "source", "interrupted", "duration_s", "units", "published", "delivered",
+          "delivered_records_per_s", "exchanges_peak", "relocations", "scale_outs", "scale_ins", "failovers",
+          "faults", "keep_up_audit", "publishers", "subscribers"}
+
+
+def test_a_short_scenario_runs_and_reports(tmp_path):
+    out = tmp_path / "out"
+    lines: list[str] = []
+    summary = Runner(parse_scenario(SHORT, "short.toml"), str(out), progress=lines.append).run()
+    print("\n".join(lines))
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary, default=str))
+    assert FIELDS <= set(summary) and not summary["interrupted"]
+    assert summary["published"] > 5000 and [p["error"] for p in summary["publishers"]] == ["", "", ""]
+    assert summary["keep_up_audit"] == {"lost": 0, "duplicated": 0, "reordered": 0, "clean": True}
+    everything, only_a, slow = summary["subscribers"]
+    assert everything["audit"]["received"] == summary["published"]
+    assert 0 < only_a["audit"]["expected"] < summary["published"] and only_a["audit"]["lost"] == 0
+    # the slow group's shortfall is shown, not hidden
+    assert not slow["keeps_up"] and slow["audit"]["received"] < slow["audit"]["expected"]
+    assert slow["audit"]["lost"] + slow["gaps"] > 0
+    fault, = summary["faults"]
+    assert fault["kind"] == "kill_exchange" and "error" not in fault and summary["failovers"] >= 1
+    assert summary["scale_outs"] >= 1 and summary["exchanges_peak"] >= 2  # 1,800 records/s on a mark of 1,500
+    timeline = json.loads((out / "timeline.json").read_text())
+    assert len(timeline["samples"]) >= 10 and timeline["events"]
+    assert any("records/s" in line for line in lines)
