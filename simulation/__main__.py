@@ -96,8 +96,21 @@ def run(args: argparse.Namespace) -> int:
         what = (f"expected {a['expected']:,} received {a['received']:,} lost {a['lost']} duplicated "
                 f"{a['duplicated']} reordered {a['reordered']} gaps {x['gaps']}") if a else x.get("error", "")
         print(f"  subscriber {x['queue']}/{x['prefix']!r}{'' if x['keeps_up'] else ' (slow)'}: {what}")
-    print(f"audit of subscribers that keep up: {'clean' if audit['clean'] else 'NOT CLEAN'}; results in {out}")
+    print(f"audit of subscribers that keep up: {'clean' if audit['clean'] else 'NOT CLEAN'}")
+    print(f"report: {os.path.join(out, 'index.html')}")
     return ExitCode.OK if audit["clean"] and not summary["interrupted"] else ExitCode.FAILURE
+
+
+def report(args: argparse.Namespace) -> int:
+    from simulation.report import render
+
+    try:
+        written = render(args.dir)
+    except RoQError as exc:
+        print(f"simulation report: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    print("\n".join(written))
+    return ExitCode.OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("scenario", help="a scenario TOML file, e.g. simulation/scenarios/ramp-and-drain.toml")
     rp.add_argument("--out", default=None, help="results directory (default out/NAME-DATE-TIME)")
     rp.set_defaults(run=run)
+    pp = sub.add_parser("report", help="render the plots and index.html of a run's results directory again")
+    pp.add_argument("dir", help="a results directory written by 'run'")
+    pp.set_defaults(run=report)
     p.add_argument("--log-level", default="WARNING", help="log level of this process (default WARNING)")
     args = p.parse_args(argv)
     setup_logging(args.log_level)

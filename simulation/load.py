@@ -202,8 +202,19 @@ def subscribe(args: argparse.Namespace) -> int:
         delay = args.delay_us / 1e6
         unpack = PAYLOAD_HEADER.unpack_from
         record = audit.record
+        # one point per --timeline-every seconds: wall time, records so far, latency of that window, gaps
+        timeline: list[dict[str, Any]] = []
+        window_from = 0
+        next_point = started + args.timeline_every if args.timeline_every else float("inf")
         while not stop.asked:
             now = time.monotonic()
+            if now >= next_point:
+                next_point = now + args.timeline_every
+                window = percentiles(latency[window_from:])
+                window_from = len(latency)
+                stats = sub.stats()
+                timeline.append({"time": round(time.time(), 3), "received": received, "gaps": stats.gaps,
+                                 "p50_ms": window.get("p50"), "p99_ms": window.get("p99")})
             if now >= deadline or (received and args.idle_exit and now - last >= args.idle_exit):
                 break
             msg = sub.recv(timeout=0.1)
@@ -232,6 +243,7 @@ def subscribe(args: argparse.Namespace) -> int:
                 "latency_ms": percentiles(latency),
                 "audit": audit.summary(),
                 "stats": sub.stats().as_dict(),
+                "timeline": timeline,
             }
         )
     return ExitCode.OK
@@ -259,6 +271,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sp.add_argument("--pause-at", type=int, default=-1, help="stop reading after this many records...")
     sp.add_argument("--pause-for", type=float, default=0.0, help="...for this many seconds, then read on")
     sp.add_argument("--rcvhwm", type=int, default=1000, help="receive high-water mark per exchange, batches (default 1000)")
+    sp.add_argument("--timeline-every", type=float, default=0.0,
+                    help="seconds between the points of the timeline in the report (default 0 = none)")
     for q in (pp, sp):
         q.add_argument("--monitor", default="", help="monitor endpoint of the queue")
         q.add_argument("--zk", default="", help="or: ZooKeeper servers, with --queue (follows a moving monitor)")

@@ -26,6 +26,7 @@ from roq.errors import RoQError
 from simulation.audit import compare
 from simulation.embedded import EmbeddedCluster
 from simulation.load import Loads
+from simulation.report import render
 from simulation.scenario import Fault, Scenario
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class Runner:
         self._zk_back_at: float | None = None
         self._connections: dict[str, Any] = {}
         self._started = 0.0
+        self._started_wall = time.time()
 
     # ------------------------------------------------------------------ the run
 
@@ -103,7 +105,8 @@ class Runner:
             for g, group in enumerate(s.subscribers):
                 for _ in range(group.count):
                     child = loads.start("subscribe", "", *self._where(group.queue), "--prefix", group.prefix,
-                                        "--delay-us", str(group.delay_us), "--idle-exit", "0")
+                                        "--delay-us", str(group.delay_us), "--idle-exit", "0",
+                                        "--timeline-every", str(SAMPLE_INTERVAL))
                     subscribers.append((g, child))
             self.progress(f"{len(s.queues)} queue(s) created, {len(subscribers)} subscriber(s) joined; "
                           f"running for {s.info.duration_s:g} s")
@@ -124,7 +127,11 @@ class Runner:
             loads.close()
             cluster.stop()
         self._write("summary.json", summary)
-        self._write("timeline.json", {"samples": self.timeline, "faults": self.faults, "events": events})
+        curves = [{"group": g, "queue": s.subscribers[g].queue, "prefix": s.subscribers[g].prefix,
+                   "keeps_up": s.subscribers[g].keeps_up, "points": r.get("timeline", [])} for g, r in reports]
+        self._write("timeline.json", {"started": self._started_wall, "samples": self.timeline,
+                                      "subscribers": curves, "faults": self.faults, "events": events})
+        render(self.out_dir)
         return summary
 
     def _where(self, queue: str) -> tuple[str, ...]:
@@ -135,7 +142,7 @@ class Runner:
         """Start and stop publishers, inject faults, sample; True if the run was cut short."""
         s = self.scenario
         faults = sorted(s.faults, key=lambda f: f.at_s)
-        self._started = time.monotonic()
+        self._started, self._started_wall = time.monotonic(), time.time()
         next_sample = self._started
         while True:
             now = time.monotonic()

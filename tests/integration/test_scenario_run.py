@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 
+import matplotlib.image
+import pytest
+
+from roq.errors import ConfigError
+from simulation.report import PLOTS, render
 from simulation.runner import Runner
 from simulation.scenario import parse_scenario
 
@@ -67,4 +72,21 @@ def test_a_short_scenario_runs_and_reports(tmp_path):
     assert summary["scale_outs"] >= 1 and summary["exchanges_peak"] >= 2  # 1,800 records/s on a mark of 1,500
     timeline = json.loads((out / "timeline.json").read_text())
     assert len(timeline["samples"]) >= 10 and timeline["events"]
+    assert all(len(c["points"]) >= 8 for c in timeline["subscribers"])
     assert any("records/s" in line for line in lines)
+    # the report: every plot a real PNG image, and a page that shows them
+    for name in PLOTS:
+        image = matplotlib.image.imread(str(out / name))
+        assert image.shape[0] > 100 and image.shape[1] > 100
+    page = (out / "index.html").read_text()
+    assert all(f'src="{name}"' in page for name in PLOTS) and "clean" in page
+    (out / "index.html").unlink()
+    assert str(out / "index.html") in render(str(out))  # python -m simulation report DIR renders it again
+
+
+def test_report_of_a_directory_without_results_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="summary.json: cannot read"):
+        render(str(tmp_path))
+    (tmp_path / "summary.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not JSON"):
+        render(str(tmp_path))

@@ -1,0 +1,181 @@
+"""The report of a scenario run: timeline plots (PNG) and an ``index.html`` that shows them with the summary.
+
+Made from the ``summary.json`` and ``timeline.json`` that :class:`~simulation.runner.Runner` writes, so
+``python -m simulation report DIR`` can render a run again. Plots (matplotlib, no display needed):
+
+* ``throughput.png``: records/s of every exchange, as its queue's monitor saw them;
+* ``exchanges.png``: how many exchanges each queue had;
+* ``latency.png``: end-to-end latency p50 and p99 of every subscriber, per second;
+* ``gaps.png``: gaps counted by every subscriber (records that never arrived), cumulative.
+
+Faults are red vertical lines on every plot; relocations grey ticks, scale-outs and scale-ins green and
+orange ticks.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from typing import Any
+
+from roq.errors import ConfigError
+
+__all__ = ["render", "PLOTS"]
+
+PLOTS = ("throughput.png", "exchanges.png", "latency.png", "gaps.png")
+_MARKS = {"relocated": ("grey", 0.4), "scale_out": ("green", 0.8), "scale_in": ("orange", 0.8)}
+
+
+def _read(out_dir: str, name: str) -> dict[str, Any]:
+    path = os.path.join(out_dir, name)
+    try:
+        with open(path, encoding="utf-8") as f:
+            document = json.load(f)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: not a results document")
+    return document
+
+
+def render(out_dir: str) -> list[str]:
+    """Write the plots and ``index.html`` of the run in ``out_dir``; return the files written.
+
+    Raises:
+        ConfigError: ``out_dir`` holds no readable ``summary.json`` and ``timeline.json``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary, timeline = _read(out_dir, "summary.json"), _read(out_dir, "timeline.json")
+    started = float(timeline.get("started") or 0.0)
+    samples = timeline.get("samples") or []
+    faults = timeline.get("faults") or []
+    marks = [(float(e["time"]) - started, e["kind"]) for e in timeline.get("events") or []
+             if isinstance(e, dict) and e.get("kind") in _MARKS and isinstance(e.get("time"), (int, float))]
+    written = []
+
+    def figure(title: str, ylabel: str) -> Any:
+        fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
+        ax.set_title(title)
+        ax.set_xlabel("seconds since the load started")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        return fig, ax
+
+    def finish(fig: Any, ax: Any, name: str) -> None:
+        for f in faults:
+            ax.axvline(float(f.get("t", 0.0)), color="red", linewidth=1.2, alpha=0.8)
+            ax.annotate(str(f.get("kind", "")), (float(f.get("t", 0.0)), 1.0), xycoords=("data", "axes fraction"),
+                        rotation=90, va="top", ha="right", fontsize=7, color="red")
+        for t, kind in marks:
+            color, alpha = _MARKS[kind]
+            ax.axvline(t, ymax=0.06, color=color, alpha=alpha, linewidth=1.5)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left", ncols=2)
+        fig.tight_layout()
+        path = os.path.join(out_dir, name)
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+
+    fig, ax = figure("records/s per exchange (as its monitor saw them)", "records/s")
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for s in samples:
+        for queue, q in (s.get("queues") or {}).items():
+            for x, rate in (q.get("exchanges") or {}).items():
+                ts, rs = series.setdefault(f"{queue}/{x}", ([], []))
+                ts.append(float(s["t"]))
+                rs.append(float(rate))
+    for label, (ts, rs) in sorted(series.items()):
+        ax.plot(ts, rs, label=label, linewidth=1.2)
+    finish(fig, ax, "throughput.png")
+
+    fig, ax = figure("exchanges per queue", "exchanges")
+    for queue in sorted({q for s in samples for q in (s.get("queues") or {})}):
+        points = [(float(s["t"]), len(s["queues"][queue]["exchanges"])) for s in samples if queue in s.get("queues", {})]
+        ax.step([t for t, _ in points], [n for _, n in points], where="post", label=queue)
+    ax.set_ylim(bottom=0)
+    finish(fig, ax, "exchanges.png")
+
+    curves = timeline.get("subscribers") or []
+    fig, ax = figure("end-to-end latency per subscriber (per second)", "ms (log scale)")
+    for i, c in enumerate(curves):
+        name = f"{c.get('queue')}/{c.get('prefix')!r}{'' if c.get('keeps_up', True) else ' slow'} #{i + 1}"
+        points = [p for p in c.get("points") or [] if p.get("p50_ms") is not None]
+        ts = [float(p["time"]) - started for p in points]
+        line, = ax.plot(ts, [p["p50_ms"] for p in points], linewidth=1.2, label=f"{name} p50")
+        ax.plot(ts, [p["p99_ms"] for p in points], linewidth=0.8, linestyle="--", color=line.get_color(),
+                label=f"{name} p99")
+    if any(c.get("points") for c in curves):
+        ax.set_yscale("log")
+    finish(fig, ax, "latency.png")
+
+    fig, ax = figure("gaps counted by each subscriber (records that never arrived)", "gaps, cumulative")
+    for i, c in enumerate(curves):
+        points = c.get("points") or []
+        ax.plot([float(p["time"]) - started for p in points], [p.get("gaps", 0) for p in points],
+                label=f"{c.get('queue')}/{c.get('prefix')!r}{'' if c.get('keeps_up', True) else ' slow'} #{i + 1}")
+    finish(fig, ax, "gaps.png")
+
+    path = os.path.join(out_dir, "index.html")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(_page(summary))
+    os.replace(path + ".tmp", path)
+    written.append(path)
+    return written
+
+
+def _page(summary: dict[str, Any]) -> str:
+    e = html.escape
+    audit = summary.get("keep_up_audit", {})
+    rows = [
+        ("scenario", f"{summary.get('scenario')} ({summary.get('source')})"),
+        ("duration", f"{summary.get('duration_s')} s{' (interrupted)' if summary.get('interrupted') else ''}"),
+        ("published", f"{summary.get('published', 0):,} records"),
+        ("delivered", f"{summary.get('delivered', 0):,} records ({summary.get('delivered_records_per_s', 0):,.0f} records/s)"),
+        ("exchanges at most", summary.get("exchanges_peak")),
+        ("relocations", f"{summary.get('relocations')} (fail-overs {summary.get('failovers')})"),
+        ("scale-outs / scale-ins", f"{summary.get('scale_outs')} / {summary.get('scale_ins')}"),
+        ("audit of subscribers that keep up",
+         f"{'clean' if audit.get('clean') else 'NOT CLEAN'}: lost {audit.get('lost')}, duplicated "
+         f"{audit.get('duplicated')}, reordered {audit.get('reordered')}"),
+    ]
+    subs = []
+    for x in summary.get("subscribers", []):
+        a, lat = x.get("audit") or {}, x.get("latency_ms") or {}
+        subs.append(
+            f"<tr><td>{e(str(x.get('queue')))}</td><td>{e(repr(x.get('prefix')))}</td>"
+            f"<td>{'yes' if x.get('keeps_up') else 'no (slow)'}</td><td>{a.get('expected', '-')}</td>"
+            f"<td>{a.get('received', '-')}</td><td>{a.get('lost', '-')}</td><td>{a.get('duplicated', '-')}</td>"
+            f"<td>{a.get('reordered', '-')}</td><td>{x.get('gaps', '-')}</td>"
+            f"<td>{_ms(lat.get('p50'))}</td><td>{_ms(lat.get('p99'))}</td><td>{e(x.get('error', ''))}</td></tr>")
+    faults = "".join(f"<li>{float(f.get('t', 0)):.1f} s: {e(str(f.get('kind')))} "
+                     f"{e(json.dumps({k: v for k, v in f.items() if k not in ('t', 'kind')}))}</li>"
+                     for f in summary.get("faults", []))
+    images = "".join(f'<p><img src="{name}" alt="{name}"></p>' for name in PLOTS)
+    table = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in rows)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>RoQ-Py run: {e(str(summary.get('scenario')))}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}img{{max-width:100%}}</style></head>
+<body><h1>RoQ-Py run: {e(str(summary.get('scenario')))}</h1>
+<table>{table}</table>
+<h2>Subscribers</h2>
+<table><tr><th>queue</th><th>prefix</th><th>keeps up</th><th>expected</th><th>received</th><th>lost</th>
+<th>duplicated</th><th>reordered</th><th>gaps</th><th>p50 ms</th><th>p99 ms</th><th>error</th></tr>{''.join(subs)}</table>
+<h2>Faults</h2><ul>{faults or '<li>none</li>'}</ul>
+<h2>Timeline</h2>{images}
+<p>Every figure is in <a href="summary.json">summary.json</a>; the samples behind the plots in
+<a href="timeline.json">timeline.json</a>.</p>
+</body></html>
+"""
+
+
+def _ms(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
