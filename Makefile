@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 .PHONY: demo test bench setup clean
 
 demo: $(STAMP)
-	$(BIN)/python -m simulation demo
+	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests

@@ -533,7 +533,14 @@ class Monitor:
         if self.cluster.asking or starting or self._retiring is not None or now < self._out_refused_until:
             self.scaler.reset()
             return
-        live = [x for x in self.exchanges.values() if not x.draining]
+        # one exchange per slot: a crashed exchange's successor may join before the monitor declares the
+        # crashed one lost, and the two must not count as two (which looked like one above max_exchanges)
+        newest: dict[str, ExchangeEntry] = {}
+        for x in self.exchanges.values():
+            slot = exchange_slot(x.id)
+            if not x.draining and (slot not in newest or x.joined > newest[slot].joined):
+                newest[slot] = x
+        live = list(newest.values())
         load = QueueLoad(
             loads={x.id: x.load.value for x in live},
             publishers={x.id: self.topology.publisher_count(x.id) for x in live},

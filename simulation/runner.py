@@ -308,8 +308,9 @@ class Runner:
             "delivered_records_per_s": round(delivered / s.info.duration_s, 1),
             "exchanges_peak": peak,
             "relocations": kinds.count("relocated"),
-            "scale_outs": kinds.count("scale_out"),
-            "scale_ins": kinds.count("scale_in"),
+            "scale_outs": kinds.count("scale_out_done"),  # exchanges that joined, not decisions
+            "scale_outs_refused": kinds.count("scale_out_refused"),
+            "scale_ins": kinds.count("scale_in") - kinds.count("scale_in_refused"),
             "failovers": sum(1 for e in events if e.get("kind") == "relocated" and e.get("reason") in ("failover", "panic")),
             "faults": self.faults,
             "keep_up_audit": {"lost": lost, "duplicated": dup, "reordered": reordered,
