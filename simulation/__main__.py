@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -77,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(("\n" if tty else "") + line, flush=True)
 
+    # a ZooKeeper restart is one of the faults: the runner reports it, kazoo's reconnection chatter is noise
+    logging.getLogger("kazoo").setLevel(max(logging.ERROR, logging.getLogger().level))
     wakeup = SignalWakeup()
     try:
         print(f"scenario {scenario.info.name} ({scenario.source}): {scenario.info.description or 'no description'}")
