@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import bson
@@ -11,18 +10,16 @@ import pytest
 import zmq
 
 from roq import management as m
+from roq.errors import BrokerTimeoutError
+from simulation.embedded import wait_for
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
     """Poll ``condition()`` until true; fail the test with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:.1f}s waiting for: {what}")
-        time.sleep(interval)
+    try:
+        return wait_for(condition, timeout, what, interval)
+    except BrokerTimeoutError as exc:
+        pytest.fail(str(exc))
 
 
 def ask(endpoint: str, *frames: bytes, timeout: float = 10.0) -> tuple[int, str, dict]:
