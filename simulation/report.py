@@ -146,6 +146,14 @@ def _page(summary: dict[str, Any]) -> str:
          f"{'clean' if audit.get('clean') else 'NOT CLEAN'}: lost {audit.get('lost')}, duplicated "
          f"{audit.get('duplicated')}, reordered {audit.get('reordered')}"),
     ]
+    ref = summary.get("reference")
+    if isinstance(ref, dict):
+        ours = summary.get("delivered_records_per_minute", 0)
+        theirs = ref.get("delivered_records_per_minute") or 0
+        rows.append((f"delivered per minute: ours / {ref.get('source')}",
+                     f"{ours:,.0f} / {theirs:,.0f}" + (f" ({ours / theirs:.2f}x)" if theirs else "")))
+        if ref.get("note"):
+            rows.append((f"{ref.get('source')} reported", ref["note"]))
     subs = []
     for x in summary.get("subscribers", []):
         a, lat = x.get("audit") or {}, x.get("latency_ms") or {}

@@ -302,10 +302,13 @@ class Runner:
             "interrupted": interrupted,
             "duration_s": s.info.duration_s,
             "units": {"duration_s": "s", "rate_records_per_s": "records/s", "latency_ms": "ms",
+                      "delivered_records_per_minute": "records/min",
                       "longest_send_ms": "ms", "published": "records", "delivered": "records"},
             "published": sum(x["sent"] for x in publishers),
             "delivered": delivered,
             "delivered_records_per_s": round(delivered / s.info.duration_s, 1),
+            "delivered_records_per_minute": round(delivered / s.info.duration_s * 60),
+            "reference": dataclasses.asdict(s.reference) if s.reference else None,
             "exchanges_peak": peak,
             "relocations": kinds.count("relocated"),
             "scale_outs": kinds.count("scale_out_done"),  # exchanges that joined, not decisions

@@ -33,6 +33,11 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     kind = "kill_host"         # see FAULT_KINDS
     host = "127.0.0.12"
 
+    [reference]                # published figures to show beside ours in the report (optional)
+    source = "EQS paper, 2011"
+    delivered_records_per_minute = 1000000
+    note = "5 KB messages, latency flat as the queue scaled"
+
 A scenario with an unknown key, a value of the wrong type or out of range, or a schedule that cannot
 happen (a publisher that leaves before it joins, a fault after the end, a queue nobody declared) is refused
 with a :class:`~roq.errors.ConfigError` naming the file, the line and the key.
@@ -51,7 +56,7 @@ from roq.settings import check_table, missing_keys
 from roq.zk import check_queue_name
 from simulation.embedded import host_addresses
 
-__all__ = ["Scenario", "Info", "QueueSpec", "PublisherGroup", "SubscriberGroup", "Fault", "FAULT_KINDS",
+__all__ = ["Scenario", "Info", "Reference", "QueueSpec", "PublisherGroup", "SubscriberGroup", "Fault", "FAULT_KINDS",
            "load_scenario", "parse_scenario"]
 
 #: Faults a scenario can inject, and what each needs: ``queue`` (its exchange or monitor), ``host``, ``for_s``.
@@ -132,6 +137,15 @@ class Fault:
 
 
 @dataclasses.dataclass(frozen=True)
+class Reference:
+    """Figures published elsewhere for the same experiment, shown beside ours."""
+
+    source: str
+    delivered_records_per_minute: float = 0.0
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Scenario:
     info: Info
     queues: tuple[QueueSpec, ...]
@@ -139,6 +153,7 @@ class Scenario:
     subscribers: tuple[SubscriberGroup, ...]
     faults: tuple[Fault, ...]
     source: str = ""
+    reference: Reference | None = None
 
     @property
     def hosts(self) -> list[str]:
@@ -238,7 +253,7 @@ class _Checker:
         return value
 
     def scenario(self) -> Scenario:
-        known = ("scenario", "queue", "publishers", "subscribers", "faults")
+        known = ("scenario", "queue", "publishers", "subscribers", "faults", "reference")
         for key in self.doc:
             if key not in known:
                 raise ConfigError(f"{self.source}:{self.lines.of(key, 0, '') or self.lines.of('', 0, key)}: "
@@ -266,7 +281,11 @@ class _Checker:
         if processes > MAX_PROCESSES:
             raise ConfigError(f"{self.source}: {processes} publishers and subscribers in all, more than the "
                               f"{MAX_PROCESSES} load processes one machine runs")
-        return Scenario(info, tuple(queues), tuple(pubs), tuple(subs), tuple(faults), self.source)
+        reference = Reference(**self.table(Reference, "reference", 0, self.doc["reference"])) \
+            if "reference" in self.doc else None
+        if reference is not None:
+            self.positive("reference", 0, "delivered_records_per_minute", reference.delivered_records_per_minute, zero=True)
+        return Scenario(info, tuple(queues), tuple(pubs), tuple(subs), tuple(faults), self.source, reference)
 
     def positive(self, table: str, index: int, key: str, value: float, zero: bool = False) -> None:
         if value < 0 or (value == 0 and not zero):

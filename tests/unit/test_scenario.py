@@ -33,6 +33,7 @@ def test_the_eqs_experiment_is_the_papers():
     (pubs,), (subs,) = s.publishers, s.subscribers
     assert (pubs.count, pubs.rate, pubs.size, subs.count) == (16, 57, 5120, 20)
     assert s.queues[0].rules["max_exchanges"] == 4
+    assert s.reference.delivered_records_per_minute == 1_000_000 and "2011" in s.reference.source
     joins = pubs.joins()
     assert joins == sorted(joins) and len(set(joins)) == 16  # one after another
 
@@ -96,6 +97,9 @@ def test_mistakes_name_the_line_and_the_key(body, line, words):
     (HEAD + "[[queue]]\nname = \"r\"\n[[publishers]]\nrate = 5\n", "s.toml:9:", ["[[publishers]] #1", "missing key 'queue'"]),
     (HEAD + "[[queue]]\nname = \"bad name!\"\n", "s.toml:8:", ["'name'"]),
     (HEAD + "[[publisher]]\nrate = 5\n", "s.toml:7:", ["unknown table 'publisher'"]),
+    (HEAD + "[reference]\nsource = \"x\"\ndelivered_records_per_minute = -1\n", "s.toml:9:",
+     ["[reference]", "'delivered_records_per_minute'", "0 or more"]),
+    (HEAD + "[reference]\nnote = \"x\"\n", "s.toml:7:", ["[reference]", "missing key 'source'"]),
     (HEAD + "[[publishers]]\ncount = 70\nrate = 1\n", "s.toml:", ["70 publishers and subscribers", "64"]),
 ])
 def test_whole_file_mistakes_are_named_too(text, start, words):
