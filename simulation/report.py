@@ -103,24 +103,21 @@ def render(out_dir: str) -> list[str]:
     ax.set_ylim(bottom=0)
     finish(fig, ax, "exchanges.png")
 
-    curves = timeline.get("subscribers") or []
-    fig, ax = figure("end-to-end latency per subscriber (per second)", "ms (log scale)")
-    for i, c in enumerate(curves):
-        name = f"{c.get('queue')}/{c.get('prefix')!r}{'' if c.get('keeps_up', True) else ' slow'} #{i + 1}"
-        points = [p for p in c.get("points") or [] if p.get("p50_ms") is not None]
-        ts = [float(p["time"]) - started for p in points]
-        line, = ax.plot(ts, [p["p50_ms"] for p in points], linewidth=1.2, label=f"{name} p50")
-        ax.plot(ts, [p["p99_ms"] for p in points], linewidth=0.8, linestyle="--", color=line.get_color(),
-                label=f"{name} p99")
-    if any(c.get("points") for c in curves):
+    groups = _groups(timeline.get("subscribers") or [])
+    fig, ax = figure("end-to-end latency per subscriber group (per second: median p50, worst p99)", "ms (log scale)")
+    for name, points in groups.items():
+        measured = [(t - started, p50, p99) for t, p50, p99, _ in points if p50 is not None and p99 is not None]
+        line, = ax.plot([t for t, _, _ in measured], [p50 for _, p50, _ in measured], linewidth=1.2,
+                        label=f"{name} p50")
+        ax.plot([t for t, _, _ in measured], [p99 for _, _, p99 in measured], linewidth=0.8, linestyle="--",
+                color=line.get_color(), label=f"{name} p99")
+    if any(groups.values()):
         ax.set_yscale("log")
     finish(fig, ax, "latency.png")
 
-    fig, ax = figure("gaps counted by each subscriber (records that never arrived)", "gaps, cumulative")
-    for i, c in enumerate(curves):
-        points = c.get("points") or []
-        ax.plot([float(p["time"]) - started for p in points], [p.get("gaps", 0) for p in points],
-                label=f"{c.get('queue')}/{c.get('prefix')!r}{'' if c.get('keeps_up', True) else ' slow'} #{i + 1}")
+    fig, ax = figure("gaps counted by each subscriber group (records that never arrived), cumulative", "gaps")
+    for name, points in groups.items():
+        ax.plot([t - started for t, _, _, _ in points], [gaps for _, _, _, gaps in points], label=name)
     finish(fig, ax, "gaps.png")
 
     path = os.path.join(out_dir, "index.html")
@@ -129,6 +126,26 @@ def render(out_dir: str) -> list[str]:
     os.replace(path + ".tmp", path)
     written.append(path)
     return written
+
+
+def _groups(curves: list[dict[str, Any]]) -> dict[str, list[tuple[float, float | None, float | None, int]]]:
+    """Each subscriber group's points: (time, median p50 of its members, worst p99, gaps of all members)."""
+    members: dict[str, list[list[dict[str, Any]]]] = {}
+    for c in curves:
+        name = (f"{c.get('queue')}/{c.get('prefix')!r}{'' if c.get('keeps_up', True) else ' slow'} "
+                f"(group {int(c.get('group', 0)) + 1})")
+        members.setdefault(name, []).append([p for p in c.get("points") or [] if isinstance(p, dict)])
+    out = {}
+    for name, lists in members.items():
+        rows = []
+        for i in range(min((len(points) for points in lists), default=0)):
+            at = [points[i] for points in lists]
+            p50s = sorted(p["p50_ms"] for p in at if isinstance(p.get("p50_ms"), (int, float)))
+            p99s = [p["p99_ms"] for p in at if isinstance(p.get("p99_ms"), (int, float))]
+            rows.append((sum(float(p["time"]) for p in at) / len(at), p50s[len(p50s) // 2] if p50s else None,
+                         max(p99s) if p99s else None, sum(int(p.get("gaps") or 0) for p in at)))
+        out[f"{name}, {len(lists)} subscriber{'s' if len(lists) > 1 else ''}"] = rows
+    return out
 
 
 def _page(summary: dict[str, Any]) -> str:
@@ -148,9 +165,9 @@ def _page(summary: dict[str, Any]) -> str:
     ]
     ref = summary.get("reference")
     if isinstance(ref, dict):
-        ours = summary.get("delivered_records_per_minute", 0)
+        ours = summary.get("delivered_records_per_minute_peak", 0)
         theirs = ref.get("delivered_records_per_minute") or 0
-        rows.append((f"delivered per minute: ours / {ref.get('source')}",
+        rows.append((f"delivered per minute (best minute): ours / {ref.get('source')}",
                      f"{ours:,.0f} / {theirs:,.0f}" + (f" ({ours / theirs:.2f}x)" if theirs else "")))
         if ref.get("note"):
             rows.append((f"{ref.get('source')} reported", ref["note"]))
