@@ -209,6 +209,8 @@ class ClusterLink:
         if now < self._next_flush and not force:
             return False
         self._next_flush = now + FLUSH_PERIOD
+        if not self.session.zk.connected:
+            return False  # a write now would wait for ZooKeeper to come back, and the loop with it
         doc = dumps({"events": events[-MAX_EVENTS:], "counters": counters})
         path = self.paths.events(self.queue, "monitor")
         zk = self.session.zk

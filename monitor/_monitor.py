@@ -50,6 +50,7 @@ __all__ = ["Monitor"]
 
 BURST = 512
 TICK = 0.05  # seconds between checks of heartbeats and timeouts
+STALL = 0.25  # a tick this late means the loop itself stopped (see Monitor._discount_stall)
 EVALUATIONS_PER_PERIOD = 4  # rule evaluations per KPI period (each acts only on sustained conditions)
 STARTING_LIMIT = 20.0  # a placed exchange not heard of for this long no longer holds scaling back
 REFUSED_BACKOFF = 5.0  # at least this long between scale-outs after the GCM refused one
@@ -182,6 +183,7 @@ class Monitor:
                 self._stopping = True
             now = time.monotonic()
             if now >= next_tick:
+                self._discount_stall(now - next_tick)
                 next_tick = now + TICK
                 self._tick(now)
                 if not settled and not self.topology.settling(now):
@@ -414,6 +416,20 @@ class Monitor:
         settles it only sends lists that take nothing away.
         """
         return not self.topology.settling(now) or s.confirmed <= set(self.exchanges)
+
+    def _discount_stall(self, late: float) -> None:
+        """Time this loop did not run (SIGSTOP, a blocking call, a starved CPU) is nobody else's silence.
+
+        Heartbeats and hellos sent meanwhile wait in the socket; judged before they are read, every peer
+        would look dead. So a tick that comes ``late`` moves every peer's last sign of life forward by as
+        much: a peer that really died is declared so that much later, none is declared dead for our pause.
+        """
+        if late < STALL:
+            return
+        log.warning("monitor loop stalled for %.2fs: that silence is not counted against its peers", late)
+        for peers in (self.exchanges, self.publishers, self.subscribers):
+            for peer in peers.values():
+                peer.last_seen += late
 
     def _tick(self, now: float) -> None:
         cfg = self.config

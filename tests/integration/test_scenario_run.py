@@ -17,6 +17,7 @@ SHORT = """
 name = "short"
 duration_s = 12
 hosts = 2
+gcms = 2
 
 [[queue]]
 name = "s"
@@ -44,8 +45,22 @@ stop_s = 10
 leave_every_s = 0.5
 
 [[faults]]
+at_s = 4
+kind = "pause_monitor"
+for_s = 1.5
+
+[[faults]]
 at_s = 7
 kind = "kill_exchange"
+
+[[faults]]
+at_s = 8
+kind = "kill_gcm_leader"
+
+[[faults]]
+at_s = 9
+kind = "restart_zookeeper"
+for_s = 1
 """
 
 FIELDS = {"scenario", "source", "interrupted", "duration_s", "units", "published", "delivered",
@@ -68,8 +83,9 @@ def test_a_short_scenario_runs_and_reports(tmp_path):
     # the slow group's shortfall is shown, not hidden
     assert not slow["keeps_up"] and slow["audit"]["received"] < slow["audit"]["expected"]
     assert slow["audit"]["lost"] + slow["gaps"] > 0
-    fault, = summary["faults"]
-    assert fault["kind"] == "kill_exchange" and "error" not in fault and summary["failovers"] >= 1
+    assert [f["kind"] for f in summary["faults"]] == ["pause_monitor", "kill_exchange", "kill_gcm_leader",
+                                                      "restart_zookeeper"]
+    assert all("error" not in f for f in summary["faults"]) and summary["failovers"] >= 1
     assert summary["scale_outs"] >= 1 and summary["exchanges_peak"] >= 2  # 1,800 records/s on a mark of 1,500
     timeline = json.loads((out / "timeline.json").read_text())
     assert len(timeline["samples"]) >= 10 and timeline["events"]
