@@ -72,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty()
 
     def progress(line: str) -> None:
-        # a status line rewrites itself on a terminal; everything else is a line of its own
-        if tty and line[:1] == " " or line[:1].isdigit():
-            print("\r" + line.ljust(110), end="", flush=True) if tty else print(line, flush=True)
+        # on a terminal the per-second status line (it starts with the elapsed time) rewrites itself
+        if tty and line[:1] in " 0123456789":
+            print("\r" + line.ljust(110), end="", flush=True)
         else:
             print(("\n" if tty else "") + line, flush=True)
 
