@@ -96,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
           f"{summary['scale_outs']}, scale-ins {summary['scale_ins']}")
     for x in summary["subscribers"]:
         a = x.get("audit")
-        what = (f"expected {a['expected']:,} received {a['received']:,} lost {a['lost']} duplicated "
-                f"{a['duplicated']} reordered {a['reordered']} gaps {x['gaps']}") if a else x.get("error", "")
+        what = (f"expected {a['expected']:,} received {a['received']:,} lost {a['lost']:,} (dropped in "
+                f"{x['gaps']:,} gaps {a['dropped']:,}, still queued at the stop {a['undelivered']:,}) duplicated "
+                f"{a['duplicated']} reordered {a['reordered']}") if a else x.get("error", "")
         print(f"  subscriber {x['queue']}/{x['prefix']!r}{'' if x['keeps_up'] else ' (slow)'}: {what}")
     print(f"audit of subscribers that keep up: {'clean' if audit['clean'] else 'NOT CLEAN'}")
     print(f"report: {os.path.join(out, 'index.html')}")

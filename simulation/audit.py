@@ -115,10 +115,12 @@ def compare(summary: dict[str, Any], sent: dict[str, dict[str, int]], prefix: by
         prefix: the subscriber's prefix; only keys starting with it count.
 
     Returns:
-        expected, received, lost (holes plus missing heads and tails), duplicated, reordered.
+        expected, received, lost, duplicated, reordered; and lost split in two: ``dropped``, records
+        missing before one that arrived (holes, a missing head), and ``undelivered``, records sent after
+        the last one that arrived (a tail still queued when the subscriber stopped, or a key never seen).
     """
     want = prefix.decode("utf-8", "backslashreplace")
-    out = dict(expected=0, received=0, lost=0, duplicated=0, reordered=0)
+    out = dict(expected=0, received=0, lost=0, dropped=0, undelivered=0, duplicated=0, reordered=0)
     for pub, keys in sent.items():
         row = summary["publishers"].get(pub, {"keys": {}, "duplicated": 0, "reordered": 0})
         out["duplicated"] += row["duplicated"]
@@ -129,8 +131,10 @@ def compare(summary: dict[str, Any], sent: dict[str, dict[str, int]], prefix: by
             out["expected"] += count
             got = row["keys"].get(key)
             if got is None:
-                out["lost"] += count
+                out["undelivered"] += count
                 continue
             out["received"] += got["received"] - got["duplicated"] - got["reordered"]
-            out["lost"] += got["lost"] + got["first"] + max(0, count - got["next"])
+            out["dropped"] += got["lost"] + got["first"]
+            out["undelivered"] += max(0, count - got["next"])
+    out["lost"] = out["dropped"] + out["undelivered"]
     return out

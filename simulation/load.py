@@ -202,7 +202,8 @@ def subscribe(args: argparse.Namespace) -> int:
         delay = args.delay_us / 1e6
         unpack = PAYLOAD_HEADER.unpack_from
         record = audit.record
-        # one point per --timeline-every seconds: wall time, records so far, latency of that window, gaps
+        # one point per --timeline-every seconds: wall time, records so far, latency of that window, gaps and
+        # the records they dropped (as the client library counts them)
         timeline: list[dict[str, Any]] = []
         window_from = 0
         next_point = started + args.timeline_every if args.timeline_every else float("inf")
@@ -214,7 +215,7 @@ def subscribe(args: argparse.Namespace) -> int:
                 window_from = len(latency)
                 stats = sub.stats()
                 timeline.append({"time": round(time.time(), 3), "received": received, "gaps": stats.gaps,
-                                 "p50_ms": window.get("p50"), "p99_ms": window.get("p99")})
+                                 "dropped": stats.lost, "p50_ms": window.get("p50"), "p99_ms": window.get("p99")})
             if now >= deadline or (received and args.idle_exit and now - last >= args.idle_exit):
                 break
             msg = sub.recv(timeout=0.1)

@@ -6,7 +6,7 @@ Made from the ``summary.json`` and ``timeline.json`` that :class:`~simulation.ru
 * ``throughput.png``: records/s of every exchange, as its queue's monitor saw them;
 * ``exchanges.png``: how many exchanges each queue had;
 * ``latency.png``: end-to-end latency p50 and p99 of every subscriber, per second;
-* ``gaps.png``: gaps counted by every subscriber (records that never arrived), cumulative.
+* ``gaps.png``: records every subscriber group found missing in gaps (dropped on the way), cumulative.
 
 Faults are red vertical lines on every plot; relocations grey ticks, scale-outs and scale-ins green and
 orange ticks.
@@ -115,9 +115,9 @@ def render(out_dir: str) -> list[str]:
         ax.set_yscale("log")
     finish(fig, ax, "latency.png")
 
-    fig, ax = figure("gaps counted by each subscriber group (records that never arrived), cumulative", "gaps")
+    fig, ax = figure("records each subscriber group found missing in gaps (dropped on the way), cumulative", "records")
     for name, points in groups.items():
-        ax.plot([t - started for t, _, _, _ in points], [gaps for _, _, _, gaps in points], label=name)
+        ax.plot([t - started for t, _, _, _ in points], [dropped for _, _, _, dropped in points], label=name)
     finish(fig, ax, "gaps.png")
 
     path = os.path.join(out_dir, "index.html")
@@ -129,7 +129,8 @@ def render(out_dir: str) -> list[str]:
 
 
 def _groups(curves: list[dict[str, Any]]) -> dict[str, list[tuple[float, float | None, float | None, int]]]:
-    """Each subscriber group's points: (time, median p50 of its members, worst p99, gaps of all members)."""
+    """Each subscriber group's points: (time, median p50 of its members, worst p99, records its members found
+    missing in gaps)."""
     members: dict[str, list[list[dict[str, Any]]]] = {}
     for c in curves:
         name = (f"{c.get('queue')}/{c.get('prefix')!r}{'' if c.get('keeps_up', True) else ' slow'} "
@@ -143,7 +144,7 @@ def _groups(curves: list[dict[str, Any]]) -> dict[str, list[tuple[float, float |
             p50s = sorted(p["p50_ms"] for p in at if isinstance(p.get("p50_ms"), (int, float)))
             p99s = [p["p99_ms"] for p in at if isinstance(p.get("p99_ms"), (int, float))]
             rows.append((sum(float(p["time"]) for p in at) / len(at), p50s[len(p50s) // 2] if p50s else None,
-                         max(p99s) if p99s else None, sum(int(p.get("gaps") or 0) for p in at)))
+                         max(p99s) if p99s else None, sum(int(p.get("dropped") or 0) for p in at)))
         out[f"{name}, {len(lists)} subscriber{'s' if len(lists) > 1 else ''}"] = rows
     return out
 
@@ -177,7 +178,8 @@ def _page(summary: dict[str, Any]) -> str:
         subs.append(
             f"<tr><td>{e(str(x.get('queue')))}</td><td>{e(repr(x.get('prefix')))}</td>"
             f"<td>{'yes' if x.get('keeps_up') else 'no (slow)'}</td><td>{a.get('expected', '-')}</td>"
-            f"<td>{a.get('received', '-')}</td><td>{a.get('lost', '-')}</td><td>{a.get('duplicated', '-')}</td>"
+            f"<td>{a.get('received', '-')}</td><td>{a.get('lost', '-')}</td><td>{a.get('dropped', '-')}</td>"
+            f"<td>{a.get('undelivered', '-')}</td><td>{a.get('duplicated', '-')}</td>"
             f"<td>{a.get('reordered', '-')}</td><td>{x.get('gaps', '-')}</td>"
             f"<td>{_ms(lat.get('p50'))}</td><td>{_ms(lat.get('p99'))}</td><td>{e(x.get('error', ''))}</td></tr>")
     faults = "".join(f"<li>{float(f.get('t', 0)):.1f} s: {e(str(f.get('kind')))} "
@@ -193,6 +195,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}img{{max-width:100
 <table>{table}</table>
 <h2>Subscribers</h2>
 <table><tr><th>queue</th><th>prefix</th><th>keeps up</th><th>expected</th><th>received</th><th>lost</th>
+<th>of which dropped in gaps</th><th>of which still queued at the stop</th>
 <th>duplicated</th><th>reordered</th><th>gaps</th><th>p50 ms</th><th>p99 ms</th><th>error</th></tr>{''.join(subs)}</table>
 <h2>Faults</h2><ul>{faults or '<li>none</li>'}</ul>
 <h2>Timeline</h2>{images}

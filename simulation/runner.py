@@ -87,7 +87,9 @@ class Runner:
         os.makedirs(self.out_dir, exist_ok=True)
         logs = os.path.join(self.out_dir, "logs")
         os.makedirs(logs, exist_ok=True)
-        cluster = self.cluster = EmbeddedCluster(hosts=s.info.hosts, gcms=s.info.gcms, log_dir=logs)
+        hwm = s.info.exchange_backend_hwm
+        cluster = self.cluster = EmbeddedCluster(hosts=s.info.hosts, gcms=s.info.gcms, log_dir=logs,
+                                                 hostmanager_args=[f"--exchange-arg=--backend-hwm={hwm}"] if hwm else [])
         loads = Loads(logs)
         pending = [_Pending(g, i, group.queue, join, leave)
                    for g, group in enumerate(s.publishers)
@@ -106,7 +108,8 @@ class Runner:
                 for _ in range(group.count):
                     child = loads.start("subscribe", "", *self._where(group.queue), "--prefix", group.prefix,
                                         "--delay-us", str(group.delay_us), "--idle-exit", "0",
-                                        "--timeline-every", str(SAMPLE_INTERVAL))
+                                        "--timeline-every", str(SAMPLE_INTERVAL),
+                                        *(("--rcvhwm", str(group.rcvhwm)) if group.rcvhwm else ()))
                     subscribers.append((g, child))
             self.progress(f"{len(s.queues)} queue(s) created, {len(subscribers)} subscriber(s) joined; "
                           f"running for {s.info.duration_s:g} s")
@@ -284,7 +287,8 @@ class Runner:
             if "audit" in r:
                 entry["audit"] = compare(r["audit"], sent[group.queue], group.prefix.encode())
                 entry["latency_ms"] = r["latency_ms"]
-                entry["gaps"] = r["stats"].get("gaps", 0)
+                entry["gaps"] = r["stats"].get("gaps", 0)  # discontinuities the client library saw...
+                entry["gap_records"] = r["stats"].get("lost", 0)  # ...and the records missing in them
                 entry["rate_records_per_s"] = r["rate"]
             else:
                 entry["error"] = r.get("error", "no report")
@@ -303,7 +307,8 @@ class Runner:
             "duration_s": s.info.duration_s,
             "units": {"duration_s": "s", "rate_records_per_s": "records/s", "latency_ms": "ms",
                       "delivered_records_per_minute": "records/min",
-                      "longest_send_ms": "ms", "published": "records", "delivered": "records"},
+                      "longest_send_ms": "ms", "published": "records", "delivered": "records",
+                      "gaps": "discontinuities", "gap_records": "records", "audit": "records"},
             "published": sum(x["sent"] for x in publishers),
             "delivered": delivered,
             "delivered_records_per_s": round(delivered / s.info.duration_s, 1),

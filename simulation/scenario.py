@@ -6,6 +6,7 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     name = "ramp-and-drain"
     duration_s = 60            # the load runs this long; faults and schedules fall inside it
     hosts = 3                  # host managers on 127.0.0.11, .12, ...
+    exchange_backend_hwm = 0   # batches an exchange queues for one subscriber before it drops (0 = default)
 
     [[queue]]
     name = "ramp"
@@ -27,6 +28,7 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     count = 2
     prefix = ""
     delay_us = 0               # processing time per record: a slow consumer
+    rcvhwm = 0                 # batches its client library queues per exchange (0 = default)
 
     [[faults]]
     at_s = 20
@@ -80,6 +82,7 @@ class Info:
     description: str = ""
     hosts: int = 3
     gcms: int = 1
+    exchange_backend_hwm: int = 0  # batches an exchange queues for one subscriber before it drops (0 = its default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +123,7 @@ class SubscriberGroup:
     count: int = 1
     prefix: str = ""
     delay_us: float = 0.0  # processing time per record
+    rcvhwm: int = 0  # batches the client library queues per exchange (0 = its default)
 
     @property
     def keeps_up(self) -> bool:
@@ -266,6 +270,7 @@ class _Checker:
             raise self.fail("scenario", 0, "hosts", f"must be between 1 and {MAX_HOSTS}, got {info.hosts}")
         if not 1 <= info.gcms <= 3:
             raise self.fail("scenario", 0, "gcms", f"must be between 1 and 3, got {info.gcms}")
+        self.positive("scenario", 0, "exchange_backend_hwm", info.exchange_backend_hwm, zero=True)
         hosts = host_addresses(info.hosts)
         queues = [self.queue(i, q, hosts) for i, q in enumerate(self.entries("queue"))]
         if not queues:
@@ -363,6 +368,7 @@ class _Checker:
         if group.count < 1:
             raise self.fail("subscribers", i, "count", f"must be at least 1, got {group.count}")
         self.positive("subscribers", i, "delay_us", group.delay_us, zero=True)
+        self.positive("subscribers", i, "rcvhwm", group.rcvhwm, zero=True)
         return group
 
     def fault(self, i: int, value: Any, info: Info, names: list[str], hosts: list[str]) -> Fault:

@@ -30,5 +30,13 @@ def test_compare_counts_missing_heads_and_tails():
     a = Audit()
     feed(a, "p", b"orders.eu", [(i, i) for i in range(2, 8)])  # 0, 1 and 8, 9 never came
     result = compare(a.summary(), {"p": {"orders.eu": 10, "stock": 5}}, b"orders.")
-    assert result == {"expected": 10, "received": 6, "lost": 4, "duplicated": 0, "reordered": 0}
-    assert compare(Audit().summary(), {"p": {"x": 3}})["lost"] == 3
+    assert result == {"expected": 10, "received": 6, "lost": 4, "dropped": 2, "undelivered": 2,
+                      "duplicated": 0, "reordered": 0}
+    assert compare(Audit().summary(), {"p": {"x": 3}})["undelivered"] == 3
+
+
+def test_compare_tells_holes_from_a_tail():
+    a = Audit()
+    feed(a, "p", b"k", [(i, i) for i in (0, 1, 5, 6)])  # 2-4 dropped on the way; 7-9 never came
+    result = compare(a.summary(), {"p": {"k": 10}})
+    assert (result["dropped"], result["undelivered"], result["lost"]) == (3, 3, 6)

@@ -117,3 +117,13 @@ def test_an_unreadable_file_is_a_clear_error(tmp_path):
     (tmp_path / "binary.toml").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ConfigError, match="cannot read"):
         load_scenario(str(tmp_path / "binary.toml"))
+
+
+def test_buffer_sizes_are_read_and_checked():
+    s = parse_scenario(HEAD.replace("duration_s = 30", "duration_s = 30\nexchange_backend_hwm = 500")
+                       + "[[publishers]]\nrate = 10\n[[subscribers]]\ndelay_us = 100\nrcvhwm = 20\n")
+    assert s.info.exchange_backend_hwm == 500 and s.subscribers[0].rcvhwm == 20
+    with pytest.raises(ConfigError, match=r"s.toml:4: \[scenario\] key 'exchange_backend_hwm': must be 0 or more"):
+        parse_scenario(HEAD.replace("duration_s = 30", "duration_s = 30\nexchange_backend_hwm = -1"), "s.toml")
+    with pytest.raises(ConfigError, match=r"s.toml:10: \[\[subscribers\]\] #1 key 'rcvhwm': must be 0 or more"):
+        parse_scenario(HEAD + "[[publishers]]\nrate = 10\n[[subscribers]]\nrcvhwm = -5\n", "s.toml")
