@@ -100,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
                 f"{x['gaps']:,} gaps {a['dropped']:,}, still queued at the stop {a['undelivered']:,}) duplicated "
                 f"{a['duplicated']} reordered {a['reordered']}") if a else x.get("error", "")
         print(f"  subscriber {x['queue']}/{x['prefix']!r}{'' if x['keeps_up'] else ' (slow)'}: {what}")
+    scaled = summary["latency_by_exchanges"]
+    if scaled:
+        print("latency of subscribers that keep up, by exchanges in the queue (median of per-second p50 / p99): "
+              + "; ".join(f"{r['queue']} with {r['exchanges']}: {r['p50_ms']:.1f} / {r['p99_ms']:.1f} ms"
+                          for r in scaled))
     print(f"audit of subscribers that keep up: {'clean' if audit['clean'] else 'NOT CLEAN'}")
     print(f"report: {os.path.join(out, 'index.html')}")
     return ExitCode.OK if audit["clean"] and not summary["interrupted"] else ExitCode.FAILURE

@@ -21,7 +21,7 @@ from typing import Any
 
 from roq.errors import ConfigError
 
-__all__ = ["render", "PLOTS"]
+__all__ = ["render", "latency_by_exchanges", "PLOTS"]
 
 PLOTS = ("throughput.png", "exchanges.png", "latency.png", "gaps.png")
 _MARKS = {"relocated": ("grey", 0.4), "scale_out": ("green", 0.8), "scale_in": ("orange", 0.8)}
@@ -39,6 +39,46 @@ def _read(out_dir: str, name: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: not a results document")
     return document
+
+
+def latency_by_exchanges(timeline: dict[str, Any]) -> list[dict[str, Any]]:
+    """End-to-end latency of the subscribers that keep up, by how many exchanges their queue had (pure).
+
+    Every per-second point of a keep-up subscriber is filed under the exchange count of the monitor
+    sample taken last before it. Returns one row per queue and count: the seconds behind it and the
+    median over those seconds of the per-second p50 and p99 (ms): "is latency flat as the queue scales?".
+    """
+    started = float(timeline.get("started") or 0.0)
+    samples = timeline.get("samples") or []
+    counts: dict[str, list[tuple[float, int]]] = {q: [] for s in samples for q in (s.get("queues") or {})}
+    for s in samples:
+        for queue, seen in counts.items():  # 0: the monitor was not heard then (restarting, moving)
+            seen.append((float(s["t"]), len(((s.get("queues") or {}).get(queue) or {}).get("exchanges") or {})))
+    cells: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+    for curve in timeline.get("subscribers") or []:
+        queue = curve.get("queue")
+        if not curve.get("keeps_up", True) or queue not in counts:
+            continue
+        for p in curve.get("points") or []:
+            p50, p99 = p.get("p50_ms"), p.get("p99_ms")
+            if not isinstance(p50, (int, float)) or not isinstance(p99, (int, float)):
+                continue
+            t = float(p["time"]) - started
+            before = [n for at, n in counts[queue] if at <= t]
+            if not before or not before[-1]:
+                continue  # before the first sample, or the monitor was not heard then
+            p50s, p99s = cells.setdefault((queue, before[-1]), ([], []))
+            p50s.append(float(p50))
+            p99s.append(float(p99))
+    return [{"queue": queue, "exchanges": n, "seconds": len(p50s), "p50_ms": round(_median(p50s), 3),
+             "p99_ms": round(_median(p99s), 3)}
+            for (queue, n), (p50s, p99s) in sorted(cells.items())]
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
 def render(out_dir: str) -> list[str]:
@@ -164,6 +204,11 @@ def _page(summary: dict[str, Any]) -> str:
          f"{'clean' if audit.get('clean') else 'NOT CLEAN'}: lost {audit.get('lost')}, duplicated "
          f"{audit.get('duplicated')}, reordered {audit.get('reordered')}"),
     ]
+    scaled = summary.get("latency_by_exchanges") or []
+    if scaled:
+        rows.append(("latency of subscribers that keep up, by exchanges in the queue (median of per-second p50 / p99)",
+                     "; ".join(f"{r.get('queue')} with {r.get('exchanges')}: {_ms(r.get('p50_ms'))} / "
+                               f"{_ms(r.get('p99_ms'))} ms ({r.get('seconds')} s)" for r in scaled)))
     ref = summary.get("reference")
     if isinstance(ref, dict):
         ours = summary.get("delivered_records_per_minute_peak", 0)

@@ -26,7 +26,7 @@ from roq.errors import RoQError
 from simulation.audit import compare
 from simulation.embedded import EmbeddedCluster
 from simulation.load import Loads
-from simulation.report import render
+from simulation.report import latency_by_exchanges, render
 from simulation.scenario import Fault, Scenario
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,11 @@ class Runner:
             self.progress("publishers done; letting subscribers drain")
             time.sleep(DRAIN_S)  # a schedule, not a wait for a condition: what is in flight arrives within it
             reports = [(g, self._report(loads, child, stop=True)) for g, child in subscribers]
-            events = self._events()
-            summary = self._summary(pending, reports, events, interrupted)
+            curves = [{"group": g, "queue": s.subscribers[g].queue, "prefix": s.subscribers[g].prefix,
+                       "keeps_up": s.subscribers[g].keeps_up, "points": r.get("timeline", [])} for g, r in reports]
+            timeline = {"started": self._started_wall, "samples": self.timeline, "subscribers": curves,
+                        "faults": self.faults, "events": self._events()}
+            summary = self._summary(pending, reports, timeline, interrupted)
         finally:
             self._finish_faults(force=True)
             for conn in self._connections.values():
@@ -130,10 +133,7 @@ class Runner:
             loads.close()
             cluster.stop()
         self._write("summary.json", summary)
-        curves = [{"group": g, "queue": s.subscribers[g].queue, "prefix": s.subscribers[g].prefix,
-                   "keeps_up": s.subscribers[g].keeps_up, "points": r.get("timeline", [])} for g, r in reports]
-        self._write("timeline.json", {"started": self._started_wall, "samples": self.timeline,
-                                      "subscribers": curves, "faults": self.faults, "events": events})
+        self._write("timeline.json", timeline)
         render(self.out_dir)
         return summary
 
@@ -267,8 +267,9 @@ class Runner:
         return sorted(events, key=lambda e: e.get("time", 0.0))
 
     def _summary(self, pending: list[_Pending], reports: list[tuple[int, dict[str, Any]]],
-                 events: list[dict[str, Any]], interrupted: bool) -> dict[str, Any]:
+                 timeline: dict[str, Any], interrupted: bool) -> dict[str, Any]:
         s = self.scenario
+        events = timeline["events"]
         sent: dict[str, dict[str, dict[str, int]]] = {q.name: {} for q in s.queues}
         publishers = []
         for p in pending:
@@ -308,13 +309,15 @@ class Runner:
             "units": {"duration_s": "s", "rate_records_per_s": "records/s", "latency_ms": "ms",
                       "delivered_records_per_minute": "records/min",
                       "longest_send_ms": "ms", "published": "records", "delivered": "records",
-                      "gaps": "discontinuities", "gap_records": "records", "audit": "records"},
+                      "gaps": "discontinuities", "gap_records": "records", "audit": "records",
+                      "p50_ms": "ms", "p99_ms": "ms", "seconds": "s"},
             "published": sum(x["sent"] for x in publishers),
             "delivered": delivered,
             "delivered_records_per_s": round(delivered / s.info.duration_s, 1),
             "delivered_records_per_minute": round(delivered / s.info.duration_s * 60),
             "delivered_records_per_minute_peak": self._best_minute(reports),
             "reference": dataclasses.asdict(s.reference) if s.reference else None,
+            "latency_by_exchanges": latency_by_exchanges(timeline),
             "exchanges_peak": peak,
             "relocations": kinds.count("relocated"),
             "scale_outs": kinds.count("scale_out_done"),  # exchanges that joined, not decisions

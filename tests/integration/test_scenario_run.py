@@ -68,7 +68,7 @@ for_s = 1
 
 FIELDS = {"scenario", "source", "interrupted", "duration_s", "units", "published", "delivered",
           "delivered_records_per_s", "exchanges_peak", "relocations", "scale_outs", "scale_ins", "failovers",
-          "faults", "keep_up_audit", "publishers", "subscribers"}
+          "faults", "keep_up_audit", "publishers", "subscribers", "latency_by_exchanges"}
 
 
 def test_a_short_scenario_runs_and_reports(tmp_path):
@@ -97,6 +97,9 @@ def test_a_short_scenario_runs_and_reports(tmp_path):
     assert len(timeline["samples"]) >= 10 and timeline["events"]
     assert all(len(c["points"]) >= 8 for c in timeline["subscribers"])
     assert timeline["subscribers"][2]["points"][-1]["dropped"] > 0  # what the gaps plot shows
+    # latency as the queue scaled: 1 exchange, then 2 after the scale-out
+    assert {r["exchanges"] for r in summary["latency_by_exchanges"]} >= {1, 2}
+    assert all(r["seconds"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] for r in summary["latency_by_exchanges"])
     assert any("records/s" in line for line in lines)
     # the report: every plot a real PNG image, and a page that shows them
     for name in PLOTS:
@@ -104,6 +107,7 @@ def test_a_short_scenario_runs_and_reports(tmp_path):
         assert image.shape[0] > 100 and image.shape[1] > 100
     page = (out / "index.html").read_text()
     assert all(f'src="{name}"' in page for name in PLOTS) and "clean" in page
+    assert "by exchanges in the queue" in page
     (out / "index.html").unlink()
     assert str(out / "index.html") in render(str(out))  # python -m simulation report DIR renders it again
 
