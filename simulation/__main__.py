@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 from roq.errors import RoQError
 from roq.runtime import ExitCode, SignalWakeup, setup_logging
@@ -89,25 +90,39 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.FAILURE
     finally:
         wakeup.close()
+    print_summary(summary, os.path.join(out, "index.html"))
+    return ExitCode.OK if summary["keep_up_audit"]["clean"] and not summary["interrupted"] else ExitCode.FAILURE
+
+
+def print_summary(summary: dict[str, Any], page: str) -> None:
+    """What a person reads at the end of a run: throughput, exchanges, decisions, each subscriber group's
+    audit, latency as the queue scaled, and where the report is."""
     audit = summary["keep_up_audit"]
     print(f"\npublished {summary['published']:,} records, delivered {summary['delivered']:,} "
           f"({summary['delivered_records_per_s']:,.0f} records/s); exchanges at most {summary['exchanges_peak']}; "
           f"relocations {summary['relocations']} (fail-overs {summary['failovers']}); scale-outs "
           f"{summary['scale_outs']}, scale-ins {summary['scale_ins']}")
+    groups: dict[int, list[dict]] = {}
     for x in summary["subscribers"]:
-        a = x.get("audit")
-        what = (f"expected {a['expected']:,} received {a['received']:,} lost {a['lost']:,} (dropped in "
-                f"{x['gaps']:,} gaps {a['dropped']:,}, still queued at the stop {a['undelivered']:,}) duplicated "
-                f"{a['duplicated']} reordered {a['reordered']}") if a else x.get("error", "")
-        print(f"  subscriber {x['queue']}/{x['prefix']!r}{'' if x['keeps_up'] else ' (slow)'}: {what}")
-    scaled = summary["latency_by_exchanges"]
+        groups.setdefault(x["group"], []).append(x)
+    for members in groups.values():  # one line per group: the sums of its members' audits
+        x, audits = members[0], [m["audit"] for m in members if "audit" in m]
+        a = {k: sum(m[k] for m in audits) for k in ("expected", "received", "lost", "dropped", "undelivered",
+                                                      "duplicated", "reordered")}
+        gaps = sum(m.get("gaps", 0) for m in members)
+        errors = "; ".join(m["error"] for m in members if "error" in m)
+        who = f"{len(members)} subscribers" if len(members) > 1 else "subscriber"
+        print(f"  {who} {x['queue']}/{x['prefix']!r}{'' if x['keeps_up'] else ' (slow)'}: expected {a['expected']:,} "
+              f"received {a['received']:,} lost {a['lost']:,} ({a['dropped']:,} dropped in {gaps:,} gaps, "
+              f"{a['undelivered']:,} still queued at the stop) duplicated {a['duplicated']} reordered {a['reordered']}"
+              + (f"; {errors}" if errors else ""))
+    scaled = summary.get("latency_by_exchanges")
     if scaled:
         print("latency of subscribers that keep up, by exchanges in the queue (median of per-second p50 / p99): "
               + "; ".join(f"{r['queue']} with {r['exchanges']}: {r['p50_ms']:.1f} / {r['p99_ms']:.1f} ms"
                           for r in scaled))
     print(f"audit of subscribers that keep up: {'clean' if audit['clean'] else 'NOT CLEAN'}")
-    print(f"report: {os.path.join(out, 'index.html')}")
-    return ExitCode.OK if audit["clean"] and not summary["interrupted"] else ExitCode.FAILURE
+    print(f"report: {page}")
 
 
 def report(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from roq.errors import RoQError
 from roq.process import Child, spawn
 from roq.runtime import ExitCode, announce_ready, setup_logging
 from simulation.audit import PAYLOAD_HEADER, Audit, make_payload
+from simulation.histogram import Histogram
 
 REPORT_PREFIX = "REPORT "
 
@@ -191,7 +192,8 @@ def publish(args: argparse.Namespace) -> int:
 def subscribe(args: argparse.Namespace) -> int:
     stop = _Stop()
     audit = Audit()
-    latency = array.array("d")
+    latency = array.array("d")  # ms, since the last timeline point (then folded into the run's histogram)
+    overall = Histogram()
     with _connect(args) as conn:
         sub = conn.subscriber(prefix=args.prefix.encode(), hold_timeout=args.hold_timeout, rcvhwm=args.rcvhwm)
         announce_ready("subscriber", subscriber=sub.name, prefix=args.prefix)
@@ -205,14 +207,14 @@ def subscribe(args: argparse.Namespace) -> int:
         # one point per --timeline-every seconds: wall time, records so far, latency of that window, gaps and
         # the records they dropped (as the client library counts them)
         timeline: list[dict[str, Any]] = []
-        window_from = 0
         next_point = started + args.timeline_every if args.timeline_every else float("inf")
         while not stop.asked:
             now = time.monotonic()
             if now >= next_point:
                 next_point = now + args.timeline_every
-                window = percentiles(latency[window_from:])
-                window_from = len(latency)
+                window = percentiles(latency)
+                overall.add_all(latency)
+                del latency[:]
                 stats = sub.stats()
                 timeline.append({"time": round(time.time(), 3), "received": received, "gaps": stats.gaps,
                                  "dropped": stats.lost, "p50_ms": window.get("p50"), "p99_ms": window.get("p99")})
@@ -229,19 +231,23 @@ def subscribe(args: argparse.Namespace) -> int:
             record(msg.publisher, msg.key, payload)
             if len(payload) >= PAYLOAD_HEADER.size:
                 latency.append((time.time_ns() - unpack(payload)[2]) / 1e6)
+                if len(latency) >= 1 << 16 and not args.timeline_every:
+                    overall.add_all(latency)
+                    del latency[:]
             if delay:
                 time.sleep(delay)
             if received == args.pause_at:
                 time.sleep(args.pause_for)  # a stalled consumer: its queues overflow meanwhile
                 last = time.monotonic()
         active = last - first
+        overall.add_all(latency)
         _report(
             {
                 "subscriber": sub.name,
                 "prefix": args.prefix,
                 "received": received,
                 "rate": received / active if active > 0 else 0.0,
-                "latency_ms": percentiles(latency),
+                "latency_ms": overall.summary(),
                 "audit": audit.summary(),
                 "stats": sub.stats().as_dict(),
                 "timeline": timeline,

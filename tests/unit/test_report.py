@@ -30,3 +30,28 @@ def test_latency_is_filed_under_the_exchange_count_of_its_time():
 
 def test_an_empty_timeline_has_no_rows():
     assert latency_by_exchanges({}) == []
+
+
+def test_the_printed_summary_has_one_line_per_subscriber_group(capsys):
+    from simulation.__main__ import print_summary
+
+    def sub(group, keeps_up, expected, received, dropped, gaps):
+        undelivered = expected - received - dropped
+        return {"group": group, "queue": "q", "prefix": "", "keeps_up": keeps_up, "gaps": gaps,
+                "audit": {"expected": expected, "received": received, "lost": dropped + undelivered,
+                          "dropped": dropped, "undelivered": undelivered, "duplicated": 0, "reordered": 0}}
+
+    summary = {"published": 100, "delivered": 250, "delivered_records_per_s": 25.0, "exchanges_peak": 2,
+               "relocations": 1, "failovers": 0, "scale_outs": 1, "scale_ins": 0,
+               "keep_up_audit": {"clean": True},
+               "latency_by_exchanges": [{"queue": "q", "exchanges": 1, "seconds": 4, "p50_ms": 1.25, "p99_ms": 3.5}],
+               "subscribers": [sub(0, True, 100, 100, 0, 0), sub(0, True, 100, 100, 0, 0),
+                               sub(1, False, 100, 50, 30, 2), {"group": 1, "queue": "q", "prefix": "",
+                                                             "keeps_up": False, "error": "no report from sub-3"}]}
+    print_summary(summary, "out/index.html")
+    lines = capsys.readouterr().out.splitlines()
+    assert "  2 subscribers q/'': expected 200 received 200 lost 0 (0 dropped in 0 gaps, 0 still queued at the stop)" \
+           " duplicated 0 reordered 0" in lines
+    assert "  2 subscribers q/'' (slow): expected 100 received 50 lost 50 (30 dropped in 2 gaps, 20 still queued at" \
+           " the stop) duplicated 0 reordered 0; no report from sub-3" in lines
+    assert any("q with 1: 1.2 / 3.5 ms" in line for line in lines) and lines[-1] == "report: out/index.html"
