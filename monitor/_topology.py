@@ -189,7 +189,8 @@ class Topology:
         """Exchanges, publishers and subscribers as the status reply shows them."""
         live = {s.id for s in self.live_subscribers(now)}
         return {
-            "exchanges": [{**x.describe(), "publishers": self.publisher_count(x.id)} for x in self.exchanges.values()],
+            "exchanges": [{**x.describe(), "publishers": self.publisher_count(x.id), "silent_s": round(now - x.last_seen, 3)}
+                          for x in self.exchanges.values()],
             "publishers": [
                 {
                     "id": p.id,

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Runner"]
 
 SAMPLE_INTERVAL = 1.0
+SILENT_S = 0.75  # three missed exchange heartbeats
 DRAIN_S = 3.0  # after the last publisher flushed, subscribers get this long before they report
 
 
@@ -236,7 +237,9 @@ class Runner:
             except RoQError:
                 continue  # its monitor is restarting or moving: a hole in the timeline, not an error
             sample["queues"][name] = {
-                "exchanges": {x["id"]: x["records_per_s"] for x in s["exchanges"]},
+                # an exchange silent for several heartbeats is dead or paused (until the monitor says which)
+                "exchanges": {x["id"]: x["records_per_s"] for x in s["exchanges"] if x.get("silent_s", 0) <= SILENT_S},
+                "silent": [x["id"] for x in s["exchanges"] if x.get("silent_s", 0) > SILENT_S],
                 "publishers": len(s["publishers"]),
                 "subscribers": len(s["subscribers"]),
                 "counters": s["counters"],
