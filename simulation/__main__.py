@@ -10,7 +10,8 @@ import tempfile
 import time
 from typing import Any
 
-from roq.errors import RoQError
+from roq.errors import ConfigError, RoQError
+from roq.zk import DEFAULT_ROOT
 from roq.runtime import ExitCode, SignalWakeup, setup_logging
 
 
@@ -84,10 +85,12 @@ def run(args: argparse.Namespace) -> int:
     wakeup = SignalWakeup()
     try:
         print(f"scenario {scenario.info.name} ({scenario.source}): {scenario.info.description or 'no description'}")
-        summary = Runner(scenario, out, progress=progress, stop_requested=lambda: wakeup.count > 0).run()
+        runner = Runner(scenario, out, progress=progress, stop_requested=lambda: wakeup.count > 0,
+                        zk=args.zk or "", root=args.root)
+        summary = runner.run()
     except RoQError as exc:
         print(f"\nsimulation run: {exc}", file=sys.stderr)
-        return ExitCode.FAILURE
+        return ExitCode.CONFIG if isinstance(exc, ConfigError) else ExitCode.FAILURE
     finally:
         wakeup.close()
     print_summary(summary, os.path.join(out, "index.html"))
@@ -151,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("run", help="run a scenario file (see simulation/scenarios/) and write its results")
     rp.add_argument("scenario", help="a scenario TOML file, e.g. simulation/scenarios/ramp-and-drain.toml")
     rp.add_argument("--out", default=None, help="results directory (default out/NAME-DATE-TIME)")
+    rp.add_argument("--zk", default=None,
+                    help="run on the cluster of these ZooKeeper servers instead of starting one (its hosts replace "
+                         "the scenario's; faults on hosts, GCMs and ZooKeeper need the runner's own cluster)")
+    rp.add_argument("--root", default=DEFAULT_ROOT, help=f"ZooKeeper root of that cluster (default {DEFAULT_ROOT})")
     rp.set_defaults(run=run)
     pp = sub.add_parser("report", help="render the plots and index.html of a run's results directory again")
     pp.add_argument("dir", help="a results directory written by 'run'")

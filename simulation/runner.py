@@ -22,7 +22,9 @@ from typing import Any, Callable
 
 import psutil
 
-from roq.errors import RoQError
+import client
+from roq.errors import ConfigError, RoQError
+from roq.zk import DEFAULT_ROOT
 from simulation.audit import compare
 from simulation.embedded import EmbeddedCluster
 from simulation.load import Loads
@@ -36,6 +38,34 @@ __all__ = ["Runner"]
 SAMPLE_INTERVAL = 1.0
 SILENT_S = 0.75  # three missed exchange heartbeats
 DRAIN_S = 3.0  # after the last publisher flushed, subscribers get this long before they report
+
+
+#: faults only the runner's own cluster can take: it must own the host managers, the GCMs and ZooKeeper
+OWN_CLUSTER_FAULTS = ("kill_host", "kill_gcm_leader", "restart_zookeeper")
+
+
+class GivenCluster:
+    """A running cluster the runner uses but does not own (``--zk``): it starts and stops nothing of it, and
+    removes only the queues it created."""
+
+    zookeeper = None
+
+    def __init__(self, zk: str, root: str = DEFAULT_ROOT) -> None:
+        self.zk, self.root = zk, root
+        self.addresses: list[str] = []
+        self.manager = client.QueueManager(zk, root=root)
+
+    def start(self) -> GivenCluster:
+        self.addresses = sorted(h["Address"] for h in self.manager.hosts())
+        if not self.addresses:
+            raise ConfigError(f"the cluster at {self.zk} (root {self.root}) has no live host")
+        return self
+
+    def connect(self, queue: str) -> client.Connection:
+        return client.connect(zk=self.zk, queue=queue, root=self.root)
+
+    def stop(self) -> None:
+        self.manager.close()
 
 
 @dataclasses.dataclass
@@ -59,15 +89,28 @@ class Runner:
         out_dir: where ``summary.json``, ``timeline.json`` and the processes' logs go.
         progress: called with one line of progress about once a second.
         stop_requested: polled; when it returns True the run ends early (its results are still written).
+        zk, root: run on this existing cluster instead of an embedded one of its own. Its hosts replace the
+            scenario's; the scenario's queues must not exist there yet and are removed at the end; the faults
+            of :data:`OWN_CLUSTER_FAULTS` are refused.
+
+    Raises:
+        ConfigError: (with ``zk``) the scenario has a fault only the runner's own cluster can take.
     """
 
     def __init__(self, scenario: Scenario, out_dir: str, *, progress: Callable[[str], None] = print,
-                 stop_requested: Callable[[], bool] = lambda: False) -> None:
+                 stop_requested: Callable[[], bool] = lambda: False, zk: str = "", root: str = DEFAULT_ROOT) -> None:
+        if zk:
+            for i, f in enumerate(scenario.faults):
+                if f.kind in OWN_CLUSTER_FAULTS:
+                    raise ConfigError(f"{scenario.source}: [[faults]] #{i + 1} {f.kind} needs the runner's own "
+                                      f"cluster; run the scenario without --zk")
+        self.zk, self.root = zk, root
         self.scenario = scenario
         self.out_dir = out_dir
         self.progress = progress
         self.stop_requested = stop_requested
-        self.cluster: EmbeddedCluster | None = None
+        self.cluster: Any = None  # EmbeddedCluster, or GivenCluster with zk
+        self._created: list[str] = []  # queues made on a given cluster, to remove at the end
         self.timeline: list[dict[str, Any]] = []
         self.faults: list[dict[str, Any]] = []
         self._paused: dict[int, float] = {}  # pid -> when to SIGCONT it (monotonic)
@@ -89,8 +132,11 @@ class Runner:
         logs = os.path.join(self.out_dir, "logs")
         os.makedirs(logs, exist_ok=True)
         hwm = s.info.exchange_backend_hwm
-        cluster = self.cluster = EmbeddedCluster(hosts=s.info.hosts, gcms=s.info.gcms, log_dir=logs,
-                                                 hostmanager_args=[f"--exchange-arg=--backend-hwm={hwm}"] if hwm else [])
+        if self.zk:
+            cluster = self.cluster = GivenCluster(self.zk, self.root)
+        else:
+            cluster = self.cluster = EmbeddedCluster(hosts=s.info.hosts, gcms=s.info.gcms, log_dir=logs,
+                                                     hostmanager_args=[f"--exchange-arg=--backend-hwm={hwm}"] if hwm else [])
         loads = Loads(logs)
         pending = [_Pending(g, i, group.queue, join, leave)
                    for g, group in enumerate(s.publishers)
@@ -99,8 +145,15 @@ class Runner:
         interrupted = False
         try:
             cluster.start()
-            self.progress(f"cluster up: ZooKeeper {cluster.zk}, {s.info.gcms} GCM(s), hosts {', '.join(cluster.addresses)}")
+            if self.zk:
+                self._check_given(cluster)
+                self.progress(f"using the cluster at {cluster.zk} (root {cluster.root}): hosts {', '.join(cluster.addresses)} "
+                              f"(its hosts, GCMs and exchange settings, not the scenario's)")
+            else:
+                self.progress(f"cluster up: ZooKeeper {cluster.zk}, {s.info.gcms} GCM(s), hosts {', '.join(cluster.addresses)}")
             for q in s.queues:
+                if self.zk:
+                    self._created.append(q.name)
                 cluster.manager.create(q.name, q.host or None, exchanges=q.exchanges)
                 if q.rules:
                     cluster.manager.set_rules(q.name, q.rules)
@@ -132,11 +185,27 @@ class Runner:
             for conn in self._connections.values():
                 conn.close()
             loads.close()
+            for name in self._created:
+                try:
+                    cluster.manager.remove(name)
+                except RoQError as exc:
+                    log.warning("queue %s not removed: %s", name, exc)
             cluster.stop()
         self._write("summary.json", summary)
         self._write("timeline.json", timeline)
         render(self.out_dir)
         return summary
+
+    def _check_given(self, cluster: GivenCluster) -> None:
+        """The scenario fits the given cluster: its queues are new there, their hosts are the cluster's."""
+        s = self.scenario
+        for i, q in enumerate(s.queues):
+            if cluster.manager.exists(q.name):
+                raise ConfigError(f"{s.source}: [[queue]] #{i + 1}: queue {q.name!r} already exists on the cluster "
+                                  f"at {cluster.zk}; the scenario creates its queues (and removes them after)")
+            if q.host and q.host not in cluster.addresses:
+                raise ConfigError(f"{s.source}: [[queue]] #{i + 1}: host {q.host!r} is not a live host of the cluster "
+                                  f"({', '.join(cluster.addresses)})")
 
     def _where(self, queue: str) -> tuple[str, ...]:
         assert self.cluster is not None
@@ -185,11 +254,11 @@ class Runner:
                 status = self._connections[fault.queue].status(timeout=5)
                 x = max(status["exchanges"], key=lambda x: x["records_per_s"])
                 record.update(queue=fault.queue, exchange=x["id"], pid=x["pid"])
-                self._hit(x["pid"], fault)
+                self._hit(x["pid"], fault, ("exchange", "--id", x["id"]))
             elif fault.kind in ("kill_monitor", "pause_monitor"):
                 status = self._connections[fault.queue].status(timeout=5)
                 record.update(queue=fault.queue, pid=status["pid"])
-                self._hit(status["pid"], fault)
+                self._hit(status["pid"], fault, ("monitor", "--queue", fault.queue))
             elif fault.kind == "kill_host":
                 record.update(host=fault.host, pids=cluster.crash_host(fault.host))
             elif fault.kind == "kill_gcm_leader":
@@ -205,12 +274,18 @@ class Runner:
         self.faults.append(record)
         self.progress(f"fault at {t:.1f} s: {fault.kind} {json.dumps({k: v for k, v in record.items() if k not in ('t', 'kind')})}")
 
-    def _hit(self, pid: int, fault: Fault) -> None:
+    def _hit(self, pid: int, fault: Fault, marks: tuple[str, ...]) -> None:
+        """SIGKILL or SIGSTOP ``pid`` once its command line shows every one of ``marks``: the pid a monitor
+        reports may belong to another machine, where the same number is some other process."""
+        process = psutil.Process(pid)
+        command = process.cmdline()
+        if not all(m in command for m in marks):
+            raise ValueError(f"pid {pid} on this machine is not the {marks[0]} ({' '.join(command)[:120]})")
         if fault.kind.startswith("pause_"):
             os.kill(pid, signal.SIGSTOP)
             self._paused[pid] = time.monotonic() + fault.for_s
         else:
-            psutil.Process(pid).kill()
+            process.kill()
 
     def _finish_faults(self, force: bool = False) -> None:
         """Resume paused processes and restart ZooKeeper when their time has come (all of them if ``force``)."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import matplotlib.image
+import psutil
 import pytest
 
 from roq.errors import ConfigError
+from simulation.embedded import EmbeddedCluster
 from simulation.report import PLOTS, render
 from simulation.runner import Runner
 from simulation.scenario import parse_scenario
@@ -118,3 +120,50 @@ def test_report_of_a_directory_without_results_is_a_clear_error(tmp_path):
     (tmp_path / "summary.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not JSON"):
         render(str(tmp_path))
+
+
+GIVEN = """
+[scenario]
+name = "given"
+duration_s = 6
+
+[[queue]]
+name = "given"
+rules = { host_cpu_percent = 100 }
+
+[[subscribers]]
+prefix = ""
+
+[[publishers]]
+count = 2
+rate = 500
+every_s = 0.5
+
+[[faults]]
+at_s = 3
+kind = "kill_exchange"
+"""
+
+
+def test_a_scenario_runs_on_a_given_cluster_and_leaves_it_as_it_was(tmp_path):
+    with EmbeddedCluster(hosts=2, log_dir=str(tmp_path / "cluster")) as cluster:
+        before = cluster.pids()
+        # faults that need the runner's own cluster are refused before anything starts
+        with pytest.raises(ConfigError, match=r"\[\[faults\]\] #2 restart_zookeeper needs the runner's own cluster"):
+            Runner(parse_scenario(GIVEN + '[[faults]]\nat_s = 4\nkind = "restart_zookeeper"\nfor_s = 1\n', "g.toml"),
+                   str(tmp_path / "refused"), zk=cluster.zk, root=cluster.root)
+        # a queue of the scenario that exists already is not taken over
+        cluster.manager.create("given")
+        with pytest.raises(ConfigError, match="queue 'given' already exists"):
+            Runner(parse_scenario(GIVEN, "g.toml"), str(tmp_path / "taken"), zk=cluster.zk, root=cluster.root).run()
+        assert cluster.manager.exists("given")
+        cluster.manager.remove("given")
+
+        summary = Runner(parse_scenario(GIVEN, "g.toml"), str(tmp_path / "out"), progress=lambda line: None,
+                         zk=cluster.zk, root=cluster.root).run()
+        assert summary["keep_up_audit"]["clean"] and summary["published"] > 2000, summary["keep_up_audit"]
+        (fault,) = summary["faults"]
+        assert "error" not in fault and summary["failovers"] >= 1
+        # the cluster is as it was: every process of its own still runs, the scenario's queue is gone
+        assert all(psutil.pid_exists(pid) for pid in before)
+        cluster.wait_for(lambda: not cluster.manager.exists("given"), 10, "the scenario's queue removed")
