@@ -123,11 +123,18 @@ class QueueManager:
         """
         return dict(self._call(m.GetRules(QName=check_queue_name(queue)), None, read=True).get("Explicit", {}))
 
-    def set_thresholds(self, queue: str, thresholds: dict[str, float]) -> dict[str, Any]:
-        return dict(self._call(m.SetThresholds(QName=check_queue_name(queue), Thresholds=dict(thresholds)), None)["Thresholds"])
+    def set_thresholds(self, queue: str, thresholds: dict[str, float], evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Set some thresholds (the queue's rules still win over them); ``evidence`` (what they were derived
+        from) is kept beside them. Returns every threshold stored."""
+        msg = m.SetThresholds(QName=check_queue_name(queue), Thresholds=dict(thresholds), Evidence=dict(evidence or {}))
+        return dict(self._call(msg, None)["Thresholds"])
 
     def get_thresholds(self, queue: str) -> dict[str, Any]:
         return dict(self._call(m.GetThresholds(QName=check_queue_name(queue)), None, read=True)["Thresholds"])
+
+    def get_tuning(self, queue: str) -> dict[str, Any]:
+        """The evidence stored with the thresholds last set with some: {thresholds, evidence, time}, or {}."""
+        return dict(self._call(m.GetThresholds(QName=check_queue_name(queue)), None, read=True).get("Tuning") or {})
 
     def scale_out(self, queue: str, exchanges: int, reason: str = "") -> dict[str, Any]:
         """Have ``exchanges`` exchanges placed for ``queue``, the missing ones on the hosts with most headroom.

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from itertools import count as counting
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Iterator
 
 import zmq
@@ -68,6 +68,8 @@ class Subscriber:
         self._prepares: dict[int, str] = {}  # relocation -> target exchange, until we hear it
         self._names: dict[bytes, str] = {}
         self._latency: collections.deque[float] = collections.deque(maxlen=config.latency_samples)
+        self._latency_count = 0  # batches measured in all
+        self._kpi_from = (0.0, 0, 0)  # the previous hello: when, records received, batches measured
         self._received = 0
         self._dropped = 0
         self._listed = False
@@ -254,6 +256,7 @@ class Subscriber:
             ready.extend(map(Message, zip(repeat(key), payloads, repeat(name), counting(first), repeat(stamp))))
             self._received += len(payloads)
             self._latency.append(now - stamp)
+            self._latency_count += 1
 
     def _drop(self, feed: _Feed, detail: str) -> None:
         self._dropped += 1
@@ -338,7 +341,17 @@ class Subscriber:
     def _hello(self, now: float) -> None:
         self._next_hello = now + self.config.heartbeat_interval
         confirmed = [f.exchange for f in self._feeds.values() if f.heard]
-        self._send_monitor(control.SubscriberHello(subscriber=self.name, prefix=self.prefix, confirmed=confirmed))
+        since, received, measured = self._kpi_from
+        self._kpi_from = (now, self._received, self._latency_count)
+        fresh = min(self._latency_count - measured, len(self._latency))
+        window = sorted(islice(reversed(self._latency), fresh)) if fresh else []
+        o = self._order
+        self._send_monitor(control.SubscriberHello(
+            subscriber=self.name, prefix=self.prefix, confirmed=confirmed,
+            period=round(now - since, 3) if since else 0.0, records=self._received - received,
+            latency_p50_ms=round(window[len(window) // 2] * 1000, 3) if window else -1.0,
+            latency_p99_ms=round(window[min(len(window) - 1, int(len(window) * 0.99))] * 1000, 3) if window else -1.0,
+            gaps=o.gaps, lost=o.lost, duplicates=o.duplicates))
 
     def _send_monitor(self, msg: control.Message) -> None:
         try:

@@ -37,13 +37,14 @@ from roq.errors import ConfigError, ProtocolError, UnknownCommandError
 from roq.rules import DEFAULT_RULES, check_thresholds, effective_rules, update_rules
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import bind, poll_ms
-from roq.zk import Paths, Session, check_hosts, check_queue_name, dumps
+from roq.zk import Paths, Session, check_hosts, check_queue_name, dumps, loads
 
 __all__ = ["Gcm", "GcmConfig"]
 
 log = logging.getLogger("gcm")
 
 _MAX_ZMQ_MESSAGE = 128 << 20  # beyond this ZeroMQ drops the peer; below it a too-large request is answered
+MAX_EVIDENCE = 256 << 10  # bytes of thresholds' evidence kept in ZooKeeper (its node limit is 1 MB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -450,7 +451,13 @@ class Gcm:
     def _get_thresholds(self, sock: zmq.Socket, envelope: list[bytes], msg: m.GetThresholds) -> None:
         q = self._queue(sock, envelope, msg.QName)
         if q is not None:
-            self._send(sock, envelope, Result.OK, "", Thresholds=q.thresholds)
+            try:
+                data, _ = self.session.zk.get(self.paths.tuning(q.name))
+                tuning = loads(data)
+            except NoNodeError:
+                tuning = {}
+            self._send(sock, envelope, Result.OK, "", Thresholds=q.thresholds,
+                       Tuning=tuning if isinstance(tuning, dict) else {})
 
     def _get_events(self, sock: zmq.Socket, envelope: list[bytes], msg: m.GetEvents) -> None:
         if not 1 <= msg.Limit <= MAX_LIMIT:
@@ -712,12 +719,20 @@ class Gcm:
         self._send(sock, envelope, Result.OK, "rules set", Rules=effective_rules(explicit, q.thresholds), Explicit=explicit)
 
     def _set_thresholds(self, sock: zmq.Socket, envelope: list[bytes], msg: m.SetThresholds) -> None:
+        if msg.Evidence and len(dumps(msg.Evidence)) > MAX_EVIDENCE:
+            self._send(sock, envelope, Result.BAD_REQUEST, f"evidence of {len(dumps(msg.Evidence))} bytes: at most "
+                                                           f"{MAX_EVIDENCE} are kept")
+            return
         self._set_document(sock, envelope, msg.QName, "Thresholds",
-                           lambda q: {**q.thresholds, **check_thresholds(msg.Thresholds)}, self.paths.thresholds)
+                           lambda q: {**q.thresholds, **check_thresholds(msg.Thresholds)}, self.paths.thresholds,
+                           beside=(self.paths.tuning, {"thresholds": msg.Thresholds, "evidence": msg.Evidence,
+                                                       "time": time.time()}) if msg.Evidence else None)
 
     def _set_document(self, sock: zmq.Socket, envelope: list[bytes], name: str, field: str,
-                      make: Callable[[QueueView], dict[str, Any]], path: Callable[[str], str]) -> None:
-        """Check and store a queue's rules or thresholds; a bad value changes nothing."""
+                      make: Callable[[QueueView], dict[str, Any]], path: Callable[[str], str],
+                      beside: tuple[Callable[[str], str], dict[str, Any]] | None = None) -> None:
+        """Check and store a queue's rules or thresholds (and ``beside``, a document at another path, in the
+        same transaction); a bad value changes nothing."""
         q = self._queue(sock, envelope, name)
         if q is None:
             return
@@ -726,7 +741,21 @@ class Gcm:
         except ConfigError as exc:
             self._send(sock, envelope, Result.BAD_REQUEST, f"{field.lower()} of {q.name!r} unchanged: {exc}")
             return
-        self.session.zk.set(path(q.name), dumps(value))
+        if beside is None:
+            self.session.zk.set(path(q.name), dumps(value))
+        else:
+            other = beside[0](q.name)
+            zk = self.session.zk
+            t = zk.transaction()
+            t.set_data(path(q.name), dumps(value))
+            if zk.exists(other):
+                t.set_data(other, dumps(beside[1]))
+            else:
+                t.create(other, dumps(beside[1]))
+            results = t.commit()
+            failed = [r for r in results if isinstance(r, Exception)]
+            if failed:
+                raise failed[0]
         self._dirty = True
         log.info("queue %s: %s now %s", q.name, field.lower(), value)
         self._send(sock, envelope, Result.OK, f"{field.lower()} set", **{field: value})

@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--exchange-arg", dest="exchange_args", action="append",
                    help="a flag for every exchange started (repeatable)")
     p.add_argument("--log-dir", help="directory for the children's logs (default: this process's stderr)")
+    p.add_argument("--kpi-archive", help="KPI archive directory: host KPIs go there, and the monitors started here "
+                                         "archive their queues' KPIs and events (default: none)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING... (default INFO)")
     return p.parse_args(argv)
 

@@ -28,6 +28,7 @@ from hostmanager._children import Assignment, Supervised
 from hostmanager._ports import PortAllocator
 from roq import control
 from roq.errors import ConfigError, ProtocolError
+from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import bind, poll_ms
 from roq.zk import Paths, Session, check_hosts, dumps, incarnation, loads
@@ -54,6 +55,8 @@ class HostManagerConfig:
         port_low, port_high: the port range for children (both 0 = any free port).
         log_dir: directory for the children's logs ("" = inherit this process's stderr).
         exchange_args, monitor_args: extra flags for every exchange or monitor started.
+        kpi_archive: KPI archive directory: its host KPIs go there, and its monitors archive their queues'
+            ("" = none).
     """
 
     zk: str
@@ -68,6 +71,7 @@ class HostManagerConfig:
     log_dir: str = ""
     exchange_args: tuple[str, ...] = ()
     monitor_args: tuple[str, ...] = ()
+    kpi_archive: str = ""
 
     def __post_init__(self) -> None:
         if self.zk:  # "" only while flags are being gathered
@@ -102,6 +106,8 @@ class HostManager:
         self._cpu: collections.deque[float] = collections.deque(maxlen=CPU_WINDOW)
         psutil.cpu_percent(None)  # the first reading counts from here
         self._started = time.time()
+        self.archive = (ArchiveWriter(config.kpi_archive, HOSTS_PARTITION, f"host-{config.address}-{os.getpid()}")
+                        if config.kpi_archive else None)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,6 +175,8 @@ class HostManager:
         for sup in self.children.values():
             sup.exited(time.monotonic())
         self.children.clear()
+        if self.archive is not None:
+            self.archive.close()
         self.session.close()
         self._control.close()
         self._ctx.term()
@@ -248,11 +256,15 @@ class HostManager:
             rate = (total - self._net_last[1]) / (now - self._net_last[0])
         self._net_last = (now, total)
         self._cpu.append(psutil.cpu_percent(None))
-        return {
+        kpis = {
             "cpu_percent": round(sum(self._cpu) / len(self._cpu), 1),
             "memory_percent": psutil.virtual_memory().percent,
             "net_bytes_per_s": round(rate, 1),
         }
+        if self.archive is not None:
+            self.archive.append("host", {"host": self.address, "cpu_percent_now": self._cpu[-1], **kpis})
+            self.archive.tick()
+        return kpis
 
     # ------------------------------------------------------------------ converging on the assignments
 
@@ -328,6 +340,8 @@ class HostManager:
             "--address", self.address, "--port", str(port), "--queue", a.queue,
             "--zk", c.zk, "--root", c.root, "--session-timeout", str(c.session_timeout), *c.monitor_args,
         ]  # fmt: skip
+        if c.kpi_archive:
+            args += ["--kpi-archive", c.kpi_archive]
         sup.start(args, [port], self._log_for(sup))
 
     def _start_exchange(self, sup: Supervised, monitor: str) -> None:

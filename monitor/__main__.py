@@ -38,6 +38,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--root", default=d.root, help=f"ZooKeeper root of the cluster (default {d.root})")
     p.add_argument("--session-timeout", type=float, default=d.session_timeout,
                    help=f"ZooKeeper session timeout (default {d.session_timeout}s)")
+    p.add_argument("--kpi-archive", default=d.kpi_archive,
+                   help="append every KPI record and event to this KPI archive directory (default: none)")
+    p.add_argument("--archive-retention-days", type=float, default=d.archive_retention_days,
+                   help=f"days of the queue's KPI archive kept (default {d.archive_retention_days:g}; 0 = all)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING... (default INFO)")
     return p.parse_args(argv)
 
@@ -60,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             zk=args.zk,
             root=args.root,
             session_timeout=args.session_timeout,
+            kpi_archive=args.kpi_archive,
+            archive_retention_days=args.archive_retention_days,
         )
         if config.zk:
             check_hosts(config.zk)

@@ -56,6 +56,8 @@ class ClusterLink:
         self.session = Session(zk, timeout=session_timeout)
         self._ctx = context
         self.rules: dict[str, Any] = dict(DEFAULT_RULES)
+        self.thresholds: dict[str, Any] = {}  # as the tuner (or an operator) wrote them
+        self.explicit: dict[str, Any] = {}  # the rules an operator set
         self.placement: dict[str, str] = {}  # slot -> host
         self.state = ""
         self.leader = ""  # the GCM leader's management endpoint
@@ -122,6 +124,7 @@ class ClusterLink:
             log.warning("queue %s: reading ZooKeeper failed (%s); keeping the rules in force", self.queue, exc)
             self._dirty = True
             return False
+        self.thresholds, self.explicit = thresholds, explicit
         rules = effective_rules(explicit, thresholds)
         if rules != self.rules:
             changed = {k: v for k, v in rules.items() if self.rules.get(k) != v}

@@ -39,6 +39,7 @@ from roq.config import MonitorConfig
 from roq.control import Result
 from roq import management as m
 from roq.errors import ProtocolError, UnknownCommandError
+from roq.kpi.archive import ArchiveWriter
 from roq.rules import DEFAULT_RULES
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import HandshakeWatch, bind, poll_ms
@@ -88,6 +89,8 @@ class Monitor:
             if config.zk else None
         )
         self.rules = self._rules_of(config)
+        self.archive: ArchiveWriter | None = None  # opened by start()
+        self._thresholds_seen: dict[str, Any] = {}
         self.scaler = Scaler()
         self._missing_since: dict[str, float] = {}  # placed slots not heard of yet -> since when
         self._scaled_out_at: float | None = None  # when the last scale-out was decided (until its exchange joins)
@@ -122,12 +125,17 @@ class Monitor:
         """
         self.endpoint = bind(self._router, self.config.address, self.config.port)
         self._watch = HandshakeWatch(self._router, "control", self.drops)
+        if self.config.kpi_archive:
+            self.archive = ArchiveWriter(self.config.kpi_archive, self.config.queue,
+                                         f"monitor-{self.config.address}-{os.getpid()}",
+                                         retention_days=self.config.archive_retention_days)
         self.topology.settle_until = time.monotonic() + 2 * self.config.heartbeat_timeout
         log.info("monitor of queue %r listening on %s", self.config.queue, self.endpoint)
         if self.cluster is not None:
             events, counters = self.cluster.start()
             self.log.restore(events, counters)
             self._adopt(self.cluster.rules)
+            self._thresholds_seen = dict(self.cluster.thresholds)
             self._event(
                 "monitor_started",
                 f"monitor of queue {self.config.queue} started on {self.endpoint}"
@@ -136,6 +144,8 @@ class Monitor:
             )
 
     def close(self) -> None:
+        if self.archive is not None:
+            self.archive.close()
         if self.cluster is not None:
             if self.log.changed:
                 self.cluster.flush(list(self.log.events), self.log.counters, time.monotonic(), force=True)
@@ -172,6 +182,7 @@ class Monitor:
             if self.cluster is not None:
                 if self.cluster.fd in events and self.cluster.on_session():
                     self._adopt(self.cluster.rules)
+                    self._note_thresholds()
                 if gcm is not None and gcm in events and not gcm.closed:
                     self.cluster.on_gcm()
             if self._router in events:
@@ -286,6 +297,8 @@ class Monitor:
         x.bytes_load.add(kpi.bytes_in / period)
         x.cpu_percent, x.rss_bytes, x.busy = kpi.cpu_percent, kpi.rss_bytes, kpi.busy
         x.dropped += kpi.dropped
+        if self.archive is not None:
+            self._archive_kpi(x, kpi)
         seen = set()
         for rate in kpi.publishers:
             seen.add(rate.publisher)
@@ -301,6 +314,19 @@ class Monitor:
         high = self.config.high_records_per_s
         x.over_since = (x.over_since or now) if raw > high else None
         x.hot_since = (x.hot_since or x.over_since or now) if x.load.value > high else None
+
+    def _archive_kpi(self, x: ExchangeEntry, kpi: control.ExchangeKpi) -> None:
+        assert self.archive is not None
+        wall = time.time()
+        host = x.frontend.rsplit("/", 1)[-1].rsplit(":", 1)[0]
+        self.archive.append("exchange", {
+            "exchange": x.id, "host": host, "period": kpi.period, "records_in": kpi.records_in,
+            "bytes_in": kpi.bytes_in, "records_out": kpi.records_out, "bytes_out": kpi.bytes_out,
+            "publishers": len(kpi.publishers), "cpu_percent": kpi.cpu_percent, "rss_bytes": kpi.rss_bytes,
+            "busy": kpi.busy, "dropped": kpi.dropped}, wall)
+        for rate in kpi.publishers:
+            self.archive.append("publisher", {"publisher": rate.publisher, "exchange": x.id, "host": host,
+                                              "period": kpi.period, "records": rate.records, "bytes": rate.bytes}, wall)
 
     def _drain(self, x: ExchangeEntry) -> None:
         x.draining = True
@@ -383,6 +409,12 @@ class Monitor:
             log.info("subscriber %s joined (prefix %r)", s.id[:8], hello.prefix)
         s.identity, s.last_seen, s.prefix = envelope[0], now, hello.prefix
         s.confirmed = set(hello.confirmed)
+        if self.archive is not None and hello.period > 0:
+            self.archive.append("subscriber", {
+                "subscriber": s.id, "prefix": hello.prefix.decode("utf-8", "backslashreplace"),
+                "period": hello.period, "records": hello.records, "latency_p50_ms": hello.latency_p50_ms,
+                "latency_p99_ms": hello.latency_p99_ms, "gaps": hello.gaps, "lost": hello.lost,
+                "duplicates": hello.duplicates})
         if s.confirmed != set(self.exchanges) and self._may_list(s, now):
             self._send([s.identity], self._exchange_list())
         self.mover.subscriber_heard(s)
@@ -433,6 +465,8 @@ class Monitor:
 
     def _tick(self, now: float) -> None:
         cfg = self.config
+        if self.archive is not None:
+            self.archive.tick()
         for x in list(self.exchanges.values()):
             if now - x.last_seen > cfg.heartbeat_timeout:
                 self._lose(x, now)
@@ -523,6 +557,26 @@ class Monitor:
         self.scaler.reset()
         self._event("rules_changed", "rules in force: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())),
                     rules=changed)
+
+    def _note_thresholds(self) -> None:
+        """New thresholds (from the KPI tuner) are an event of their own: which are now in force, which the
+        queue's rules override."""
+        assert self.cluster is not None
+        new = self.cluster.thresholds
+        changed = {k: v for k, v in new.items() if self._thresholds_seen.get(k) != v}
+        self._thresholds_seen = dict(new)
+        if not changed:
+            return
+        adopted = {k: v for k, v in changed.items() if k not in self.cluster.explicit and self.rules.get(k) == v}
+        overridden = {k: self.cluster.explicit[k] for k in changed if k in self.cluster.explicit}
+        text = "new thresholds: " + ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                                              for k, v in sorted(changed.items()))
+        if adopted:
+            text += "; in force: " + ", ".join(sorted(adopted))
+        if overridden:
+            text += "; the queue's rules override " + ", ".join(f"{k} (rule {v})" for k, v in sorted(overridden.items()))
+        self._event("thresholds_adopted", text, thresholds=changed, adopted=sorted(adopted),
+                    overridden=sorted(overridden))
 
     def _scale(self, now: float) -> None:
         """Carry on a scale-in, then take a new scaling decision if nothing is under way."""
@@ -703,3 +757,7 @@ class Monitor:
     def _event(self, kind: str, text: str, **fields: Any) -> None:
         self.log.add(kind, text, queue=self.config.queue, origin="monitor", **fields)
         log.info("%s", text)
+        if self.archive is not None:  # the event's own fields nested: their types vary from kind to kind
+            self.archive.append("event", {"event": kind, "text": text, "exchange": fields.get("exchange"),
+                                          "publisher": fields.get("publisher"), "reason": fields.get("reason"),
+                                          "fields": fields})

@@ -199,6 +199,7 @@ class Mover:
             reason=rel.reason,
             duration_ms=round(duration, 2),
             flap=flap,
+            detail=rel.detail,  # why: the loads and the mark the decision used
         )
         self.continue_drains()  # it may have landed on an exchange that started draining meanwhile
 

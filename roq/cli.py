@@ -8,6 +8,8 @@
     roq events orders [--follow]        the queue's topology events, from its monitor and the GCM
     roq hosts
     roq watch                           print configuration broadcasts as they arrive
+    roq kpi report --archive DIR        throughput, latency, events per queue / exchange / host (PySpark)
+    roq kpi tune --archive DIR [--follow]   thresholds from each exchange's measured capacity
 
 Settings come from a TOML file (``--config``: a ``[cluster]`` table for ``cluster up``, a ``[client]``
 table for the others) overridden by flags; an unknown key or a value of the wrong type is an error naming
@@ -26,6 +28,7 @@ import time
 from typing import Any
 
 from roq.errors import ManagementError, ProtocolError, RoQError
+from roq.kpi.command import add_parsers as kpi_parsers, run as run_kpi
 from roq.rules import RULE_DOCS
 from roq.runtime import ExitCode, setup_logging
 from roq.settings import build, read_toml
@@ -49,6 +52,7 @@ class ClusterSettings:
     management_port: int = 5003
     broadcast_port: int = 5005
     log_dir: str = ""
+    kpi_archive: str = ""  # "" = LOG_DIR/kpi-archive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--management-port", type=int, help="first GCM's management port (default 5003)")
     up.add_argument("--broadcast-port", type=int, help="first GCM's broadcast port (default 5005)")
     up.add_argument("--log-dir", help="directory for every process's log (default: a temporary directory)")
+    up.add_argument("--kpi-archive", help="directory of the KPI archive the host managers and monitors append to, "
+                    "read by 'roq kpi' (default LOG_DIR/kpi-archive)")
 
     queue = sub.add_parser("queue", help="manage queues")
     qsub = queue.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -122,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     watch = sub.add_parser("watch", help="print configuration broadcasts as they arrive (Ctrl-C stops)")
     watch.add_argument("--count", type=int, default=0, help="stop after this many broadcasts (default: never)")
     client_flags(watch)
+    kpi_parsers(sub, client_flags)
     return p
 
 
@@ -133,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "cluster":
             flags = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(ClusterSettings)}
             return _cluster_up(build(ClusterSettings, file=file, section="cluster", source=args.config or "", flags=flags))
-        flags = {"zk": args.zk or os.environ.get("ROQ_ZK") or None, "root": args.root, "timeout": args.timeout}
+        flags = {"zk": getattr(args, "zk", None) or os.environ.get("ROQ_ZK") or None, "root": getattr(args, "root", None),
+                 "timeout": getattr(args, "timeout", None)}
         settings = build(ClientSettings, file=file, section="client", source=args.config or "", flags=flags)
+        if args.command == "kpi":
+            return run_kpi(args, settings)
         return _manage(args, settings)
     except KeyboardInterrupt:
         return ExitCode.SIGNALLED
@@ -161,12 +171,14 @@ def _cluster_up(s: ClusterSettings) -> int:
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
     log_dir = s.log_dir or tempfile.mkdtemp(prefix="roq-cluster-")
+    archive = os.path.abspath(s.kpi_archive or os.path.join(log_dir, "kpi-archive"))
     cluster = EmbeddedCluster(
         hosts=s.hosts, first_host=s.first_host, zk=s.zk or None, zk_port=s.zk_port, gcms=s.gcms, root=s.root,
         session_timeout=s.session_timeout, max_exchanges=s.max_exchanges, log_dir=log_dir,
-        gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port),
+        gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port), kpi_archive=archive,
     )  # fmt: skip
-    print(f"starting: {s.hosts} host(s) from {s.first_host}, {s.gcms} GCM(s); logs in {log_dir}", flush=True)
+    print(f"starting: {s.hosts} host(s) from {s.first_host}, {s.gcms} GCM(s); logs in {log_dir}; "
+          f"KPI archive {archive}", flush=True)
     try:
         cluster.start()
         leader = cluster.manager.leader()

@@ -113,6 +113,9 @@ class MonitorConfig:
             scales the queue out and in through the GCM.
         root: the cluster's ZooKeeper root.
         session_timeout: the ZooKeeper session timeout.
+        kpi_archive: directory of the KPI archive this monitor appends to ("" = none; see
+            :mod:`roq.kpi.archive`).
+        archive_retention_days: days of the queue's archive kept (0 = all).
     """
 
     address: str = "127.0.0.1"
@@ -132,9 +135,12 @@ class MonitorConfig:
     zk: str = ""
     root: str = "/roq"
     session_timeout: float = 6.0
+    kpi_archive: str = ""
+    archive_retention_days: float = 7.0
 
     def __post_init__(self) -> None:
-        _text(self, "address", "queue", "zk", "root")
+        _text(self, "address", "queue", "zk", "root", "kpi_archive")
+        _positive(self, "archive_retention_days", allow_zero=True)
         _positive(self, "session_timeout")
         _port(self, "port")
         _positive(

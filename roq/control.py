@@ -325,11 +325,23 @@ class NoExchange(Message):
 
 @message(30)
 class SubscriberHello(Message):
-    """Subscriber -> monitor at start and every heartbeat; ``confirmed`` lists the exchanges it hears."""
+    """Subscriber -> monitor at start and every heartbeat; ``confirmed`` lists the exchanges it hears.
+
+    Its KPIs ride along: over the ``period`` seconds since its previous hello, the ``records`` it delivered
+    and the p50 / p99 end-to-end latency of their batches (ms; -1 = no batch); since it started, the
+    ``gaps`` it found, the records ``lost`` in them and the ``duplicates`` it dropped. ``period`` 0 = no KPIs.
+    """
 
     subscriber: str
     prefix: bytes
     confirmed: list[str]
+    period: float = 0.0
+    records: int = 0
+    latency_p50_ms: float = -1.0
+    latency_p99_ms: float = -1.0
+    gaps: int = 0
+    lost: int = 0
+    duplicates: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

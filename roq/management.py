@@ -16,6 +16,7 @@ The broadcast (PUB) is three frames, as in the original: ``{CMD: 1500}``, ``{Que
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import bson
@@ -145,8 +146,12 @@ class ListHosts(Message):
 
 @message(2015)
 class SetThresholds(Message):
+    """Set some thresholds (merged into those stored); ``Evidence``, if given, is kept beside them (e.g. the
+    KPI tuner's samples and fit) and ``GetThresholds`` returns it."""
+
     QName: str
     Thresholds: dict
+    Evidence: dict = dataclasses.field(default_factory=dict)
 
 
 @message(2016)

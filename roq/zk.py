@@ -9,6 +9,7 @@ Everything durable about a cluster lives under one root (default ``/roq``)::
     /roq/queues/<q>                  persistent: state (running / stopped / removing), placement
     /roq/queues/<q>/rules            persistent: the queue's rules (management API)
     /roq/queues/<q>/thresholds       persistent: thresholds (management API, the KPI tuner)
+    /roq/queues/<q>/tuning           persistent: the evidence behind the thresholds last set with some
     /roq/queues/<q>/monitor          ephemeral (host manager's session): the monitor's endpoint
     /roq/queues/<q>/exchanges/<id>   ephemeral (host manager's session): an exchange's endpoints
     /roq/queues/<q>/events/<source>  persistent: the recent topology events and counters written by
@@ -138,6 +139,9 @@ class Paths:
 
     def thresholds(self, name: str) -> str:
         return f"{self.queues}/{name}/thresholds"
+
+    def tuning(self, name: str) -> str:
+        return f"{self.queues}/{name}/tuning"
 
     def monitor(self, name: str) -> str:
         return f"{self.queues}/{name}/monitor"

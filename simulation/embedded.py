@@ -65,6 +65,7 @@ class EmbeddedCluster:
         log_dir: where every process logs (None = inherit stderr).
         gcm_ports: (lookup, management, broadcast) of the first GCM; others use free ports.
         hostmanager_args, gcm_args: extra flags.
+        kpi_archive: KPI archive directory of the host managers and their monitors (None = no archive).
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class EmbeddedCluster:
         gcm_ports: tuple[int, int, int] = (0, 0, 0),
         hostmanager_args: Sequence[str] = (),
         gcm_args: Sequence[str] = (),
+        kpi_archive: str | None = None,
     ) -> None:
         self.addresses = host_addresses(hosts, first_host)
         self.zk = zk or ""
@@ -92,7 +94,8 @@ class EmbeddedCluster:
         self.max_exchanges = max_exchanges
         self.log_dir = log_dir
         self.gcm_ports = gcm_ports
-        self.hostmanager_args = list(hostmanager_args)
+        self.hostmanager_args = list(hostmanager_args) + (["--kpi-archive", kpi_archive] if kpi_archive else [])
+        self.kpi_archive = kpi_archive
         self.gcm_args = list(gcm_args)
         self.zookeeper: ZooKeeperServer | None = None
         self.gcms: dict[str, Child] = {}
@@ -134,9 +137,14 @@ class EmbeddedCluster:
         if self._manager is not None:
             self._manager.close()
             self._manager = None
-        for child in self.hostmanagers.values():
+        for child in self.hostmanagers.values():  # all at once: they stop their children in parallel
             child.signal(signal.SIGTERM)
-        for child in [*self.hostmanagers.values(), *self.gcms.values()]:
+        for child in self.hostmanagers.values():
+            try:  # one SIGTERM only: a second one means "exit now", without stopping the children cleanly
+                child.wait(timeout)
+            except BrokerTimeoutError:
+                child.kill()
+        for child in self.gcms.values():
             child.stop(timeout)
         self.hostmanagers.clear()
         self.gcms.clear()

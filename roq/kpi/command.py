@@ -1,0 +1,172 @@
+"""``roq kpi report`` and ``roq kpi tune``: the command line of the Spark jobs (:mod:`roq.kpi.job`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import tempfile
+import time
+from typing import Any, Callable
+
+from roq.errors import ConfigError, NotFoundError
+from roq.kpi.capacity import TuneRule
+
+__all__ = ["add_parsers", "run"]
+
+ARCHIVE_ENV = "ROQ_KPI_ARCHIVE"
+
+
+def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+    kpi = sub.add_parser("kpi", help="reports on the KPI archive and thresholds tuned from it (PySpark)")
+    ksub = kpi.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--archive", help=f"the KPI archive directory (default ${ARCHIVE_ENV})")
+        q.add_argument("--queue", help="only this queue (default: every queue in the archive)")
+        q.add_argument("--since", help="only records from then on: 30m, 6h, 7d ago, or a date / date-time (UTC)")
+        q.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+
+    report = ksub.add_parser("report", help="throughput, latency percentiles, relocations and scale events, gaps "
+                             "per queue / exchange / host, as report.json, PNG plots and index.html")
+    common(report)
+    report.add_argument("--out", help="output directory (default out/kpi-report-DATE-TIME)")
+    tune = ksub.add_parser(
+        "tune", help="estimate each exchange's capacity from the archive and write the thresholds derived from "
+        "it, with the evidence, to the cluster (the queue's explicit rules still win)",
+        description="Capacity: where CPU against throughput, fitted below 80% CPU, reaches saturation. "
+        "exchange_records_per_s = MARGIN x capacity, scale_out_records_per_s = SCALE_OUT_MARGIN x capacity "
+        "(see roq.kpi.capacity).")
+    common(tune)
+    once = tune.add_mutually_exclusive_group()
+    once.add_argument("--once", action="store_true", help="read the archive once, write, exit (the default)")
+    once.add_argument("--follow", action="store_true",
+                      help="keep reading the archive as it grows (Spark Structured Streaming) and write the "
+                           "thresholds again when they move; Ctrl-C stops")
+    tune.add_argument("--every", type=float, default=10.0, help="with --follow: seconds between updates (default 10)")
+    tune.add_argument("--dry-run", action="store_true", help="print the thresholds and their evidence; write nothing")
+    tune.add_argument("--margin", type=float, default=TuneRule.margin,
+                      help=f"high-water mark as a fraction of capacity (default {TuneRule.margin})")
+    tune.add_argument("--scale-out-margin", type=float, default=TuneRule.scale_out_margin,
+                      help=f"scale-out mark as a fraction of capacity (default {TuneRule.scale_out_margin})")
+    tune.add_argument("--saturation-cpu", type=float, default=TuneRule.saturation_cpu,
+                      help=f"CPU %% at which an exchange is saturated (default {TuneRule.saturation_cpu:g}: one core)")
+    client_flags(tune)
+
+
+def run(args: argparse.Namespace, client: Any) -> int:
+    """Run ``roq kpi ACTION``; ``client`` holds the cluster's address (for ``tune``)."""
+    from roq.kpi import job
+
+    archive = args.archive or os.environ.get(ARCHIVE_ENV)
+    if not archive:
+        raise ConfigError(f"no KPI archive given: --archive DIR or ${ARCHIVE_ENV}")
+    if not os.path.isdir(archive):
+        raise ConfigError(f"{archive}: no such KPI archive directory")
+    since = job.parse_since(args.since)
+    rule = TuneRule()
+    if args.action == "tune":
+        if not 0 < args.scale_out_margin <= args.margin <= 1:
+            raise ConfigError("need 0 < --scale-out-margin <= --margin <= 1")
+        if not 0 < args.saturation_cpu <= 6400:
+            raise ConfigError("--saturation-cpu must be between 0 and 6400")
+        if args.follow and args.every <= 0:
+            raise ConfigError("--every must be more than 0")
+        rule = TuneRule(saturation_cpu=args.saturation_cpu, margin=args.margin, scale_out_margin=args.scale_out_margin)
+    out = (args.out or os.path.join("out", f"kpi-report-{time.strftime('%Y%m%d-%H%M%S')}")) \
+        if args.action == "report" else None
+    logs = out or tempfile.mkdtemp(prefix="roq-kpi-")
+    os.makedirs(logs, exist_ok=True)
+    jvm_log = os.path.join(logs, "spark.log")
+    print(f"starting Spark on {args.master} (its own output goes to {jvm_log})", flush=True)
+    spark = job.spark_session(args.master, jvm_log=jvm_log)
+    writer = _Writer(client, getattr(args, "dry_run", False))
+    try:
+        if args.action == "report":
+            assert out is not None
+            job.report(spark, archive, out, queue=args.queue, since=since, progress=lambda s: print(s, flush=True))
+            return 0
+        if not args.follow:
+            print(f"reading {archive}...", flush=True)
+            decisions, counts = job.tune(spark, archive, queue=args.queue, since=since, rule=rule)
+            print(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines and "
+                  f"{counts['unknown_kind']:,} of unknown kind", flush=True)
+            if not decisions:
+                print("no exchange KPI records: nothing to tune")
+                return 1
+            written = [writer.write(q, d, counts) for q, d in decisions.items()]
+            if args.json:
+                print(json.dumps({"decisions": decisions, "skipped": counts}, indent=1, default=str))
+            return 0 if any(written) else 1
+        stopping = _StopFlag()
+        print(f"following {archive} (every {args.every:g} s; Ctrl-C stops)", flush=True)
+        job.follow(spark, archive, lambda ds: [writer.write(q, d, None, only_changed=True) for q, d in ds.items()],
+                   queue=args.queue, rule=rule, every_s=args.every, stop=stopping)
+        return 0
+    finally:
+        job.stop_session(spark)
+        writer.close()
+
+
+class _StopFlag:
+    """True once Ctrl-C or SIGTERM arrived (the streaming query is then stopped cleanly)."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        signal.signal(signal.SIGINT, self._set)
+        signal.signal(signal.SIGTERM, self._set)
+
+    def _set(self, *_: object) -> None:
+        self.asked = True
+
+    def __call__(self) -> bool:
+        return self.asked
+
+
+class _Writer:
+    """Prints each queue's decision and writes its thresholds, with the evidence, through the management API."""
+
+    def __init__(self, client: Any, dry_run: bool) -> None:
+        self.client, self.dry_run = client, dry_run
+        self._manager: Any = None
+        self._last: dict[str, float] = {}
+
+    def write(self, queue: str, decision: dict[str, Any], counts: dict[str, int] | None, *,
+              only_changed: bool = False) -> bool:
+        thresholds = decision["thresholds"]
+        hosts = decision["evidence"]["hosts"]
+        if not thresholds:
+            whys = "; ".join(f"{h}: {e.get('why')}" for h, e in hosts.items())
+            print(f"queue {queue}: no capacity estimated ({whys})", flush=True)
+            return False
+        mark = thresholds["exchange_records_per_s"]
+        if only_changed and queue in self._last and abs(mark / self._last[queue] - 1) < 0.01:
+            return False
+        e = hosts[decision["from_host"]]
+        print(f"queue {queue}: capacity {decision['capacity_records_per_s']:,.0f} records/s per exchange (host "
+              f"{decision['from_host']}, {e['linear_samples']:,} of {e['samples']:,} samples fitted, r^2 {e['r2']}) -> "
+              + ", ".join(f"{k} = {v:,.0f}" for k, v in thresholds.items()), flush=True)
+        if self.dry_run:
+            return True
+        evidence = {**decision["evidence"], "capacity_records_per_s": decision["capacity_records_per_s"],
+                    "from_host": decision["from_host"], "skipped": counts, "written": time.time()}
+        try:
+            self.manager().set_thresholds(queue, thresholds, evidence)
+        except NotFoundError:
+            print(f"queue {queue}: not on the cluster at {self.client.zk}; not written", flush=True)
+            return False
+        self._last[queue] = mark
+        print(f"queue {queue}: thresholds written", flush=True)
+        return True
+
+    def manager(self) -> Any:
+        if self._manager is None:
+            from client import QueueManager
+
+            self._manager = QueueManager(self.client.zk, root=self.client.root, timeout=self.client.timeout)
+        return self._manager
+
+    def close(self) -> None:
+        if self._manager is not None:
+            self._manager.close()

@@ -1,0 +1,81 @@
+"""A queue of an embedded cluster under test: its monitor's status, its load processes and their audit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import client
+from simulation.audit import compare
+from tests.integration.zkhelp import wait_until
+
+__all__ = ["Queue"]
+
+
+class Queue:
+    """A queue of an embedded cluster, its monitor's status, and its load processes."""
+
+    def __init__(self, cluster: Any, loads: Any, name: str, host: str | None = None, *, follow: bool = False,
+                 **rules: Any) -> None:
+        """``follow``: every client connects by name through ZooKeeper and follows the monitor if it moves."""
+        self.cluster, self.loads, self.name = cluster, loads, name
+        cluster.manager.create(name, host, exchanges=1)
+        if rules:
+            cluster.manager.set_rules(name, rules)
+        self.monitor = cluster.manager.lookup(name)
+        self.conn = cluster.connect(name) if follow else client.connect(monitor=self.monitor)
+        self.where = ("", "--zk", cluster.zk, "--queue", name, "--root", cluster.root) if follow else (self.monitor,)
+        self.pubs: list[Any] = []
+        self.subs: list[Any] = []
+        self.sent: dict[str, dict[str, int]] = {}
+        self.reports: dict[str, dict[str, Any]] = {}  # each stopped publisher's REPORT, by id
+
+    def status(self) -> dict[str, Any]:
+        return self.conn.status(timeout=10)
+
+    def wait(self, condition: Any, timeout: float, what: str) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            try:
+                s = self.status()
+            except Exception:  # the monitor may be restarting
+                return None
+            return s if condition(s) else None
+
+        return wait_until(check, timeout, what, interval=0.1)
+
+    def subscribe(self, prefix: str = "") -> None:
+        # it stops 5 s after the last record: once every publisher has flushed, it has everything
+        self.subs.append(self.loads.start("subscribe", *self.where, "--prefix", prefix, "--idle-exit", "5"))
+
+    def publish(self, rate: float, keys: str) -> Any:
+        pub = self.loads.start("publish", *self.where, "--rate", str(rate), "--duration", "600", "--keys", keys)
+        self.pubs.append(pub)
+        return pub
+
+    def stop_publisher(self, pub: Any) -> dict[str, Any]:
+        report = self.loads.report(pub, stop=True)
+        assert report["error"] == "", report
+        self.sent[report["publisher"]] = report["keys"]
+        self.reports[report["publisher"]] = report
+        self.pubs.remove(pub)
+        return report
+
+    def audit(self) -> list[dict[str, Any]]:
+        """Stop the remaining publishers, then collect the subscribers' reports (they stop once idle); check each."""
+        for pub in list(self.pubs):
+            self.stop_publisher(pub)
+        expected = sum(sum(keys.values()) for keys in self.sent.values())
+        audits = []
+        for sub in self.subs:
+            report = self.loads.report(sub)
+            audit = compare(report["audit"], self.sent, report["prefix"].encode())
+            print(f"subscriber {report['prefix']!r}: {audit}")
+            assert (audit["lost"], audit["duplicated"], audit["reordered"]) == (0, 0, 0), audit
+            assert audit["expected"] > 0 and (report["prefix"] or audit["expected"] == expected), audit
+            audits.append(audit)
+        return audits
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.status()["events"] if kind is None or e["kind"] == kind]
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,99 @@
+"""The KPI archive writer: atomic files, rotation, recovery of abandoned parts, retention."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from roq.kpi.archive import ArchiveWriter, partition_dir
+
+DAY = 86400.0
+T0 = 1_790_000_000.0  # 2026-09-21 UTC, mid-day
+
+
+class Clock:
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def visible(root) -> list[str]:
+    """Files a reader sees (not hidden), relative to the archive's root."""
+    out = []
+    for d, _, files in os.walk(root):
+        out += [os.path.relpath(os.path.join(d, f), root) for f in files if not f.startswith(".")]
+    return sorted(out)
+
+
+def lines(root) -> list[dict]:
+    return [json.loads(line) for f in visible(root) for line in open(os.path.join(root, f))]
+
+
+def test_records_become_visible_only_in_whole_files(tmp_path):
+    clock = Clock()
+    w = ArchiveWriter(str(tmp_path), "q", "host:1", rotate_s=30, clock=clock)
+    w.append("exchange", {"exchange": "x1", "records_in": 10})
+    w.tick()
+    assert visible(tmp_path) == []  # written, but in the hidden part
+    hidden = os.listdir(partition_dir(str(tmp_path), "q", "2026-09-21"))
+    assert len(hidden) == 1 and hidden[0].startswith(".host_1-") and hidden[0].endswith(".jsonl.part")
+    clock.t += 31
+    w.append("event", {"event": "relocated"})
+    w.tick()  # the file is 31 s old: put in place, the new record starts the next one
+    assert visible(tmp_path) == [f"queue=q/date=2026-09-21/{hidden[0][1:-5]}"]
+    w.close()
+    assert [r["kind"] for r in lines(tmp_path)] == ["exchange", "event"]
+    assert lines(tmp_path)[0] == {"kind": "exchange", "time": T0, "exchange": "x1", "records_in": 10}
+    assert (w.records, w.files, w.errors) == (2, 2, 0)
+
+
+def test_rotation_by_size_and_at_midnight(tmp_path):
+    clock = Clock(T0 - T0 % DAY + DAY - 2)  # two seconds before midnight
+    w = ArchiveWriter(str(tmp_path), "q", "w", rotate_bytes=200, clock=clock)
+    for _ in range(10):
+        w.append("exchange", {"pad": "x" * 50})
+        w.tick()
+        clock.t += 1.0
+    w.close()
+    days = {f.split("/")[1] for f in visible(tmp_path)}
+    assert days == {"date=2026-09-21", "date=2026-09-22"}
+    assert len(visible(tmp_path)) >= 4 and len(lines(tmp_path)) == 10
+
+
+def test_an_abandoned_part_is_recovered_up_to_its_last_whole_line(tmp_path):
+    directory = partition_dir(str(tmp_path), "q", "2026-09-21")
+    os.makedirs(directory)
+    part = os.path.join(directory, ".dead-1-1.jsonl.part")
+    with open(part, "w") as f:
+        f.write('{"kind":"exchange","time":1}\n{"kind":"exch')  # the process died mid-line
+    fresh = os.path.join(directory, ".alive-1-1.jsonl.part")
+    open(fresh, "w").write('{"kind":"host","time":2}\n')
+    os.utime(part, (T0 - 3600, T0 - 3600))
+    ArchiveWriter(str(tmp_path), "q", "next", clock=Clock(os.stat(fresh).st_mtime))
+    assert visible(tmp_path) == ["queue=q/date=2026-09-21/recovered-dead-1-1.jsonl"]
+    assert lines(tmp_path) == [{"kind": "exchange", "time": 1}]
+    assert os.path.exists(fresh)  # written recently: maybe a live writer's, left alone
+
+
+def test_old_dates_are_pruned(tmp_path):
+    for date in ("2026-09-01", "2026-09-15", "2026-09-20"):
+        os.makedirs(partition_dir(str(tmp_path), "q", date))
+    os.makedirs(partition_dir(str(tmp_path), "other", "2026-09-01"))
+    w = ArchiveWriter(str(tmp_path), "q", "w", retention_days=7, clock=Clock())
+    w.tick()
+    assert sorted(os.listdir(tmp_path / "queue=q")) == ["date=2026-09-15", "date=2026-09-20"]
+    assert os.path.isdir(partition_dir(str(tmp_path), "other", "2026-09-01"))  # another writer's partition
+
+
+def test_a_failed_write_is_counted_and_the_writer_goes_on(tmp_path):
+    w = ArchiveWriter(str(tmp_path), "q", "w", clock=Clock())
+    (tmp_path / "queue=q" / "date=2026-09-21").write_text("a file where the directory should be")
+    w.append("exchange", {})
+    w.tick()
+    assert w.errors == 1
+    os.remove(tmp_path / "queue=q" / "date=2026-09-21")
+    w.append("exchange", {"n": 2})
+    w.close()
+    assert [r.get("n") for r in lines(tmp_path)] == [2]
