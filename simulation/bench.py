@@ -12,7 +12,9 @@ Configurations (100-byte payloads unless ``--size``):
     GCM's broadcast saying so at a subscriber;
 (e) elasticity (:mod:`simulation.bench_elastic`): on the same kind of cluster, from an exchange's overload
     to a new exchange carrying traffic, beside the floor of an add-exchange request; the longest send of
-    a moved publisher beside one not moved; then records/s from 4 publishers through 1, 2, 3 exchanges.
+    a moved publisher beside one not moved; then records/s from 4 publishers through 1, 2, 3 exchanges;
+(f) the KPI pipeline (:mod:`simulation.bench_kpi`): archive write cost per record beside decoding the KPI
+    message, and ``roq kpi report`` over a 1,000,000-record archive beside parsing it in one process.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -280,6 +282,10 @@ def run(args: argparse.Namespace) -> list[Result]:
         from simulation import bench_elastic
 
         results += bench_elastic.run(args, progress)
+    if "f" in args.only:
+        from simulation import bench_kpi
+
+        results += bench_kpi.run(args, progress)
     return results
 
 
@@ -358,7 +364,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     ]
     for r in results:
         lat = r.latency_ms
-        if r.name.startswith(("(d)", "(e)")):
+        if r.name.startswith(("(d)", "(e)", "(f)")):
             continue
         lines.append(
             f"{r.name:58} {r.records_per_s:11,.0f} {r.mb_per_s:7.1f} {r.lost:6d} "
@@ -386,6 +392,9 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     from simulation import bench_elastic
 
     lines += bench_elastic.render(results)
+    from simulation import bench_kpi
+
+    lines += bench_kpi.render(results)
     return "\n".join(lines)
 
 
@@ -396,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--rate", type=float, default=20_000, help="records/s in all for the latency runs (default 20,000)")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
-    p.add_argument("--only", default="abcde", help="which configurations to run (default abcde)")
+    p.add_argument("--only", default="abcdef", help="which configurations to run (default abcdef)")
+    p.add_argument("--kpi-records", type=int, default=1_000_000,
+                   help="records in the synthetic KPI archive of (f) (default 1,000,000)")
     p.add_argument("--trials", type=int, default=10,
                    help="queues created and topology changes in (d), at most 3 overloads in (e) (default 10)")
     p.add_argument("--json", default=None, help="also write the results as JSON to this file")

@@ -1,0 +1,34 @@
+"""``roq kpi``: its arguments are checked before Spark starts; ``--since`` forms."""
+
+from __future__ import annotations
+
+import pytest
+
+from roq.cli import main
+from roq.errors import ConfigError
+from roq.kpi.job import parse_since
+
+NOW = 1_800_000_000.0
+
+
+def test_since_takes_durations_and_dates():
+    assert parse_since(None) is None and parse_since("") is None
+    assert parse_since("30m", NOW) == NOW - 1800 and parse_since("2d", NOW) == NOW - 2 * 86400
+    assert parse_since("1.5h", NOW) == NOW - 5400
+    assert parse_since("2026-11-23") == 1_795_392_000.0  # midnight UTC
+    assert parse_since("2026-11-23T08:00:00+01:00") == 1_795_392_000.0 + 7 * 3600
+    with pytest.raises(ConfigError, match="expected e.g. 30m"):
+        parse_since("yesterday")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["kpi", "report"], "no KPI archive given"),
+    (["kpi", "tune", "--archive", "/nonexistent/roq-archive"], "no such KPI archive directory"),
+    (["kpi", "tune", "--archive", ".", "--margin", "0.5", "--scale-out-margin", "0.7"],
+     "need 0 < --scale-out-margin <= --margin <= 1"),
+    (["kpi", "report", "--archive", ".", "--since", "soon"], "expected e.g. 30m"),
+])
+def test_bad_arguments_are_refused_before_spark_starts(argv, message, capsys, monkeypatch):
+    monkeypatch.delenv("ROQ_KPI_ARCHIVE", raising=False)
+    assert main(argv) == 3  # ExitCode.CONFIG
+    assert message in capsys.readouterr().err
