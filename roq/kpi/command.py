@@ -90,8 +90,9 @@ def run(args: argparse.Namespace, client: Any) -> int:
         if not args.follow:
             print(f"reading {archive}...", flush=True)
             decisions, counts = job.tune(spark, archive, queue=args.queue, since=since, rule=rule)
-            print(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines and "
-                  f"{counts['unknown_kind']:,} of unknown kind", flush=True)
+            print(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines, "
+                  f"{counts['unknown_kind']:,} of unknown kind and {counts['files_being_written']} files being "
+                  f"written", flush=True)
             if not decisions:
                 print("no exchange KPI records: nothing to tune")
                 return 1

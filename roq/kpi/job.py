@@ -9,7 +9,8 @@ stays a name). What cannot be used is skipped and counted, never fatal:
   is not JSON lines);
 * ``unknown_kind``: a well-formed record whose ``kind`` is not one of :data:`~roq.kpi.archive.KINDS`, or
   that has no ``time``;
-* files still being written are hidden (``.name.part``) and not read at all.
+* ``files_being_written``: hidden files (``.name.part``) a writer has not put in place yet (or a crashed
+  one left, until the next writer recovers their complete lines): not read.
 
 :func:`report` writes ``report.json`` (every figure, with units), PNG plots and ``index.html``;
 :func:`tune` estimates capacities with the rule of :mod:`roq.kpi.capacity` and returns the thresholds
@@ -193,6 +194,8 @@ def load(spark: Any, archive: str, *, queue: str | None = None, since: float | N
     counts = {"lines": int(row["lines"] or 0), "corrupt": int(row["corrupt"] or 0),
               "unknown_kind": int(row["unknown"] or 0)}
     counts["records"] = counts["lines"] - counts["corrupt"] - counts["unknown_kind"]
+    counts["files_being_written"] = sum(1 for p in paths for _, _, files in os.walk(p)
+                                        for name in files if name.startswith(".") and name.endswith(".part"))
     return Loaded(frame.drop(CORRUPT), counts)
 
 
@@ -310,8 +313,8 @@ def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, 
     progress(f"reading {archive}{f' (queue {queue})' if queue else ''}...")
     loaded = load(spark, archive, queue=queue, since=since)
     frame, counts = loaded.frame, loaded.counts
-    progress(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines and "
-             f"{counts['unknown_kind']:,} of unknown kind")
+    progress(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines, "
+             f"{counts['unknown_kind']:,} of unknown kind and {counts['files_being_written']} files being written")
     ex = frame.where((F.col("kind") == "exchange") & (F.col("period") > 0))
     span = ex.agg(F.min("time").alias("a"), F.max("time").alias("b")).collect()[0]
     first, last = span["a"], span["b"]
@@ -481,7 +484,8 @@ def _page(doc: dict[str, Any]) -> str:
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}img{{max-width:100%}}</style></head>
 <body><h1>RoQ-Py KPI report</h1>
 <p>{e(doc['archive'])}: {skipped['records']:,} records from {when(doc['from'])} to {when(doc['to'])};
-skipped {skipped['corrupt']:,} corrupt lines and {skipped['unknown_kind']:,} records of unknown kind.</p>
+skipped {skipped['corrupt']:,} corrupt lines, {skipped['unknown_kind']:,} records of unknown kind and
+{skipped['files_being_written']} files still being written.</p>
 {''.join(sections)}
 <h2>hosts</h2><table><tr><th>host</th><th>periods</th><th>mean CPU %</th><th>max CPU %</th><th>mean memory %</th></tr>
 {hosts}</table>

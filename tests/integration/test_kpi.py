@@ -49,7 +49,7 @@ def events_in(archive: str) -> int:
 def test_the_tuned_mark_lands_within_ten_percent_of_the_documented_rule(spark, history):
     archive, n = history
     decisions, counts = job.tune(spark, archive)
-    assert counts == {"lines": n, "corrupt": 0, "unknown_kind": 0, "records": n}
+    assert counts == {"lines": n, "corrupt": 0, "unknown_kind": 0, "records": n, "files_being_written": 0}
     d = decisions["synthetic"]
     mark = d["thresholds"]["exchange_records_per_s"]
     print(f"capacity {d['capacity_records_per_s']:,.0f} (true {CAPACITY:,.0f}); mark {mark:,.0f} "
@@ -78,7 +78,7 @@ def test_corrupt_lines_unknown_kinds_and_half_written_files_are_skipped_and_coun
         f.write(b'{"kind": "exchange", "time": 8}\n{"kind": "exch')
     decisions, counts = job.tune(spark, archive)
     n = history[1]
-    assert counts == {"lines": n + 6, "corrupt": 4, "unknown_kind": 2, "records": n}
+    assert counts == {"lines": n + 6, "corrupt": 4, "unknown_kind": 2, "records": n, "files_being_written": 1}
     assert abs(decisions["synthetic"]["thresholds"]["exchange_records_per_s"] / DOCUMENTED_MARK - 1) < 0.10
     doc = job.report(spark, archive, str(tmp_path / "report"), progress=lambda line: None)
     assert doc["skipped"] == counts
@@ -102,7 +102,8 @@ def test_the_report_has_its_figures_plots_and_page(spark, history, tmp_path):
         assert image.shape[0] > 100 and image.shape[1] > 100
     page = (out / "index.html").read_text()
     assert "queue synthetic" in page and all(f'src="{name}"' in page for name in job.PLOTS)
-    assert any("records; skipped 0 corrupt" in line for line in lines)
+    assert any("records; skipped 0 corrupt lines, 0 of unknown kind and 0 files being written" in line
+               for line in lines)
     # one queue only, and only recent records
     assert set(job.report(spark, archive, str(tmp_path / "none"), since=time.time() + 3600,
                           progress=lambda s: None)["queues"]) == set()
