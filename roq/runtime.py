@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, Callable
 
-__all__ = ["ExitCode", "SignalWakeup", "DropCounter", "LineReader", "setup_logging", "announce_ready", "run_node",
+__all__ = ["ExitCode", "SignalWakeup", "StopFlag", "DropCounter", "LineReader", "setup_logging", "announce_ready", "run_node",
            "READY_PREFIX"]
 
 READY_PREFIX = "READY "
@@ -30,6 +30,22 @@ class ExitCode(enum.IntEnum):
     CONFIG = 3
     BIND = 4  # the address or port could not be bound
     SIGNALLED = 130
+
+
+class StopFlag:
+    """``asked`` (and calling it) turns True once SIGTERM or SIGINT arrives: for loops that poll a flag, not a
+    descriptor (load generators, a Spark stream). Every signal just sets it; the loop stops cleanly."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        signal.signal(signal.SIGTERM, self._set)
+        signal.signal(signal.SIGINT, self._set)
+
+    def _set(self, *_: object) -> None:
+        self.asked = True
+
+    def __call__(self) -> bool:
+        return self.asked
 
 
 class SignalWakeup:

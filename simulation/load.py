@@ -22,7 +22,7 @@ from typing import Any
 import client
 from roq.errors import RoQError
 from roq.process import Child, spawn
-from roq.runtime import ExitCode, announce_ready, setup_logging
+from roq.runtime import ExitCode, StopFlag, announce_ready, setup_logging
 from simulation.audit import PAYLOAD_HEADER, Audit, make_payload
 from simulation.histogram import Histogram
 
@@ -102,16 +102,6 @@ def percentiles(samples: Any) -> dict[str, float]:
     }
 
 
-class _Stop:
-    def __init__(self) -> None:
-        self.asked = False
-        signal.signal(signal.SIGTERM, self._set)
-        signal.signal(signal.SIGINT, self._set)
-
-    def _set(self, *_: object) -> None:
-        self.asked = True
-
-
 def _report(doc: dict[str, Any]) -> None:
     sys.stdout.write(REPORT_PREFIX + json.dumps(doc) + "\n")
     sys.stdout.flush()
@@ -124,7 +114,7 @@ def _connect(args: argparse.Namespace) -> client.Connection:
 
 
 def publish(args: argparse.Namespace) -> int:
-    stop = _Stop()
+    stop = StopFlag()
     keys = [k.encode() for k in args.keys.split(",")]
     options: dict[str, Any] = {}
     if args.linger is not None:
@@ -190,7 +180,7 @@ def publish(args: argparse.Namespace) -> int:
 
 
 def subscribe(args: argparse.Namespace) -> int:
-    stop = _Stop()
+    stop = StopFlag()
     audit = Audit()
     latency = array.array("d")  # ms, since the last timeline point (then folded into the run's histogram)
     overall = Histogram()

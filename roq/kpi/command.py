@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import tempfile
 import time
 from typing import Any, Callable
 
 from roq.errors import ConfigError, NotFoundError
 from roq.kpi.capacity import TuneRule
+from roq.runtime import StopFlag
 
 __all__ = ["add_parsers", "run"]
 
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, client: Any) -> int:
             if args.json:
                 print(json.dumps({"decisions": decisions, "skipped": counts}, indent=1, default=str))
             return 0 if any(written) else 1
-        stopping = _StopFlag()
+        stopping = StopFlag()
         print(f"following {archive} (every {args.every:g} s; Ctrl-C stops)", flush=True)
         job.follow(spark, archive, lambda ds: [writer.write(q, d, None, only_changed=True) for q, d in ds.items()],
                    queue=args.queue, rule=rule, every_s=args.every, stop=stopping)
@@ -108,21 +108,6 @@ def run(args: argparse.Namespace, client: Any) -> int:
     finally:
         job.stop_session(spark)
         writer.close()
-
-
-class _StopFlag:
-    """True once Ctrl-C or SIGTERM arrived (the streaming query is then stopped cleanly)."""
-
-    def __init__(self) -> None:
-        self.asked = False
-        signal.signal(signal.SIGINT, self._set)
-        signal.signal(signal.SIGTERM, self._set)
-
-    def _set(self, *_: object) -> None:
-        self.asked = True
-
-    def __call__(self) -> bool:
-        return self.asked
 
 
 class _Writer:
