@@ -48,7 +48,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("net_bytes_per_s", "double"), ("event", "string"), ("text", "string"), ("reason", "string"),
 )
 CORRUPT = "_corrupt"
-PLOTS = ("throughput.png", "latency.png", "capacity.png")
+PLOTS = ("throughput.png", "latency.png", "capacity.png", "hosts.png")
 
 
 class Loaded:
@@ -330,9 +330,12 @@ def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, 
         F.percentile_approx("cpu_percent", 0.95).alias("p95_cpu_percent"),
         F.max("rss_bytes").alias("max_rss_bytes"), F.sum("dropped").alias("dropped"),
     ).orderBy("queue", "exchange").collect()]
-    over_time = ex.groupBy("queue", (F.floor(F.col("time") / bucket) * bucket).alias("t")).agg(
+    slot = (F.floor(F.col("time") / bucket) * bucket).alias("t")
+    over_time = ex.groupBy("queue", slot).agg(
         (F.sum("records_in") / F.lit(bucket)).alias("records_per_s"),
         F.countDistinct("exchange").alias("exchanges")).orderBy("queue", "t").collect()
+    per_exchange = ex.groupBy("queue", "exchange", slot).agg(
+        (F.sum("records_in") / F.sum("period")).alias("records_per_s")).orderBy("queue", "exchange", "t").collect()
 
     progress("latency and gaps...")
     sub = frame.where((F.col("kind") == "subscriber") & (F.col("latency_p50_ms") >= 0))
@@ -355,6 +358,8 @@ def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, 
     events: dict[str, dict[str, int]] = {}
     for r in frame.where(F.col("kind") == "event").groupBy("queue", "event").count().collect():
         events.setdefault(r["queue"], {})[r["event"] or "?"] = r["count"]
+    host_time = frame.where(F.col("kind") == "host").groupBy("host", slot).agg(
+        F.avg("cpu_percent").alias("cpu_percent")).orderBy("host", "t").collect()
     hosts = [r.asDict() for r in frame.where(F.col("kind") == "host").groupBy("host").agg(
         F.count(F.lit(1)).alias("periods"), F.avg("cpu_percent").alias("mean_cpu_percent"),
         F.max("cpu_percent").alias("max_cpu_percent"), F.avg("memory_percent").alias("mean_memory_percent"),
@@ -373,6 +378,8 @@ def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, 
             "exchanges": [_clean(e) for e in exchanges if e["queue"] == q],
             "throughput": [{"t": r["t"], "records_per_s": round(r["records_per_s"], 1), "exchanges": r["exchanges"]}
                            for r in over_time if r["queue"] == q],
+            "exchange_throughput": _series(((r["exchange"], r["t"], r["records_per_s"]) for r in per_exchange
+                                            if r["queue"] == q), "records_per_s"),
             "latency": _clean(latency.get(q, {})),
             "latency_over_time": [{"t": r["t"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
                                   for r in latency_time if r["queue"] == q],
@@ -384,6 +391,7 @@ def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, 
             "exchanges_lost": events.get(q, {}).get("exchange_lost", 0),
         } for q in queues if q != HOSTS_PARTITION},
         "hosts": [_clean(h) for h in hosts],
+        "host_cpu": _series(((r["host"], r["t"], r["cpu_percent"]) for r in host_time), "cpu_percent"),
         "seconds": None,
     }
     progress("plots...")
@@ -394,6 +402,14 @@ def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, 
     _write(os.path.join(out_dir, "index.html"), _page(doc))
     progress(f"report written to {os.path.join(out_dir, 'index.html')} in {doc['seconds']:g} s")
     return doc
+
+
+def _series(rows: Any, field: str) -> dict[str, list[dict[str, Any]]]:
+    """(name, t, value) rows -> name: [{t, field}] in time order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, t, value in rows:
+        out.setdefault(str(name), []).append({"t": t, field: round(value, 1) if value is not None else None})
+    return out
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
@@ -422,11 +438,22 @@ def _plots(doc: dict[str, Any], points: list[tuple[str, float, float]], out_dir:
 
     origin = doc["from"] or 0.0
     fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
-    ax.set_title(f"records/s per queue (all its exchanges, {doc['bucket_s']} s buckets)")
+    ax.set_title(f"records/s per queue (thick) and per exchange ({doc['bucket_s']} s buckets)")
     ax.set_xlabel("seconds since the first record")
     for q, d in doc["queues"].items():
-        ax.plot([p["t"] - origin for p in d["throughput"]], [p["records_per_s"] for p in d["throughput"]], label=q)
+        line, = ax.plot([p["t"] - origin for p in d["throughput"]], [p["records_per_s"] for p in d["throughput"]],
+                        linewidth=2, label=q)
+        for curve in d["exchange_throughput"].values():
+            ax.plot([p["t"] - origin for p in curve], [p["records_per_s"] for p in curve], linewidth=0.6,
+                    alpha=0.6, color=line.get_color())
     save(fig, ax, "throughput.png")
+
+    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
+    ax.set_title("host CPU %")
+    ax.set_xlabel("seconds since the first record")
+    for host, curve in doc["host_cpu"].items():
+        ax.plot([p["t"] - origin for p in curve], [p["cpu_percent"] for p in curve], label=host)
+    save(fig, ax, "hosts.png")
 
     fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
     ax.set_title("subscriber latency per queue (median p50, worst p99 per bucket)")

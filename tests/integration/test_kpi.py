@@ -94,6 +94,9 @@ def test_the_report_has_its_figures_plots_and_page(spark, history, tmp_path):
     assert {x["exchange"] for x in q["exchanges"]} == {"x1-syn", "x2-syn", "x3-syn"}
     assert all(0 < x["mean_records_per_s"] <= x["max_records_per_s"] <= CAPACITY for x in q["exchanges"])
     assert len(q["throughput"]) > 50 and all(p["records_per_s"] >= 0 for p in q["throughput"])
+    assert set(q["exchange_throughput"]) == {"x1-syn", "x2-syn", "x3-syn"}
+    assert all(0 <= p["records_per_s"] <= CAPACITY for c in q["exchange_throughput"].values() for p in c)
+    assert set(doc["host_cpu"]) == {"127.0.0.11", "127.0.0.12"}
     assert 0 < q["latency"]["median_p50_ms"] <= q["latency"]["median_p99_ms"] <= q["latency"]["max_p99_ms"]
     assert q["relocations"] == events_in(archive) and q["gaps"]["subscribers"] == 2
     assert {h["host"] for h in doc["hosts"]} == {"127.0.0.11", "127.0.0.12"}
