@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,sim,kpi]'
+	$(BIN)/python -m pip install -q -e '.[test,sim,kpi,deploy]'
 	touch $@
 
 clean:

@@ -10,6 +10,7 @@
     roq watch                           print configuration broadcasts as they arrive
     roq kpi report --archive DIR        throughput, latency, events per queue / exchange / host (PySpark)
     roq kpi tune --archive DIR [--follow]   thresholds from each exchange's measured capacity
+    roq deploy up|status|down cluster.toml  containers on Docker hosts (see deploy/)
 
 Settings come from a TOML file (``--config``: a ``[cluster]`` table for ``cluster up``, a ``[client]``
 table for the others) overridden by flags; an unknown key or a value of the wrong type is an error naming
@@ -129,6 +130,19 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--count", type=int, default=0, help="stop after this many broadcasts (default: never)")
     client_flags(watch)
     kpi_parsers(sub, client_flags)
+    deploy = sub.add_parser("deploy", help="deploy a cluster file's processes as containers on its Docker hosts")
+    dsub = deploy.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in (("up", "check the Docker hosts and images, then start ZooKeeper, GCMs and host managers, "
+                                "each healthy before the next; on failure remove what was started"),
+                         ("status", "the deployment's containers on every Docker host"),
+                         ("down", "stop and remove exactly the deployment's containers (images are kept)")):
+        a = dsub.add_parser(action, help=text)
+        a.add_argument("file", nargs="?", default="cluster.toml", help="the cluster file (default cluster.toml)")
+        a.add_argument("--json", action="store_true", help="print JSON instead of text")
+        if action == "up":
+            a.add_argument("--timeout", type=float, default=120.0, help="seconds each role has to become healthy "
+                                                                        "(default 120)")
+            a.add_argument("--pull", action="store_true", help="pull images missing on a Docker host")
     return p
 
 
@@ -137,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
     try:
         file = read_toml(args.config) if args.config else None
+        if args.command == "deploy":
+            return _deploy(args)
         if args.command == "cluster":
             flags = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(ClusterSettings)}
             return _cluster_up(build(ClusterSettings, file=file, section="cluster", source=args.config or "", flags=flags))
@@ -154,6 +170,47 @@ def main(argv: list[str] | None = None) -> int:
     except RoQError as exc:
         print(f"roq: {exc}", file=sys.stderr)
         return ExitCode.CONFIG if isinstance(exc, ValueError) else ExitCode.FAILURE
+
+
+# ---------------------------------------------------------------------- deploy
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from deploy import Deployer, load_cluster_file
+
+    cluster = load_cluster_file(args.file)
+    deployer = Deployer(cluster, progress=lambda line: print(line, flush=True))
+    try:
+        if args.action == "up":
+            rows = deployer.up(timeout=args.timeout, pull=args.pull)
+            _print_containers(rows, args.json)
+            print(f"up: ZooKeeper {cluster.zk} (root {cluster.deployment.root}); "
+                  f"try: roq queue create demo --zk {cluster.zk}")
+            return ExitCode.OK
+        if args.action == "status":
+            rows = deployer.status()
+            _print_containers(rows, args.json)
+            return ExitCode.OK if rows and all("error" not in r for r in rows) else ExitCode.FAILURE
+        removed, errors = deployer.down()
+        print(f"removed {removed} container(s) of deployment {cluster.deployment.name!r}")
+        for error in errors:
+            print(f"roq: {error}", file=sys.stderr)
+        return ExitCode.FAILURE if errors else ExitCode.OK
+    finally:
+        deployer.close()
+
+
+def _print_containers(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        print("no containers")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['docker_host']:12} ERROR {r['error']}")
+        else:
+            print(f"{r['docker_host']:12} {r['role']:12} {r['address']:15} {r['id']:12} {r['status']:9} {r['health']}")
 
 
 # ---------------------------------------------------------------------- cluster up

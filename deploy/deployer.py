@@ -1,0 +1,269 @@
+"""``roq deploy up / status / down``: a cluster file's processes as containers on its Docker hosts.
+
+Everything goes through the Docker Engine API (the ``docker`` SDK). ``up`` first checks what it can
+without starting anything: every Docker host answers, every image is there, the deployment has no
+container yet. Then it starts ZooKeeper, the GCMs, the host managers, in that order, each waiting for
+the ones before to be healthy (the containers' own health checks), with host networking (the addresses
+are the Docker hosts'), ``--init`` as PID 1, and labels ``roq.deployment``, ``roq.role``,
+``roq.address``. If anything fails, every container it created is removed before the error is raised:
+nothing half-deployed stays running. ``down`` stops and removes exactly the containers that carry the
+deployment's label, host managers first (they stop their monitors and exchanges), then the GCMs, then
+ZooKeeper; images are left alone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from deploy.cluster_file import ClusterFile
+from roq.errors import RoQError
+
+__all__ = ["Deployer", "DeployError", "LABEL"]
+
+LABEL = "roq.deployment"
+ORDER = ("zookeeper", "gcm", "hostmanager")
+_SECOND = 1_000_000_000  # the Engine API counts health-check times in nanoseconds
+
+
+class DeployError(RoQError):
+    """A deployment could not be done; the message names the Docker host and what failed."""
+
+
+class Deployer:
+    """Deploy ``cluster`` (see :mod:`deploy.cluster_file`).
+
+    Args:
+        progress: called with a line of progress at each step.
+        client_factory: ``url -> DockerClient`` (default: the SDK's, with the API version negotiated).
+    """
+
+    def __init__(self, cluster: ClusterFile, *, progress: Callable[[str], None] = print,
+                 client_factory: Callable[[str], Any] | None = None) -> None:
+        self.cluster = cluster
+        self.progress = progress
+        self._factory = client_factory or _client
+        self._clients: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ the three commands
+
+    def up(self, *, timeout: float = 120.0, pull: bool = False) -> list[dict[str, Any]]:
+        """Start the cluster; return a row per container (host, role, address, id, state).
+
+        Raises:
+            DeployError: a Docker host is unreachable, an image missing, the deployment already has
+                containers, or a process did not become healthy in ``timeout`` (all removed again).
+        """
+        c = self.cluster
+        plan = self._plan()
+        used = sorted({host for host, *_ in plan})
+        for host in used:
+            self._client(host)
+        self._check_images(plan, pull)
+        existing = self._existing()
+        if existing:
+            where = ", ".join(sorted({row["docker_host"] for row in existing}))
+            raise DeployError(f"deployment {c.deployment.name!r} already has {len(existing)} container(s) on {where}: "
+                              f"'roq deploy down' first")
+        created: list[tuple[str, Any]] = []
+        try:
+            for role in ORDER:
+                batch = []
+                for host, r, address, image, command, health, env in plan:
+                    if r != role:
+                        continue
+                    name = f"roq-{c.deployment.name}-{role}-{address}"
+                    self.progress(f"starting {role} on {host} ({address}) from {image}")
+                    container = self._run(host, name, role, address, image, command, health, env)
+                    created.append((host, container))
+                    batch.append((host, role, address, container))
+                for host, r, address, container in batch:
+                    self._await_healthy(host, r, address, container, timeout)
+        except BaseException as exc:
+            self.progress(f"failed ({exc}); removing the {len(created)} container(s) started")
+            for host, container in reversed(created):
+                _remove(container)
+            raise
+        return self.status()
+
+    def status(self) -> list[dict[str, Any]]:
+        """A row per container of the deployment on every reachable Docker host (unreachable ones: a row
+        with ``error``)."""
+        rows = []
+        for host in self.cluster.docker_hosts:
+            try:
+                client = self._client(host.name)
+            except DeployError as exc:
+                rows.append({"docker_host": host.name, "error": str(exc)})
+                continue
+            for container in client.containers.list(all=True, filters={"label": f"{LABEL}={self.cluster.deployment.name}"}):
+                rows.append(_row(host.name, container))
+        return sorted(rows, key=lambda r: (ORDER.index(r["role"]) if r.get("role") in ORDER else 9,
+                                           r["docker_host"], r.get("address", "")))
+
+    def down(self, *, timeout: float = 30.0) -> tuple[int, list[str]]:
+        """Stop and remove every container of the deployment; return (how many, errors per host)."""
+        removed, errors = 0, []
+        for host in self.cluster.docker_hosts:
+            try:
+                client = self._client(host.name)
+                containers = client.containers.list(all=True,
+                                                    filters={"label": f"{LABEL}={self.cluster.deployment.name}"})
+            except Exception as exc:  # DeployError, or the daemon went away meanwhile
+                errors.append(f"{host.name}: {exc}")
+                continue
+            containers.sort(key=lambda x: -ORDER.index(x.labels.get("roq.role", "hostmanager")))  # hosts first
+            for container in containers:
+                self.progress(f"stopping {container.labels.get('roq.role')} on {host.name} "
+                              f"({container.labels.get('roq.address')})")
+                try:
+                    container.stop(timeout=int(timeout))
+                except Exception as exc:  # already gone, or a daemon error: removal below says which
+                    self.progress(f"  stop: {exc}")
+                if _remove(container):
+                    removed += 1
+                else:
+                    errors.append(f"{host.name}: container {container.name} not removed")
+        return removed, errors
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _plan(self) -> list[tuple[str, str, str, str, list[str], list[str], dict[str, str]]]:
+        """(docker host, role, address, image, command, health check, environment) per container."""
+        c = self.cluster
+        d = c.deployment
+        zk = c.zk
+        plan = []
+        for z in c.zookeeper:
+            if d.zookeeper_image == d.image:  # the RoQ image, on a base with Debian's zookeeper
+                command = ["zookeeper", "--address", z.address, "--port", str(z.port)]
+                health = ["CMD", "python3", "-m", "deploy.node", "health", "zookeeper", "--address", z.address,
+                          "--port", str(z.port)]
+                env: dict[str, str] = {}
+            else:  # the official image: its entrypoint writes zoo.cfg from these
+                command = []
+                health = ["CMD-SHELL", "zkServer.sh status"]
+                env = {"ZOO_PORT": str(z.port), "ZOO_CFG_EXTRA": f"clientPortAddress={z.address}",
+                       "ZOO_ADMINSERVER_ENABLED": "false", "ZOO_4LW_COMMANDS_WHITELIST": "ruok,srvr"}
+            plan.append((z.docker_host, "zookeeper", z.address, d.zookeeper_image, command, health, env))
+        for i, g in enumerate(c.gcms):
+            command = ["gcm", "--zk", zk, "--root", d.root, "--id", f"gcm{i + 1}", "--address", g.address,
+                       "--lookup-port", str(g.lookup_port), "--management-port", str(g.management_port),
+                       "--broadcast-port", str(g.broadcast_port), "--session-timeout", str(d.session_timeout)]
+            health = ["CMD", "python3", "-m", "deploy.node", "health", "gcm", "--address", g.address, "--port",
+                      str(g.management_port)]
+            plan.append((g.docker_host, "gcm", g.address, d.image, command, health, {}))
+        for h in c.hostmanagers:
+            command = ["hostmanager", "--zk", zk, "--root", d.root, "--address", h.address, "--port", str(h.port),
+                       "--max-exchanges", str(h.max_exchanges), "--session-timeout", str(d.session_timeout)]
+            health = ["CMD", "python3", "-m", "deploy.node", "health", "hostmanager", "--address", h.address,
+                      "--zk", zk, "--root", d.root]
+            plan.append((h.docker_host, "hostmanager", h.address, d.image, command, health, {}))
+        return plan
+
+    def _client(self, name: str) -> Any:
+        if name not in self._clients:
+            url = self.cluster.host(name).url
+            try:
+                client = self._factory(url)
+                client.ping()
+            except Exception as exc:  # the SDK's DockerException, a socket error, a TLS error...
+                raise DeployError(f"Docker host {name!r} ({url}) cannot be reached: {_first_line(exc)}") from None
+            self._clients[name] = client
+        return self._clients[name]
+
+    def _check_images(self, plan: list[tuple], pull: bool) -> None:
+        import docker.errors
+
+        for host, image in sorted({(p[0], p[3]) for p in plan}):
+            client = self._client(host)
+            try:
+                client.images.get(image)
+            except docker.errors.ImageNotFound:
+                if not pull:
+                    raise DeployError(f"image {image!r} is missing on Docker host {host!r} "
+                                      f"({self.cluster.host(host).url}): build or load it there (python -m "
+                                      f"deploy.image; docker save | docker load), or use --pull") from None
+                self.progress(f"pulling {image} on {host}")
+                try:
+                    client.images.pull(image)
+                except docker.errors.APIError as exc:
+                    raise DeployError(f"image {image!r} cannot be pulled on Docker host {host!r}: "
+                                      f"{_first_line(exc)}") from None
+
+    def _existing(self) -> list[dict[str, Any]]:
+        rows = []
+        for host in sorted({spec.docker_host for spec in (*self.cluster.zookeeper, *self.cluster.gcms,
+                                                           *self.cluster.hostmanagers)}):
+            for container in self._client(host).containers.list(
+                    all=True, filters={"label": f"{LABEL}={self.cluster.deployment.name}"}):
+                rows.append(_row(host, container))
+        return rows
+
+    def _run(self, host: str, name: str, role: str, address: str, image: str, command: list[str],
+             health: list[str], env: dict[str, str]) -> Any:
+        import docker.errors
+
+        try:
+            return self._client(host).containers.run(
+                image, command or None, name=name, detach=True, network_mode="host", init=True, environment=env,
+                labels={LABEL: self.cluster.deployment.name, "roq.role": role, "roq.address": address},
+                healthcheck={"test": health, "interval": _SECOND, "timeout": 5 * _SECOND, "retries": 3,
+                             "start_period": 60 * _SECOND},
+                stop_signal="SIGTERM")
+        except docker.errors.APIError as exc:
+            raise DeployError(f"{role} on Docker host {host!r}: the container did not start: "
+                              f"{_first_line(exc)}") from None
+
+    def _await_healthy(self, host: str, role: str, address: str, container: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            container.reload()
+            state = container.attrs.get("State", {})
+            health = (state.get("Health") or {}).get("Status", "")
+            if health == "healthy":
+                self.progress(f"{role} on {host} ({address}) healthy")
+                return
+            if state.get("Status") in ("exited", "dead"):
+                logs = container.logs(tail=15).decode("utf-8", "replace")
+                raise DeployError(f"{role} on Docker host {host!r} ({address}) exited with code "
+                                  f"{state.get('ExitCode')}:\n{logs}")
+            if time.monotonic() > deadline:
+                logs = container.logs(tail=15).decode("utf-8", "replace")
+                raise DeployError(f"{role} on Docker host {host!r} ({address}) not healthy after {timeout:g} s "
+                                  f"(health {health or 'unknown'}):\n{logs}")
+            time.sleep(0.5)
+
+
+def _client(url: str) -> Any:
+    try:
+        import docker
+    except ImportError:
+        raise DeployError("the Docker SDK is missing: pip install 'roq-py[deploy]'") from None
+    return docker.DockerClient(base_url=url, version="auto", timeout=30)
+
+
+def _row(host: str, container: Any) -> dict[str, Any]:
+    state = container.attrs.get("State", {})
+    return {"docker_host": host, "role": container.labels.get("roq.role", "?"),
+            "address": container.labels.get("roq.address", "?"), "name": container.name,
+            "id": container.short_id, "status": container.status,
+            "health": (state.get("Health") or {}).get("Status", "")}
+
+
+def _remove(container: Any) -> bool:
+    try:
+        container.remove(force=True)
+        return True
+    except Exception as exc:  # NotFound: gone already
+        return "No such container" in str(exc) or getattr(exc, "status_code", 0) == 404
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "explanation", None) or exc)
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
