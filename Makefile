@@ -6,13 +6,27 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench setup clean
+.PHONY: demo test test-deploy image bench setup clean
 
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/deploy
+
+# the deployment tests run their own Docker engine and build images offline (a few minutes)
+test-deploy: $(STAMP)
+	@missing=""; for t in dockerd:docker.io debootstrap:debootstrap docker-compose:docker-compose; do \
+		command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "== installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/deploy
+
+image: $(STAMP)
+	$(BIN)/python -m deploy.image --tag roq:latest
 
 bench: $(STAMP)
 	$(BIN)/python -m simulation.bench

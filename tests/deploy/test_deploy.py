@@ -1,0 +1,180 @@
+"""roq deploy on a real Docker engine (the tests' own dockerd): a cluster of one ZooKeeper, one GCM and two
+host managers, each on its own loopback address with host networking, used from this machine through the
+management API and the client library, then torn down to nothing; failures that leave nothing behind; the
+compose file."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+import client
+from roq.zkserver import free_port
+
+ZK_ADDRESS, HOST_A, HOST_B = "127.0.0.21", "127.0.0.22", "127.0.0.23"
+pytestmark = pytest.mark.timeout(900)  # the first test also waits for debootstrap and the image build
+
+
+def cluster_toml(sock: str, image: str, *, name: str = "t", extra_host: str = "", hostmanager_image: str = "",
+                 hm_port: int = 0) -> str:
+    zk, lookup, management, broadcast = (free_port(ZK_ADDRESS) for _ in range(4))
+    return f"""
+[deployment]
+name = "{name}"
+image = "{hostmanager_image or image}"
+zookeeper_image = "{image}"   # ZooKeeper from the RoQ image: its base has Debian's zookeeper
+session_timeout = 4.0
+
+[[docker_hosts]]
+name = "here"
+url = "{sock}"
+{extra_host}
+[[zookeeper]]
+docker_host = "here"
+address = "{ZK_ADDRESS}"
+port = {zk}
+
+[[gcm]]
+docker_host = "here"
+address = "{ZK_ADDRESS}"
+lookup_port = {lookup}
+management_port = {management}
+broadcast_port = {broadcast}
+
+[[hostmanager]]
+docker_host = "here"
+address = "{HOST_A}"
+port = {hm_port}
+
+[[hostmanager]]
+docker_host = "{'far' if extra_host else 'here'}"
+address = "{HOST_B}"
+"""
+
+
+def roq(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "roq.cli", *args], capture_output=True, text=True, timeout=timeout)
+    print(f"$ roq {' '.join(args)}\n{done.stdout}{done.stderr}")
+    return done
+
+
+def labelled(client_: object, name: str) -> list:
+    return client_.containers.list(all=True, filters={"label": f"roq.deployment={name}"})  # type: ignore[attr-defined]
+
+
+def no_roq_processes() -> list[str]:
+    return [" ".join(p.info["cmdline"]) for p in psutil.process_iter(["cmdline"])
+            if "deploy.node" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_a_cluster_deployed_on_docker_serves_this_machine_and_goes_away_whole(dockerd, roq_image, tmp_path):
+    sock, docker_client = dockerd
+    path = tmp_path / "cluster.toml"
+    path.write_text(cluster_toml(sock, roq_image))
+    up = roq("deploy", "up", str(path))
+    assert up.returncode == 0, up.stderr
+    assert up.stdout.count("healthy") >= 8  # 4 progress lines and 4 rows
+    zk = next(line.split("ZooKeeper ")[1].split()[0] for line in up.stdout.splitlines() if line.startswith("up:"))
+
+    # from this machine: the management API, then records through the deployed cluster
+    with client.QueueManager(zk, timeout=30) as qm:
+        assert {h["Address"] for h in qm.hosts()} == {HOST_A, HOST_B}
+        qm.create("orders", HOST_B, exchanges=1)
+    with client.connect(zk=zk, queue="orders") as conn:
+        sub = conn.subscriber(prefix=b"orders.")
+        pub = conn.publisher()
+        for i in range(2000):
+            pub.send(b"orders.eu" if i % 2 else b"stock.us", i.to_bytes(4, "big"))
+        pub.flush(timeout=30)
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 1000 and time.monotonic() < deadline:
+            msg = sub.recv(timeout=1.0)
+            if msg is not None:
+                got.append(int.from_bytes(msg.payload, "big"))
+    assert got == list(range(1, 2000, 2))  # every orders. record, once, in order
+
+    status = roq("deploy", "status", str(path), "--json")
+    assert status.returncode == 0
+    rows = __import__("json").loads(status.stdout)
+    assert sorted((r["role"], r["address"], r["status"], r["health"]) for r in rows) == [
+        ("gcm", ZK_ADDRESS, "running", "healthy"), ("hostmanager", HOST_A, "running", "healthy"),
+        ("hostmanager", HOST_B, "running", "healthy"), ("zookeeper", ZK_ADDRESS, "running", "healthy")]
+
+    down = roq("deploy", "down", str(path))
+    assert down.returncode == 0 and "removed 4 container(s)" in down.stdout
+    assert labelled(docker_client, "t") == [] and docker_client.containers.list(all=True) == []
+    deadline = time.monotonic() + 10
+    while no_roq_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert no_roq_processes() == []
+    assert roq("deploy", "status", str(path)).returncode != 0  # nothing deployed any more
+
+
+def test_an_unreachable_docker_host_or_a_missing_image_is_named_and_nothing_starts(dockerd, roq_image, tmp_path):
+    sock, docker_client = dockerd
+    far = '[[docker_hosts]]\nname = "far"\nurl = "unix:///nonexistent/roq/docker.sock"\n'
+    path = tmp_path / "far.toml"
+    path.write_text(cluster_toml(sock, roq_image, name="far", extra_host=far))
+    done = roq("deploy", "up", str(path))
+    assert done.returncode != 0 and "Docker host 'far' (unix:///nonexistent/roq/docker.sock) cannot be reached" in done.stderr
+    assert labelled(docker_client, "far") == []
+
+    path.write_text(cluster_toml(sock, roq_image, name="missing", hostmanager_image="roq-missing:none"))
+    done = roq("deploy", "up", str(path))
+    assert done.returncode != 0 and "image 'roq-missing:none' is missing on Docker host 'here'" in done.stderr
+    assert labelled(docker_client, "missing") == []
+
+
+def test_a_process_that_fails_after_others_started_takes_them_all_away(dockerd, roq_image, tmp_path):
+    sock, docker_client = dockerd
+    taken = socket.socket()
+    taken.bind((HOST_A, 0))  # the first host manager's control port is in use: it cannot start
+    taken.listen()
+    try:
+        path = tmp_path / "broken.toml"
+        path.write_text(cluster_toml(sock, roq_image, name="broken", hm_port=taken.getsockname()[1]))
+        done = roq("deploy", "up", str(path), "--timeout", "60")
+    finally:
+        taken.close()
+    assert done.returncode != 0 and "hostmanager on Docker host 'here' (127.0.0.22) exited" in done.stderr
+    assert "removing the" in done.stdout
+    assert labelled(docker_client, "broken") == []
+
+
+def test_the_compose_file_starts_a_healthy_cluster(dockerd, roq_image, tmp_path):
+    sock, docker_client = dockerd
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for port in (2181, 5000, 5003, 5005):  # the compose file's fixed ports must be free here
+        with socket.socket() as s:
+            try:
+                s.bind((ZK_ADDRESS, port))
+            except OSError:
+                pytest.fail(f"{ZK_ADDRESS}:{port} is in use on this machine: the compose file needs it")
+    env = {**os.environ, "DOCKER_HOST": sock, "ROQ_IMAGE": roq_image}
+    files = ["-f", os.path.join(repo, "deploy", "compose.yaml"),
+             "-f", os.path.join(repo, "deploy", "compose.zookeeper-from-roq.yaml")]
+    compose = ["docker-compose", "-p", "roqtest", *files]
+    try:
+        up = subprocess.run([*compose, "up", "-d"], env=env, capture_output=True, text=True, timeout=300)
+        assert up.returncode == 0, up.stderr
+        deadline = time.monotonic() + 120
+        while True:
+            states = {c.name: (c.attrs["State"].get("Health") or {}).get("Status") for c in
+                      docker_client.containers.list(all=True, filters={"label": "com.docker.compose.project=roqtest"})}
+            if len(states) == 4 and set(states.values()) == {"healthy"}:
+                break
+            assert time.monotonic() < deadline, f"not healthy: {states}"
+            time.sleep(1)
+        with client.QueueManager(f"{ZK_ADDRESS}:2181", timeout=30) as qm:
+            assert {h["Address"] for h in qm.hosts()} == {HOST_A, HOST_B}
+    finally:
+        down = subprocess.run([*compose, "down"], env=env, capture_output=True, text=True, timeout=300)
+    assert down.returncode == 0, down.stderr
+    assert docker_client.containers.list(all=True) == []
