@@ -14,7 +14,7 @@ A cluster file reads like this (``roq deploy up cluster.toml``)::
 
     [[zookeeper]]                      # one server (a quorum of several is not deployed yet)
     docker_host = "a"
-    address = "127.0.0.21"
+    address = "127.0.0.20"
     port = 2181
 
     [[gcm]]                            # the first is the leader, others standbys

@@ -1,7 +1,7 @@
 """The RoQ image's entrypoint: ``python -m deploy.node ROLE [ARGS...]``.
 
 Roles: ``gcm``, ``hostmanager``, ``monitor``, ``exchange`` (each that component's own command line, e.g.
-``hostmanager --zk 127.0.0.21:2181 --address 127.0.0.22``); ``zookeeper --address A --port P`` (a
+``hostmanager --zk 127.0.0.20:2181 --address 127.0.0.22``); ``zookeeper --address A --port P`` (a
 standalone server from Debian's ``zookeeper`` package, for images built on a base that has it);
 ``health ROLE ...`` (exit 0 when that role serves: the containers' health check). SIGTERM stops a role
 cleanly, its children with it.

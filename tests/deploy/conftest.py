@@ -5,7 +5,6 @@ docker import), and the RoQ image is built on it from a wheelhouse made here."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -103,6 +102,7 @@ def base_image(dockerd, tmp_path_factory):
     print(f"base image made in {time.monotonic() - started:.0f} s")
     yield BASE
     client.images.remove(BASE, force=True)
+    assert client.images.list(name=BASE) == []
 
 
 @pytest.fixture(scope="session")
@@ -112,3 +112,4 @@ def roq_image(dockerd, base_image):
     build_image(client, IMAGE, base=base_image, offline=True, progress=print)
     yield IMAGE
     client.images.remove(IMAGE, force=True)
+    assert client.images.list(name=IMAGE) == []

@@ -16,14 +16,34 @@ import pytest
 
 import client
 from roq.zkserver import free_port
+from simulation.runner import Runner
+from simulation.scenario import parse_scenario
 
-ZK_ADDRESS, HOST_A, HOST_B = "127.0.0.21", "127.0.0.22", "127.0.0.23"
+SHORT = """
+[scenario]
+name = "on-compose"
+duration_s = 5
+
+[[queue]]
+name = "short"
+rules = { host_cpu_percent = 100 }
+
+[[subscribers]]
+prefix = ""
+
+[[publishers]]
+count = 2
+rate = 400
+"""
+
+ZK_ADDRESS, GCM_ADDRESS, HOST_A, HOST_B = "127.0.0.20", "127.0.0.21", "127.0.0.22", "127.0.0.23"
 pytestmark = pytest.mark.timeout(900)  # the first test also waits for debootstrap and the image build
 
 
 def cluster_toml(sock: str, image: str, *, name: str = "t", extra_host: str = "", hostmanager_image: str = "",
                  hm_port: int = 0) -> str:
-    zk, lookup, management, broadcast = (free_port(ZK_ADDRESS) for _ in range(4))
+    zk = free_port(ZK_ADDRESS)
+    lookup, management, broadcast = (free_port(GCM_ADDRESS) for _ in range(3))
     return f"""
 [deployment]
 name = "{name}"
@@ -42,7 +62,7 @@ port = {zk}
 
 [[gcm]]
 docker_host = "here"
-address = "{ZK_ADDRESS}"
+address = "{GCM_ADDRESS}"
 lookup_port = {lookup}
 management_port = {management}
 broadcast_port = {broadcast}
@@ -104,7 +124,7 @@ def test_a_cluster_deployed_on_docker_serves_this_machine_and_goes_away_whole(do
     assert status.returncode == 0
     rows = __import__("json").loads(status.stdout)
     assert sorted((r["role"], r["address"], r["status"], r["health"]) for r in rows) == [
-        ("gcm", ZK_ADDRESS, "running", "healthy"), ("hostmanager", HOST_A, "running", "healthy"),
+        ("gcm", GCM_ADDRESS, "running", "healthy"), ("hostmanager", HOST_A, "running", "healthy"),
         ("hostmanager", HOST_B, "running", "healthy"), ("zookeeper", ZK_ADDRESS, "running", "healthy")]
 
     down = roq("deploy", "down", str(path))
@@ -151,12 +171,12 @@ def test_a_process_that_fails_after_others_started_takes_them_all_away(dockerd, 
 def test_the_compose_file_starts_a_healthy_cluster(dockerd, roq_image, tmp_path):
     sock, docker_client = dockerd
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for port in (2181, 5000, 5003, 5005):  # the compose file's fixed ports must be free here
-        with socket.socket() as s:
+    for address, port in ((ZK_ADDRESS, 2181), (GCM_ADDRESS, 5000), (GCM_ADDRESS, 5003), (GCM_ADDRESS, 5005)):
+        with socket.socket() as s:  # the compose file's fixed ports must be free here
             try:
-                s.bind((ZK_ADDRESS, port))
+                s.bind((address, port))
             except OSError:
-                pytest.fail(f"{ZK_ADDRESS}:{port} is in use on this machine: the compose file needs it")
+                pytest.fail(f"{address}:{port} is in use on this machine: the compose file needs it")
     env = {**os.environ, "DOCKER_HOST": sock, "ROQ_IMAGE": roq_image}
     files = ["-f", os.path.join(repo, "deploy", "compose.yaml"),
              "-f", os.path.join(repo, "deploy", "compose.zookeeper-from-roq.yaml")]
@@ -174,6 +194,10 @@ def test_the_compose_file_starts_a_healthy_cluster(dockerd, roq_image, tmp_path)
             time.sleep(1)
         with client.QueueManager(f"{ZK_ADDRESS}:2181", timeout=30) as qm:
             assert {h["Address"] for h in qm.hosts()} == {HOST_A, HOST_B}
+        # the simulation runs on it as on its own cluster (python -m simulation run FILE --zk ...)
+        summary = Runner(parse_scenario(SHORT, "short.toml"), str(tmp_path / "run"), progress=lambda line: None,
+                         zk=f"{ZK_ADDRESS}:2181").run()
+        assert summary["keep_up_audit"]["clean"] and summary["published"] > 1000, summary["keep_up_audit"]
     finally:
         down = subprocess.run([*compose, "down"], env=env, capture_output=True, text=True, timeout=300)
     assert down.returncode == 0, down.stderr
