@@ -39,11 +39,10 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-import tomllib
 from typing import Any
 
 from roq.errors import ConfigError
-from roq.settings import check_table, missing_keys
+from roq.settings import check_table, missing_keys, parse_toml, read_text
 from roq.zk import Paths
 
 __all__ = ["ClusterFile", "Deployment", "DockerHost", "ZooKeeperSpec", "GcmSpec", "HostManagerSpec", "load_cluster_file",
@@ -116,12 +115,7 @@ def load_cluster_file(path: str) -> ClusterFile:
     Raises:
         ConfigError: it cannot be read, is not TOML, or describes no possible cluster.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
-    return parse_cluster_file(text, path)
+    return parse_cluster_file(read_text(path), path)
 
 
 def parse_cluster_file(text: str, source: str = "<cluster file>") -> ClusterFile:
@@ -130,10 +124,7 @@ def parse_cluster_file(text: str, source: str = "<cluster file>") -> ClusterFile
     Raises:
         ConfigError: as :func:`load_cluster_file`.
     """
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    doc = parse_toml(text, source)
     known = ("deployment", "docker_hosts", "zookeeper", "gcm", "hostmanager")
     for key in doc:
         if key not in known:

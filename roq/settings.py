@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from roq.errors import ConfigError
 
-__all__ = ["read_toml", "build", "from_args", "check_table", "missing_keys"]
+__all__ = ["read_toml", "read_text", "parse_toml", "build", "from_args", "check_table", "missing_keys"]
 
 T = TypeVar("T")
 
@@ -27,13 +27,32 @@ def read_toml(path: str) -> dict[str, Any]:
     Raises:
         ConfigError: it cannot be read or is not valid TOML (the parser's message gives the line).
     """
+    return parse_toml(read_text(path), path)
+
+
+def read_text(path: str) -> str:
+    """The UTF-8 text of the file at ``path``.
+
+    Raises:
+        ConfigError: it cannot be read (the message names it and why).
+    """
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """Parse TOML ``text`` (``source`` names it in the message).
+
+    Raises:
+        ConfigError: not valid TOML (the parser's message gives the line).
+    """
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
 
 
 def _check(value: Any, hint: Any, where: str) -> Any:

@@ -49,12 +49,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from typing import Any
 
 from roq.errors import ConfigError
 from roq.rules import merge_rules
-from roq.settings import check_table, missing_keys
+from roq.settings import check_table, missing_keys, parse_toml, read_text
 from roq.zk import check_queue_name
 from simulation.embedded import host_addresses
 
@@ -170,12 +169,7 @@ def load_scenario(path: str) -> Scenario:
     Raises:
         ConfigError: it cannot be read, is not TOML, or is not a possible scenario (file, line and key named).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
-    return parse_scenario(text, path)
+    return parse_scenario(read_text(path), path)
 
 
 def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
@@ -184,11 +178,7 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
     Raises:
         ConfigError: as :func:`load_scenario`.
     """
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    return _Checker(doc, _Lines(text), source).scenario()
+    return _Checker(parse_toml(text, source), _Lines(text), source).scenario()
 
 
 class _Lines:
