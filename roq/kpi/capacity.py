@@ -32,7 +32,7 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["Moments", "TuneRule", "estimate", "thresholds_for"]
+__all__ = ["Moments", "TuneRule", "Evidence", "estimate", "thresholds_for"]
 
 
 @dataclasses.dataclass
@@ -67,6 +67,35 @@ class TuneRule:
     min_cpu_reached: float = 0.25
     margin: float = 0.8
     scale_out_margin: float = 0.7
+
+
+class Evidence:
+    """Moments per (queue, host) kept in buckets of ``bucket_s`` seconds of sample time, so that a
+    continuous tuner weighs only the last ``window_s`` of history: an exchange that got faster (a new
+    host, a new version) is judged on what it does now, and memory stays bounded."""
+
+    def __init__(self, window_s: float, bucket_s: float = 3600.0) -> None:
+        self.window_s, self.bucket_s = window_s, bucket_s
+        self.buckets: dict[tuple[str, str], dict[int, Moments]] = {}
+
+    def add(self, queue: str, host: str, time_s: float, m: Moments) -> None:
+        bucket = int(time_s // self.bucket_s)
+        cells = self.buckets.setdefault((queue, host), {})
+        cells[bucket] = cells.get(bucket, Moments()).merge(m)
+
+    def moments(self, queue: str, now_s: float) -> dict[str, Moments]:
+        """host -> the moments of the window ending at ``now_s``; older buckets are forgotten."""
+        oldest = int((now_s - self.window_s) // self.bucket_s)
+        out = {}
+        for (q, host), cells in self.buckets.items():
+            for bucket in [b for b in cells if b < oldest]:
+                del cells[bucket]
+            if q == queue and cells:
+                total = Moments()
+                for m in cells.values():
+                    total = total.merge(m)
+                out[host] = total
+        return out
 
 
 def estimate(m: Moments, rule: TuneRule = TuneRule()) -> dict[str, Any]:

@@ -45,6 +45,8 @@ def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None
                       help="keep reading the archive as it grows (Spark Structured Streaming) and write the "
                            "thresholds again when they move; Ctrl-C stops")
     tune.add_argument("--every", type=float, default=10.0, help="with --follow: seconds between updates (default 10)")
+    tune.add_argument("--window", default="7d",
+                      help="with --follow: only samples this recent count, e.g. 6h, 7d (default 7d)")
     tune.add_argument("--dry-run", action="store_true", help="print the thresholds and their evidence; write nothing")
     tune.add_argument("--margin", type=float, default=TuneRule.margin,
                       help=f"high-water mark as a fraction of capacity (default {TuneRule.margin})")
@@ -73,6 +75,9 @@ def run(args: argparse.Namespace, client: Any) -> int:
             raise ConfigError("--saturation-cpu must be between 0 and 6400")
         if args.follow and args.every <= 0:
             raise ConfigError("--every must be more than 0")
+        window = time.time() - (job.parse_since(args.window) or 0.0)
+        if args.follow and window <= 0:
+            raise ConfigError(f"--window {args.window!r}: give a duration such as 6h or 7d")
         rule = TuneRule(saturation_cpu=args.saturation_cpu, margin=args.margin, scale_out_margin=args.scale_out_margin)
     out = (args.out or os.path.join("out", f"kpi-report-{time.strftime('%Y%m%d-%H%M%S')}")) \
         if args.action == "report" else None
@@ -103,7 +108,7 @@ def run(args: argparse.Namespace, client: Any) -> int:
         stopping = StopFlag()
         print(f"following {archive} (every {args.every:g} s; Ctrl-C stops)", flush=True)
         job.follow(spark, archive, lambda ds: [writer.write(q, d, None, only_changed=True) for q, d in ds.items()],
-                   queue=args.queue, rule=rule, every_s=args.every, stop=stopping)
+                   queue=args.queue, rule=rule, every_s=args.every, window_s=window, stop=stopping)
         return 0
     finally:
         job.stop_session(spark)

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from roq.errors import ConfigError, RoQError
 from roq.kpi.archive import HOSTS_PARTITION, KINDS
-from roq.kpi.capacity import Moments, TuneRule, estimate, thresholds_for
+from roq.kpi.capacity import Evidence, Moments, TuneRule, estimate, thresholds_for
 
 log = logging.getLogger(__name__)
 
@@ -259,9 +259,11 @@ def tune(spark: Any, archive: str, *, queue: str | None = None, since: float | N
 
 def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, Any]]], None], *,
            queue: str | None = None, rule: TuneRule = TuneRule(), every_s: float = 5.0,
-           stop: Callable[[], bool] = lambda: False) -> None:
+           window_s: float = 7 * 86400.0, stop: Callable[[], bool] = lambda: False) -> None:
     """Tune continuously: Structured Streaming over the archive directory; every ``every_s`` the new files
-    are folded into the evidence and ``on_decision`` gets the decisions (every queue with new samples).
+    are folded into the evidence (hourly buckets; only the last ``window_s`` seconds of samples count, see
+    :class:`~roq.kpi.capacity.Evidence`) and ``on_decision`` gets the decisions of every queue with new
+    samples.
 
     Runs until ``stop()`` returns True (checked about once a second).
     """
@@ -274,18 +276,17 @@ def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, 
     if "queue" not in source.columns:  # partition columns of a stream: from the path when not discovered
         source = source.withColumn("queue", F.regexp_extract(F.input_file_name(), r"queue=([^/]+)/", 1))
     samples = _exchange_samples(F, source.where(F.col(CORRUPT).isNull()))
-    evidence: dict[str, dict[str, Moments]] = {}
+    evidence = Evidence(window_s)
 
     def batch(frame: Any, batch_id: int) -> None:
-        rows = frame.groupBy("queue", "host").agg(*_moments_columns(F, rule)).collect()
-        touched = set()
+        hour = (F.floor(F.col("time") / evidence.bucket_s) * evidence.bucket_s).alias("bucket")
+        rows = frame.groupBy("queue", "host", hour).agg(*_moments_columns(F, rule)).collect()
         for row in rows:
-            hosts = evidence.setdefault(row["queue"], {})
-            host = row["host"] or "?"
-            hosts[host] = hosts.get(host, Moments()).merge(_moments(row))
-            touched.add(row["queue"])
+            evidence.add(row["queue"], row["host"] or "?", row["bucket"], _moments(row))
+        touched = {row["queue"] for row in rows}
         if touched:
-            on_decision(_decide({q: evidence[q] for q in touched}, rule))
+            now = time.time()
+            on_decision(_decide({q: evidence.moments(q, now) for q in touched}, rule))
 
     query = samples.writeStream.foreachBatch(batch).trigger(processingTime=f"{every_s:g} seconds").start()
     try:

@@ -58,3 +58,22 @@ def test_weak_evidence_gives_no_capacity_and_says_why():
     assert estimate(Moments())["why"].startswith("0 samples")
     falling = [(x, 80.0 - x / 10) for x in range(1, 200)]
     assert "does not grow" in estimate(moments(falling))["why"]
+
+
+def test_a_continuous_tuner_weighs_only_its_window_of_history():
+    from roq.kpi.capacity import Evidence
+
+    hour = 3600.0
+    evidence = Evidence(window_s=24 * hour)
+    old = moments(synthetic(10_000, seed=5))  # what the exchanges did two days ago
+    new = moments(synthetic(20_000, seed=6))  # what they do now (a faster host)
+    evidence.add("q", "h1", 1_000 * hour, old)
+    evidence.add("q", "h1", 1_047 * hour, new)
+    evidence.add("q", "h1", 1_047 * hour + 10, new)  # the same hour: merged
+    evidence.add("other", "h1", 1_047 * hour, new)
+    now = 1_048 * hour
+    got = evidence.moments("q", now)
+    assert set(got) == {"h1"} and got["h1"].samples == 2 * new.samples
+    assert abs(estimate(got["h1"])["capacity"] / 20_000 - 1) < 0.05
+    assert list(evidence.buckets[("q", "h1")]) == [1_047]  # the old hour is forgotten
+    assert evidence.moments("missing", now) == {}

@@ -27,6 +27,7 @@ def test_since_takes_durations_and_dates():
     (["kpi", "tune", "--archive", ".", "--margin", "0.5", "--scale-out-margin", "0.7"],
      "need 0 < --scale-out-margin <= --margin <= 1"),
     (["kpi", "report", "--archive", ".", "--since", "soon"], "expected e.g. 30m"),
+    (["kpi", "tune", "--archive", ".", "--follow", "--window", "later"], "expected e.g. 30m"),
 ])
 def test_bad_arguments_are_refused_before_spark_starts(argv, message, capsys, monkeypatch):
     monkeypatch.delenv("ROQ_KPI_ARCHIVE", raising=False)
