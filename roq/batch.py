@@ -6,9 +6,13 @@ A batch is one ZeroMQ message of three frames ``[key, header, body]``:
 * ``header``: :data:`HEADER`, a fixed little-endian ``struct`` (see :class:`Header`).
 * ``body``: ``count`` little-endian uint32 record lengths, then the record payloads back to back.
 
-Exchanges read the header only (``struct.unpack_from``) and forward the three frames untouched.
-Markers and beacons use the same three-frame shape with the key :data:`CONTROL_TOPIC` and an empty
-body, so that they travel in order with the data on the same ZeroMQ pipes.
+Exchanges read the header only and forward the three frames untouched. Markers and beacons use the same
+three-frame shape with the key :data:`CONTROL_TOPIC` and an empty body, so that they travel in order with
+the data on the same ZeroMQ pipes.
+
+This module is the one place the header's layout is known: publishers build headers with
+:func:`pack_header`, the exchange checks what it forwards with :func:`check_incoming` and subscribers read
+with :func:`parse_header`, on their hot paths. Nothing else indexes the header by position.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from typing import NamedTuple, Sequence
 from roq.errors import ProtocolError
 
 __all__ = [
+    "BatchError",
+    "check_incoming",
+    "MAX_KEY",
     "VERSION",
     "DATA",
     "MARKER",
@@ -52,6 +59,9 @@ FLAG_ACK_NOW = 0x2  # the publisher waits for this acknowledgement (flush): do n
 #: Sequence numbers stay below this (they are u64 on the wire).
 SEQ_LIMIT = 1 << 64
 
+#: Longest key, in bytes.
+MAX_KEY = 1 << 16
+
 #: Key of markers and beacons. Every subscriber subscribes to it besides its own prefix.
 CONTROL_TOPIC = b"\x00roq"
 
@@ -66,6 +76,15 @@ ACK = struct.Struct("<BBQ")
 ACK_KIND = 4
 
 _LITTLE = sys.byteorder == "little"
+_unpack = HEADER.unpack
+
+
+class BatchError(ProtocolError):
+    """A frame that is not a valid batch; ``reason`` is a short name to count it under."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
 
 
 class Header(NamedTuple):
@@ -113,21 +132,49 @@ def parse_header(frame: bytes) -> Header:
     """Decode and validate a header frame.
 
     Raises:
-        ProtocolError: wrong size, unknown version or kind, or a data batch with no records.
+        BatchError: wrong size, unknown version or kind, a data batch with no records or beyond the seq
+            space, or a marker before seq 1.
     """
     if len(frame) != HEADER_SIZE:
-        raise ProtocolError(f"header of {len(frame)} bytes, expected {HEADER_SIZE}")
-    header = Header._make(HEADER.unpack(frame))
+        raise BatchError("bad header", f"{len(frame)} bytes, expected {HEADER_SIZE}")
+    header = Header._make(_unpack(frame))
     if header.version != VERSION:
-        raise ProtocolError(f"unsupported protocol version {header.version}")
-    if header.kind == DATA:
-        if header.count == 0:
-            raise ProtocolError("data batch with no records")
-        if header.first_seq == 0:
-            raise ProtocolError("sequence numbers start at 1")
-    elif header.kind not in (MARKER, BEACON):
-        raise ProtocolError(f"unknown frame kind {header.kind}")
+        raise BatchError("bad header", f"protocol version {header.version}")
+    kind = header.kind
+    if kind == DATA:
+        if header.count == 0 or header.first_seq == 0 or header.first_seq + header.count > SEQ_LIMIT:
+            raise BatchError("bad batch", f"count {header.count}, first seq {header.first_seq}")
+    elif kind == MARKER:
+        if header.first_seq == 0 or header.count:
+            raise BatchError("bad marker", f"first seq {header.first_seq}, count {header.count}")
+    elif kind != BEACON:
+        raise BatchError("bad header", f"unknown frame kind {kind}")
     return header
+
+
+def check_incoming(key: bytes, header: bytes, body: bytes, max_body: int) -> Header:
+    """Check a batch or marker a publisher sent, before an exchange forwards it; its header.
+
+    Raises:
+        BatchError: a bad header (:func:`parse_header`), a data body that cannot hold its record lengths or
+            is over ``max_body`` bytes, a key over :data:`MAX_KEY`, a marker that is not an empty frame on
+            the control topic, or a beacon (exchanges send those, publishers do not).
+    """
+    h = parse_header(header)
+    if h.kind == DATA:
+        size = len(body)
+        if size < 4 * h.count:
+            raise BatchError("bad batch", f"body of {size} bytes cannot hold {h.count} record lengths")
+        if size > max_body:
+            raise BatchError("oversized batch", f"body {size} bytes > {max_body}")
+        if len(key) > MAX_KEY:
+            raise BatchError("oversized key", f"{len(key)} bytes > {MAX_KEY}")
+    elif h.kind == MARKER:
+        if key != CONTROL_TOPIC or body:
+            raise BatchError("bad marker", f"key {key[:16]!r}, body {len(body)} bytes")
+    else:
+        raise BatchError("bad header", f"frame kind {h.kind} not accepted from publishers")
+    return h
 
 
 def encode_body(payloads: Sequence[bytes]) -> bytes:

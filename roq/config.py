@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from roq.batch import HEADER_SIZE, MAX_KEY
 from roq.errors import ConfigError
 
 __all__ = [
     "DEFAULT_MONITOR_PORT",
+    "DEFAULT_SUBSCRIBER_QUEUE_BYTES",
     "ExchangeConfig",
     "MonitorConfig",
     "PublisherConfig",
@@ -24,6 +26,8 @@ __all__ = [
 
 #: Port of the first monitor of a host in the original system; 0 means "any free port".
 DEFAULT_MONITOR_PORT = 5500
+#: What an exchange may hold for one subscriber that does not keep up, in bytes.
+DEFAULT_SUBSCRIBER_QUEUE_BYTES = 64 << 20
 
 
 def _positive(obj: Any, *names: str, allow_zero: bool = False) -> None:
@@ -43,6 +47,16 @@ def _port(obj: Any, *names: str) -> None:
             raise ConfigError(f"{type(obj).__name__}.{name} must be a port number 0..65535, got {value!r}")
 
 
+def _endpoint(obj: Any, *names: str) -> None:
+    from roq.sockets import check_endpoint
+
+    for name in names:
+        try:
+            check_endpoint(getattr(obj, name))
+        except ConfigError as exc:
+            raise ConfigError(f"{type(obj).__name__}.{name}: {exc}") from None
+
+
 def _text(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
@@ -55,7 +69,7 @@ class ExchangeConfig:
     """An exchange process.
 
     Attributes:
-        monitor: endpoint of the queue's monitor, e.g. ``tcp://127.0.0.11:5500``.
+        monitor: endpoint of the queue's monitor, e.g. tcp://127.0.0.11:5500.
         address: address to bind the frontend and backend to (a loopback alias works).
         frontend_port: port publishers send batches to (ROUTER); 0 = any free port.
         backend_port: port subscribers receive from (PUB); 0 = any free port.
@@ -63,30 +77,46 @@ class ExchangeConfig:
         heartbeat_interval: seconds between heartbeats to the monitor (also beacons to subscribers).
         kpi_period: seconds between KPI reports.
         max_batch_bytes: a batch body above this is dropped and counted.
-        backend_hwm: ZeroMQ high-water mark of each subscriber pipe, in batches; beyond it the
-            subscriber is too slow and loses batches (it counts them as gaps).
+        subscriber_queue_bytes: most bytes of batches the exchange holds for one subscriber; a subscriber
+            further behind loses batches (it sees them as gaps), the exchange's memory does not grow.
+        backend_hwm: most batches held for one subscriber, whatever their size (see subscriber_hwm).
         drain_timeout: on SIGTERM, how long to keep forwarding while the monitor moves publishers away.
         ack_interval: acknowledgements to a publisher are coalesced over this many seconds (they only
-            free its buffer and complete its ``flush()``; fewer of them save wake-ups on both sides).
+            free its buffer and complete its flush(); fewer of them save wake-ups on both sides).
+        commands: read the host manager's commands (control messages) on standard input.
     """
 
     monitor: str
     address: str = "127.0.0.1"
     frontend_port: int = 0
     backend_port: int = 0
-    exchange_id: str = ""
+    exchange_id: str = field(default="", metadata={"flag": "--id"})
     heartbeat_interval: float = 0.25
     kpi_period: float = 1.0
     max_batch_bytes: int = 4 << 20
+    subscriber_queue_bytes: int = DEFAULT_SUBSCRIBER_QUEUE_BYTES
     backend_hwm: int = 10_000
     drain_timeout: float = 5.0
     ack_interval: float = 0.002
+    commands: bool = field(default=False, metadata={"flag": "--commands-on-stdin"})
 
     def __post_init__(self) -> None:
         _text(self, "monitor", "address", "exchange_id")
+        _endpoint(self, "monitor")
         _port(self, "frontend_port", "backend_port")
-        _positive(self, "heartbeat_interval", "kpi_period", "max_batch_bytes", "backend_hwm")
+        _positive(self, "heartbeat_interval", "kpi_period", "max_batch_bytes", "backend_hwm", "subscriber_queue_bytes")
         _positive(self, "drain_timeout", "ack_interval", allow_zero=True)
+
+    @property
+    def subscriber_hwm(self) -> int:
+        """The ZeroMQ high-water mark of each subscriber's pipe, in batches: as many of the largest batch the
+        exchange accepts as fit in ``subscriber_queue_bytes`` (at least 1), and at most ``backend_hwm``.
+
+        ZeroMQ bounds its pipes in messages, not bytes, and fixes a pipe's bound when the subscriber
+        connects, so the byte bound is kept by assuming every batch may be the largest.
+        """
+        largest = self.max_batch_bytes + MAX_KEY + HEADER_SIZE
+        return max(1, min(self.backend_hwm, self.subscriber_queue_bytes // largest))
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,13 @@
 """Control messages: one frozen dataclass per message, encoded as a BSON document with an int32 ``CMD``.
 
-Control traffic between exchanges, monitors and clients is one ZeroMQ frame holding one BSON document.
-Each message class declares its command number with :func:`message`; :func:`encode` and :func:`decode`
-are the only ways in and out, and :func:`decode` checks every field's presence and type, so a process
-never acts on a half-understood command.
+Control traffic between exchanges, monitors, host managers, GCMs and clients is one ZeroMQ frame holding one
+BSON document. Each message class declares its command number with :func:`message`; :func:`encode` and
+:func:`decode` are the only ways in and out, and :func:`decode` checks every field's presence and type
+(:mod:`roq.shape`), so a process never acts on a half-understood command.
+
+Every server answers with one :class:`Reply` type, encoded flat: ``{CMD: 9000, REQUEST: the command answered,
+RESULT: int32, COMMENT: str, ...data}``. A management client that only reads ``RESULT`` and ``COMMENT`` (the
+original system's reply) reads ours too.
 
 Command numbers keep those of the original system where the command existed there (1 relocate, 2
 publisher init, 3 panic, 5 heartbeat, 6 exchange shut down, 7 publisher disconnect, 1100 shutdown).
@@ -12,27 +16,28 @@ publisher init, 3 panic, 5 heartbeat, 6 exchange shut down, 7 publisher disconne
 from __future__ import annotations
 
 import dataclasses
-import enum
-import types
-import typing
 from typing import Any, Callable, ClassVar, TypeVar
 
 import bson
 from bson.errors import BSONError
 
-from roq.errors import ProtocolError, UnknownCommandError
+from roq import shape
+from roq.errors import ManagementError, ProtocolError, Result, UnknownCommandError, error_for
 
 __all__ = [
     "Result",
     "message",
     "encode",
     "decode",
+    "decode_document",
     "Message",
     "Heartbeat",
     "ExchangeBye",
     "ExchangeKpi",
     "PublisherRate",
     "Shutdown",
+    "KpiPeriod",
+    "Retarget",
     "PublisherHello",
     "Relocate",
     "Moved",
@@ -49,26 +54,30 @@ __all__ = [
     "Status",
     "ForceRelocate",
     "Reply",
+    "REPLY",
+    "refusal",
 ]
 
-
-class Result(enum.IntEnum):
-    """RESULT codes of replies. 0 is success."""
-
-    OK = 0
-    NOT_LEADER = 8
-    FAIL = 1101
-    BAD_REQUEST = 1102
-    UNKNOWN_COMMAND = 1103
-    NOT_FOUND = 1104
-    UNAVAILABLE = 1105
+REPLY = 9000
 
 
 class Message:
     """Base of every control message; subclasses are frozen dataclasses registered with :func:`message`."""
 
     CMD: ClassVar[int]
-    _fields: ClassVar[tuple[tuple[str, Callable[[Any, str], Any], bool], ...]]
+
+    def document(self) -> dict[str, Any]:
+        """The message as the document that is encoded (``CMD`` first)."""
+        return {"CMD": self.CMD, **shape.to_document(self)}
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> Message:
+        """Build the message from a decoded document (its ``CMD`` already matched).
+
+        Raises:
+            ProtocolError: a field is missing or of the wrong type.
+        """
+        return shape.read(cls, doc)
 
 
 _REGISTRY: dict[int, type[Message]] = {}
@@ -83,87 +92,11 @@ def message(cmd: int) -> Callable[[M], M]:
             raise ValueError(f"command {cmd} registered twice ({_REGISTRY[cmd].__name__}, {cls.__name__})")
         dc = dataclasses.dataclass(frozen=True)(cls)
         dc.CMD = cmd
-        _compile(dc)
+        shape.compile_shape(dc)
         _REGISTRY[cmd] = dc
         return dc
 
     return register
-
-
-def _compile(cls: type) -> None:
-    hints = typing.get_type_hints(cls)
-    spec = []
-    for f in dataclasses.fields(cls):
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        spec.append((f.name, _checker(hints[f.name]), required))
-    cls._fields = tuple(spec)
-
-
-def _checker(hint: Any) -> Callable[[Any, str], Any]:
-    """Return a function that validates (and, for nested records, builds) a decoded value of type ``hint``."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        inner = _checker(args[0])
-        return lambda v, name: None if v is None else inner(v, name)
-    if origin is list:
-        (item_hint,) = typing.get_args(hint)
-        item = _checker(item_hint)
-
-        def check_list(v: Any, name: str) -> list:
-            if not isinstance(v, list):
-                raise ProtocolError(f"field {name!r} must be a list, got {type(v).__name__}")
-            return [item(x, f"{name}[{i}]") for i, x in enumerate(v)]
-
-        return check_list
-    if dataclasses.is_dataclass(hint):
-        _compile(hint)
-        return lambda v, name: _build(hint, v, name)
-    if hint is float:
-
-        def check_float(v: Any, name: str) -> float:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ProtocolError(f"field {name!r} must be a number, got {type(v).__name__}")
-            return float(v)
-
-        return check_float
-    if hint is int:
-
-        def check_int(v: Any, name: str) -> int:
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ProtocolError(f"field {name!r} must be an integer, got {type(v).__name__}")
-            return v
-
-        return check_int
-    if hint in (str, bool, bytes, dict):
-
-        def check_plain(v: Any, name: str) -> Any:
-            if not isinstance(v, hint):
-                raise ProtocolError(f"field {name!r} must be {hint.__name__}, got {type(v).__name__}")
-            return v
-
-        return check_plain
-    raise TypeError(f"unsupported field type {hint!r}")
-
-
-def _build(cls: type, doc: Any, where: str) -> Any:
-    if not isinstance(doc, dict):
-        raise ProtocolError(f"{where or cls.__name__} must be a document, got {type(doc).__name__}")
-    values = {}
-    for name, check, required in cls._fields:
-        if name in doc:
-            values[name] = check(doc[name], f"{where}.{name}" if where else name)
-        elif required:
-            raise ProtocolError(f"{cls.__name__} lacks field {name!r}")
-    return cls(**values)
-
-
-def _to_doc(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return {f.name: _to_doc(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, list):
-        return [_to_doc(x) for x in obj]
-    return obj
 
 
 def encode(msg: Message) -> bytes:
@@ -172,34 +105,44 @@ def encode(msg: Message) -> bytes:
     Raises:
         ProtocolError: a value cannot be represented in BSON (e.g. an integer beyond 64 bits).
     """
-    doc = {"CMD": msg.CMD}
-    doc.update(_to_doc(msg))
     try:
-        return bson.encode(doc)
-    except (BSONError, OverflowError, TypeError) as exc:
+        return bson.encode(msg.document())
+    except (BSONError, OverflowError, TypeError, ValueError) as exc:
         raise ProtocolError(f"cannot encode {type(msg).__name__}: {exc}") from exc
+
+
+def decode_document(data: bytes) -> dict[str, Any]:
+    """The BSON document in ``data``.
+
+    Raises:
+        ProtocolError: not one BSON document.
+    """
+    try:
+        doc = bson.decode(data)
+    except (BSONError, ValueError, TypeError, OverflowError, IndexError, KeyError, RecursionError) as exc:
+        raise ProtocolError(f"not a BSON document ({len(data)} bytes): {exc}") from exc
+    if type(doc) is not dict:  # pragma: no cover - bson.decode gives a dict unless told otherwise
+        raise ProtocolError("not a BSON document")
+    return doc
 
 
 def decode(data: bytes) -> Message:
     """Decode and validate one control message.
 
     Raises:
-        UnknownCommandError: a valid document with a command number nobody registered.
+        UnknownCommandError: a valid document with a command number nobody registered (``cmd`` says which).
         ProtocolError: not BSON, no int ``CMD``, or a field missing or of the wrong type.
     """
-    try:
-        doc = bson.decode(data)
-    except (BSONError, ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
-        raise ProtocolError(f"not a BSON document ({len(data)} bytes): {exc}") from exc
+    doc = decode_document(data)
     cmd = doc.get("CMD")
     if isinstance(cmd, bool) or not isinstance(cmd, int):
         raise ProtocolError(f"document without an integer CMD (got {type(cmd).__name__})")
     cls = _REGISTRY.get(cmd)
     if cls is None:
         err = UnknownCommandError(f"unknown command {cmd}")
-        err.cmd = cmd  # type: ignore[attr-defined]
+        err.cmd = int(cmd)  # type: ignore[attr-defined]
         raise err
-    return _build(cls, doc, "")
+    return cls.from_document(doc)
 
 
 # --------------------------------------------------------------------------- exchange <-> monitor
@@ -252,6 +195,13 @@ class Shutdown(Message):
     """Monitor -> exchange: stop."""
 
     reason: str = ""
+
+
+@message(1107)
+class Retarget(Message):
+    """Host manager -> its exchange (on the command pipe): the queue's monitor is now at ``monitor``."""
+
+    monitor: str
 
 
 @message(1106)
@@ -403,11 +353,65 @@ class ForceRelocate(Message):
     target: str = ""
 
 
-@message(9000)
+@message(REPLY)
 class Reply(Message):
-    """Reply to a request; ``result`` is a :class:`Result` code, ``comment`` a human sentence."""
+    """The answer to a request: ``result`` (a :class:`Result` code), ``comment`` (a sentence), ``data``.
 
-    request: int
-    result: int
+    Encoded flat, ``{CMD: 9000, REQUEST, RESULT, COMMENT, **data}``, so the data's keys must be none of
+    those four.
+    """
+
+    request: int = 0
+    result: int = Result.OK
     comment: str = ""
     data: dict = dataclasses.field(default_factory=dict)
+
+    _OWN: ClassVar[tuple[str, ...]] = ("CMD", "REQUEST", "RESULT", "COMMENT")
+
+    def document(self) -> dict[str, Any]:
+        clash = [k for k in self.data if k in self._OWN]
+        if clash:
+            raise ProtocolError(f"reply data may not use the keys {clash}")
+        return {"CMD": REPLY, "REQUEST": int(self.request), "RESULT": int(self.result), "COMMENT": self.comment,
+                **self.data}
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> Reply:
+        """A reply from its document; ``CMD`` and ``REQUEST`` may be missing (a reply of the original system).
+
+        Raises:
+            ProtocolError: no integer RESULT, or a COMMENT that is not text.
+        """
+        rest = {k: v for k, v in doc.items() if k not in cls._OWN}
+        result, request, comment = doc.get("RESULT"), doc.get("REQUEST", 0), doc.get("COMMENT", "")
+        if isinstance(result, bool) or not isinstance(result, int):
+            raise ProtocolError("reply without an integer RESULT")
+        if isinstance(request, bool) or not isinstance(request, int):
+            raise ProtocolError("reply with a REQUEST that is not an integer")
+        if type(comment) is not str:
+            raise ProtocolError("reply with a COMMENT that is not text")
+        return cls(request=int(request), result=int(result), comment=comment, data=shape.json_value(rest, "reply", binary=True))
+
+    @classmethod
+    def parse(cls, frame: bytes) -> Reply:
+        """Decode a reply frame (with or without ``CMD``).
+
+        Raises:
+            ProtocolError: not a reply.
+        """
+        return cls.from_document(decode_document(frame))
+
+    @property
+    def ok(self) -> bool:
+        return self.result == Result.OK
+
+    def raise_for(self) -> dict[str, Any]:
+        """The data of a successful reply; raise the :class:`~roq.errors.ManagementError` of a refusal."""
+        if self.result != Result.OK:
+            raise error_for(self.result, self.comment, self.data)
+        return self.data
+
+
+def refusal(exc: ManagementError, request: int = 0) -> Reply:
+    """The reply that answers a request refused with ``exc``."""
+    return Reply(request=request, result=exc.code, comment=str(exc), data=exc.data)

@@ -1,13 +1,22 @@
 """The one exception tree of RoQ-Py.
 
 Every error a RoQ library raises derives from :class:`RoQError`; errors of the libraries underneath
-(pyzmq, bson, psutil) are mapped to these at the boundary where they happen, with the original kept as
-``__cause__``.
+(pyzmq, kazoo, bson, psutil) are mapped to these at the boundary where they happen, with the original kept
+as ``__cause__``: kazoo's in :class:`roq.zk.Session`, everything a request handler raises in
+:mod:`roq.server`.
+
+Replies carry a :class:`Result` code. :func:`error_for` turns a refused reply into its exception, and a
+server turns a raised :class:`ManagementError` into its reply: one registry, both ways.
 """
 
 from __future__ import annotations
 
+import enum
+from typing import Any
+
 __all__ = [
+    "Result",
+    "error_for",
     "RoQError",
     "ProtocolError",
     "UnknownCommandError",
@@ -22,7 +31,23 @@ __all__ = [
     "NotFoundError",
     "BadRequestError",
     "UnavailableError",
+    "ZooKeeperError",
+    "NodeMissingError",
+    "NodeExistsError",
+    "VersionConflictError",
 ]
+
+
+class Result(enum.IntEnum):
+    """RESULT codes of replies. 0 is success."""
+
+    OK = 0
+    NOT_LEADER = 8
+    FAIL = 1101
+    BAD_REQUEST = 1102
+    UNKNOWN_COMMAND = 1103
+    NOT_FOUND = 1104
+    UNAVAILABLE = 1105
 
 
 class RoQError(Exception):
@@ -62,33 +87,82 @@ class ClosedError(RoQError):
 
 
 class ManagementError(RoQError):
-    """A management request failed; ``code`` is the RESULT code of the reply.
+    """A request was refused; ``code`` is the RESULT code of the reply, ``data`` its other fields.
+
+    Raised by clients when a reply refuses, and by request handlers to refuse: the server that catches it
+    answers with its code, its message as COMMENT and its data.
 
     Args:
         message: the COMMENT of the reply, or a description of the failure.
-        code: the non-zero RESULT code.
+        code: the non-zero RESULT code (default: the class's own).
+        data: further fields of the reply.
     """
 
-    def __init__(self, message: str, code: int) -> None:
+    CODE = Result.FAIL
+
+    def __init__(self, message: str, code: int | None = None, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = int(self.CODE if code is None else code)
+        self.data = dict(data or {})
 
 
 class NotLeaderError(ManagementError):
     """The GCM asked is a standby; ``leader`` names the active one ("" when none is elected)."""
 
-    def __init__(self, message: str, code: int, leader: str = "") -> None:
-        super().__init__(message, code)
-        self.leader = leader
+    CODE = Result.NOT_LEADER
+
+    @property
+    def leader(self) -> str:
+        return str(self.data.get("Leader", ""))
 
 
 class NotFoundError(ManagementError):
-    """The queue or host named in a management request does not exist."""
+    """The queue, host, publisher or exchange named in a request does not exist."""
+
+    CODE = Result.NOT_FOUND
 
 
 class BadRequestError(ManagementError):
-    """The management request was malformed or its values invalid (the comment says which)."""
+    """The request was malformed or its values invalid (the comment says which)."""
+
+    CODE = Result.BAD_REQUEST
 
 
 class UnavailableError(ManagementError):
     """The cluster cannot do it now (no host with room, queue busy, not ready in time); retry later."""
+
+    CODE = Result.UNAVAILABLE
+
+
+class ZooKeeperError(UnavailableError):
+    """ZooKeeper could not be reached, or refused an operation. Every request is idempotent: retry it."""
+
+    def __init__(self, message: str, code: int | None = None, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message, code, {"Retry": True, **(data or {})})
+
+
+class NodeMissingError(ZooKeeperError):
+    """A znode that an operation needed does not exist (any more)."""
+
+
+class NodeExistsError(ZooKeeperError):
+    """A znode that an operation creates exists already."""
+
+
+class VersionConflictError(ZooKeeperError):
+    """A znode changed between the read a decision was based on and its write."""
+
+
+_BY_CODE: dict[int, type[ManagementError]] = {
+    Result.NOT_LEADER: NotLeaderError,
+    Result.BAD_REQUEST: BadRequestError,
+    Result.UNKNOWN_COMMAND: BadRequestError,
+    Result.NOT_FOUND: NotFoundError,
+    Result.UNAVAILABLE: UnavailableError,
+}
+
+
+def error_for(result: int, comment: str, data: dict[str, Any] | None = None) -> ManagementError:
+    """The exception of a refused reply (``result`` != OK), of the class registered for its code."""
+    cls = _BY_CODE.get(result, ManagementError)
+    return cls(comment or f"request failed with RESULT {result}", result, data)

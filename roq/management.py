@@ -1,9 +1,10 @@
 """The GCM's BSON protocol: management requests, look-ups, replies and the configuration broadcast.
 
 A request is one BSON document with an int32 ``CMD`` and the original system's argument names (``QName``,
-``Host``); it is decoded and checked by :func:`roq.control.decode` like every control message. A reply is
-one flat BSON document ``{RESULT: int32, COMMENT: str, ...data}``: RESULT 0 is success, any other value is a
-:class:`~roq.control.Result` code and COMMENT says why in words.
+``Host``); it is decoded and checked by :func:`roq.control.decode` like every control message. The answer is
+a :class:`roq.control.Reply` like every server's: one flat BSON document ``{CMD: 9000, REQUEST, RESULT: int32,
+COMMENT: str, ...data}``; RESULT 0 is success, any other value is a :class:`~roq.errors.Result` code and
+COMMENT says why in words.
 
 Command numbers keep the original's where the command existed there: 2000 look-up, 2001 remove, 2002 stop,
 2003 create on a host, 2004 create exchange, 2005 start, 2006/2007 set/get rules, 2010 create on the host
@@ -22,15 +23,8 @@ from typing import Any
 import bson
 from bson.errors import BSONError
 
-from roq.control import Message, Result, message
-from roq.errors import (
-    BadRequestError,
-    ManagementError,
-    NotFoundError,
-    NotLeaderError,
-    ProtocolError,
-    UnavailableError,
-)
+from roq.control import Message, message
+from roq.errors import ProtocolError
 
 __all__ = [
     "BROADCAST",
@@ -53,9 +47,6 @@ __all__ = [
     "ScaleOut",
     "RemoveExchange",
     "GetEvents",
-    "reply",
-    "parse_reply",
-    "raise_for",
     "broadcast_frames",
     "parse_broadcast",
 ]
@@ -196,45 +187,6 @@ class GetEvents(Message):
     Limit: int = 200
 
 
-def reply(result: int, comment: str = "", **data: Any) -> bytes:
-    """Encode a reply document."""
-    return bson.encode({"RESULT": int(result), "COMMENT": comment, **data})
-
-
-def parse_reply(frame: bytes) -> tuple[int, str, dict[str, Any]]:
-    """Decode a reply: (RESULT, COMMENT, the other fields).
-
-    Raises:
-        ProtocolError: not BSON or without an integer RESULT.
-    """
-    try:
-        doc = bson.decode(frame)
-    except (BSONError, ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
-        raise ProtocolError(f"reply is not a BSON document ({len(frame)} bytes): {exc}") from exc
-    result = doc.pop("RESULT", None)
-    if isinstance(result, bool) or not isinstance(result, int):
-        raise ProtocolError("reply without an integer RESULT")
-    comment = doc.pop("COMMENT", "")
-    return result, comment if isinstance(comment, str) else str(comment), doc
-
-
-_ERRORS: dict[int, type[ManagementError]] = {
-    Result.BAD_REQUEST: BadRequestError,
-    Result.UNKNOWN_COMMAND: BadRequestError,
-    Result.NOT_FOUND: NotFoundError,
-    Result.UNAVAILABLE: UnavailableError,
-}
-
-
-def raise_for(result: int, comment: str, data: dict[str, Any]) -> None:
-    """Raise the :class:`ManagementError` subclass of a non-zero RESULT (do nothing on 0)."""
-    if result == Result.OK:
-        return
-    if result == Result.NOT_LEADER:
-        raise NotLeaderError(comment or "not the leader", result, str(data.get("Leader", "")))
-    raise _ERRORS.get(result, ManagementError)(comment or f"request failed with RESULT {result}", result)
-
-
 def broadcast_frames(queues: list[dict[str, Any]], hosts: list[dict[str, Any]]) -> list[bytes]:
     """The three frames of a configuration broadcast."""
     return [bson.encode({"CMD": BROADCAST}), bson.encode({"Queues": queues}), bson.encode({"Hosts": hosts})]
@@ -255,3 +207,23 @@ def parse_broadcast(frames: list[bytes]) -> tuple[list[dict[str, Any]], list[dic
     if head.get("CMD") != BROADCAST or not isinstance(queues.get("Queues"), list) or not isinstance(hosts.get("Hosts"), list):
         raise ProtocolError("broadcast frames are not {CMD: 1500}, {Queues: [...]}, {Hosts: [...]}")
     return queues["Queues"], hosts["Hosts"]
+
+
+# ---- transitional: every server and client moves to roq.control.Reply
+def reply(result: int, comment: str = "", **data: Any) -> bytes:  # transitional
+    from roq.control import Reply, encode
+
+    return encode(Reply(result=int(result), comment=comment, data=data))
+
+
+def parse_reply(frame: bytes) -> tuple[int, str, dict[str, Any]]:  # transitional
+    from roq.control import Reply
+
+    r = Reply.parse(frame)
+    return r.result, r.comment, dict(r.data)
+
+
+def raise_for(result: int, comment: str, data: dict[str, Any]) -> None:  # transitional
+    from roq.control import Reply
+
+    Reply(result=result, comment=comment, data=data).raise_for()

@@ -15,33 +15,41 @@ from typing import Any
 
 from roq.errors import ConfigError
 
-__all__ = ["DEFAULT_RULES", "RULE_DOCS", "merge_rules", "update_rules", "effective_rules", "check_thresholds"]
+__all__ = ["DEFAULT_RULES", "RULE_DOCS", "RULE_RANGES", "merge_rules", "update_rules", "effective_rules", "check_thresholds"]
 
-# key -> (type, default, lowest allowed, highest allowed or None, description)
-_SPEC: dict[str, tuple[type, Any, float, float | None, str]] = {
-    "min_exchanges": (int, 1, 1, None, "fewest exchanges the queue keeps"),
-    "max_exchanges": (int, 4, 1, None, "most exchanges the queue may have"),
-    "max_exchanges_per_host": (int, 4, 1, None, "most exchanges of this queue on one host"),
-    "exchange_records_per_s": (float, 200_000.0, 1.0, None, "high-water mark of one exchange, records/s (smoothed)"),
-    "publishers_per_exchange": (int, 0, 0, None,
+# key -> (type, default, lowest allowed, highest allowed, description); every key has both bounds, and a
+# value outside them is refused naming the key and the range. Keys whose description says "0 = ..." also
+# take 0, below their lowest.
+_SPEC: dict[str, tuple[type, Any, float, float, str]] = {
+    "min_exchanges": (int, 1, 1, 64, "fewest exchanges the queue keeps"),
+    "max_exchanges": (int, 4, 1, 256, "most exchanges the queue may have"),
+    "max_exchanges_per_host": (int, 4, 1, 64, "most exchanges of this queue on one host"),
+    "exchange_records_per_s": (float, 200_000.0, 10.0, 1e9, "high-water mark of one exchange, records/s (smoothed)"),
+    "publishers_per_exchange": (int, 0, 1, 100_000,
                                 "the queue scales out when it has more publishers per exchange than this (0 = no limit)"),
-    "scale_out_records_per_s": (float, 0.0, 0.0, None,
+    "scale_out_records_per_s": (float, 0.0, 10.0, 1e9,
                                 "the queue scales out when its average load per exchange stays above this, records/s "
                                 "(0 = only when an exchange is hot and no other can take its publishers)"),
     "scale_in_ratio": (float, 0.6, 0.05, 0.95,
                        "the queue scales in when its load fits in one exchange fewer at this fraction of "
                        "exchange_records_per_s each"),
-    "host_cpu_percent": (float, 90.0, 1.0, 100.0, "a host above this CPU % takes no new exchange"),
-    "host_memory_percent": (float, 90.0, 1.0, 100.0, "a host above this memory % takes no new exchange"),
-    "kpi_period_s": (float, 1.0, 0.05, 3600.0, "seconds between KPI reports and rule evaluations"),
+    "host_cpu_percent": (float, 90.0, 10.0, 100.0, "a host above this CPU % takes no new exchange"),
+    "host_memory_percent": (float, 90.0, 10.0, 100.0, "a host above this memory % takes no new exchange"),
+    "kpi_period_s": (float, 1.0, 0.25, 60.0, "seconds between KPI reports and rule evaluations"),
     "smoothing": (float, 0.5, 0.01, 1.0, "EWMA weight of the newest KPI sample"),
-    "sustain_s": (float, 2.0, 0.0, 3600.0, "seconds a condition must hold before the monitor acts"),
-    "cooldown_s": (float, 10.0, 0.0, 86400.0,
+    "sustain_s": (float, 2.0, 0.5, 3600.0, "seconds a condition must hold before the monitor acts"),
+    "cooldown_s": (float, 10.0, 1.0, 86400.0,
                    "seconds a moved publisher stays put, and the least time between two scaling decisions"),
 }
+_ZERO_MEANS_OFF = {key for key, spec in _SPEC.items() if "(0 = " in spec[4]}
 
 DEFAULT_RULES: dict[str, Any] = {key: spec[1] for key, spec in _SPEC.items()}
-RULE_DOCS: dict[str, str] = {key: spec[4] for key, spec in _SPEC.items()}
+RULE_DOCS: dict[str, str] = {
+    key: f"{doc} [{'0, or ' if key in _ZERO_MEANS_OFF else ''}{low:g}..{high:g}]"
+    for key, (_kind, _default, low, high, doc) in _SPEC.items()
+}
+#: key -> (lowest, highest) allowed (and 0 for the keys where 0 turns the rule off)
+RULE_RANGES: dict[str, tuple[float, float]] = {key: (spec[2], spec[3]) for key, spec in _SPEC.items()}
 
 
 def _value(key: str, value: Any) -> Any:
@@ -59,9 +67,9 @@ def _value(key: str, value: Any) -> Any:
             raise ConfigError(f"rule {key!r} is out of range: {value!r}") from exc
         if value != value or value in (float("inf"), float("-inf")):
             raise ConfigError(f"rule {key!r} must be finite, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
-        raise ConfigError(f"rule {key!r} must be {bound}, got {value!r}")
+    if not low <= value <= high and not (value == 0 and key in _ZERO_MEANS_OFF):
+        zero = "0 (off) or " if key in _ZERO_MEANS_OFF else ""
+        raise ConfigError(f"rule {key!r} must be {zero}between {low:g} and {high:g}, got {value!r}")
     return value
 
 

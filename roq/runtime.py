@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable
 
 __all__ = ["ExitCode", "SignalWakeup", "StopFlag", "DropCounter", "LineReader", "setup_logging", "announce_ready", "run_node",
-           "READY_PREFIX"]
+           "run_main", "READY_PREFIX"]
 
 READY_PREFIX = "READY "
 
@@ -164,6 +164,27 @@ class LineReader:
         kept = [line for line in lines if len(line) <= self.limit]
         self.dropped += len(lines) - len(kept)
         return kept
+
+
+def run_main(role: str, config_cls: type, make_node: Callable[[Any], Any], argv: list[str] | None, *,
+             description: str) -> int:
+    """The whole ``__main__`` of a RoQ process: flags and ``--config`` from ``config_cls``, logging, the
+    config built and checked, the node made and run (see :func:`run_node`). Returns the exit code.
+
+    ``make_node(config)`` returns the node; its ``ready_info()`` gives the ready line's fields.
+    """
+    from roq.errors import ConfigError
+    from roq.settings import from_args, parser_for
+
+    args = parser_for(config_cls, prog=f"python -m {role}", description=description, section=role).parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        config = from_args(config_cls, role, args)
+        node = make_node(config)
+    except ConfigError as exc:
+        print(f"{role}: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    return run_node(role, node, node.ready_info)
 
 
 def run_node(role: str, node: Any, ready: Callable[[], dict[str, Any]]) -> int:

@@ -4,19 +4,27 @@ Every key of a section must be a field of the dataclass it configures and have t
 required field must come from the file or a flag. Anything else is an error that names the file, the
 section and the key, never a silent default (the original's loader skipped every key after the first
 missing one).
+
+A process's command line is made from its config dataclass (:func:`parser_for`): one flag per field
+(``--field-name``, or the field's ``metadata["flag"]``), its help taken from the class docstring's
+``Attributes:`` section. :func:`to_args` is the inverse: the flags that rebuild a given config, which is how
+a host manager starts its children from their settings objects.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
+import re
 import tomllib
 import typing
 from typing import Any, TypeVar
 
 from roq.errors import ConfigError
 
-__all__ = ["read_toml", "read_text", "parse_toml", "build", "from_args", "check_table", "missing_keys"]
+__all__ = ["read_toml", "read_text", "parse_toml", "build", "from_args", "check_table", "missing_keys",
+           "parser_for", "add_options", "to_args", "field_docs", "flag_of", "parse_assignments"]
 
 T = TypeVar("T")
 
@@ -155,3 +163,121 @@ def from_args(cls: type[T], section: str, args: Any) -> T:
     flags = {k: v for k, v in vars(args).items() if k in names}
     file = read_toml(args.config) if getattr(args, "config", None) else None
     return build(cls, file=file, section=section, source=getattr(args, "config", "") or "", flags=flags)
+
+
+# ---------------------------------------------------------------------- command lines from dataclasses
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    """The command-line flag of a config field: ``metadata["flag"]`` or ``--field-name``."""
+    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's description from the ``Attributes:`` section of ``cls``'s docstring (Google style;
+    ``a, b: text`` documents both)."""
+    doc = cls.__doc__ or ""
+    docs: dict[str, str] = {}
+    section = re.split(r"\n\s*Attributes:\s*\n", doc, maxsplit=1)
+    if len(section) < 2:
+        return docs
+    names: list[str] = []
+    indent = None
+    for line in section[1].splitlines():
+        if not line.strip():
+            continue
+        width = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = width
+        if width < indent:
+            break
+        entry = re.match(r"^\s*([a-z_][a-z0-9_]*(?:\s*,\s*[a-z_][a-z0-9_]*)*):\s*(.*)$", line)
+        if width == indent and entry:
+            names = [n.strip() for n in entry.group(1).split(",")]
+            for name in names:
+                docs[name] = entry.group(2).strip()
+        elif names:
+            for name in names:
+                docs[name] = f"{docs[name]} {line.strip()}".strip()
+    return docs
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
+    """Add one flag per field of the config dataclass ``cls`` (default None: the file or the field's
+    default applies; see :func:`from_args`)."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        hint = hints[f.name]
+        text = docs.get(f.name, "").replace("%", "%%")
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required:
+            text += " (required, here or in the file)"
+        elif hint is not bool and typing.get_origin(hint) is not tuple and f.default not in ("", None):
+            text += f" (default {f.default})".replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": text.strip() or None}
+        if hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+            kwargs["help"] = f"{text} (default {'on' if f.default else 'off'})".strip()
+        elif typing.get_origin(hint) is tuple:
+            kwargs["action"] = "append"
+            kwargs["metavar"] = "VALUE"
+        elif hint in (int, float, str):
+            kwargs["type"] = hint
+            kwargs["metavar"] = {int: "N", float: "X", str: "TEXT"}[hint]
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name}: no command-line form for {hint!r}")
+        parser.add_argument(flag_of(f), **kwargs)
+
+
+def parser_for(cls: type, *, prog: str, description: str, section: str) -> argparse.ArgumentParser:
+    """The command line of a process configured by ``cls``: ``--config FILE`` (its ``[section]`` table),
+    ``--log-level`` and one flag per field."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--config", help=f"TOML file with a [{section}] table; flags override it")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING... (default INFO)")
+    add_options(p, cls)
+    return p
+
+
+def to_args(config: Any) -> list[str]:
+    """The flags that give ``config`` back through :func:`parser_for` and :func:`from_args` (fields left at
+    their default are not written)."""
+    hints = typing.get_type_hints(type(config))
+    out: list[str] = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.default is not dataclasses.MISSING and value == f.default:
+            continue
+        if f.default_factory is not dataclasses.MISSING and value == f.default_factory():
+            continue
+        flag = flag_of(f)
+        if hints[f.name] is bool:
+            out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, tuple):
+            out.extend(f"{flag}={item}" for item in value)
+        else:
+            out.append(f"{flag}={value!r}" if isinstance(value, float) else f"{flag}={value}")
+    return out
+
+
+def parse_assignments(cls: type, pairs: tuple[str, ...] | list[str], where: str) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (values in TOML syntax: ``backend_hwm=100``, ``zk="h:1"``, bare words are
+    text) as values for fields of the config dataclass ``cls``, checked like a file's table.
+
+    Raises:
+        ConfigError: not KEY=VALUE, an unknown key, or a value of the wrong type (named with ``where``).
+    """
+    table: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"{where}: expected KEY=VALUE, got {pair!r}")
+        try:
+            table[key] = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            table[key] = value.strip()
+    return check_table(cls, table, where)

@@ -20,12 +20,12 @@ def test_header_round_trip():
 @pytest.mark.parametrize(
     "frame, message",
     [
-        (b"", "header of 0 bytes"),
+        (b"", "0 bytes, expected"),
         (b"\x01" * (batch.HEADER_SIZE - 1), "expected"),
         (batch.HEADER.pack(9, batch.DATA, 0, 1, PUB, 0, 1, 0, 0), "version 9"),
         (batch.HEADER.pack(1, 77, 0, 1, PUB, 0, 1, 0, 0), "unknown frame kind 77"),
-        (batch.HEADER.pack(1, batch.DATA, 0, 0, PUB, 0, 1, 0, 0), "no records"),
-        (batch.HEADER.pack(1, batch.DATA, 0, 2, PUB, 0, 0, 0, 0), "start at 1"),
+        (batch.HEADER.pack(1, batch.DATA, 0, 0, PUB, 0, 1, 0, 0), "count 0"),
+        (batch.HEADER.pack(1, batch.DATA, 0, 2, PUB, 0, 0, 0, 0), "first seq 0"),
     ],
 )
 def test_bad_headers_are_rejected_with_a_reason(frame, message):

@@ -47,7 +47,7 @@ def test_original_command_numbers_are_kept():
         (bson.encode({"CMD": "5"}), "without an integer CMD"),
         (bson.encode({"CMD": True}), "without an integer CMD"),
         (bson.encode({"CMD": 5, "exchange": "x"}), "lacks field 'frontend'"),
-        (bson.encode({"CMD": 5, "exchange": 1, "frontend": "", "backend": "", "pid": 1}), "'exchange' must be str"),
+        (bson.encode({"CMD": 5, "exchange": 1, "frontend": "", "backend": "", "pid": 1}), "'exchange' must be text"),
         (bson.encode({"CMD": 5, "exchange": "x", "frontend": "", "backend": "", "pid": 1.5}), "'pid' must be an integer"),
         (bson.encode({"CMD": 30, "subscriber": "s", "prefix": b"", "confirmed": "x1"}), "'confirmed' must be a list"),
         (bson.encode({"CMD": 30, "subscriber": "s", "prefix": b"", "confirmed": [1]}), r"confirmed\[0\]"),

@@ -93,10 +93,21 @@ def test_out_of_range_value_is_refused_by_name(key, value):
 
 @pytest.mark.parametrize(
     "key, value",
-    [("smoothing", 0.01), ("smoothing", 1.0), ("host_cpu_percent", 100), ("publishers_per_exchange", 0), ("sustain_s", 0)],
+    [("smoothing", 0.01), ("smoothing", 1.0), ("host_cpu_percent", 100), ("publishers_per_exchange", 0),
+     ("sustain_s", 0.5), ("cooldown_s", 1), ("kpi_period_s", 0.25), ("max_exchanges", 256)],
 )
 def test_range_bounds_are_inclusive(key, value):
     assert merge_rules(None, {key: value})[key] == value
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("max_exchanges", 2**40), ("exchange_records_per_s", 1), ("kpi_period_s", 0.05), ("sustain_s", 0),
+     ("cooldown_s", 0), ("min_exchanges", 65), ("scale_out_records_per_s", 5), ("host_cpu_percent", 5)],
+)
+def test_values_that_were_accepted_once_and_made_no_sense_are_refused_with_the_range(key, value):
+    with pytest.raises(ConfigError, match=rf"'{key}' must be .*between"):
+        merge_rules(None, {key: value})
 
 
 def test_unknown_rule_is_refused_by_name():

@@ -1,0 +1,213 @@
+"""Shapes: frozen dataclasses whose fields are checked whenever a document is read into one.
+
+One mechanism for every shape that crosses a process boundary: control messages (BSON, :mod:`roq.control`),
+ZooKeeper documents (JSON, :mod:`roq.documents`) and KPI archive records (JSON lines, :mod:`roq.kpi.records`).
+A shape's fields may be ``str``, ``int``, ``float``, ``bool``, ``bytes``, ``dict`` (a JSON document),
+``dict[str, X]``, ``list[X]``, ``X | None`` or another shape. :func:`read` builds a shape from a decoded
+document and checks every field: presence (a field without a default is required), type, and range.
+
+Reading is strict about types because the documents come from anyone on the network:
+
+* a value must be of the builtin type itself, not a subclass that only looks like one: ``bson.Code`` is a
+  ``str`` (and unhashable), ``bson.Binary`` is ``bytes``, ``bson.Int64`` is an ``int``; text must be exactly
+  ``str``, the others are converted to their builtin type;
+* booleans are not numbers; floats are finite; integers fit in 64 bits;
+* a ``dict`` field holds plain JSON only (no datetime, ObjectId, Binary...), at most :data:`MAX_DEPTH`
+  levels deep, and is copied.
+
+Every failure is a :class:`~roq.errors.ProtocolError` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Callable
+
+from roq.errors import ProtocolError
+
+__all__ = ["compile_shape", "read", "to_document", "json_value", "MAX_DEPTH"]
+
+#: deepest nesting accepted in a JSON document field (``{"a": {"b": ...}}`` is depth 2)
+MAX_DEPTH = 16
+_INT64 = 1 << 63
+
+Check = Callable[[Any, str], Any]
+_SPECS: dict[type, tuple[tuple[str, Check, bool], ...]] = {}
+
+
+def compile_shape(cls: type) -> tuple[tuple[str, Check, bool], ...]:
+    """The (name, check, required) of every field of the dataclass ``cls`` (computed once)."""
+    spec = _SPECS.get(cls)
+    if spec is None:
+        hints = typing.get_type_hints(cls)
+        spec = tuple(
+            (f.name, _checker(hints[f.name]),
+             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            for f in dataclasses.fields(cls)
+        )
+        _SPECS[cls] = spec
+    return spec
+
+
+def read(cls: type, doc: Any, where: str = "") -> Any:
+    """Build the shape ``cls`` from the decoded document ``doc``; keys it does not know are ignored.
+
+    Raises:
+        ProtocolError: ``doc`` is not a document, a required field is missing, or a value is of the wrong
+            type or out of range (the message names the field).
+    """
+    if type(doc) is not dict:
+        raise ProtocolError(f"{where or cls.__name__} must be a document, got {type(doc).__name__}")
+    values = {}
+    for name, check, required in compile_shape(cls):
+        if name in doc:
+            values[name] = check(doc[name], f"{where}.{name}" if where else name)
+        elif required:
+            raise ProtocolError(f"{cls.__name__} lacks field {name!r}")
+    return cls(**values)
+
+
+def to_document(obj: Any) -> Any:
+    """A shape (or a list of them) as plain documents, ready for BSON or JSON."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_document(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list):
+        return [to_document(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: to_document(v) for k, v in obj.items()}
+    return obj
+
+
+def json_value(value: Any, where: str, depth: int = 0, *, binary: bool = False) -> Any:
+    """A plain copy of the JSON value ``value`` (None, bool, int, float, str, list, dict with str keys; with
+    ``binary``, bytes too, as BSON carries them).
+
+    Raises:
+        ProtocolError: another type (named with its place), a non-finite float, or nested too deep.
+    """
+    kind = type(value)
+    if value is None or kind is bool or kind is str:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _int(value, where)
+    if kind is float:
+        return _finite(value, where)
+    if binary and isinstance(value, bytes):
+        return bytes(value)
+    if depth >= MAX_DEPTH:
+        raise ProtocolError(f"{where} is nested more than {MAX_DEPTH} levels deep")
+    if kind is list:
+        return [json_value(v, f"{where}[{i}]", depth + 1, binary=binary) for i, v in enumerate(value)]
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise ProtocolError(f"{where} has a key of type {type(k).__name__}; keys are text")
+            out[k] = json_value(v, f"{where}.{k}", depth + 1, binary=binary)
+        return out
+    raise ProtocolError(f"{where} holds a {kind.__name__}; only JSON values are accepted")
+
+
+def _int(value: Any, where: str) -> int:
+    value = int(value)
+    if not -_INT64 <= value < _INT64:
+        raise ProtocolError(f"field {where!r} does not fit in 64 bits")
+    return value
+
+
+def _finite(value: float, where: str) -> float:
+    value = float(value)
+    if not math.isfinite(value):
+        raise ProtocolError(f"field {where!r} must be a finite number, got {value!r}")
+    return value
+
+
+def _checker(hint: Any) -> Check:
+    """A function that validates (and, for nested shapes, builds) a decoded value of type ``hint``."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        inner = _checker(args[0])
+        return lambda v, name: None if v is None else inner(v, name)
+    if origin is list:
+        (item_hint,) = typing.get_args(hint)
+        item = _checker(item_hint)
+
+        def check_list(v: Any, name: str) -> list:
+            if type(v) is not list:
+                raise ProtocolError(f"field {name!r} must be a list, got {type(v).__name__}")
+            return [item(x, f"{name}[{i}]") for i, x in enumerate(v)]
+
+        return check_list
+    if origin is dict:
+        key_hint, value_hint = typing.get_args(hint)
+        if key_hint is not str:
+            raise TypeError(f"mapping keys must be str, got {key_hint!r}")
+        value_check = _checker(value_hint)
+
+        def check_mapping(v: Any, name: str) -> dict:
+            if type(v) is not dict:
+                raise ProtocolError(f"field {name!r} must be a document, got {type(v).__name__}")
+            out = {}
+            for k, x in v.items():
+                if type(k) is not str:
+                    raise ProtocolError(f"field {name!r} has a key of type {type(k).__name__}")
+                out[k] = value_check(x, f"{name}.{k}")
+            return out
+
+        return check_mapping
+    if dataclasses.is_dataclass(hint):
+        compile_shape(hint)
+        return lambda v, name: read(hint, v, name)
+    if hint is float:
+
+        def check_float(v: Any, name: str) -> float:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ProtocolError(f"field {name!r} must be a number, got {type(v).__name__}")
+            return _finite(v, name)
+
+        return check_float
+    if hint is int:
+
+        def check_int(v: Any, name: str) -> int:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ProtocolError(f"field {name!r} must be an integer, got {type(v).__name__}")
+            return _int(v, name)
+
+        return check_int
+    if hint is str:
+
+        def check_str(v: Any, name: str) -> str:
+            if type(v) is not str:  # bson.Code is a str subclass: refuse it, never hash it
+                raise ProtocolError(f"field {name!r} must be text, got {type(v).__name__}")
+            return v
+
+        return check_str
+    if hint is bool:
+
+        def check_bool(v: Any, name: str) -> bool:
+            if type(v) is not bool:
+                raise ProtocolError(f"field {name!r} must be true or false, got {type(v).__name__}")
+            return v
+
+        return check_bool
+    if hint is bytes:
+
+        def check_bytes(v: Any, name: str) -> bytes:
+            if not isinstance(v, bytes):
+                raise ProtocolError(f"field {name!r} must be binary, got {type(v).__name__}")
+            return bytes(v)
+
+        return check_bytes
+    if hint is dict:
+
+        def check_document(v: Any, name: str) -> dict:
+            if type(v) is not dict:
+                raise ProtocolError(f"field {name!r} must be a document, got {type(v).__name__}")
+            return json_value(v, name)
+
+        return check_document
+    raise TypeError(f"unsupported field type {hint!r}")
