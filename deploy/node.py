@@ -29,7 +29,7 @@ def _component(module: str) -> Callable[[list[str]], int]:
 
 def _zookeeper(argv: list[str]) -> int:
     from roq.runtime import setup_logging
-    from roq.zkserver import ZooKeeperServer
+    from roqcli.zkserver import ZooKeeperServer
 
     p = argparse.ArgumentParser(prog="deploy.node zookeeper", description="a standalone ZooKeeper server")
     p.add_argument("--address", default="127.0.0.1", help="address of its client port (default 127.0.0.1)")

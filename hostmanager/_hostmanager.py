@@ -29,6 +29,7 @@ from hostmanager._ports import PortAllocator
 from roq import control
 from roq.errors import ConfigError, ProtocolError
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
+from roq.kpi.records import HostRecord
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import bind, poll_ms
 from roq.zk import Paths, Session, check_hosts, dumps, incarnation, loads
@@ -262,7 +263,7 @@ class HostManager:
             "net_bytes_per_s": round(rate, 1),
         }
         if self.archive is not None:
-            self.archive.append("host", {"host": self.address, "cpu_percent_now": self._cpu[-1], **kpis})
+            self.archive.append(HostRecord(host=self.address, cpu_percent_now=self._cpu[-1], **kpis))
             self.archive.tick()
         return kpis
 

@@ -40,6 +40,7 @@ from roq.control import Result
 from roq import management as m
 from roq.errors import ProtocolError, UnknownCommandError
 from roq.kpi.archive import ArchiveWriter
+from roq.kpi.records import EventRecord, ExchangeRecord, PublisherRecord, SubscriberRecord
 from roq.rules import DEFAULT_RULES
 from roq.runtime import DropCounter, SignalWakeup
 from roq.sockets import HandshakeWatch, bind, poll_ms
@@ -319,14 +320,13 @@ class Monitor:
         assert self.archive is not None
         wall = time.time()
         host = x.frontend.rsplit("/", 1)[-1].rsplit(":", 1)[0]
-        self.archive.append("exchange", {
-            "exchange": x.id, "host": host, "period": kpi.period, "records_in": kpi.records_in,
-            "bytes_in": kpi.bytes_in, "records_out": kpi.records_out, "bytes_out": kpi.bytes_out,
-            "publishers": len(kpi.publishers), "cpu_percent": kpi.cpu_percent, "rss_bytes": kpi.rss_bytes,
-            "busy": kpi.busy, "dropped": kpi.dropped}, wall)
+        self.archive.append(ExchangeRecord(
+            exchange=x.id, host=host, period=kpi.period, records_in=kpi.records_in, bytes_in=kpi.bytes_in,
+            records_out=kpi.records_out, bytes_out=kpi.bytes_out, publishers=len(kpi.publishers),
+            cpu_percent=kpi.cpu_percent, rss_bytes=kpi.rss_bytes, busy=kpi.busy, dropped=kpi.dropped), wall)
         for rate in kpi.publishers:
-            self.archive.append("publisher", {"publisher": rate.publisher, "exchange": x.id, "host": host,
-                                              "period": kpi.period, "records": rate.records, "bytes": rate.bytes}, wall)
+            self.archive.append(PublisherRecord(publisher=rate.publisher, exchange=x.id, host=host, period=kpi.period,
+                                                records=rate.records, bytes=rate.bytes), wall)
 
     def _drain(self, x: ExchangeEntry) -> None:
         x.draining = True
@@ -410,11 +410,10 @@ class Monitor:
         s.identity, s.last_seen, s.prefix = envelope[0], now, hello.prefix
         s.confirmed = set(hello.confirmed)
         if self.archive is not None and hello.period > 0:
-            self.archive.append("subscriber", {
-                "subscriber": s.id, "prefix": hello.prefix.decode("utf-8", "backslashreplace"),
-                "period": hello.period, "records": hello.records, "latency_p50_ms": hello.latency_p50_ms,
-                "latency_p99_ms": hello.latency_p99_ms, "gaps": hello.gaps, "lost": hello.lost,
-                "duplicates": hello.duplicates})
+            self.archive.append(SubscriberRecord(
+                subscriber=s.id, prefix=hello.prefix.decode("utf-8", "backslashreplace"), period=hello.period,
+                records=hello.records, latency_p50_ms=hello.latency_p50_ms, latency_p99_ms=hello.latency_p99_ms,
+                gaps=hello.gaps, lost=hello.lost, duplicates=hello.duplicates))
         if s.confirmed != set(self.exchanges) and self._may_list(s, now):
             self._send([s.identity], self._exchange_list())
         self.mover.subscriber_heard(s)
@@ -758,6 +757,6 @@ class Monitor:
         self.log.add(kind, text, queue=self.config.queue, origin="monitor", **fields)
         log.info("%s", text)
         if self.archive is not None:  # the event's own fields nested: their types vary from kind to kind
-            self.archive.append("event", {"event": kind, "text": text, "exchange": fields.get("exchange"),
-                                          "publisher": fields.get("publisher"), "reason": fields.get("reason"),
-                                          "fields": fields})
+            self.archive.append(EventRecord(event=kind, text=text, exchange=fields.get("exchange"),
+                                            publisher=fields.get("publisher"), reason=fields.get("reason"),
+                                            fields=fields))

@@ -19,12 +19,13 @@ from typing import IO, Any, Sequence
 from roq.errors import BrokerConnectionError, BrokerTimeoutError
 from roq.runtime import READY_PREFIX
 
-__all__ = ["Child", "spawn"]
+__all__ = ["Child", "spawn", "die_with_parent"]
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
+    """In a child between fork and exec: get SIGTERM when ``parent`` dies (exit at once if it is gone)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -231,6 +232,6 @@ def spawn(
         stderr=stderr,
         stdin=subprocess.PIPE if commands else subprocess.DEVNULL,
         env=env,
-        preexec_fn=lambda: _die_with_parent(parent),
+        preexec_fn=lambda: die_with_parent(parent),
     )
     return Child(name, popen)

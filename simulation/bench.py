@@ -297,7 +297,7 @@ def bench_control(trials: int, progress: Any) -> list[Result]:
     import client
     from roq import management as m
     from roq.zk import Paths
-    from simulation.embedded import EmbeddedCluster
+    from roqcli.embedded import EmbeddedCluster
 
     log_dir = tempfile.mkdtemp(prefix="roq-bench-")
     with EmbeddedCluster(hosts=3, log_dir=log_dir) as cluster:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from roq.errors import BrokerTimeoutError
 from simulation.bench import Result, _percentiles, bench_roq
-from simulation.embedded import wait_for
+from roqcli.embedded import wait_for
 from simulation.load import Loads
 
 __all__ = ["run", "render"]
@@ -156,7 +156,7 @@ def _floor(cluster: Any, samples: int) -> list[float]:
 
 def bench_reaction(trials: int, progress: Callable[[str], None]) -> list[Result]:
     """Parts 1 and 2: reaction time and the pause of a moved publisher, with their baselines."""
-    from simulation.embedded import EmbeddedCluster
+    from roqcli.embedded import EmbeddedCluster
 
     log_dir = tempfile.mkdtemp(prefix="roq-bench-")
     runs = []

@@ -25,6 +25,7 @@ def _archive_cost(records: int) -> tuple[float, float]:
     """(µs per archived record, µs per decoded KPI message)."""
     from roq import control
     from roq.kpi.archive import ArchiveWriter
+    from roq.kpi.records import ExchangeRecord
 
     kpi = control.ExchangeKpi(
         exchange="x1-abcd", period=1.0, records_in=40_000, bytes_in=8_000_000, records_out=80_000,
@@ -38,13 +39,13 @@ def _archive_cost(records: int) -> tuple[float, float]:
     directory = tempfile.mkdtemp(prefix="roq-bench-archive-")
     try:
         writer = ArchiveWriter(directory, "bench", "bench", rotate_bytes=64 << 20)
-        record = {"exchange": "x1-abcd", "host": "127.0.0.11", "period": 1.0, "records_in": 40_000,
-                  "bytes_in": 8_000_000, "records_out": 80_000, "bytes_out": 16_000_000, "publishers": 4,
-                  "cpu_percent": 63.5, "rss_bytes": 60 << 20, "busy": 0.6, "dropped": 0}
+        record = ExchangeRecord(exchange="x1-abcd", host="127.0.0.11", period=1.0, records_in=40_000,
+                                bytes_in=8_000_000, records_out=80_000, bytes_out=16_000_000, publishers=4,
+                                cpu_percent=63.5, rss_bytes=60 << 20, busy=0.6, dropped=0)
         now = time.time()
         started = time.perf_counter()
         for i in range(records):
-            writer.append("exchange", record, now)
+            writer.append(record, now)
             if i % 1000 == 999:  # a busy monitor: a thousand records a second, written out each second
                 now += 1.0
                 writer.tick(now)
@@ -87,7 +88,7 @@ def run(args: Any, progress: Any) -> list[Any]:
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(archive) for f in fs)
         progress("(f) roq kpi report (a new process, Spark's start included)")
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "roq.cli", "kpi", "report", "--archive", archive, "--out", out],
+        done = subprocess.run([sys.executable, "-m", "roqcli", "kpi", "report", "--archive", archive, "--out", out],
                               capture_output=True, text=True, timeout=1800)
         report_s = time.perf_counter() - started
         if done.returncode != 0:

@@ -7,17 +7,17 @@ it stops, by pid; children also die with it (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import IO, Any, Sequence
 
 import client
 from roq.errors import BrokerTimeoutError
-from roq.process import Child, spawn
+from roq.process import Child
+from roqcli.embedded import spawn_logged
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LocalCluster", "spawn_logged"]
+__all__ = ["LocalCluster"]
 
 
 class LocalCluster:
@@ -162,14 +162,3 @@ class LocalCluster:
 
     def _spawn(self, name: str, module: str, args: list[str]) -> Child:
         return spawn_logged(name, module, args, self.log_dir, self._logs)
-
-
-def spawn_logged(name: str, module: str, args: list[str], log_dir: str | None, files: list[IO[Any]]) -> Child:
-    """Start ``python -m module args`` logging to ``log_dir/<name>.log`` (None: this process's stderr);
-    the opened file is appended to ``files`` for the caller to close."""
-    stderr: IO[Any] | None = None
-    if log_dir is not None:
-        os.makedirs(log_dir, exist_ok=True)
-        stderr = open(os.path.join(log_dir, name.replace(" ", "-") + ".log"), "ab")
-        files.append(stderr)
-    return spawn(name, module, args, stderr=stderr)

@@ -22,7 +22,7 @@ from typing import Any
 import client
 from roq.process import Child, spawn
 from simulation.audit import compare
-from simulation.embedded import EmbeddedCluster
+from roqcli.embedded import EmbeddedCluster
 from simulation.load import parse_report
 
 PUBLISHERS = [  # rate (records/s), keys

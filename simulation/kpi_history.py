@@ -16,6 +16,7 @@ import sys
 import time
 
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
+from roq.kpi.records import EventRecord, ExchangeRecord, HostRecord, PublisherRecord, SubscriberRecord
 
 __all__ = ["generate", "main"]
 
@@ -42,29 +43,30 @@ def generate(out: str, *, records: int, capacity: float = 40_000.0, queues: int 
                 x = min(offered, capacity)
                 cpu = max(0.0, min(100.0, idle + (100 - idle) * x / capacity) + rng.gauss(0, noise))
                 xid, host = f"x{e + 1}-syn", addresses[e % hosts]
-                w.append("exchange", {"exchange": xid, "host": host, "period": 1.0, "records_in": int(x),
-                                      "bytes_in": int(x) * 200, "records_out": int(x) * 2, "bytes_out": int(x) * 400,
-                                      "publishers": 2, "cpu_percent": round(cpu, 2), "rss_bytes": 60 << 20,
-                                      "busy": round(min(1.0, x / capacity), 3), "dropped": 0}, t)
+                w.append(ExchangeRecord(exchange=xid, host=host, period=1.0, records_in=int(x),
+                                        bytes_in=int(x) * 200, records_out=int(x) * 2, bytes_out=int(x) * 400,
+                                        publishers=2, cpu_percent=round(cpu, 2), rss_bytes=60 << 20,
+                                        busy=round(min(1.0, x / capacity), 3), dropped=0), t)
                 for p in range(2):
-                    w.append("publisher", {"publisher": f"p{e}{p}", "exchange": xid, "host": host, "period": 1.0,
-                                           "records": int(x / 2), "bytes": int(x / 2) * 200}, t)
+                    w.append(PublisherRecord(publisher=f"p{e}{p}", exchange=xid, host=host, period=1.0,
+                                             records=int(x / 2), bytes=int(x / 2) * 200), t)
                 written += 3
             heat = max(load[(q, e)] for e in range(exchanges)) / capacity
             for s in range(2):
                 p50 = 1.0 + 20.0 * max(0.0, heat - 0.8) + rng.random() * 0.2
-                w.append("subscriber", {"subscriber": f"s{s}", "prefix": "", "period": 1.0,
-                                        "records": int(sum(load[(q, e)] for e in range(exchanges))),
-                                        "latency_p50_ms": round(p50, 3), "latency_p99_ms": round(p50 * 4, 3),
-                                        "gaps": 0, "lost": 0, "duplicates": 0}, t)
+                w.append(SubscriberRecord(subscriber=f"s{s}", prefix="", period=1.0,
+                                          records=int(sum(load[(q, e)] for e in range(exchanges))),
+                                          latency_p50_ms=round(p50, 3), latency_p99_ms=round(p50 * 4, 3),
+                                          gaps=0, lost=0, duplicates=0), t)
                 written += 1
             if rng.random() < 0.01:
-                w.append("event", {"event": "relocated", "text": "synthetic relocation", "exchange": "x1-syn",
-                                   "publisher": "p00", "reason": "rule", "fields": {}}, t)
+                w.append(EventRecord(event="relocated", text="synthetic relocation", exchange="x1-syn",
+                                     publisher="p00", reason="rule"), t)
                 written += 1
         for h in addresses:
-            host_writer.append("host", {"host": h, "cpu_percent": round(rng.uniform(20, 90), 1),
-                                        "memory_percent": 40.0, "net_bytes_per_s": 0.0}, t)
+            cpu = round(rng.uniform(20, 90), 1)
+            host_writer.append(HostRecord(host=h, cpu_percent_now=cpu, cpu_percent=cpu, memory_percent=40.0,
+                                          net_bytes_per_s=0.0), t)
             written += 1
         t += 1.0
         for w in (*writers.values(), host_writer):

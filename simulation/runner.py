@@ -26,7 +26,7 @@ import client
 from roq.errors import ConfigError, RoQError
 from roq.zk import DEFAULT_ROOT
 from simulation.audit import compare
-from simulation.embedded import EmbeddedCluster
+from roqcli.embedded import EmbeddedCluster
 from simulation.load import Loads
 from simulation.report import latency_by_exchanges, render
 from simulation.scenario import Fault, Scenario

@@ -55,7 +55,7 @@ from roq.errors import ConfigError
 from roq.rules import merge_rules
 from roq.settings import check_table, missing_keys, parse_toml, read_text
 from roq.zk import check_queue_name
-from simulation.embedded import host_addresses
+from roqcli.embedded import host_addresses
 
 __all__ = ["Scenario", "Info", "Reference", "QueueSpec", "PublisherGroup", "SubscriberGroup", "Fault", "FAULT_KINDS",
            "load_scenario", "parse_scenario"]

@@ -13,9 +13,9 @@ import pytest
 
 from kazoo.client import KazooClient
 
-from roq.zkserver import ZooKeeperServer
+from roqcli.zkserver import ZooKeeperServer
 from simulation.cluster import LocalCluster
-from simulation.embedded import EmbeddedCluster
+from roqcli.embedded import EmbeddedCluster
 from simulation.load import Loads
 
 

@@ -1,9 +1,19 @@
 """KPI archive and the Spark jobs over it: ``roq kpi report`` and ``roq kpi tune``.
 
 The archive writer (:mod:`roq.kpi.archive`) needs nothing beyond the standard library and runs inside
-monitors and host managers; the Spark side (:mod:`roq.kpi.job`) imports PySpark only when it runs.
+monitors and host managers; the Spark jobs that read it are the ``roq kpi`` commands (:mod:`roqcli.kpi`).
 """
 
-from roq.kpi.archive import HOSTS_PARTITION, KINDS, ArchiveWriter
+from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
+from roq.kpi.records import (
+    KINDS,
+    EventRecord,
+    ExchangeRecord,
+    HostRecord,
+    PublisherRecord,
+    Record,
+    SubscriberRecord,
+)
 
-__all__ = ["ArchiveWriter", "KINDS", "HOSTS_PARTITION"]
+__all__ = ["ArchiveWriter", "HOSTS_PARTITION", "KINDS", "Record", "ExchangeRecord", "PublisherRecord",
+           "SubscriberRecord", "HostRecord", "EventRecord"]

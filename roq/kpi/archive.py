@@ -5,8 +5,8 @@ Layout under the archive's root (Hive-style partitions, which Spark reads as col
     queue=<queue>/date=<YYYY-MM-DD>/<writer>-<seq>.jsonl     a queue's records, written by its monitor
     queue=@hosts/date=<YYYY-MM-DD>/<writer>-<seq>.jsonl      host records, written by host managers
 
-(``@`` cannot appear in a queue name.) Every line is one JSON object with at least ``kind`` (see
-:data:`KINDS`) and ``time`` (seconds since the epoch).
+(``@`` cannot appear in a queue name.) Every line is one JSON object: a record of :mod:`roq.kpi.records`
+with its ``kind`` and ``time`` (seconds since the epoch).
 
 **Atomic files.** A writer appends to a hidden file (``.<writer>-<seq>.jsonl.part``: readers and Spark
 skip names starting with a dot) and renames it into place when it rotates: by size, by age, at the
@@ -32,13 +32,13 @@ import shutil
 import time
 from typing import Any, Callable
 
+from roq import shape
+from roq.kpi.records import Record
+
 log = logging.getLogger(__name__)
 
-__all__ = ["ArchiveWriter", "KINDS", "HOSTS_PARTITION", "partition_dir"]
+__all__ = ["ArchiveWriter", "HOSTS_PARTITION", "partition_dir"]
 
-#: record kinds: an exchange's KPI period, one publisher's share of it, a subscriber's period, a host's
-#: period, a topology event
-KINDS = ("exchange", "publisher", "subscriber", "host", "event")
 HOSTS_PARTITION = "@hosts"
 FLUSH_S = 1.0
 ABANDONED_S = 120.0  # a hidden part untouched this long has no writer any more
@@ -86,10 +86,10 @@ class ArchiveWriter:
         os.makedirs(os.path.join(root, f"queue={queue}"), exist_ok=True)
         self._recover()
 
-    def append(self, kind: str, record: dict[str, Any], now: float | None = None) -> None:
-        """Add one record (``kind`` and ``time`` are set here)."""
-        line = json.dumps({"kind": kind, "time": round(self.clock() if now is None else now, 3), **record},
-                          separators=(",", ":"), default=str)
+    def append(self, record: Record, now: float | None = None) -> None:
+        """Add one record (its ``kind`` and the ``time`` are set here)."""
+        line = json.dumps({"kind": record.KIND, "time": round(self.clock() if now is None else now, 3),
+                           **shape.to_document(record)}, separators=(",", ":"), default=str)
         self._buffer.append(line)
         self.records += 1
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 import client
-from roq.zkserver import free_port
+from roqcli.zkserver import free_port
 from simulation.runner import Runner
 from simulation.scenario import parse_scenario
 
@@ -79,7 +79,7 @@ address = "{HOST_B}"
 
 
 def roq(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "roq.cli", *args], capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "roqcli", *args], capture_output=True, text=True, timeout=timeout)
     print(f"$ roq {' '.join(args)}\n{done.stdout}{done.stderr}")
     return done
 

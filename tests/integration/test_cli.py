@@ -16,11 +16,11 @@ from roq.runtime import ExitCode
 
 
 def roq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "roq.cli", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "roqcli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
-    up = spawn("roq cluster up", "roq.cli", [
+    up = spawn("roq cluster up", "roqcli", [
         "cluster", "up", "--hosts", "2", "--zk-port", "0", "--lookup-port", "0", "--management-port", "0",
         "--broadcast-port", "0", "--session-timeout", "4", "--log-dir", str(tmp_path / "logs"),
     ], stderr=open(tmp_path / "up.err", "wb"))  # fmt: skip
@@ -88,7 +88,7 @@ def test_client_config_file_is_strict_too(tmp_path):
     assert done.returncode == ExitCode.CONFIG and "unknown key 'zookeeper'" in done.stderr
 
 
-@pytest.mark.parametrize("module", ["gcm", "hostmanager", "roq.cli"])
+@pytest.mark.parametrize("module", ["gcm", "hostmanager", "roqcli"])
 def test_control_plane_commands_explain_themselves(module):
     done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and "usage:" in done.stdout and len(done.stdout) > 300

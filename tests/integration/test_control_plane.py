@@ -292,8 +292,8 @@ def test_rules_are_checked_and_bad_ones_change_nothing(make_embedded):
 
 
 def test_three_node_ensemble_survives_losing_a_member(tmp_path):
-    from roq.zkserver import ZooKeeperEnsemble
-    from simulation.embedded import EmbeddedCluster
+    from roqcli.zkserver import ZooKeeperEnsemble
+    from roqcli.embedded import EmbeddedCluster
 
     with ZooKeeperEnsemble(3, log_dir=str(tmp_path / "zk")) as ensemble:
         assert ensemble.hosts.count(",") == 2

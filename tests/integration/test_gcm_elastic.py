@@ -128,7 +128,7 @@ def test_rules_store_only_what_the_operator_set(make_embedded, kz):
 
 
 def roq(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "roq.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "roqcli", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_roq_events_prints_and_follows_the_queue_events(make_embedded, tmp_path):
@@ -155,7 +155,7 @@ def test_roq_events_prints_and_follows_the_queue_events(make_embedded, tmp_path)
     assert unset.returncode == 0 and json.loads(unset.stdout)["cooldown_s"] == 10.0
     assert qm.explicit_rules("q") == QUIET
 
-    follow = spawn("roq events --follow", "roq.cli", ["events", "q", "--follow", "--limit", "1", *where],
+    follow = spawn("roq events --follow", "roqcli", ["events", "q", "--follow", "--limit", "1", *where],
                    stderr=open(tmp_path / "follow.err", "wb"))
     try:
         out = b""

@@ -15,8 +15,8 @@ import time
 import matplotlib.image
 import pytest
 
-from roq.kpi import job
-from roq.kpi.capacity import TuneRule
+from roqcli.kpi import job
+from roqcli.kpi.capacity import TuneRule
 from simulation.kpi_history import generate
 
 CAPACITY = 40_000.0
@@ -141,7 +141,7 @@ def test_roq_kpi_tune_writes_thresholds_with_their_evidence(history, make_embedd
     archive, _ = history
     cluster = make_embedded(hosts=1)
     cluster.manager.create("synthetic")
-    command = [sys.executable, "-m", "roq.cli", "kpi", "tune", "--archive", archive, "--master", "local[1]",
+    command = [sys.executable, "-m", "roqcli", "kpi", "tune", "--archive", archive, "--master", "local[1]",
                "--zk", cluster.zk, "--root", cluster.root]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     print(done.stdout, done.stderr)

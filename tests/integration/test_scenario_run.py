@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from roq.errors import ConfigError
-from simulation.embedded import EmbeddedCluster
+from roqcli.embedded import EmbeddedCluster
 from simulation.report import PLOTS, render
 from simulation.runner import Runner
 from simulation.scenario import parse_scenario

@@ -10,7 +10,7 @@ import psutil
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
 
-from roq.zkserver import ZooKeeperEnsemble, ZooKeeperServer
+from roqcli.zkserver import ZooKeeperEnsemble, ZooKeeperServer
 
 FAILOVER_DEADLINE_S = 20.0
 

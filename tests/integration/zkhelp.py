@@ -11,7 +11,7 @@ import zmq
 
 from roq import management as m
 from roq.errors import BrokerTimeoutError
-from simulation.embedded import wait_for
+from roqcli.embedded import wait_for
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:

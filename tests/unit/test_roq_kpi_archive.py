@@ -6,6 +6,7 @@ import json
 import os
 
 from roq.kpi.archive import ArchiveWriter, partition_dir
+from roq.kpi.records import EventRecord
 
 DAY = 86400.0
 T0 = 1_790_000_000.0  # 2026-09-21 UTC, mid-day
@@ -34,18 +35,19 @@ def lines(root) -> list[dict]:
 def test_records_become_visible_only_in_whole_files(tmp_path):
     clock = Clock()
     w = ArchiveWriter(str(tmp_path), "q", "host:1", rotate_s=30, clock=clock)
-    w.append("exchange", {"exchange": "x1", "records_in": 10})
+    w.append(EventRecord(event="started", text="x1", exchange="x1"))
     w.tick()
     assert visible(tmp_path) == []  # written, but in the hidden part
     hidden = os.listdir(partition_dir(str(tmp_path), "q", "2026-09-21"))
     assert len(hidden) == 1 and hidden[0].startswith(".host_1-") and hidden[0].endswith(".jsonl.part")
     clock.t += 31
-    w.append("event", {"event": "relocated"})
+    w.append(EventRecord(event="relocated", text="moved"))
     w.tick()  # the file is 31 s old: put in place, the new record starts the next one
     assert visible(tmp_path) == [f"queue=q/date=2026-09-21/{hidden[0][1:-5]}"]
     w.close()
-    assert [r["kind"] for r in lines(tmp_path)] == ["exchange", "event"]
-    assert lines(tmp_path)[0] == {"kind": "exchange", "time": T0, "exchange": "x1", "records_in": 10}
+    assert [r["kind"] for r in lines(tmp_path)] == ["event", "event"]
+    assert lines(tmp_path)[0] == {"kind": "event", "time": T0, "event": "started", "text": "x1", "exchange": "x1",
+                                  "publisher": None, "reason": None, "fields": {}}
     assert (w.records, w.files, w.errors) == (2, 2, 0)
 
 
@@ -53,7 +55,7 @@ def test_rotation_by_size_and_at_midnight(tmp_path):
     clock = Clock(T0 - T0 % DAY + DAY - 2)  # two seconds before midnight
     w = ArchiveWriter(str(tmp_path), "q", "w", rotate_bytes=200, clock=clock)
     for _ in range(10):
-        w.append("exchange", {"pad": "x" * 50})
+        w.append(EventRecord(event="pad", text="x" * 50))
         w.tick()
         clock.t += 1.0
     w.close()
@@ -90,10 +92,10 @@ def test_old_dates_are_pruned(tmp_path):
 def test_a_failed_write_is_counted_and_the_writer_goes_on(tmp_path):
     w = ArchiveWriter(str(tmp_path), "q", "w", clock=Clock())
     (tmp_path / "queue=q" / "date=2026-09-21").write_text("a file where the directory should be")
-    w.append("exchange", {})
+    w.append(EventRecord(event="lost", text=""))
     w.tick()
     assert w.errors == 1
     os.remove(tmp_path / "queue=q" / "date=2026-09-21")
-    w.append("exchange", {"n": 2})
+    w.append(EventRecord(event="kept", text="", fields={"n": 2}))
     w.close()
-    assert [r.get("n") for r in lines(tmp_path)] == [2]
+    assert [r["fields"].get("n") for r in lines(tmp_path)] == [2]

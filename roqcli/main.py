@@ -29,10 +29,10 @@ import time
 from typing import Any
 
 from roq.errors import ManagementError, ProtocolError, RoQError
-from roq.kpi.command import add_parsers as kpi_parsers, run as run_kpi
 from roq.rules import RULE_DOCS
 from roq.runtime import ExitCode, setup_logging
 from roq.settings import build, read_toml
+from roqcli.kpi.command import add_parsers as kpi_parsers, run as run_kpi
 
 __all__ = ["main"]
 
@@ -219,7 +219,7 @@ def _print_containers(rows: list[dict[str, Any]], as_json: bool) -> None:
 def _cluster_up(s: ClusterSettings) -> int:
     import tempfile
 
-    from simulation.embedded import EmbeddedCluster
+    from roqcli.embedded import EmbeddedCluster
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

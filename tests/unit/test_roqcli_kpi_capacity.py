@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from roq.kpi.capacity import Moments, TuneRule, estimate, thresholds_for
+from roqcli.kpi.capacity import Moments, TuneRule, estimate, thresholds_for
 
 
 def moments(samples: list[tuple[float, float]], rule: TuneRule = TuneRule()) -> Moments:
@@ -61,7 +61,7 @@ def test_weak_evidence_gives_no_capacity_and_says_why():
 
 
 def test_a_continuous_tuner_weighs_only_its_window_of_history():
-    from roq.kpi.capacity import Evidence
+    from roqcli.kpi.capacity import Evidence
 
     hour = 3600.0
     evidence = Evidence(window_s=24 * hour)

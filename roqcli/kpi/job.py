@@ -1,19 +1,19 @@
 """The PySpark jobs over the KPI archive: ``roq kpi report`` and ``roq kpi tune``.
 
 Spark runs on ``local[*]`` by default (any master URL by flag), bound to loopback, with its web UI off and
-its console noise kept to errors. The archive is read as JSON lines with a fixed schema (see
-:data:`FIELDS`); partition directories give ``queue`` and ``date`` (as strings: a queue named ``2026``
+its console noise kept to errors. The archive is read as JSON lines with a fixed schema (:data:`FIELDS`,
+derived from the record shapes of :mod:`roq.kpi.records` that the writers use); partition directories give ``queue`` and ``date`` (as strings: a queue named ``2026``
 stays a name). What cannot be used is skipped and counted, never fatal:
 
 * ``corrupt``: a line that is not a JSON object of the schema's types (a cut line, garbage, a file that
   is not JSON lines);
-* ``unknown_kind``: a well-formed record whose ``kind`` is not one of :data:`~roq.kpi.archive.KINDS`, or
+* ``unknown_kind``: a well-formed record whose ``kind`` is not one of :data:`~roq.kpi.records.KINDS`, or
   that has no ``time``;
 * ``files_being_written``: hidden files (``.name.part``) a writer has not put in place yet (or a crashed
   one left, until the next writer recovers their complete lines): not read.
 
 :func:`report` writes ``report.json`` (every figure, with units), PNG plots and ``index.html``;
-:func:`tune` estimates capacities with the rule of :mod:`roq.kpi.capacity` and returns the thresholds
+:func:`tune` estimates capacities with the rule of :mod:`roqcli.kpi.capacity` and returns the thresholds
 with their evidence; :func:`follow` keeps doing so with Structured Streaming as the archive grows.
 """
 
@@ -30,23 +30,16 @@ import time
 from typing import Any, Callable
 
 from roq.errors import ConfigError, RoQError
-from roq.kpi.archive import HOSTS_PARTITION, KINDS
-from roq.kpi.capacity import Evidence, Moments, TuneRule, estimate, thresholds_for
+from roq.kpi.archive import HOSTS_PARTITION
+from roq.kpi.records import KINDS, columns
+from roqcli.kpi.capacity import Evidence, Moments, TuneRule, estimate, thresholds_for
 
 log = logging.getLogger(__name__)
 
 __all__ = ["spark_session", "stop_session", "load", "report", "tune", "follow", "parse_since", "FIELDS", "Loaded"]
 
 #: every column a record may have (a record has the ones of its kind); partition columns come on top
-FIELDS: tuple[tuple[str, str], ...] = (
-    ("kind", "string"), ("time", "double"), ("exchange", "string"), ("host", "string"), ("period", "double"),
-    ("records_in", "long"), ("bytes_in", "long"), ("records_out", "long"), ("bytes_out", "long"),
-    ("publishers", "long"), ("cpu_percent", "double"), ("rss_bytes", "long"), ("busy", "double"),
-    ("dropped", "long"), ("publisher", "string"), ("records", "long"), ("bytes", "long"),
-    ("subscriber", "string"), ("prefix", "string"), ("latency_p50_ms", "double"), ("latency_p99_ms", "double"),
-    ("gaps", "long"), ("lost", "long"), ("duplicates", "long"), ("memory_percent", "double"),
-    ("net_bytes_per_s", "double"), ("event", "string"), ("text", "string"), ("reason", "string"),
-)
+FIELDS: tuple[tuple[str, str], ...] = columns()
 CORRUPT = "_corrupt"
 PLOTS = ("throughput.png", "latency.png", "capacity.png", "hosts.png")
 
@@ -237,7 +230,7 @@ def _decide(groups: dict[str, dict[str, Moments]], rule: TuneRule) -> dict[str, 
 
 
 def _rule_doc(rule: TuneRule) -> dict[str, Any]:
-    return {**vars(rule), "documented_in": "roq.kpi.capacity"}
+    return {**vars(rule), "documented_in": "roqcli.kpi.capacity"}
 
 
 def tune(spark: Any, archive: str, *, queue: str | None = None, since: float | None = None,
@@ -262,7 +255,7 @@ def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, 
            window_s: float = 7 * 86400.0, stop: Callable[[], bool] = lambda: False) -> None:
     """Tune continuously: Structured Streaming over the archive directory; every ``every_s`` the new files
     are folded into the evidence (hourly buckets; only the last ``window_s`` seconds of samples count, see
-    :class:`~roq.kpi.capacity.Evidence`) and ``on_decision`` gets the decisions of every queue with new
+    :class:`~roqcli.kpi.capacity.Evidence`) and ``on_decision`` gets the decisions of every queue with new
     samples.
 
     Runs until ``stop()`` returns True (checked about once a second).

@@ -1,6 +1,6 @@
 """An embedded cluster on one machine: ZooKeeper, GCMs and one host manager per loopback address.
 
-Used by ``roq cluster up``, ``make demo``, the benchmark and the tests. Each "host" is a loopback alias
+Used by ``roq cluster up``, ``make demo`` (through the scenario runner), the benchmark and the tests. Each "host" is a loopback alias
 (127.0.0.11, 127.0.0.12, ...) with its own host manager; queues are then created through the management
 API. Every process it starts it stops, by pid; all of them also die with it (``PR_SET_PDEATHSIG``).
 """
@@ -17,14 +17,13 @@ import psutil
 
 import client
 from roq.errors import BrokerTimeoutError, ConfigError
-from roq.process import Child
+from roq.process import Child, spawn
 from roq.zk import DEFAULT_ROOT
-from roq.zkserver import ZooKeeperServer
-from simulation.cluster import spawn_logged
+from roqcli.zkserver import ZooKeeperServer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EmbeddedCluster", "host_addresses", "wait_for"]
+__all__ = ["EmbeddedCluster", "host_addresses", "wait_for", "spawn_logged"]
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -247,3 +246,14 @@ class EmbeddedCluster:
 
     def _spawn(self, name: str, module: str, args: list[str]) -> Child:
         return spawn_logged(name, module, args, self.log_dir, self._logs)
+
+
+def spawn_logged(name: str, module: str, args: list[str], log_dir: str | None, files: list[IO[Any]]) -> Child:
+    """Start ``python -m module args`` logging to ``log_dir/<name>.log`` (None: this process's stderr);
+    the opened file is appended to ``files`` for the caller to close."""
+    stderr: IO[Any] | None = None
+    if log_dir is not None:
+        os.makedirs(log_dir, exist_ok=True)
+        stderr = open(os.path.join(log_dir, name.replace(" ", "-") + ".log"), "ab")
+        files.append(stderr)
+    return spawn(name, module, args, stderr=stderr)

@@ -1,4 +1,4 @@
-"""``roq kpi report`` and ``roq kpi tune``: the command line of the Spark jobs (:mod:`roq.kpi.job`)."""
+"""``roq kpi report`` and ``roq kpi tune``: the command line of the Spark jobs (:mod:`roqcli.kpi.job`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 from typing import Any, Callable
 
 from roq.errors import ConfigError, NotFoundError
-from roq.kpi.capacity import TuneRule
 from roq.runtime import StopFlag
+from roqcli.kpi.capacity import TuneRule
 
 __all__ = ["add_parsers", "run"]
 
@@ -37,7 +37,7 @@ def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None
         "it, with the evidence, to the cluster (the queue's explicit rules still win)",
         description="Capacity: where CPU against throughput, fitted below 80% CPU, reaches saturation. "
         "exchange_records_per_s = MARGIN x capacity, scale_out_records_per_s = SCALE_OUT_MARGIN x capacity "
-        "(see roq.kpi.capacity).")
+        "(see roqcli.kpi.capacity).")
     common(tune)
     once = tune.add_mutually_exclusive_group()
     once.add_argument("--once", action="store_true", help="read the archive once, write, exit (the default)")
@@ -59,7 +59,7 @@ def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None
 
 def run(args: argparse.Namespace, client: Any) -> int:
     """Run ``roq kpi ACTION``; ``client`` holds the cluster's address (for ``tune``)."""
-    from roq.kpi import job
+    from roqcli.kpi import job
 
     archive = args.archive or os.environ.get(ARCHIVE_ENV)
     if not archive:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from roq.cli import main
+from roqcli.main import main
 from roq.errors import ConfigError
-from roq.kpi.job import parse_since
+from roqcli.kpi.job import parse_since
 
 NOW = 1_800_000_000.0
 

@@ -22,7 +22,7 @@ import time
 from typing import Sequence
 
 from roq.errors import BrokerConnectionError, BrokerTimeoutError, ConfigError
-from roq.process import _die_with_parent
+from roq.process import die_with_parent
 
 __all__ = ["ZooKeeperServer", "ZooKeeperEnsemble", "zookeeper_classpath", "free_port"]
 
@@ -325,7 +325,7 @@ class ZooKeeperServer:
                 stderr=subprocess.STDOUT,
                 cwd=data_dir,
                 start_new_session=False,
-                preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
             )
 
     def _await_ready(self, deadline: float) -> None:

@@ -1,0 +1,96 @@
+"""roq.management: the GCM's requests and its configuration broadcast (sans-I/O)."""
+
+from __future__ import annotations
+
+import bson
+import pytest
+
+from roq import management
+from roq.control import decode, encode
+from roq.errors import ProtocolError, UnknownCommandError
+from roq.management import CreateQueue, ListQueues, SetRules, broadcast_frames, parse_broadcast
+
+
+def test_broadcast_round_trips():
+    queues = [{"Name": "q", "Exchanges": [{"Id": "x1"}]}]
+    hosts = [{"Address": "h:1", "AssignedExchanges": 2}]
+    frames = broadcast_frames(queues, hosts)
+    assert len(frames) == 3
+    assert bson.decode(frames[0]) == {"CMD": management.BROADCAST}
+    assert parse_broadcast(frames) == (queues, hosts)
+
+
+def test_empty_broadcast_round_trips():
+    assert parse_broadcast(broadcast_frames([], [])) == ([], [])
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 4])
+def test_broadcast_with_a_wrong_frame_count_is_refused(count):
+    frames = (broadcast_frames([], []) * 2)[:count]
+    with pytest.raises(ProtocolError, match="3 frames"):
+        parse_broadcast(frames)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_broadcast_with_a_non_bson_frame_is_refused(index):
+    frames = broadcast_frames([], [])
+    frames[index] = b"not bson"
+    with pytest.raises(ProtocolError, match="not BSON"):
+        parse_broadcast(frames)
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [{"CMD": 1501}, {"Queues": []}, {"Hosts": []}],
+        [{}, {"Queues": []}, {"Hosts": []}],
+        [{"CMD": 1500}, {"Queues": {}}, {"Hosts": []}],
+        [{"CMD": 1500}, {"Queues": []}, {"Hosts": "h"}],
+        [{"CMD": 1500}, {"Hosts": []}, {"Queues": []}],
+        [{"CMD": 1500}, {"Queues": []}, {}],
+    ],
+)
+def test_broadcast_of_the_wrong_shape_is_refused(frames):
+    with pytest.raises(ProtocolError, match="broadcast frames are not"):
+        parse_broadcast([bson.encode(f) for f in frames])
+
+
+def test_create_queue_request_round_trips():
+    msg = CreateQueue(QName="q", Host="h:1", Exchanges=3)
+    assert decode(encode(msg)) == msg
+
+
+def test_create_queue_defaults_to_one_exchange():
+    assert CreateQueue(QName="q", Host="h").Exchanges == 1
+    decoded = decode(bson.encode({"CMD": 2003, "QName": "q", "Host": "h"}))
+    assert decoded == CreateQueue(QName="q", Host="h", Exchanges=1)
+
+
+@pytest.mark.parametrize("qname", [3, None, b"q", ["q"]])
+def test_qname_of_the_wrong_type_raises_protocol_error(qname):
+    with pytest.raises(ProtocolError, match="QName"):
+        decode(bson.encode({"CMD": 2003, "QName": qname, "Host": "h"}))
+
+
+def test_missing_required_field_raises_protocol_error():
+    with pytest.raises(ProtocolError, match="Host"):
+        decode(bson.encode({"CMD": 2003, "QName": "q"}))
+
+
+def test_bool_exchanges_raises_protocol_error():
+    with pytest.raises(ProtocolError, match="Exchanges"):
+        decode(bson.encode({"CMD": 2003, "QName": "q", "Host": "h", "Exchanges": True}))
+
+
+def test_set_rules_request_round_trips_its_document():
+    msg = SetRules(QName="q", Rules={"max_exchanges": 3, "smoothing": 0.2})
+    assert decode(encode(msg)) == msg
+
+
+def test_request_without_arguments_round_trips():
+    assert isinstance(decode(encode(ListQueues())), ListQueues)
+
+
+def test_unregistered_management_command_raises_unknown_command():
+    with pytest.raises(UnknownCommandError):
+        decode(bson.encode({"CMD": 2999, "QName": "q"}))
