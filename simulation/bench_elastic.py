@@ -24,8 +24,9 @@ from collections import Counter
 from typing import Any, Callable
 
 from roq.errors import BrokerTimeoutError
-from simulation.bench import Result, _percentiles, bench_roq
 from roqcli.embedded import wait_for
+from simulation.bench_common import Result, percentiles
+from simulation.bench_dataplane import bench_roq
 from simulation.load import Loads
 
 __all__ = ["run", "render"]
@@ -172,14 +173,14 @@ def bench_reaction(trials: int, progress: Callable[[str], None]) -> list[Result]
         return [r[key] for r in runs if r[key] is not None]
 
     return [
-        Result("(e) overload -> new exchange carrying traffic", latency_ms=_percentiles(column("reaction_ms")),
+        Result("(e) overload -> new exchange carrying traffic", latency_ms=percentiles(column("reaction_ms")),
                notes={"trials": trials, "target_ms": TARGET_MS, "rules": RULES, "share": SHARE,
-                      "parts": {k: _percentiles(column(k)) for k in ("detect_ms", "spawn_ms", "move_ms", "relocation_ms")},
+                      "parts": {k: percentiles(column(k)) for k in ("detect_ms", "spawn_ms", "move_ms", "relocation_ms")},
                       "runs": runs}),
-        Result("(e) floor: add_exchange -> exchange registered", latency_ms=_percentiles(floor),
+        Result("(e) floor: add_exchange -> exchange registered", latency_ms=percentiles(floor),
                notes={"trials": FLOOR_SAMPLES}),
-        Result("(e) longest send(), the moved publisher", latency_ms=_percentiles(column("moved_send_ms")),
-               notes={"trials": trials, "baseline": _percentiles(column("still_send_ms"))}),
+        Result("(e) longest send(), the moved publisher", latency_ms=percentiles(column("moved_send_ms")),
+               notes={"trials": trials, "baseline": percentiles(column("still_send_ms"))}),
     ]
 
 

@@ -72,7 +72,7 @@ def _parse_only(archive: str) -> tuple[float, int]:
 
 
 def run(args: Any, progress: Any) -> list[Any]:
-    from simulation.bench import Result
+    from simulation.bench_common import Result
     from simulation.kpi_history import generate
 
     progress("(f) archive write cost")

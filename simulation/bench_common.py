@@ -1,0 +1,50 @@
+"""What the benchmark modules share: the result record, the timestamp in payloads, pacing, percentiles."""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Result", "STAMP", "END", "TICK", "padding", "paced", "percentiles"]
+
+STAMP = struct.Struct("<q")
+END = b"\x00end"
+#: Publishers send bursts this often when paced (seconds).
+TICK = 0.001
+
+
+@dataclass
+class Result:
+    name: str
+    records_per_s: float = 0.0
+    mb_per_s: float = 0.0
+    lost: int = 0
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def padding(size: int) -> bytes:
+    return b"\x00" * max(0, size - STAMP.size)
+
+
+def paced(rate: float, duration: float, send_one: Any) -> int:
+    """Call ``send_one()`` ``rate`` times a second for ``duration`` seconds; return the count."""
+    sent = 0
+    started = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - started
+        if elapsed >= duration:
+            return sent
+        due = int(elapsed * rate) - sent
+        for _ in range(due):
+            send_one()
+        sent += max(due, 0)
+        time.sleep(TICK / 2)
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    from simulation import load
+
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in load.percentiles(samples).items()}

@@ -1,0 +1,206 @@
+"""The data-plane benchmarks: (a) raw pyzmq PUB -> SUB, (b) and (c) RoQ through its client API.
+
+Every publisher and subscriber is a process of its own (``multiprocessing``, spawned); see
+:mod:`simulation.bench` for what each configuration measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import tempfile
+import time
+from typing import Any, Callable
+
+from simulation.bench_common import END, STAMP, Result, paced, padding, percentiles
+
+__all__ = ["run", "bench_raw", "bench_roq"]
+
+
+def _raw_publisher(endpoint: str, mode: str, n: int, rate: float, duration: float, size: int, ready: Any) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUB)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.connect(endpoint)
+    while not ready.is_set():  # the slow joiner: send probes until the subscriber hears one
+        sock.send_multipart((b"probe", b""))
+        time.sleep(0.01)
+    key, pad, stamp = b"k", padding(size), STAMP.pack
+    if mode == "throughput":
+        payload = stamp(0) + pad
+        send = sock.send_multipart
+        for _ in range(n):
+            send((key, payload))
+    else:
+        paced(rate, duration, lambda: sock.send_multipart((key, stamp(time.time_ns()) + pad)))
+    sock.send_multipart((END, b""))
+    sock.close(linger=10_000)
+    ctx.term()
+
+
+def _raw_subscriber(mode: str, n: int, results: Any, ready: Any, endpoint_out: Any) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.SUB)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    endpoint_out.put(f"tcp://127.0.0.1:{port}")
+    recv = sock.recv_multipart
+    key, payload = recv()
+    while key == b"probe":
+        ready.set()
+        key, payload = recv()
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    # the loop is as tight as the RoQ subscriber's: the baseline must not be handicapped
+    count, latency = 0, []
+    unpack = STAMP.unpack_from
+    first = last = time.perf_counter()
+    try:
+        while key != END:
+            if key != b"probe":  # late probes
+                last = time.perf_counter()
+                count += 1
+                if mode == "latency":
+                    latency.append((time.time_ns() - unpack(payload)[0]) / 1e6)
+            key, payload = recv()
+    except zmq.Again:
+        pass
+    results.put({"count": count, "elapsed": last - first, "latency": latency})
+    sock.close(linger=0)
+    ctx.term()
+
+
+def bench_raw(mode: str, n: int, rate: float, duration: float, size: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    results, endpoint, ready = ctx.Queue(), ctx.Queue(), ctx.Event()
+    sub = ctx.Process(target=_raw_subscriber, args=(mode, n, results, ready, endpoint))
+    sub.start()
+    pub = ctx.Process(target=_raw_publisher, args=(endpoint.get(timeout=30), mode, n, rate, duration, size, ready))
+    pub.start()
+    out = results.get(timeout=600)
+    pub.join(60)
+    sub.join(60)
+    return out
+
+
+def _roq_publisher(monitor: str, mode: str, n: int, rate: float, duration: float, size: int, key: bytes,
+                   go: Any, done: Any) -> None:
+    import client
+
+    with client.connect(monitor) as conn:
+        pub = conn.publisher()
+        done.put(("ready", pub.name))
+        go.wait()
+        pad, stamp = padding(size), STAMP.pack
+        if mode == "throughput":
+            payload = stamp(0) + pad
+            send = pub.send
+            for _ in range(n):
+                send(key, payload)
+        else:
+            paced(rate, duration, lambda: pub.send(key, stamp(time.time_ns()) + pad))
+        pub.send(END, b"")
+        pub.flush(60)
+        done.put(("done", pub.stats()))
+
+
+def _roq_subscriber(monitor: str, mode: str, publishers: int, results: Any, ready: Any) -> None:
+    import client
+
+    with client.connect(monitor) as conn:
+        sub = conn.subscriber()
+        ready.put(sub.name)
+        count, first, last, ends, latency = 0, 0.0, 0.0, 0, []
+        unpack = STAMP.unpack_from
+        while ends < publishers:
+            msg = sub.recv(timeout=10)
+            if msg is None:
+                break
+            if msg[0] == END:
+                ends += 1
+                continue
+            last = time.perf_counter()
+            if not count:
+                first = last
+            count += 1
+            if mode == "latency":
+                latency.append((time.time_ns() - unpack(msg[1])[0]) / 1e6)
+        results.put({"count": count, "elapsed": last - first, "latency": latency, "stats": sub.stats().as_dict()})
+
+
+def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int, rate: float, duration: float,
+              size: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    results, ready, go, done = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Queue()
+    subs = [ctx.Process(target=_roq_subscriber, args=(cluster.monitor_endpoint, mode, publishers, results, ready))
+            for _ in range(subscribers)]
+    for p in subs:
+        p.start()
+    for _ in subs:
+        ready.get(timeout=60)
+    pubs = [
+        ctx.Process(
+            target=_roq_publisher,
+            args=(cluster.monitor_endpoint, mode, n // publishers, rate / publishers, duration, size,
+                  f"bench.{i}".encode(), go, done),
+        )
+        for i in range(publishers)
+    ]
+    for p in pubs:
+        p.start()
+    for _ in pubs:
+        assert done.get(timeout=60)[0] == "ready"
+    go.set()
+    outs = [results.get(timeout=600) for _ in subs]
+    pub_stats = [done.get(timeout=120)[1] for _ in pubs]
+    for p in pubs + subs:
+        p.join(60)
+    return {
+        "count": sum(o["count"] for o in outs),
+        "elapsed": max(o["elapsed"] for o in outs),
+        "latency": [x for o in outs for x in o["latency"]],
+        "subscriber_stats": [o["stats"] for o in outs],
+        "publisher_stats": pub_stats,
+    }
+
+
+def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Result]:
+    """(a), (b), (c) as ``args.only`` asks."""
+    from simulation.cluster import LocalCluster
+
+    results = []
+    n, size = args.records, args.size
+
+    def throughput(name: str, raw: dict[str, Any], expected: int) -> Result:
+        rate = raw["count"] / raw["elapsed"] if raw["elapsed"] else 0.0
+        return Result(name, rate, rate * size / 1e6, expected - raw["count"])
+
+    if "a" in args.only:
+        progress("(a) raw pyzmq throughput")
+        r = throughput("(a) raw pyzmq PUB->SUB, [key, payload] per record", bench_raw("throughput", n, 0, 0, size), n)
+        progress("(a) raw pyzmq latency")
+        r.latency_ms = percentiles(bench_raw("latency", 0, args.rate, args.latency_seconds, size)["latency"])
+        results.append(r)
+    for label, pubs, subs, exchanges in (("b", 1, 1, 1), ("c", 4, 2, 2)):
+        if label not in args.only:
+            continue
+        name = (f"({label}) RoQ {pubs} publisher{'s' * (pubs > 1)} -> {exchanges} exchange{'s' * (exchanges > 1)} "
+                f"-> {subs} subscriber{'s' * (subs > 1)}")
+        log_dir = tempfile.mkdtemp(prefix="roq-bench-")
+        with LocalCluster(address="127.0.0.11", exchanges=exchanges, log_dir=log_dir,
+                          monitor_args=["--no-relocation-rule"]) as cluster:
+            progress(f"({label}) RoQ throughput")
+            raw = bench_roq(cluster, "throughput", pubs, subs, n, 0, 0, size)
+            r = throughput(name, raw, n * subs)
+            r.notes["subscriber_stats"] = raw["subscriber_stats"]
+            progress(f"({label}) RoQ latency")
+            lat = bench_roq(cluster, "latency", pubs, subs, 0, args.rate, args.latency_seconds, size)
+            r.latency_ms = percentiles(lat["latency"])
+            status = cluster.status()
+            r.notes["exchange_rss_mb"] = [round(x["rss_bytes"] / 2**20, 1) for x in status["exchanges"]]
+        results.append(r)
+    return results
