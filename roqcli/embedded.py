@@ -99,6 +99,7 @@ class EmbeddedCluster:
         self.zookeeper: ZooKeeperServer | None = None
         self.gcms: dict[str, Child] = {}
         self.hostmanagers: dict[str, Child] = {}
+        self._gcm_ports: dict[str, tuple[int, int, int]] = {}  # the ports each GCM was started with
         self._logs: list[IO[Any]] = []
         self._manager: client.QueueManager | None = None
         self._gcm_count = 0
@@ -167,6 +168,7 @@ class EmbeddedCluster:
         self._gcm_count += 1
         gid = f"gcm{self._gcm_count}"
         lookup, management, broadcast = ports
+        self._gcm_ports[gid] = ports
         child = self._spawn(gid, "gcm", [
             "--zk", self.zk, "--root", self.root, "--id", gid, "--address", "127.0.0.1",
             "--lookup-port", str(lookup), "--management-port", str(management), "--broadcast-port", str(broadcast),
@@ -190,6 +192,32 @@ class EmbeddedCluster:
         if wait:
             child.wait_ready()
         return address
+
+    def supervise(self) -> list[str]:
+        """Start again every GCM and host manager that exited; a line per restart, saying what and why.
+
+        A GCM comes back on the ports it had (the first one's are the cluster's well-known ports) as a
+        standby; a host manager registers its host again and restarts what the host is assigned.
+        """
+        done = []
+        for gid, child in list(self.gcms.items()):
+            if child.alive():
+                continue
+            code = child.wait(0)
+            del self.gcms[gid]
+            new = self.add_gcm(ports=self._gcm_ports.pop(gid, (0, 0, 0)))
+            done.append(f"gcm {gid} (pid {child.pid}) exited with code {code}: started {new} "
+                        f"(pid {self.gcms[new].pid})")
+        for address, child in list(self.hostmanagers.items()):
+            if child.alive():
+                continue
+            code = child.wait(0)
+            self.add_host(address)
+            done.append(f"host manager {address} (pid {child.pid}) exited with code {code}: started again "
+                        f"(pid {self.hostmanagers[address].pid})")
+        for line in done:
+            log.warning("%s", line)
+        return done
 
     def leader(self) -> str:
         """The id of the current GCM leader."""

@@ -15,6 +15,11 @@ from roq.process import spawn
 from roq.runtime import ExitCode
 
 
+def pid_in(line: str) -> int:
+    """The number after the first "pid" of a line of ``roq cluster up``'s output."""
+    return int(line.split("pid ", 1)[1].split(":")[0].split(")")[0].split()[0])
+
+
 def roq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "roqcli", *args], capture_output=True, text=True, timeout=timeout)
 
@@ -37,8 +42,10 @@ def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
         wait_until(ready, 60, "the cluster up and ready")
         text = out.decode()
         zk = next(line.split()[1] for line in text.splitlines() if line.startswith("zookeeper"))
-        assert text.count("hostmanager 127.0.0.1") == 2 and "(leader)" in text
-        pids = [int(line.split(" pid ")[1].split(":")[0].split()[0]) for line in text.splitlines() if " pid " in line]
+        assert text.count("hostmanager 127.0.0.1") == 2 and text.count("gcm ") == 2 and "(leader)" in text
+        pids = [pid_in(line) for line in text.splitlines() if " pid " in line]
+        leader = next(pid_in(line) for line in text.splitlines() if "(leader)" in line)
+        host2 = next(pid_in(line) for line in text.splitlines() if line.startswith("hostmanager 127.0.0.12"))
 
         made = roq("queue", "create", "orders", "--host", "127.0.0.11", "--zk", zk, "--exchanges", "2")
         assert made.returncode == 0, made.stderr
@@ -56,6 +63,17 @@ def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
         missing = roq("queue", "stop", "nothing", "--zk", zk)
         assert missing.returncode == ExitCode.FAILURE and "no queue named 'nothing'" in missing.stderr
         assert roq("queue", "remove", "orders", "--zk", zk).returncode == 0
+
+        # a GCM or a host manager that dies is started again, and the cluster serves on
+        os.kill(leader, signal.SIGKILL)
+        os.kill(host2, signal.SIGKILL)
+        wait_until(lambda: ready() and out.count(b"exited with code") >= 2, 60, "both restarts reported")
+        restarts = [line for line in out.decode().splitlines() if "exited with code" in line]
+        assert any(line.split()[1] == "gcm" for line in restarts) and any("127.0.0.12" in line for line in restarts)
+        pids += [int(line.rsplit("(pid ", 1)[1].rstrip(")")) for line in restarts]  # the ones started again
+        again = roq("queue", "create", "again", "--zk", zk, "--host", "127.0.0.12")  # the new leader, the new host manager
+        assert again.returncode == 0, again.stderr
+        assert roq("queue", "remove", "again", "--zk", zk).returncode == 0
 
         up.signal(signal.SIGINT)  # Ctrl-C
         assert up.wait(60) == 0

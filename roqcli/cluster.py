@@ -1,0 +1,100 @@
+"""``roq cluster up``: an embedded cluster in the foreground, supervised, stopped whole on Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from roq.errors import RoQError
+from roq.runtime import ExitCode
+
+__all__ = ["ClusterSettings", "cluster_up"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSettings:
+    """``[cluster]``: what ``roq cluster up`` starts."""
+
+    hosts: int = 3
+    first_host: str = "127.0.0.11"
+    zk: str = ""  # "" = start ZooKeeper on 127.0.0.1:zk_port
+    zk_port: int = 2181
+    gcms: int = 2
+    root: str = "/roq"
+    session_timeout: float = 6.0
+    max_exchanges: int = 4
+    lookup_port: int = 5000
+    management_port: int = 5003
+    broadcast_port: int = 5005
+    log_dir: str = ""
+    kpi_archive: str = ""  # "" = LOG_DIR/kpi-archive
+
+
+def cluster_up(s: ClusterSettings) -> int:
+    import tempfile
+
+    from roqcli.embedded import EmbeddedCluster
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # Ctrl-C and SIGTERM both stop everything (SIGINT may arrive ignored when started in the background)
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    log_dir = s.log_dir or tempfile.mkdtemp(prefix="roq-cluster-")
+    archive = os.path.abspath(s.kpi_archive or os.path.join(log_dir, "kpi-archive"))
+    cluster = EmbeddedCluster(
+        hosts=s.hosts, first_host=s.first_host, zk=s.zk or None, zk_port=s.zk_port, gcms=s.gcms, root=s.root,
+        session_timeout=s.session_timeout, max_exchanges=s.max_exchanges, log_dir=log_dir,
+        gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port), kpi_archive=archive,
+    )  # fmt: skip
+    print(f"starting: {s.hosts} host(s) from {s.first_host}, {s.gcms} GCM(s); logs in {log_dir}; "
+          f"KPI archive {archive}", flush=True)
+    try:
+        cluster.start()
+        leader = cluster.manager.leader()
+        print(f"zookeeper   {cluster.zk}{' (started here)' if not s.zk else ''}")
+        for gid, child in cluster.gcms.items():
+            info = child.info
+            print(f"gcm         {gid} pid {child.pid}: look-up {info['lookup']}, management {info['management']}, "
+                  f"broadcast {info['broadcast']}{' (leader)' if gid == leader['id'] else ''}")
+        for address, child in cluster.hostmanagers.items():
+            print(f"hostmanager {address} pid {child.pid}")
+        print(f"ready. try: roq queue create demo --zk {cluster.zk}    (Ctrl-C stops everything)",
+              flush=True)
+        _status_loop(cluster)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+        print("\nstopping...", flush=True)
+        cluster.stop()
+        print("stopped", flush=True)
+    return ExitCode.OK
+
+
+def _status_loop(cluster: Any) -> None:
+    """A status line every second; a GCM or host manager that exits is started again (and said so)."""
+    tty = sys.stdout.isatty()
+    last = ""
+    while True:
+        for line in cluster.supervise():
+            print(("\n" if tty else "") + time.strftime("%H:%M:%S ") + line, flush=True)
+        try:
+            queues = cluster.manager.list()
+            hosts = cluster.manager.hosts()
+            line = (f"leader {cluster.leader()} | hosts {len(hosts)} | queues {len(queues)} "
+                    f"({sum(q['State'] == 'running' for q in queues)} running) | "
+                    f"exchanges {sum(len(q['Exchanges']) for q in queues)}")
+        except RoQError as exc:
+            line = f"cluster not answering: {exc}"
+        if tty:
+            print("\r" + line.ljust(100), end="", flush=True)
+        elif line != last:
+            print(time.strftime("%H:%M:%S ") + line, flush=True)
+        last = line
+        time.sleep(1.0)

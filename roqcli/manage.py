@@ -1,0 +1,167 @@
+"""The commands that talk to a running cluster: ``roq queue ...``, ``roq events``, ``roq hosts``, ``roq watch``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import time
+from typing import Any
+
+from roq.errors import ConfigError, ProtocolError
+from roq.runtime import ExitCode
+
+__all__ = ["ClientSettings", "manage"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientSettings:
+    """``[client]``: where the other commands find the cluster."""
+
+    zk: str = "127.0.0.1:2181"
+    root: str = "/roq"
+    timeout: float = 30.0
+
+
+def manage(args: argparse.Namespace, s: ClientSettings) -> int:
+    from client import QueueManager
+
+    with QueueManager(s.zk, root=s.root, timeout=s.timeout) as qm:
+        if args.command == "hosts":
+            return _show(args, qm.hosts(), _host_line)
+        if args.command == "watch":
+            return _watch(args, qm)
+        if args.command == "events":
+            return _events(args, qm)
+        action = args.action
+        if action == "create":
+            return _show(args, qm.create(args.name, args.host, exchanges=args.exchanges), _queue_line)
+        if action == "list":
+            return _show(args, qm.list(), _queue_line)
+        if action == "stats":
+            return _show(args, qm.stats(args.name), None)
+        if action == "rules":
+            if args.changes:
+                return _show(args, qm.set_rules(args.name, _parse_changes(args.changes)), None)
+            return _show(args, qm.get_rules(args.name), None)
+        getattr(qm, action)(args.name)
+        print(f"queue {args.name}: {action} done")
+        return ExitCode.OK
+
+
+def _parse_changes(changes: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for change in changes:
+        key, sep, value = change.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"expected KEY=VALUE, got {change!r}")
+        if value.strip().lower() in ("", "none", "null"):
+            out[key] = None  # unset: the threshold or default applies again
+            continue
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value  # the GCM names the key and the wrong type
+    return out
+
+
+def _show(args: argparse.Namespace, value: Any, line: Any) -> int:
+    if args.json or line is None:
+        print(json.dumps(value, indent=None if args.json else 2, sort_keys=True))
+    elif isinstance(value, list):
+        if not value:
+            print("(none)")
+        for item in value:
+            print(line(item))
+    else:
+        print(line(value))
+    return ExitCode.OK
+
+
+def _queue_line(q: dict[str, Any]) -> str:
+    xs = ", ".join(f"{x['Id']}@{x['Host']}" for x in q.get("Exchanges", []))
+    return f"{q['Name']:<20} {q['State']:<9} monitor {q.get('Monitor') or '-'}  exchanges [{xs}]"
+
+
+def _host_line(h: dict[str, Any]) -> str:
+    return (f"{h['Address']:<15} exchanges {h['AssignedExchanges']}/{h['MaxExchanges']}  "
+            f"cpu {h['CpuPercent']:.0f}%  memory {h['MemoryPercent']:.0f}%  net {h['NetBytesPerS'] / 1e3:.1f} kB/s")
+
+
+def _event_line(e: dict[str, Any]) -> str:
+    t = float(e.get("time", 0.0)) if isinstance(e.get("time"), (int, float)) else 0.0
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
+    return f"{stamp}  {e.get('origin', '?'):<7}  {e.get('kind', '?'):<20}  {e.get('text', '')}"
+
+
+def _events(args: argparse.Namespace, qm: Any) -> int:
+    if not 1 <= args.limit <= 1000:
+        raise ConfigError(f"--limit must be between 1 and 1000, got {args.limit}")
+
+    def show(events: list[dict[str, Any]]) -> None:
+        for e in events:
+            print(json.dumps(e, sort_keys=True) if args.json else _event_line(e), flush=True)
+
+    def key(e: dict[str, Any]) -> tuple[Any, ...]:
+        return e.get("origin"), e.get("seq"), e.get("time")
+
+    # following: read every event stored (each source keeps at most 200), so none falls between two reads
+    events = qm.events(args.name, 1000 if args.follow else args.limit)
+    show(events[-args.limit:])
+    if not args.follow:
+        if not events and not args.json:
+            print("(no events)")
+        return ExitCode.OK
+    seen = {key(e) for e in events}
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)  # even when started with SIGINT ignored (in the background)
+    while True:  # until Ctrl-C (exit 130)
+        time.sleep(0.5)
+        latest = qm.events(args.name, 1000)
+        show([e for e in latest if key(e) not in seen])
+        seen = {key(e) for e in latest}
+
+
+def _watch(args: argparse.Namespace, qm: Any) -> int:
+    import zmq
+
+    from roq import management as m
+    from roq.sockets import poll_ms
+
+    ctx = zmq.Context()
+    seen = 0
+    try:
+        while not args.count or seen < args.count:
+            leader = qm.leader()
+            sub = ctx.socket(zmq.SUB)
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sub.connect(leader["broadcast"])
+            print(f"# watching {leader['id']} at {leader['broadcast']}", flush=True)
+            try:
+                while not args.count or seen < args.count:
+                    if not sub.poll(poll_ms(1.0)):
+                        if qm.leader().get("id") != leader.get("id"):
+                            break  # a new leader: follow it
+                        continue
+                    try:
+                        queues, hosts = m.parse_broadcast(sub.recv_multipart())
+                    except ProtocolError as exc:
+                        print(f"# unreadable broadcast: {exc}", flush=True)
+                        continue
+                    seen += 1
+                    if args.json:
+                        print(json.dumps({"Queues": queues, "Hosts": hosts}, sort_keys=True), flush=True)
+                    else:
+                        qs = ", ".join(f"{q['Name']}({q['State']}, {len(q['Exchanges'])} exchanges)" for q in queues) or "none"
+                        hs = ", ".join(f"{h['Address']}({h['AssignedExchanges']}/{h['MaxExchanges']})" for h in hosts) or "none"
+                        print(f"{time.strftime('%H:%M:%S')} queues: {qs} | hosts: {hs}", flush=True)
+            finally:
+                sub.close()
+    finally:
+        ctx.term()
+    return ExitCode.OK
