@@ -1,10 +1,10 @@
 """A queue's topology events: the GCM's own decisions, and the merged log that GetEvents answers.
 
 Each source (``roq.zk.EVENT_SOURCES``: the queue's monitor, the GCM) keeps its recent events in
-``/queues/<q>/events/<source>`` as ``{"events": [oldest first, at most MAX_EVENTS], "counters": {...}}``.
-An event is ``{"seq", "time" (wall clock), "kind", "text", "queue", "origin", ...numbers and names}``
-(``origin`` names the source that recorded it; a relocation's ``source`` is the exchange it left);
-``text`` is a sentence an operator understands with its numbers.
+``/queues/<q>/events/<source>`` as an :class:`~roq.documents.EventsDoc` (at most ``MAX_EVENTS`` events,
+oldest first, and the source's counters). An event is ``{"seq", "time" (wall clock), "kind", "text",
+"queue", "origin", ...numbers and names}`` (``origin`` names the source that recorded it; a relocation's
+``source`` is the exchange it left); ``text`` is a sentence an operator understands with its numbers.
 
 Writing an event must never fail the decision it records: :meth:`EventLog.record` logs and gives up.
 """
@@ -12,108 +12,91 @@ Writing an event must never fail the decision it records: :meth:`EventLog.record
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Mapping
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from gcm._outcome import Event
+from roq.documents import EventsDoc
+from roq.errors import NodeExistsError, NodeMissingError, VersionConflictError, ZooKeeperError
+from roq.zk import MAX_EVENTS, Paths, Session
 
-from roq.zk import EVENT_SOURCES, MAX_EVENTS, Paths, dumps, loads
-
-__all__ = ["EventLog", "merge_events", "MAX_LIMIT"]
+__all__ = ["EventLog", "merge_events", "appended", "MAX_LIMIT", "SOURCE"]
 
 log = logging.getLogger("gcm")
 
 MAX_LIMIT = 1000  # most events one GetEvents returns
-_SOURCE = "gcm"
+SOURCE = "gcm"
 _ATTEMPTS = 3  # read-modify-write attempts when another writer got in between
 
 
-def _number(value: Any, default: float = 0.0) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def merge_events(documents: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
+def merge_events(documents: Mapping[str, EventsDoc | None], limit: int) -> list[dict[str, Any]]:
     """The last ``limit`` events of every source's document, ordered by (time, source, seq).
 
     Args:
-        documents: source name -> its decoded document (anything else, e.g. None, counts as empty).
+        documents: source name -> its document (None: none yet).
         limit: how many to keep, the newest.
 
     Returns:
-        Events oldest first; each names its ``origin``. Entries that are not documents are skipped.
+        Events oldest first; each names its ``origin``.
     """
     merged = []
     for source, document in documents.items():
-        events = document.get("events") if isinstance(document, dict) else None
-        for event in events if isinstance(events, list) else []:
-            if isinstance(event, dict):
-                merged.append({**event, "origin": str(event.get("origin") or source)})
+        for event in document.events if document is not None else []:
+            origin = event.get("origin")
+            merged.append({**event, "origin": origin if type(origin) is str and origin else source})
     merged.sort(key=lambda e: (_number(e.get("time")), e["origin"], _number(e.get("seq"))))
     return merged[-limit:] if limit > 0 else []
 
 
-class EventLog:
-    """Read and append the event documents of queues in ZooKeeper."""
+def appended(document: EventsDoc | None, event: Event, now: float) -> tuple[EventsDoc, dict[str, Any]]:
+    """``document`` (None: none yet) with ``event`` appended as the GCM's next one at wall-clock ``now``, the
+    oldest dropped beyond ``MAX_EVENTS``; and the event as stored."""
+    events = list(document.events) if document is not None else []
+    seq = int(_number(events[-1].get("seq"))) + 1 if events else 1
+    stored = {**event.fields, "seq": seq, "time": now, "kind": event.kind, "text": event.text, "queue": event.queue,
+              "origin": SOURCE}
+    counters = dict(document.counters) if document is not None else {}
+    return EventsDoc(events=[*events, stored][-MAX_EVENTS:], counters=counters), stored
 
-    def __init__(self, zk: KazooClient, paths: Paths) -> None:
-        self.zk = zk
+
+class EventLog:
+    """Appends the GCM's events to the event documents of queues in ZooKeeper."""
+
+    def __init__(self, session: Session, paths: Paths) -> None:
+        self.session = session
         self.paths = paths
 
-    def record(self, queue: str, kind: str, text: str, **fields: Any) -> dict[str, Any] | None:
-        """Log ``text`` and append it as a GCM event of ``queue``; the event, or None if it was not stored."""
-        log.info("queue %s: %s", queue, text)
-        path = self.paths.events(queue, _SOURCE)
+    def record(self, event: Event, now: float) -> dict[str, Any] | None:
+        """Log ``event`` and append it to its queue's GCM events; the event as stored, or None if it was not."""
+        log.info("queue %s: %s", event.queue, event.text)
+        path = self.paths.events(event.queue, SOURCE)
         for _ in range(_ATTEMPTS):
             try:
-                try:
-                    data, stat = self.zk.get(path)
-                    document, version = loads(data), stat.version
-                except NoNodeError:
-                    document, version = {}, -1
-                events = document.get("events") if isinstance(document, dict) else None
-                events = [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
-                counters = document.get("counters") if isinstance(document, dict) else None
-                seq = int(_number(events[-1].get("seq"))) + 1 if events else 1
-                event = {**fields, "seq": seq, "time": time.time(), "kind": kind, "text": text, "queue": queue,
-                         "origin": _SOURCE}
-                new = dumps({"events": [*events, event][-MAX_EVENTS:], "counters": counters if isinstance(counters, dict) else {}})
+                document, version = self.session.read(path, EventsDoc.decode)
+                new, stored = appended(document, event, now)
                 if version < 0:
-                    self._create(queue, new)
-                else:
-                    self.zk.set(path, new, version=version)
-                return event
-            except (BadVersionError, NodeExistsError):
+                    self._create(event.queue, new.encode())
+                else:  # a node holding no valid document is replaced
+                    self.session.set(path, new.encode(), version=version)
+                return stored
+            except (VersionConflictError, NodeExistsError):
                 continue  # someone wrote in between: read again
-            except NoNodeError:
-                log.warning("queue %s: event %s not recorded: the queue is gone", queue, kind)
+            except NodeMissingError:
+                log.warning("queue %s: event %s not recorded: the queue is gone", event.queue, event.kind)
                 return None
-            except KazooException as exc:
-                log.warning("queue %s: event %s not recorded (%s)", queue, kind, type(exc).__name__)
+            except ZooKeeperError as exc:
+                log.warning("queue %s: event %s not recorded (%s)", event.queue, event.kind, exc)
                 return None
-        log.warning("queue %s: event %s not recorded: the event log kept changing", queue, kind)
+        log.warning("queue %s: event %s not recorded: the event log kept changing", event.queue, event.kind)
         return None
 
     def _create(self, queue: str, data: bytes) -> None:
         # never makepath: that would bring back the node of a queue just removed
         try:
-            self.zk.create(self.paths.events(queue), b"")
+            self.session.create(self.paths.events(queue))
         except NodeExistsError:
             pass
-        self.zk.create(self.paths.events(queue, _SOURCE), data)
-
-    def read(self, queue: str, limit: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """(the last ``limit`` events of every source, oldest first; the monitor's counters).
-
-        Raises:
-            KazooException: ZooKeeper could not be read.
-        """
-        documents = {}
-        for source in EVENT_SOURCES:
-            try:
-                documents[source] = loads(self.zk.get(self.paths.events(queue, source))[0])
-            except NoNodeError:
-                documents[source] = None
-        monitor = documents.get("monitor")
-        counters = monitor.get("counters") if isinstance(monitor, dict) else None
-        return merge_events(documents, limit), counters if isinstance(counters, dict) else {}
+        self.session.create(self.paths.events(queue, SOURCE), data)

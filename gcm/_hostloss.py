@@ -7,24 +7,22 @@ same slot names) to hosts chosen as for a scale-out; its monitor too, if it was 
 can take stays where it is and is tried again on later refreshes, at most once a second per queue. A host
 that comes back after its slots moved simply has no assignments any more: its host manager stops the
 processes it still runs.
+
+:class:`HostLoss` keeps the clocks; what it decides is a list of :class:`~gcm._outcome.Outcome` s that the
+GCM's shell commits (a transaction that fails is tried again a second later).
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Callable
+import dataclasses
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from gcm._outcome import Event, Outcome
+from gcm._placement import Move, plan_replacements, slot_order
+from gcm._view import QueueView, View
+from roq.documents import MONITOR, RUNNING
+from roq.zk import Create, Delete, SetData
 
-from gcm._events import EventLog
-from gcm._placement import MONITOR, Move, plan_replacements, slot_order
-from gcm._view import RUNNING, QueueView, View
-from roq.zk import Paths, dumps
-
-__all__ = ["HostLoss", "LostHosts"]
-
-log = logging.getLogger("gcm")
+__all__ = ["HostLoss", "LostHosts", "RETRY"]
 
 RETRY = 1.0  # least seconds between two attempts for one queue
 
@@ -66,22 +64,14 @@ class LostHosts:
 
 
 class HostLoss:
-    """The leader's watch over lost hosts (see the module).
+    """The leader's watch over lost hosts (see the module): clocks and retry times, and the moves decided.
 
     Args:
         grace: seconds a host may be unregistered before its slots move.
-        zk, paths: where the topology lives.
-        events: where decisions are recorded.
-        commit: runs ``ops(transaction)`` as one ZooKeeper transaction, raising its first error.
     """
 
-    def __init__(self, grace: float, zk: KazooClient, paths: Paths, events: EventLog,
-                 commit: Callable[[Callable[[Any], None]], None]) -> None:
+    def __init__(self, grace: float) -> None:
         self.hosts = LostHosts(grace)
-        self.zk = zk
-        self.paths = paths
-        self.events = events
-        self.commit = commit
         self._next_try: dict[str, float] = {}
         self._noted: set[tuple[str, str, str]] = set()  # (queue, slot, host) already reported as stuck
 
@@ -100,11 +90,12 @@ class HostLoss:
         later = [t for t in (*self.hosts.deadlines(), *self._next_try.values()) if t > now]
         return min(later, default=None)
 
-    def act(self, view: View, now: float) -> bool:
-        """Move what can be moved off lost hosts; True if anything was committed."""
+    def act(self, view: View, now: float) -> list[Outcome]:
+        """What to do about the hosts lost by ``now`` (monotonic): a transaction per queue that has slots to
+        move, and a ``replacement_blocked`` event for each slot newly stuck."""
         lost = self.hosts.lost(now)
         if not lost:
-            return False
+            return []
         due = [
             q.name for q in view.queues.values()
             if q.state == RUNNING and (q.host in lost or lost & set(q.placement.values()))
@@ -112,66 +103,62 @@ class HostLoss:
         ]  # fmt: skip
         self._next_try = {name: t for name, t in self._next_try.items() if t > now}
         if not due:
-            return False
+            return []
         for name in due:
             self._next_try[name] = now + RETRY
         moves, blocked = plan_replacements(view, lost, due)
-        changed = False
+        outcomes = []
         for name in due:
             mine = [mv for mv in moves if mv.queue == name]
-            if mine and self._move(view.queues[name], mine, lost):
-                changed = True
+            if mine:
+                outcomes.append(self._move(view, view.queues[name], mine))
         stuck = {(b.queue, b.slot, b.source) for b in blocked}
         self._noted = {key for key in self._noted if key[0] not in due or key in stuck}
+        events = []
         for b in blocked:
             if (b.queue, b.slot, b.source) in self._noted:
                 continue
             self._noted.add((b.queue, b.slot, b.source))
             what = "the monitor" if b.slot == MONITOR else b.slot
-            self.events.record(b.queue, "replacement_blocked",
-                               f"host {b.source} lost: cannot replace {what}, no host can take it ({b.why}); "
-                               f"retrying every {RETRY:.0f}s", slot=b.slot, lost_host=b.source, why=b.why)
-        return changed
+            events.append(Event(b.queue, "replacement_blocked",
+                                f"host {b.source} lost: cannot replace {what}, no host can take it ({b.why}); "
+                                f"retrying every {RETRY:.0f}s", {"slot": b.slot, "lost_host": b.source, "why": b.why}))
+        if events:
+            outcomes.append(Outcome(events=tuple(events)))
+        return outcomes
 
-    def _move(self, q: QueueView, moves: list[Move], lost: set[str]) -> bool:
+    def _move(self, view: View, q: QueueView, moves: list[Move]) -> Outcome:
+        """One transaction moving ``moves`` of queue ``q`` (same slot names, the queue node version-checked)."""
         exchanges = sorted((mv for mv in moves if mv.slot != MONITOR), key=lambda mv: slot_order(mv.slot))
         monitor = next((mv for mv in moves if mv.slot == MONITOR), None)
         placement = {**q.placement, **{mv.slot: mv.target for mv in exchanges}}
         host = monitor.target if monitor is not None else q.host
-        zk, paths = self.zk, self.paths
-        try:
-            for target in {mv.target for mv in moves}:
-                zk.ensure_path(paths.host_assignments(target))
-            doomed = [p for mv in moves if zk.exists(p := paths.assignment(mv.source, q.name, mv.slot))]
-            wanted = [p for mv in moves if not zk.exists(p := paths.assignment(mv.target, q.name, mv.slot))]
-            data = {"state": q.state, "host": host, "placement": placement, "next_exchange": q.next_exchange}
-
-            def ops(t: Any) -> None:
-                t.set_data(paths.queue(q.name), dumps(data), version=q.version)
-                for path in doomed:
-                    t.delete(path)
-                for path in wanted:
-                    t.create(path, b"")
-
-            self.commit(ops)
-        except KazooException as exc:  # the queue changed meanwhile, or ZooKeeper is unreachable: next time
-            log.warning("queue %s: moving slots off lost host(s) %s failed (%s); will retry",
-                        q.name, ", ".join(sorted(lost)), type(exc).__name__)
-            return False
+        paths = view.paths
+        doc = dataclasses.replace(q.doc, host=host, placement=placement)
+        ops = (
+            SetData(paths.queue(q.name), doc.encode(), q.version),
+            *(Delete(paths.assignment(mv.source, q.name, mv.slot)) for mv in moves
+              if view.has_assignment(mv.source, q.name, mv.slot)),
+            *(Create(paths.assignment(mv.target, q.name, mv.slot)) for mv in moves
+              if not view.has_assignment(mv.target, q.name, mv.slot)),
+        )  # fmt: skip
+        grace = self.hosts.grace
+        events = []
         if exchanges:
             sources = sorted({mv.source for mv in exchanges})
             text = ", ".join(f"{mv.slot} to {mv.target}" for mv in exchanges)
-            self.events.record(
+            events.append(Event(
                 q.name, "exchanges_replaced",
-                f"host {', '.join(sources)} lost (unregistered for over {self.hosts.grace:g}s): moved {text}; "
+                f"host {', '.join(sources)} lost (unregistered for over {grace:g}s): moved {text}; "
                 f"{len(placement)} exchange(s) placed",
-                lost_host=",".join(sources), moved=len(exchanges), exchanges=len(placement),
-                moves=",".join(f"{mv.slot}@{mv.target}" for mv in exchanges),
-                hosts=",".join(sorted({mv.target for mv in exchanges})),
-            )  # fmt: skip
+                {"lost_host": ",".join(sources), "moved": len(exchanges), "exchanges": len(placement),
+                 "moves": ",".join(f"{mv.slot}@{mv.target}" for mv in exchanges),
+                 "hosts": ",".join(sorted({mv.target for mv in exchanges}))},
+            ))  # fmt: skip
         if monitor is not None:
-            self.events.record(q.name, "monitor_moved",
-                               f"host {monitor.source} lost (unregistered for over {self.hosts.grace:g}s): "
-                               f"monitor moved to {monitor.target}",
-                               lost_host=monitor.source, host=monitor.target)
-        return True
+            events.append(Event(q.name, "monitor_moved",
+                                f"host {monitor.source} lost (unregistered for over {grace:g}s): "
+                                f"monitor moved to {monitor.target}",
+                                {"lost_host": monitor.source, "host": monitor.target}))
+        return Outcome(ops=ops, ensure=tuple(paths.host_assignments(t) for t in sorted({mv.target for mv in moves})),
+                       events=tuple(events))

@@ -8,6 +8,11 @@ first, then takes the most free slots, the lowest CPU %, the lowest memory %, th
 cluster whose every host is busy still creates it, on the least busy host with a free slot. A
 :class:`Placer` counts every placement it decided for the next choice, so several exchanges placed in one
 decision spread as if placed one after the other.
+
+A placement an operator asks for on a named host (create on a host, create an exchange on a host) is not
+held to the CPU and memory limits, but it cannot exceed the host's ``max_exchanges`` (nor, for one more
+exchange of an existing queue, the queue's ``max_exchanges_per_host``): :meth:`Placer.room` says why not.
+A new queue of N exchanges placed on the host with most headroom needs room for all N there.
 """
 
 from __future__ import annotations
@@ -16,12 +21,11 @@ import dataclasses
 import re
 from typing import Any, Iterable, Mapping
 
-from gcm._view import REMOVING, RUNNING, HostView, QueueView, View
+from gcm._view import HostView, QueueView, View
+from roq.documents import MONITOR, REMOVING, RUNNING
 from roq.rules import DEFAULT_RULES
 
 __all__ = ["Placer", "Move", "Blocked", "choose_host", "explain_no_host", "plan_replacements", "slot_order"]
-
-MONITOR = "monitor"  # the slot name of a queue's monitor in a Move
 
 
 def slot_order(slot: str) -> tuple[int, str]:
@@ -49,17 +53,24 @@ class Placer:
     def of_queue(self, queue: str, host: str) -> int:
         return self._of_queue.get((queue, host), 0)
 
-    def refusal(self, host: HostView, queue: QueueView | None) -> str:
-        """Why ``host`` cannot take an exchange of ``queue`` (None: a new queue); "" if it can."""
-        rules = queue.rules if queue is not None else DEFAULT_RULES
-        used = self.assigned.get(host.address, 0)
-        if used >= host.max_exchanges:
-            return f"full ({used}/{host.max_exchanges})"
+    def room(self, host: HostView, queue: QueueView | None, count: int = 1) -> str:
+        """Why ``host`` has no room for ``count`` more exchanges of ``queue`` (None: of a new queue) by
+        capacity alone: its ``max_exchanges``, and ``queue``'s ``max_exchanges_per_host``; "" if it has."""
+        used, most = self.assigned.get(host.address, 0), host.max_exchanges
+        free = most - used
+        if free <= 0:
+            return f"full ({used}/{most})"
+        if free < count:
+            return f"has room for {free} of the {count} exchanges asked ({used}/{most} placed)"
         if queue is not None:
-            mine, most = self.of_queue(queue.name, host.address), int(rules["max_exchanges_per_host"])
-            if mine >= most:
-                return f"holds {mine} of {queue.name}'s exchanges (max_exchanges_per_host {most})"
-        return self.overloaded(host, rules) if queue is not None else ""
+            mine, per_host = self.of_queue(queue.name, host.address), int(queue.rules["max_exchanges_per_host"])
+            if mine + count > per_host:
+                return f"holds {mine} of {queue.name}'s exchanges (max_exchanges_per_host {per_host})"
+        return ""
+
+    def refusal(self, host: HostView, queue: QueueView | None, count: int = 1) -> str:
+        """Why ``host`` cannot take ``count`` more exchanges of ``queue`` (None: a new queue); "" if it can."""
+        return self.room(host, queue, count) or (self.overloaded(host, queue.rules) if queue is not None else "")
 
     @staticmethod
     def overloaded(host: HostView, rules: Mapping[str, Any]) -> str:
@@ -70,12 +81,13 @@ class Placer:
             return f"memory {host.memory_percent:.0f}% > {float(rules['host_memory_percent']):.0f}%"
         return ""
 
-    def choose(self, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str | None:
-        """The best host for one more exchange of ``queue`` (None: of a new queue), or None if none can."""
+    def choose(self, queue: QueueView | None = None, *, exclude: Iterable[str] = (), count: int = 1) -> str | None:
+        """The best host for one more exchange of ``queue`` (None: for the ``count`` exchanges of a new
+        queue), or None if none can."""
         skip = set(exclude)
         best: tuple[bool, int, int, float, float, str] | None = None
         for host in self.view.hosts.values():
-            if host.address in skip or self.refusal(host, queue):
+            if host.address in skip or self.refusal(host, queue, count):
                 continue
             mine = self.of_queue(queue.name, host.address) if queue is not None else 0
             free = host.max_exchanges - self.assigned.get(host.address, 0)
@@ -85,10 +97,11 @@ class Placer:
                 best = key
         return best[-1] if best else None
 
-    def explain(self, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str:
+    def explain(self, queue: QueueView | None = None, *, exclude: Iterable[str] = (), count: int = 1) -> str:
         """Why no host can take an exchange: ``"127.0.0.11: full (4/4); 127.0.0.12: CPU 97% > 90%"``."""
         skip = set(exclude)
-        reasons = [f"{a}: {self.refusal(h, queue) or 'excluded'}" for a, h in sorted(self.view.hosts.items()) if a not in skip]
+        reasons = [f"{a}: {self.refusal(h, queue, count) or 'excluded'}"
+                   for a, h in sorted(self.view.hosts.items()) if a not in skip]
         return "; ".join(reasons) if reasons else "no host manager is registered"
 
     def choose_monitor(self, queue: QueueView, *, exclude: Iterable[str] = ()) -> str | None:

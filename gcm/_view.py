@@ -1,40 +1,95 @@
-"""What the GCM knows of the cluster: a snapshot read from ZooKeeper, and the pure decisions made on it.
+"""What the GCM knows of the cluster: a snapshot of ZooKeeper, read whole whenever something changes.
 
-:func:`read_view` reads the whole topology (setting a watch on everything it reads, so any change wakes
-the GCM); the rest is plain logic, unit-tested without ZooKeeper: what the broadcast says, whether a queue is
-ready. Where things go is decided in :mod:`gcm._placement`.
+:func:`read_view` reads the topology through the session (leaving a watch on every node that can change
+without the GCM: the queues, their live monitor and exchanges, rules and thresholds, the hosts), each node
+through its document (:mod:`roq.documents`), and the assignment names under every host it meets, so that a
+decision knows which assignment znodes exist without asking ZooKeeper. Everything else here is plain data
+the decisions read: whether a queue is ready or quiet, what the GCM says of it (its summary), how many
+exchanges each host holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+import functools
+from typing import Any, Mapping
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-
+from roq.documents import (
+    REMOVING,
+    RUNNING,
+    Assignment,
+    ExchangeDoc,
+    HostDoc,
+    MonitorDoc,
+    QueueDoc,
+    RulesDoc,
+)
+from roq.errors import BadRequestError, ConfigError, NotFoundError
+from roq.management import HostSummary, QueueSummary
 from roq.rules import DEFAULT_RULES, effective_rules
-from roq.zk import Paths, loads
+from roq.zk import Paths, Session, check_queue_name
 
-__all__ = ["QueueView", "HostView", "View", "read_view", "broadcast_docs", "RUNNING", "STOPPED", "REMOVING"]
+__all__ = ["QueueView", "HostView", "View", "read_view", "echo", "checked_name"]
 
-RUNNING, STOPPED, REMOVING = "running", "stopped", "removing"
+_ECHO = 80  # characters of a peer's text quoted back in a refusal
 
 
-@dataclasses.dataclass
+def echo(text: str) -> str:
+    """``text`` quoted for a reply or a log line, cut short: a peer's 900 KB name is not sent back whole."""
+    return repr(text if len(text) <= _ECHO else text[:_ECHO] + "...")
+
+
+def checked_name(name: str) -> str:
+    """``name`` if it can name a queue.
+
+    Raises:
+        BadRequestError: it cannot (the message quotes at most the start of it).
+    """
+    if len(name) > 64:
+        raise BadRequestError(f"bad queue name {echo(name)} ({len(name)} characters): at most 64")
+    try:
+        return check_queue_name(name)
+    except ConfigError as exc:
+        raise BadRequestError(str(exc)) from None
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueView:
+    """A queue: its node's document and version, its live processes, its rules."""
+
     name: str
-    state: str
-    host: str  # the monitor's host
-    placement: dict[str, str]  # exchange id -> host
-    next_exchange: int
-    version: int  # of the queue znode, for conditional updates
-    removing_since: float = 0.0  # wall time the removal was decided
-    monitor: dict[str, Any] | None = None  # the live monitor's znode, if any
-    exchanges: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # live exchanges
-    rules: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_RULES))  # in force
-    explicit_rules: dict[str, Any] = dataclasses.field(default_factory=dict)  # the keys an operator set
-    thresholds: dict[str, Any] = dataclasses.field(default_factory=dict)
+    doc: QueueDoc = QueueDoc()
+    version: int = -1  # of the queue node, for the version check of every decision
+    monitor: MonitorDoc | None = None  # the live monitor, if one is registered
+    exchanges: Mapping[str, ExchangeDoc] = dataclasses.field(default_factory=dict)  # live exchanges by slot
+    explicit_rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the keys an operator set
+    thresholds: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    rules_version: int = -1  # -1: no node
+    thresholds_version: int = -1
+    tuning_version: int = -1
+
+    @property
+    def state(self) -> str:
+        return self.doc.state
+
+    @property
+    def host(self) -> str:
+        """The monitor's host."""
+        return self.doc.host
+
+    @property
+    def placement(self) -> Mapping[str, str]:
+        """Exchange slot -> host."""
+        return self.doc.placement
+
+    @property
+    def next_exchange(self) -> int:
+        return self.doc.next_exchange
+
+    @functools.cached_property
+    def rules(self) -> dict[str, Any]:
+        """The rules in force: defaults, then thresholds, then the operator's."""
+        return effective_rules({k: v for k, v in self.explicit_rules.items() if k in DEFAULT_RULES}, dict(self.thresholds))
 
     @property
     def ready(self) -> bool:
@@ -43,9 +98,9 @@ class QueueView:
         return (
             self.state == RUNNING
             and self.monitor is not None
-            and self.monitor.get("host", self.host) == self.host
+            and (self.monitor.host or self.host) == self.host
             and bool(self.placement)
-            and all(x in self.exchanges and self.exchanges[x].get("host", h) == h for x, h in self.placement.items())
+            and all(x in self.exchanges and (self.exchanges[x].host or h) == h for x, h in self.placement.items())
         )
 
     @property
@@ -53,65 +108,65 @@ class QueueView:
         """No process of the queue is registered any more."""
         return self.monitor is None and not self.exchanges
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "Name": self.name,
-            "Host": self.host,
-            "State": self.state,
-            "Running": self.state == RUNNING,
-            "Monitor": (self.monitor or {}).get("endpoint", ""),
-            "Exchanges": [
-                {"Id": xid, "Name": x.get("name", xid), "Host": x.get("host", ""), "Frontend": x.get("frontend", ""), "Backend": x.get("backend", "")}
-                for xid, x in sorted(self.exchanges.items())
-            ],
-        }
+    def summary(self) -> QueueSummary:
+        return QueueSummary.of(self.name, self.doc, self.monitor, self.exchanges)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class HostView:
+    """A registered host manager."""
+
     address: str
-    data: dict[str, Any]
+    doc: HostDoc = HostDoc()
 
     @property
     def max_exchanges(self) -> int:
-        value = self.data.get("max_exchanges", 0)
-        return value if isinstance(value, int) else 0
+        return self.doc.max_exchanges
 
     @property
     def cpu_percent(self) -> float:
-        return self._kpi("cpu_percent")
+        return self.doc.kpis.cpu_percent
 
     @property
     def memory_percent(self) -> float:
-        return self._kpi("memory_percent")
-
-    def _kpi(self, name: str) -> float:
-        kpis = self.data.get("kpis")
-        value = kpis.get(name, 0.0) if isinstance(kpis, dict) else 0.0
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-    def summary(self, assigned: int) -> dict[str, Any]:
-        kpis = self.data.get("kpis", {}) if isinstance(self.data.get("kpis"), dict) else {}
-        return {
-            "Address": self.address,
-            "Endpoint": self.data.get("endpoint", ""),
-            "MaxExchanges": self.max_exchanges,
-            "AssignedExchanges": assigned,
-            "Exchanges": self.data.get("exchanges", 0),
-            "Monitors": self.data.get("monitors", 0),
-            "CpuPercent": kpis.get("cpu_percent", 0.0),
-            "MemoryPercent": kpis.get("memory_percent", 0.0),
-            "NetBytesPerS": kpis.get("net_bytes_per_s", 0.0),
-        }
+        return self.doc.kpis.memory_percent
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class View:
-    queues: dict[str, QueueView]
-    hosts: dict[str, HostView]
+    """The topology: queues and registered hosts by name, the assignment names under each host met, and where
+    in ZooKeeper it was read (``paths``: where a decision's writes go)."""
+
+    queues: Mapping[str, QueueView] = dataclasses.field(default_factory=dict)
+    hosts: Mapping[str, HostView] = dataclasses.field(default_factory=dict)
+    assignments: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    paths: Paths = Paths()
+
+    def find(self, name: str) -> QueueView | None:
+        """The queue named ``name`` (a request's ``QName``), None if there is none.
+
+        Raises:
+            BadRequestError: not a queue name.
+        """
+        return self.queues.get(checked_name(name))
+
+    def queue(self, name: str) -> QueueView:
+        """The queue named ``name`` (a request's ``QName``).
+
+        Raises:
+            BadRequestError: not a queue name. NotFoundError: no such queue.
+        """
+        q = self.find(name)
+        if q is None:
+            raise NotFoundError(f"no queue named {name!r}")
+        return q
+
+    def has_assignment(self, host: str, queue: str, slot: str) -> bool:
+        """Whether ``/assignments/<host>/<queue>@<slot>`` exists (as read)."""
+        return Assignment(queue, slot).name in self.assignments.get(host, frozenset())
 
     def assigned(self) -> dict[str, int]:
-        """Exchanges placed on each host, by every queue that is not removed."""
+        """Exchanges placed on each host, by every queue that is not being removed."""
         counts: dict[str, int] = {}
         for q in self.queues.values():
             if q.state != REMOVING:
@@ -119,63 +174,62 @@ class View:
                     counts[host] = counts.get(host, 0) + 1
         return counts
 
+    def summaries(self) -> tuple[list[QueueSummary], list[HostSummary]]:
+        """What the GCM says of every queue and every host, sorted by name (list queues, list hosts, the
+        broadcast)."""
+        assigned = self.assigned()
+        return ([self.queues[n].summary() for n in sorted(self.queues)],
+                [HostSummary.of(a, self.hosts[a].doc, assigned.get(a, 0)) for a in sorted(self.hosts)])
 
-def read_view(zk: KazooClient, paths: Paths, watch: Callable[..., Any]) -> View:
-    """Read the topology, leaving a watch on every node read."""
 
-    def get(path: str) -> tuple[dict[str, Any] | None, int]:
-        try:
-            data, stat = zk.get(path, watch=watch)
-        except NoNodeError:
-            zk.exists(path, watch=watch)
-            return None, -1
-        value = loads(data)
-        return (value if isinstance(value, dict) else {}), stat.version
+def read_view(session: Session, paths: Paths) -> View:
+    """Read the topology, leaving a watch on everything that others change.
 
-    def children(path: str) -> list[str]:
-        try:
-            return zk.get_children(path, watch=watch)
-        except NoNodeError:
-            zk.exists(path, watch=watch)
-            return []
-
-    queues = {}
-    for name in children(paths.queues):
-        data, version = get(paths.queue(name))
-        if data is None:
-            continue
-        placement = data.get("placement", {})
-        q = QueueView(
-            name=name,
-            state=str(data.get("state", RUNNING)),
-            host=str(data.get("host", "")),
-            placement=dict(placement) if isinstance(placement, dict) else {},
-            next_exchange=int(data.get("next_exchange", 1)),
-            version=version,
-            removing_since=float(data.get("removing_since", 0.0) or 0.0),
-        )
-        q.monitor, _ = get(paths.monitor(name))
-        for xid in children(paths.exchanges(name)):
-            x, _ = get(paths.exchange(name, xid))
-            if x is not None:
-                q.exchanges[xid] = x
-        explicit, _ = get(paths.rules(name))
-        thresholds, _ = get(paths.thresholds(name))
-        q.explicit_rules = {k: v for k, v in (explicit or {}).items() if k in DEFAULT_RULES}
-        q.thresholds = thresholds or {}
-        q.rules = effective_rules(q.explicit_rules, q.thresholds)
-        queues[name] = q
+    Raises:
+        ZooKeeperError: ZooKeeper could not be read (the view stays as it was; read again later).
+    """
+    queues = {name: q for name in session.children(paths.queues, watch=True)
+              if (q := _read_queue(session, paths, name)) is not None}
     hosts = {}
-    for address in children(paths.hosts):
-        data, _ = get(paths.host(address))
-        if data is not None:
-            hosts[address] = HostView(address, data)
-    return View(queues, hosts)
+    for address in session.children(paths.hosts, watch=True):
+        doc, version = session.read(paths.host(address), HostDoc.decode, watch=True)
+        if version >= 0:  # a node that holds no valid document is still a registration
+            hosts[address] = HostView(address, doc or HostDoc(address=address))
+    met = set(hosts)
+    for q in queues.values():
+        met.add(q.host)
+        met.update(q.placement.values())
+    assignments = {h: frozenset(session.children(paths.host_assignments(h))) for h in sorted(met) if _node_name(h)}
+    return View(queues, hosts, assignments, paths)
 
 
-def broadcast_docs(view: View) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The Queues and Hosts documents of the configuration broadcast."""
-    assigned = view.assigned()
-    queues = [view.queues[n].summary() for n in sorted(view.queues)]
-    hosts = [view.hosts[a].summary(assigned.get(a, 0)) for a in sorted(view.hosts)]
-    return queues, hosts
+def _read_queue(session: Session, paths: Paths, name: str) -> QueueView | None:
+    doc, version = session.read(paths.queue(name), QueueDoc.decode, watch=True)
+    if version < 0:
+        return None
+    monitor, monitor_version = session.read(paths.monitor(name), MonitorDoc.decode, watch=True)
+    exchanges = {}
+    for slot in session.children(paths.exchanges(name), watch=True):
+        x, x_version = session.read(paths.exchange(name, slot), ExchangeDoc.decode, watch=True)
+        if x_version >= 0:
+            exchanges[slot] = x or ExchangeDoc()
+    explicit, rules_version = session.read(paths.rules(name), RulesDoc.decode, watch=True)
+    thresholds, thresholds_version = session.read(paths.thresholds(name), RulesDoc.decode, watch=True)
+    tuning = session.exists(paths.tuning(name))
+    return QueueView(
+        name=name,
+        doc=doc or QueueDoc(),
+        version=version,
+        monitor=(monitor or MonitorDoc()) if monitor_version >= 0 else None,
+        exchanges=exchanges,
+        explicit_rules={k: v for k, v in (explicit or RulesDoc()).values.items() if k in DEFAULT_RULES},
+        thresholds=dict((thresholds or RulesDoc()).values),
+        rules_version=rules_version,
+        thresholds_version=thresholds_version,
+        tuning_version=tuning.version if tuning is not None else -1,
+    )
+
+
+def _node_name(name: str) -> bool:
+    """Whether ``name`` can be one znode's name (a placement read from a node might hold anything)."""
+    return bool(name) and "/" not in name and name not in (".", "..") and "\x00" not in name

@@ -12,18 +12,22 @@ with most headroom, 2011 exists. New ones: 2012 list queues, 2013 queue stats, 2
 set/get thresholds, 2017 scale out, 2018 remove an exchange, 2019 the queue's topology events.
 
 The broadcast (PUB) is three frames, as in the original: ``{CMD: 1500}``, ``{Queues: [...]}``,
-``{Hosts: [...]}``.
+``{Hosts: [...]}``. What the GCM says of a queue and of a host, in its replies and in the broadcast, is one
+shape each (:class:`QueueSummary` with its :class:`ExchangeSummary` list, :class:`HostSummary`), made from
+the znodes' documents in one place (their ``of`` constructors).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 import bson
 from bson.errors import BSONError
 
+from roq import shape
 from roq.control import Message, message
+from roq.documents import RUNNING, ExchangeDoc, HostDoc, MonitorDoc, QueueDoc
 from roq.errors import ProtocolError
 
 __all__ = [
@@ -47,6 +51,9 @@ __all__ = [
     "ScaleOut",
     "RemoveExchange",
     "GetEvents",
+    "ExchangeSummary",
+    "QueueSummary",
+    "HostSummary",
     "broadcast_frames",
     "parse_broadcast",
 ]
@@ -187,9 +194,105 @@ class GetEvents(Message):
     Limit: int = 200
 
 
-def broadcast_frames(queues: list[dict[str, Any]], hosts: list[dict[str, Any]]) -> list[bytes]:
+# --------------------------------------------------------------------------- what the GCM says of the cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class ExchangeSummary:
+    """A live exchange of a queue: its slot (``Id``), its incarnation (``Name``), host and endpoints."""
+
+    Id: str
+    Name: str = ""
+    Host: str = ""
+    Frontend: str = ""
+    Backend: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueSummary:
+    """A queue as the GCM describes it (create, start, list queues, queue stats, the broadcast)."""
+
+    Name: str
+    Host: str = ""
+    State: str = ""
+    Running: bool = False
+    Monitor: str = ""  # the live monitor's endpoint ("" when none is registered)
+    Exchanges: list[ExchangeSummary] = dataclasses.field(default_factory=list)  # the live ones, by slot
+
+    @classmethod
+    def of(cls, name: str, queue: QueueDoc, monitor: MonitorDoc | None,
+           exchanges: Mapping[str, ExchangeDoc]) -> QueueSummary:
+        """The summary of queue ``name`` from its znodes' documents (``exchanges``: the live ones by slot)."""
+        return cls(
+            Name=name,
+            Host=queue.host,
+            State=queue.state,
+            Running=queue.state == RUNNING,
+            Monitor=monitor.endpoint if monitor is not None else "",
+            Exchanges=[ExchangeSummary(Id=slot, Name=x.name or slot, Host=x.host, Frontend=x.frontend, Backend=x.backend)
+                       for slot, x in sorted(exchanges.items())],
+        )
+
+    @classmethod
+    def read(cls, doc: Any) -> QueueSummary:
+        """A summary from a reply's or a broadcast's document.
+
+        Raises:
+            ProtocolError: a field is missing or of the wrong type.
+        """
+        return shape.read(cls, doc)
+
+    def document(self) -> dict[str, Any]:
+        return shape.to_document(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSummary:
+    """A live host as the GCM describes it (list hosts, the broadcast): capacity, load and latest KPIs."""
+
+    Address: str
+    Endpoint: str = ""
+    MaxExchanges: int = 0
+    AssignedExchanges: int = 0  # exchanges placed on it by the GCM, of every queue not being removed
+    Exchanges: int = 0  # exchanges its host manager runs now
+    Monitors: int = 0
+    CpuPercent: float = 0.0
+    MemoryPercent: float = 0.0
+    NetBytesPerS: float = 0.0
+
+    @classmethod
+    def of(cls, address: str, host: HostDoc, assigned: int) -> HostSummary:
+        """The summary of the host registered at ``address`` with ``assigned`` exchanges placed on it."""
+        return cls(
+            Address=address,
+            Endpoint=host.endpoint,
+            MaxExchanges=host.max_exchanges,
+            AssignedExchanges=assigned,
+            Exchanges=host.exchanges,
+            Monitors=host.monitors,
+            CpuPercent=host.kpis.cpu_percent,
+            MemoryPercent=host.kpis.memory_percent,
+            NetBytesPerS=host.kpis.net_bytes_per_s,
+        )
+
+    @classmethod
+    def read(cls, doc: Any) -> HostSummary:
+        """A summary from a reply's or a broadcast's document.
+
+        Raises:
+            ProtocolError: a field is missing or of the wrong type.
+        """
+        return shape.read(cls, doc)
+
+    def document(self) -> dict[str, Any]:
+        return shape.to_document(self)
+
+
+def broadcast_frames(queues: list[QueueSummary] | list[dict[str, Any]],
+                     hosts: list[HostSummary] | list[dict[str, Any]]) -> list[bytes]:
     """The three frames of a configuration broadcast."""
-    return [bson.encode({"CMD": BROADCAST}), bson.encode({"Queues": queues}), bson.encode({"Hosts": hosts})]
+    return [bson.encode({"CMD": BROADCAST}), bson.encode({"Queues": shape.to_document(list(queues))}),
+            bson.encode({"Hosts": shape.to_document(list(hosts))})]
 
 
 def parse_broadcast(frames: list[bytes]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -202,28 +305,8 @@ def parse_broadcast(frames: list[bytes]) -> tuple[list[dict[str, Any]], list[dic
         raise ProtocolError(f"a broadcast has 3 frames, got {len(frames)}")
     try:
         head, queues, hosts = (bson.decode(f) for f in frames)
-    except (BSONError, ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
+    except (BSONError, ValueError, TypeError, OverflowError, IndexError, KeyError, RecursionError) as exc:
         raise ProtocolError(f"broadcast frame is not BSON: {exc}") from exc
     if head.get("CMD") != BROADCAST or not isinstance(queues.get("Queues"), list) or not isinstance(hosts.get("Hosts"), list):
         raise ProtocolError("broadcast frames are not {CMD: 1500}, {Queues: [...]}, {Hosts: [...]}")
     return queues["Queues"], hosts["Hosts"]
-
-
-# ---- transitional: every server and client moves to roq.control.Reply
-def reply(result: int, comment: str = "", **data: Any) -> bytes:  # transitional
-    from roq.control import Reply, encode
-
-    return encode(Reply(result=int(result), comment=comment, data=data))
-
-
-def parse_reply(frame: bytes) -> tuple[int, str, dict[str, Any]]:  # transitional
-    from roq.control import Reply
-
-    r = Reply.parse(frame)
-    return r.result, r.comment, dict(r.data)
-
-
-def raise_for(result: int, comment: str, data: dict[str, Any]) -> None:  # transitional
-    from roq.control import Reply
-
-    Reply(result=result, comment=comment, data=data).raise_for()

@@ -12,7 +12,8 @@ from zkhelp import ask, doc, gone, wait_until
 
 import client
 from roq import management as m
-from roq.control import Result, encode
+from roq.control import Reply, Result, encode
+from roq.documents import QueueDoc
 from roq.zk import Paths, loads
 
 
@@ -263,8 +264,8 @@ def test_bad_input_on_the_management_and_lookup_ports(make_embedded):
         sock.send(request)
     answered = 0
     while answered < 10_000 and sock.poll(10_000):
-        result, _, data = m.parse_reply(sock.recv())
-        assert result == Result.OK and data["Exists"] is False
+        reply = Reply.parse(sock.recv())
+        assert reply.result == Result.OK and reply.data["Exists"] is False
         answered += 1
     sock.close()
     assert answered == 10_000
@@ -289,6 +290,24 @@ def test_rules_are_checked_and_bad_ones_change_nothing(make_embedded):
     assert qm.get_rules("q") == rules
     assert qm.set_thresholds("q", {"exchange_records_per_s": 4000})["exchange_records_per_s"] == 4000.0
     assert qm.get_thresholds("q") == {"exchange_records_per_s": 4000.0}
+
+
+def test_an_explicit_placement_cannot_exceed_the_hosts_maximum(make_embedded, kz):
+    cluster = make_embedded(hosts=1, max_exchanges=2)
+    qm = cluster.manager
+    paths = Paths(cluster.root)
+    with pytest.raises(client.UnavailableError, match=r"127\.0\.0\.11: has room for 2 of the 3 exchanges asked"):
+        qm.create("big", "127.0.0.11", exchanges=3)
+    assert kz.exists(paths.queue("big")) is None  # nothing was written
+    assert kz.get_children(paths.host_assignments("127.0.0.11")) == []
+    assert not qm.exists("big")
+
+    qm.create("fits", "127.0.0.11", exchanges=2)
+    with pytest.raises(client.UnavailableError, match=r"127\.0\.0\.11: full \(2/2\)"):
+        qm.add_exchange("fits", "127.0.0.11")
+    assert QueueDoc.decode(kz.get(paths.queue("fits"))[0]).placement == {"x1": "127.0.0.11", "x2": "127.0.0.11"}
+    assert sorted(kz.get_children(paths.host_assignments("127.0.0.11"))) == ["fits@monitor", "fits@x1", "fits@x2"]
+    assert [h["AssignedExchanges"] for h in qm.hosts()] == [2]
 
 
 def test_three_node_ensemble_survives_losing_a_member(tmp_path):

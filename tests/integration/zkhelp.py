@@ -9,7 +9,7 @@ import psutil
 import pytest
 import zmq
 
-from roq import management as m
+from roq.control import Reply
 from roq.errors import BrokerTimeoutError
 from roqcli.embedded import wait_for
 
@@ -31,7 +31,8 @@ def ask(endpoint: str, *frames: bytes, timeout: float = 10.0) -> tuple[int, str,
         sock.connect(endpoint)
         sock.send_multipart(list(frames))
         assert sock.poll(int(timeout * 1000)), f"no reply from {endpoint} within {timeout}s"
-        return m.parse_reply(sock.recv())
+        reply = Reply.parse(sock.recv())
+        return reply.result, reply.comment, dict(reply.data)
     finally:
         sock.close()
 

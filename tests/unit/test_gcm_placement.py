@@ -1,148 +1,190 @@
-"""gcm._placement and gcm._view: where exchanges go, when a queue is ready, what the broadcast says (pure)."""
+"""gcm's placement: where exchanges and monitors go, why a host cannot take one, where a lost host's slots
+go (pure, on views built here)."""
 
 from __future__ import annotations
 
-import pytest
-
-from gcm._placement import choose_host
-from gcm._view import HostView, QueueView, View, broadcast_docs
-from roq.management import broadcast_frames, parse_broadcast
+from gcm import Blocked, HostView, Move, Placer, QueueView, View, choose_host, explain_no_host, plan_replacements
+from roq.documents import HostDoc, HostKpis, QueueDoc
+from roq.rules import DEFAULT_RULES
 
 
-def _host(address: str, max_exchanges: int = 4, cpu: float = 10.0, **extra) -> HostView:
-    return HostView(address, {"max_exchanges": max_exchanges,
-                              "kpis": {"cpu_percent": cpu, "memory_percent": 5.0, "net_bytes_per_s": 0.0}, **extra})
+def _host(address: str, max_exchanges: int = 4, cpu: float = 10.0, memory: float = 10.0) -> HostView:
+    kpis = HostKpis(cpu_percent=cpu, memory_percent=memory)
+    return HostView(address, HostDoc(address=address, max_exchanges=max_exchanges, kpis=kpis))
 
 
-def _queue(name: str, placement: dict[str, str], state: str = "running", host: str = "h:1",
-           monitor: dict | None = None, exchanges: dict | None = None) -> QueueView:
-    return QueueView(name=name, state=state, host=host, placement=placement, next_exchange=len(placement) + 1,
-                     version=0, monitor=monitor, exchanges=exchanges or {})
+def _queue(name: str, placement: dict[str, str], *, host: str = "", state: str = "running", **rules) -> QueueView:
+    doc = QueueDoc(state=state, host=host or next(iter(placement.values()), "a"), placement=placement,
+                   next_exchange=len(placement) + 1)
+    return QueueView(name, doc, version=3, explicit_rules=rules)
 
 
 def _view(queues: list[QueueView], hosts: list[HostView]) -> View:
     return View({q.name: q for q in queues}, {h.address: h for h in hosts})
 
 
-def test_host_with_most_free_slots_wins_over_lower_cpu():
-    view = _view([_queue("q", {"x1": "a:1", "x2": "a:1", "x3": "a:1"})], [_host("a:1", 4, cpu=1.0), _host("b:1", 2, cpu=90.0)])
-    assert choose_host(view) == "b:1"
+# =========================================================================== ranking
 
 
-def test_tie_on_free_slots_goes_to_lower_cpu():
-    view = _view([], [_host("a:1", cpu=50.0), _host("b:1", cpu=10.0)])
-    assert choose_host(view) == "b:1"
+def test_a_queue_is_spread_before_free_slots_count():
+    q = _queue("q", {"x1": "a"})
+    view = _view([q], [_host("a", max_exchanges=10), _host("b", max_exchanges=2)])
+    assert choose_host(view, q) == "b"  # b has fewer free slots but none of q's exchanges
+    assert choose_host(view) == "a"  # a new queue: most free slots
 
 
-def test_tie_on_free_slots_and_cpu_goes_to_lower_address():
-    view = _view([], [_host("c:1"), _host("a:1"), _host("b:1")])
-    assert choose_host(view) == "a:1"
+def test_most_free_slots_then_cpu_then_memory_then_address():
+    q = _queue("q", {})
+    assert choose_host(_view([q], [_host("a", 3), _host("b", 4)]), q) == "b"
+    assert choose_host(_view([q], [_host("a", cpu=30.0), _host("b", cpu=20.0)]), q) == "b"
+    assert choose_host(_view([q], [_host("a", memory=30.0), _host("b", memory=20.0)]), q) == "b"
+    assert choose_host(_view([q], [_host("b"), _host("a")]), q) == "a"
 
 
-def test_full_host_is_skipped():
-    view = _view([_queue("q", {"x1": "a:1", "x2": "a:1"})], [_host("a:1", 2, cpu=0.0), _host("b:1", 1, cpu=89.0)])
-    assert choose_host(view) == "b:1"
+def test_a_new_queue_goes_to_the_most_free_slots_then_lower_cpu_then_lower_address():
+    full = _queue("q", {"x1": "a", "x2": "a", "x3": "a"})
+    assert choose_host(_view([full], [_host("a", 4, cpu=1.0), _host("b", 2, cpu=90.0)])) == "b"
+    assert choose_host(_view([], [_host("a", cpu=50.0), _host("b", cpu=10.0)])) == "b"
+    assert choose_host(_view([], [_host("c"), _host("a"), _host("b")])) == "a"
 
 
-def test_excluded_host_is_skipped():
-    view = _view([], [_host("a:1", 8), _host("b:1", 1)])
-    assert choose_host(view, exclude=frozenset({"a:1"})) == "b:1"
+def test_exchanges_of_other_queues_take_slots_but_do_not_count_for_spreading():
+    q = _queue("q", {"x1": "a"})
+    other = _queue("other", {"x1": "b", "x2": "b", "x3": "b"})
+    view = _view([q, other], [_host("a", 4), _host("b", 4)])
+    assert choose_host(view, q) == "b"  # one free slot, but none of q's exchanges
+    assert choose_host(view, other) == "a"
 
 
-def test_no_host_fits_gives_none():
-    view = _view([_queue("q", {"x1": "a:1", "x2": "b:1"})], [_host("a:1", 1), _host("b:1", 1)])
-    assert choose_host(view) is None
-    assert choose_host(_view([], [])) is None
-    assert choose_host(_view([], [_host("a:1")]), exclude=frozenset({"a:1"})) is None
-
-
-def test_host_with_no_exchange_slots_is_never_chosen():
-    assert choose_host(_view([], [_host("a:1", 0, cpu=0.0)])) is None
-    assert choose_host(_view([], [HostView("a:1", {})])) is None
-    assert choose_host(_view([], [_host("a:1", 0, cpu=0.0), _host("z:1", 1, cpu=89.0)])) == "z:1"
+def test_placements_decided_in_one_pass_are_counted_for_the_next():
+    q = _queue("q", {"x1": "a"})
+    placer = Placer(_view([q], [_host("a"), _host("b"), _host("c")]))
+    chosen = []
+    for _ in range(5):
+        host = placer.choose(q)
+        placer.place(q.name, host)
+        chosen.append(host)
+    assert chosen == ["b", "c", "a", "b", "c"]
 
 
 def test_slots_of_a_removing_queue_are_free_for_placement():
-    view = _view([_queue("old", {"x1": "a:1"}, state="removing")], [_host("a:1", 1)])
-    assert choose_host(view) == "a:1"
+    view = _view([_queue("old", {"x1": "a"}, state="removing")], [_host("a", 1)])
+    assert choose_host(view) == "a"
 
 
-def test_assigned_counts_placements_of_queues_not_being_removed():
-    view = _view(
-        [
-            _queue("q1", {"x1": "a:1", "x2": "b:1", "x3": "a:1"}),
-            _queue("q2", {"x1": "a:1"}, state="stopped"),
-            _queue("q3", {"x1": "a:1", "x2": "c:1"}, state="removing"),
-        ],
-        [],
+# =========================================================================== refusals
+
+
+def test_every_refusal_reason_is_named():
+    q = _queue("q", {"x1": "b", "x2": "b"}, max_exchanges_per_host=2, host_cpu_percent=80, host_memory_percent=70)
+    full = _queue("filler", {"x1": "a", "x2": "a"})
+    view = _view([q, full], [_host("a", 2), _host("b", 8), _host("c", cpu=97.0), _host("d", memory=75.5)])
+    assert choose_host(view, q) is None
+    assert explain_no_host(view, q) == (
+        "a: full (2/2); b: holds 2 of q's exchanges (max_exchanges_per_host 2); c: CPU 97% > 80%; d: memory 76% > 70%"
     )
-    assert view.assigned() == {"a:1": 3, "b:1": 1}
 
 
-def test_queue_is_ready_when_running_with_monitor_and_every_placed_exchange():
-    live = {"x1": {"host": "a:1"}, "x2": {"host": "b:1"}}
-    assert _queue("q", {"x1": "a:1", "x2": "b:1"}, monitor={"endpoint": "tcp://a:1"}, exchanges=live).ready
+def test_a_host_at_the_limit_is_accepted():
+    q = _queue("q", {}, host_cpu_percent=50, host_memory_percent=60)
+    assert choose_host(_view([q], [_host("a", cpu=50.0, memory=60.0)]), q) == "a"
 
 
-def test_an_extra_live_exchange_does_not_stop_readiness():
-    live = {"x1": {}, "x9": {}}
-    assert _queue("q", {"x1": "a:1"}, monitor={}, exchanges=live).ready
+def test_a_new_queue_needs_a_free_slot_and_prefers_hosts_within_the_default_limits():
+    busy = DEFAULT_RULES["host_cpu_percent"] + 1
+    view = _view([_queue("q", {"x1": "a"}, max_exchanges_per_host=1)], [_host("a", 1), _host("b", cpu=busy)])
+    assert choose_host(view) == "b"  # every host with room is busy: the operator's request still goes through
+    view = _view([], [_host("a", cpu=busy), _host("b", cpu=busy + 5), _host("c", memory=95.0), _host("d", cpu=20.0)])
+    assert choose_host(view) == "d"
+    view = _view([_queue("q", {"x1": "a"})], [_host("a", 1)])
+    assert choose_host(view) is None and explain_no_host(view) == "a: full (1/1)"
 
 
-@pytest.mark.parametrize(
-    "state, monitor, placement, exchanges",
-    [
-        ("running", {"endpoint": "e"}, {"x1": "a:1", "x2": "a:1"}, {"x1": {}}),
-        ("running", None, {"x1": "a:1"}, {"x1": {}}),
-        ("stopped", {"endpoint": "e"}, {"x1": "a:1"}, {"x1": {}}),
-        ("removing", {"endpoint": "e"}, {"x1": "a:1"}, {"x1": {}}),
-        ("running", {"endpoint": "e"}, {}, {"x1": {}}),
-    ],
-)
-def test_queue_is_not_ready_when_anything_is_missing(state, monitor, placement, exchanges):
-    assert not _queue("q", placement, state=state, monitor=monitor, exchanges=exchanges).ready
+def test_a_host_without_exchange_slots_is_never_chosen():
+    assert choose_host(_view([], [_host("a", 0, cpu=0.0)])) is None
+    assert choose_host(_view([], [HostView("a")])) is None
+    assert choose_host(_view([], [_host("a", 0, cpu=0.0), _host("z", 1, cpu=89.0)])) == "z"
 
 
-def test_queue_is_quiet_only_without_monitor_and_exchanges():
-    assert _queue("q", {"x1": "a:1"}, state="stopped").quiet
-    assert not _queue("q", {}, monitor={"endpoint": "e"}).quiet
-    assert not _queue("q", {}, exchanges={"x1": {}}).quiet
+def test_without_hosts_nothing_is_chosen_and_the_reason_says_so():
+    assert choose_host(_view([], [])) is None
+    assert explain_no_host(_view([], [])) == "no host manager is registered"
 
 
-def test_broadcast_docs_are_sorted_and_shaped():
-    view = _view(
-        [
-            _queue("zeta", {"x1": "b:1"}, state="stopped", host="b:1"),
-            _queue("alpha", {"x1": "a:1", "x2": "b:1"}, host="a:1", monitor={"endpoint": "tcp://a:7"},
-                   exchanges={"x2": {"name": "x2-1", "host": "b:1", "frontend": "tcp://b:8", "backend": "tcp://b:9"},
-                              "x1": {"host": "a:1"}}),
-        ],
-        [_host("b:1", 3, cpu=20.0, endpoint="tcp://b:1", exchanges=2, monitors=1), _host("a:1", 5)],
-    )
-    queues, hosts = broadcast_docs(view)
-    assert [q["Name"] for q in queues] == ["alpha", "zeta"]
-    assert all(set(q) == {"Name", "Host", "State", "Running", "Monitor", "Exchanges"} for q in queues)
-    alpha, zeta = queues
-    assert (alpha["Host"], alpha["State"], alpha["Running"], alpha["Monitor"]) == ("a:1", "running", True, "tcp://a:7")
-    assert alpha["Exchanges"] == [
-        {"Id": "x1", "Name": "x1", "Host": "a:1", "Frontend": "", "Backend": ""},
-        {"Id": "x2", "Name": "x2-1", "Host": "b:1", "Frontend": "tcp://b:8", "Backend": "tcp://b:9"},
-    ]
-    assert (zeta["Running"], zeta["Monitor"], zeta["Exchanges"]) == (False, "", [])
-
-    assert [h["Address"] for h in hosts] == ["a:1", "b:1"]
-    assert all(
-        set(h) == {"Address", "Endpoint", "MaxExchanges", "AssignedExchanges", "Exchanges", "Monitors",
-                   "CpuPercent", "MemoryPercent", "NetBytesPerS"}
-        for h in hosts
-    )
-    a, b = hosts
-    assert (a["MaxExchanges"], a["AssignedExchanges"], a["Endpoint"]) == (5, 1, "")
-    assert (b["MaxExchanges"], b["AssignedExchanges"], b["Endpoint"], b["Exchanges"], b["Monitors"]) == (3, 2, "tcp://b:1", 2, 1)
-    assert (b["CpuPercent"], b["MemoryPercent"], b["NetBytesPerS"]) == (20.0, 5.0, 0.0)
+def test_excluded_hosts_are_neither_chosen_nor_explained():
+    q = _queue("q", {"x1": "a"})
+    view = _view([q], [_host("a"), _host("b", 1, cpu=99.0)])
+    assert choose_host(view, q, exclude={"a"}) is None
+    assert explain_no_host(view, q, exclude={"a"}) == "b: CPU 99% > 90%"
 
 
-def test_broadcast_docs_survive_the_broadcast_frames():
-    view = _view([_queue("q", {"x1": "a:1"}, exchanges={"x1": {"host": "a:1"}})], [_host("a:1")])
-    queues, hosts = broadcast_docs(view)
-    assert parse_broadcast(broadcast_frames(queues, hosts)) == (queues, hosts)
+# =========================================================================== room on a named host
+
+
+def test_room_counts_the_host_maximum_over_every_queue():
+    view = _view([_queue("other", {"x1": "a", "x2": "a"})], [_host("a", 4)])
+    placer = Placer(view)
+    assert placer.room(view.hosts["a"], None, 2) == ""
+    assert placer.room(view.hosts["a"], None, 5) == "has room for 2 of the 5 exchanges asked (2/4 placed)"
+    placer.place("other", "a")
+    placer.place("other", "a")
+    assert placer.room(view.hosts["a"], None, 1) == "full (4/4)"
+
+
+def test_room_for_one_more_of_a_queue_counts_its_per_host_maximum_but_not_cpu_or_memory():
+    q = _queue("q", {"x1": "a", "x2": "a"}, max_exchanges_per_host=2, host_cpu_percent=10)
+    view = _view([q], [_host("a", 8, cpu=99.0), _host("b", 8, cpu=99.0)])
+    placer = Placer(view)
+    assert placer.room(view.hosts["a"], q) == "holds 2 of q's exchanges (max_exchanges_per_host 2)"
+    assert placer.room(view.hosts["b"], q) == ""  # busy, but room: an explicit placement goes through
+    assert placer.refusal(view.hosts["b"], q) == "CPU 99% > 10%"  # an automatic one does not
+
+
+def test_a_new_queue_of_several_exchanges_needs_room_for_all_of_them_on_one_host():
+    view = _view([_queue("other", {"x1": "a", "x2": "a", "x3": "b"})], [_host("a", 4), _host("b", 4)])
+    placer = Placer(view)
+    assert placer.choose(count=3) == "b"
+    assert placer.choose(count=4) is None
+    assert placer.explain(count=4) == ("a: has room for 2 of the 4 exchanges asked (2/4 placed); "
+                                       "b: has room for 3 of the 4 exchanges asked (1/4 placed)")
+
+
+# =========================================================================== host loss
+
+
+def test_slots_of_a_lost_host_go_to_live_hosts_spread_and_counted():
+    q = _queue("q", {"x1": "a", "x2": "dead", "x3": "dead", "x10": "dead"}, host="a")
+    view = _view([q], [_host("a"), _host("b"), _host("c", 1)])
+    moves, blocked = plan_replacements(view, {"dead"})
+    assert moves == [Move("q", "x2", "dead", "b"), Move("q", "x3", "dead", "c"), Move("q", "x10", "dead", "a")]
+    assert blocked == []
+
+
+def test_a_lost_monitor_moves_to_the_host_with_fewest_monitors():
+    q = _queue("q", {"x1": "a"}, host="dead")
+    other = _queue("other", {"x1": "b"}, host="b")
+    moves, _ = plan_replacements(_view([q, other], [_host("a"), _host("b")]), {"dead"})
+    assert moves == [Move("q", "monitor", "dead", "a")]
+
+
+def test_a_monitor_avoids_hosts_over_the_queue_limits_when_it_can():
+    q = _queue("q", {"x1": "a"}, host="dead", host_cpu_percent=50)
+    moves, _ = plan_replacements(_view([q], [_host("a", cpu=60.0), _host("b", cpu=55.0, max_exchanges=0)]), {"dead"})
+    assert moves == [Move("q", "monitor", "dead", "b")]  # over the limit, but the only choice left: the lowest CPU
+    moves, _ = plan_replacements(_view([q], [_host("a", cpu=60.0), _host("c", cpu=40.0)]), {"dead"})
+    assert moves == [Move("q", "monitor", "dead", "c")]
+
+
+def test_slots_no_host_can_take_stay_blocked_with_the_reasons():
+    q = _queue("q", {"x1": "a", "x2": "dead", "x3": "dead"}, host="a")
+    moves, blocked = plan_replacements(_view([q], [_host("a", 2)]), {"dead"})
+    assert moves == [Move("q", "x2", "dead", "a")]
+    assert blocked == [Blocked("q", "x3", "dead", "a: full (2/2)")]
+
+
+def test_only_running_queues_and_the_queues_asked_for_are_planned():
+    running = _queue("r", {"x1": "dead"}, host="a")
+    stopped = _queue("s", {"x1": "dead"}, host="dead", state="stopped")
+    view = _view([running, stopped], [_host("a")])
+    assert plan_replacements(view, {"dead"})[0] == [Move("r", "x1", "dead", "a")]
+    assert plan_replacements(view, {"dead"}, queues=["s"]) == ([], [])

@@ -94,3 +94,49 @@ def test_request_without_arguments_round_trips():
 def test_unregistered_management_command_raises_unknown_command():
     with pytest.raises(UnknownCommandError):
         decode(bson.encode({"CMD": 2999, "QName": "q"}))
+
+
+# --------------------------------------------------------------------------- what the GCM says of the cluster
+
+
+def test_a_queue_summary_is_made_from_its_documents_with_the_live_exchanges_by_slot():
+    from roq.documents import ExchangeDoc, MonitorDoc, QueueDoc
+
+    doc = QueueDoc(state="running", host="h1", placement={"x1": "h1", "x2": "h2"})
+    live = {"x2": ExchangeDoc(name="x2-00ff", host="h2", frontend="tcp://h2:1", backend="tcp://h2:2"),
+            "x1": ExchangeDoc(host="h1")}
+    summary = management.QueueSummary.of("q", doc, MonitorDoc(endpoint="tcp://h1:9", host="h1"), live)
+    assert summary.document() == {
+        "Name": "q", "Host": "h1", "State": "running", "Running": True, "Monitor": "tcp://h1:9",
+        "Exchanges": [{"Id": "x1", "Name": "x1", "Host": "h1", "Frontend": "", "Backend": ""},
+                      {"Id": "x2", "Name": "x2-00ff", "Host": "h2", "Frontend": "tcp://h2:1", "Backend": "tcp://h2:2"}],
+    }
+    stopped = management.QueueSummary.of("q", QueueDoc(state="stopped"), None, {})
+    assert (stopped.Running, stopped.Monitor, stopped.Exchanges) == (False, "", [])
+    assert management.QueueSummary.read(summary.document()) == summary
+
+
+def test_a_host_summary_is_made_from_its_document_and_the_exchanges_placed_on_it():
+    from roq.documents import HostDoc, HostKpis
+
+    doc = HostDoc(address="ignored", endpoint="tcp://h:1", max_exchanges=4, exchanges=2, monitors=1,
+                  kpis=HostKpis(cpu_percent=12.5, memory_percent=40.0, net_bytes_per_s=1e6))
+    summary = management.HostSummary.of("h", doc, 3)
+    assert summary.document() == {"Address": "h", "Endpoint": "tcp://h:1", "MaxExchanges": 4, "AssignedExchanges": 3,
+                                  "Exchanges": 2, "Monitors": 1, "CpuPercent": 12.5, "MemoryPercent": 40.0,
+                                  "NetBytesPerS": 1e6}
+    assert management.HostSummary.read(summary.document()) == summary
+
+
+@pytest.mark.parametrize("doc", [{"Name": bson.Code("q")}, {"Name": "q", "Exchanges": [{"Id": 3}]}, {"Name": "q", "Running": 1}, []])
+def test_a_summary_of_the_wrong_shape_is_refused(doc):
+    with pytest.raises(ProtocolError):
+        management.QueueSummary.read(doc)
+
+
+def test_a_broadcast_of_summaries_round_trips():
+    queue = management.QueueSummary(Name="q", Exchanges=[management.ExchangeSummary(Id="x1")])
+    host = management.HostSummary(Address="h", MaxExchanges=2)
+    queues, hosts = parse_broadcast(broadcast_frames([queue], [host]))
+    assert [management.QueueSummary.read(q) for q in queues] == [queue]
+    assert [management.HostSummary.read(h) for h in hosts] == [host]

@@ -1,0 +1,118 @@
+"""The GCM's management API: each request type to its read or its decision on the current view.
+
+Requests arrive through a :class:`~roq.server.Dispatcher` per port (the look-up port serves only
+:class:`~roq.management.Lookup`; the management port every request, look-ups too), which decodes and checks
+them and turns whatever a handler raises into the reply. A standby refuses everything with NOT_LEADER naming
+the leader's endpoint for the port asked. The leader answers reads from its view (:mod:`gcm._reads`) and
+hands each decision (:mod:`gcm._lifecycle`, :mod:`gcm._scaling`, :mod:`gcm._rules`) to the :class:`Shell`,
+which commits its outcome and answers now or once the cluster reaches the state waited for.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Protocol
+
+from gcm import _lifecycle, _reads, _rules, _scaling
+from gcm._outcome import Outcome
+from gcm._view import QueueView, View
+from roq import management as m
+from roq.control import Message, Reply
+from roq.documents import GcmDoc
+from roq.errors import NotLeaderError
+from roq.server import Handler, Request
+
+__all__ = ["Api", "Shell", "DECISIONS", "READS"]
+
+Decision = Callable[[View, Any, float], Outcome]
+
+#: request type -> its decision, ``(view, request, now) -> Outcome`` (``now``: wall clock)
+DECISIONS: dict[type[Message], Decision] = {
+    m.CreateQueue: _lifecycle.create,
+    m.CreateQueueAnywhere: _lifecycle.create,
+    m.StopQueue: _lifecycle.stop,
+    m.StartQueue: _lifecycle.start,
+    m.RemoveQueue: _lifecycle.remove,
+    m.CreateExchange: _lifecycle.create_exchange,
+    m.ScaleOut: _scaling.scale_out,
+    m.RemoveExchange: _scaling.remove_exchange,
+    m.SetRules: _rules.set_rules,
+    m.SetThresholds: _rules.set_thresholds,
+}
+
+#: request type -> its answer from the view alone
+READS: dict[type[Message], Callable[[View, Any], Reply]] = {
+    m.Lookup: _reads.lookup,
+    m.QueueExists: _reads.exists,
+    m.ListQueues: _reads.list_queues,
+    m.ListHosts: _reads.list_hosts,
+    m.GetRules: _reads.get_rules,
+}
+
+
+class Shell(Protocol):
+    """What the API needs of the process around it (the :class:`~gcm.Gcm`, or a test's stand-in)."""
+
+    view: View
+
+    @property
+    def leading(self) -> bool: ...
+
+    @property
+    def leader(self) -> GcmDoc | None: ...
+
+    def apply(self, decide: Callable[[View], Outcome], request: Request, cmd: int) -> Reply | None:
+        """Carry out ``decide(view)``'s outcome; the reply to send now, or None when it comes later."""
+
+    def read(self, path: str, decode: Callable[[bytes], Any]) -> Any:
+        """The document at ``path`` (None: no node)."""
+
+    def ask_stats(self, queue: QueueView, request: Request) -> Reply | None:
+        """Ask the queue's monitor for its status; the reply now, or None when it comes later."""
+
+
+class Api:
+    """The handlers of the GCM's two request ports.
+
+    Args:
+        shell: the process around the API.
+        clock: wall-clock time, for what the decisions store (creation, removal, evidence times).
+    """
+
+    def __init__(self, shell: Shell, *, clock: Callable[[], float] = time.time) -> None:
+        self.shell = shell
+        self.clock = clock
+
+    def handlers(self, port: str) -> dict[type[Message], Handler]:
+        """The handlers of ``port`` ("lookup" or "management")."""
+        if port == "lookup":
+            return {m.Lookup: self._led(port, self._read(_reads.lookup))}
+        table: dict[type[Message], Handler] = {t: self._read(read) for t, read in READS.items()}
+        table[m.GetThresholds] = lambda msg, _: _reads.get_thresholds(self.shell.view, msg, self.shell.read)
+        table[m.GetEvents] = lambda msg, _: _reads.get_events(self.shell.view, msg, self.shell.read)
+        table[m.QueueStats] = lambda msg, request: self.shell.ask_stats(self.shell.view.queue(msg.QName), request)
+        table.update({t: self._decision(decide) for t, decide in DECISIONS.items()})
+        return {t: self._led(port, handler) for t, handler in table.items()}
+
+    def not_leader(self, port: str) -> NotLeaderError:
+        """The refusal of a standby, naming the leader's endpoint for ``port``."""
+        leader = self.shell.leader
+        if leader is None:
+            return NotLeaderError("not the leader; no leader elected yet", data={"Leader": "", "LeaderId": ""})
+        where = leader.endpoint(port)
+        return NotLeaderError(f"not the leader; the leader is {leader.id} at {where}",
+                              data={"Leader": where, "LeaderId": leader.id})
+
+    def _led(self, port: str, handler: Handler) -> Handler:
+        def handle(msg: Any, request: Request) -> Reply | None:
+            if not self.shell.leading:
+                raise self.not_leader(port)
+            return handler(msg, request)
+
+        return handle
+
+    def _read(self, read: Callable[[View, Any], Reply]) -> Handler:
+        return lambda msg, _: read(self.shell.view, msg)
+
+    def _decision(self, decide: Decision) -> Handler:
+        return lambda msg, request: self.shell.apply(lambda view: decide(view, msg, self.clock()), request, msg.CMD)

@@ -1,0 +1,55 @@
+"""The GCM's settings: one frozen dataclass, from ``--config``'s ``[gcm]`` table and the flags."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from roq.errors import ConfigError
+from roq.zk import DEFAULT_ROOT, Paths, check_hosts
+
+__all__ = ["GcmConfig"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GcmConfig:
+    """A GCM.
+
+    Attributes:
+        zk: ZooKeeper servers, host:port[,host:port...]
+        address: address to bind the three ports to
+        lookup_port: client look-up port (0 = any free port; the real endpoints are published in ZooKeeper)
+        management_port: management API port (0 = any free port)
+        broadcast_port: configuration broadcast port (0 = any free port)
+        root: ZooKeeper root of the cluster
+        session_timeout: ZooKeeper session timeout, seconds; a dead leader is replaced this long after it died
+        broadcast_period: seconds between periodic broadcasts (changes are broadcast at once)
+        ready_timeout: longest wait, seconds, of create and start for the queue's processes before answering
+            UNAVAILABLE
+        stop_timeout: longest wait, seconds, of stop and remove for the queue's processes to go
+        host_grace: seconds a host holding exchanges or monitors of running queues may be unregistered (as
+            seen by the leader) before they are moved to other hosts
+        gcm_id: a name for this GCM in logs, replies and the election ("" = generated)
+    """
+
+    zk: str
+    address: str = "127.0.0.1"
+    lookup_port: int = 5000
+    management_port: int = 5003
+    broadcast_port: int = 5005
+    root: str = DEFAULT_ROOT
+    session_timeout: float = 6.0
+    broadcast_period: float = 2.0
+    ready_timeout: float = 15.0
+    stop_timeout: float = 15.0
+    host_grace: float = 2.0
+    gcm_id: str = dataclasses.field(default="", metadata={"flag": "--id"})
+
+    def __post_init__(self) -> None:
+        check_hosts(self.zk)
+        Paths(self.root)
+        for name in ("lookup_port", "management_port", "broadcast_port"):
+            if not 0 <= getattr(self, name) < 65536:
+                raise ConfigError(f"{name} must be between 0 and 65535, got {getattr(self, name)}")
+        for name in ("session_timeout", "broadcast_period", "ready_timeout", "stop_timeout", "host_grace"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
