@@ -2,41 +2,42 @@
 
 A monitor started by a host manager is given the ZooKeeper servers. Through them it
 
-* adopts its queue's rules (operator rules over tuner thresholds over defaults) as they change;
-* knows the queue's placement (exchange slots and their hosts), so it can tell an exchange still starting
-  from one that is missing, and asks for "one more than placed" (an idempotent request);
-* finds the GCM leader and sends it scaling requests (scale out, remove a drained exchange) over one
-  DEALER socket, answered asynchronously: the monitor's loop never waits on the GCM;
+* adopts its queue's rules (operator rules over tuner thresholds over defaults) as they change, and knows
+  the queue's state and placement (exchange slots and their hosts): :attr:`ClusterLink.view`;
+* finds the GCM leader and sends it the core's scaling requests (scale out, remove a drained exchange) over
+  one DEALER socket, answered asynchronously: the monitor's loop never waits on the GCM;
 * keeps its recent events and counters in ``/queues/<q>/events/monitor``, written at most every
-  ``FLUSH_PERIOD``, so that a restarted monitor continues them and ``roq events`` shows them.
+  :data:`FLUSH_PERIOD`, so that a restarted monitor continues them and ``roq events`` shows them.
 
-Every watch wakes the monitor's poll loop through :attr:`fd` (see :class:`roq.zk.Session`).
+Every znode is read and written as a document of :mod:`roq.documents` through :class:`roq.zk.Session`;
+every watch wakes the monitor's poll loop through :attr:`ClusterLink.fd`.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-import time
-from typing import Any, Callable
+from typing import Any
 
 import zmq
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
-from roq import control, management as m
-from roq.errors import ProtocolError
-from roq.rules import DEFAULT_RULES, effective_rules
-from roq.zk import MAX_EVENTS, Paths, Session, dumps, loads
+from monitor._outbox import GcmRequest
+from monitor._topology import QueueView
+from roq import control
+from roq.control import Reply
+from roq.documents import EventsDoc, GcmDoc, QueueDoc, RulesDoc
+from roq.errors import BrokerConnectionError, ProtocolError, ZooKeeperError
+from roq.rules import effective_rules
+from roq.zk import MAX_EVENTS, Paths, Session
 
-__all__ = ["ClusterLink", "Answer"]
+__all__ = ["ClusterLink", "FLUSH_PERIOD", "ANSWER_TIMEOUT"]
 
 log = logging.getLogger(__name__)
 
 FLUSH_PERIOD = 0.5  # seconds between writes of the event log
 ANSWER_TIMEOUT = 5.0  # a GCM request without an answer by then is given up (it is idempotent: ask again)
-
-#: ``answer(result, comment, data)``; result None = no answer in time (or the leader changed)
-Answer = Callable[[int | None, str, dict[str, Any]], None]
+MAX_WAITING = 100  # GCM requests in flight at once (the core asks one at a time)
+MAX_COUNTERS = 64  # counters continued from a previous monitor's document
 
 
 class ClusterLink:
@@ -48,6 +49,9 @@ class ClusterLink:
         queue: the queue's name.
         context: the monitor's ZeroMQ context.
         session_timeout: ZooKeeper session timeout.
+
+    Raises:
+        ConfigError: a malformed connection string or root.
     """
 
     def __init__(self, zk: str, root: str, queue: str, context: zmq.Context, *, session_timeout: float = 6.0) -> None:
@@ -55,14 +59,10 @@ class ClusterLink:
         self.queue = queue
         self.session = Session(zk, timeout=session_timeout)
         self._ctx = context
-        self.rules: dict[str, Any] = dict(DEFAULT_RULES)
-        self.thresholds: dict[str, Any] = {}  # as the tuner (or an operator) wrote them
-        self.explicit: dict[str, Any] = {}  # the rules an operator set
-        self.placement: dict[str, str] = {}  # slot -> host
-        self.state = ""
+        self.view = QueueView()
         self.leader = ""  # the GCM leader's management endpoint
         self.gcm: zmq.Socket | None = None
-        self._waiting: collections.deque[tuple[str, Answer, float]] = collections.deque()
+        self._waiting: collections.deque[tuple[GcmRequest, float]] = collections.deque()
         self._dirty = True
         self._next_flush = 0.0
 
@@ -72,26 +72,23 @@ class ClusterLink:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    def start(self, now: float) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """Connect; return the events and counters a previous monitor of the queue left.
 
         Raises:
             BrokerConnectionError: ZooKeeper cannot be reached.
         """
         self.session.start()
-        self.session.zk.ensure_path(self.paths.events(self.queue))
-        self.refresh()
         try:
-            data, _ = self.session.zk.get(self.paths.events(self.queue, "monitor"))
-        except NoNodeError:
+            self.session.ensure(self.paths.events(self.queue))
+            self.refresh(now)
+            doc, _ = self.session.read(self.paths.events(self.queue, "monitor"), EventsDoc.decode)
+        except ZooKeeperError as exc:
+            raise BrokerConnectionError(f"ZooKeeper at {self.session.hosts}: {exc}") from exc
+        if doc is None:
             return [], {}
-        doc = loads(data)
-        events = doc.get("events", []) if isinstance(doc, dict) else []
-        counters = doc.get("counters", {}) if isinstance(doc, dict) else {}
-        return (
-            [e for e in events if isinstance(e, dict)] if isinstance(events, list) else [],
-            {k: v for k, v in counters.items() if isinstance(v, int)} if isinstance(counters, dict) else {},
-        )
+        counters = {k: v for k, v in list(doc.counters.items())[:MAX_COUNTERS] if len(k) <= 64}
+        return doc.events[-MAX_EVENTS:], counters
 
     def close(self) -> None:
         if self.gcm is not None:
@@ -101,7 +98,7 @@ class ClusterLink:
 
     # ------------------------------------------------------------------ ZooKeeper
 
-    def on_session(self) -> bool:
+    def on_session(self, now: float) -> bool:
         """Consume the session's wake-ups; True if the rules or the placement may have changed."""
         states, fired = self.session.consume()
         if fired or "connected" in states:
@@ -109,47 +106,42 @@ class ClusterLink:
         if "lost" in states:
             log.warning("queue %s: the monitor's ZooKeeper session was lost; reconnecting", self.queue)
             self._dirty = True
-        return self.refresh() if self._dirty else False
+        return self.refresh(now) if self._dirty else False
 
-    def refresh(self) -> bool:
-        """Re-read rules, placement and leader (re-arming the watches); True if anything was read."""
+    def refresh(self, now: float) -> bool:
+        """Re-read rules, thresholds, the queue and the leader (re-arming the watches); True if read."""
         self._dirty = False
-        paths, watch = self.paths, self.session.watch
+        paths, read = self.paths, self.session.read
         try:
-            explicit = self._get(paths.rules(self.queue), watch)
-            thresholds = self._get(paths.thresholds(self.queue), watch)
-            queue = self._get(paths.queue(self.queue), watch)
-            leader = self._get(paths.leader, watch)
-        except KazooException as exc:
+            explicit, _ = read(paths.rules(self.queue), RulesDoc.decode, watch=True)
+            thresholds, _ = read(paths.thresholds(self.queue), RulesDoc.decode, watch=True)
+            queue, _ = read(paths.queue(self.queue), QueueDoc.decode, watch=True)
+            leader, _ = read(paths.leader, GcmDoc.decode, watch=True)
+        except ZooKeeperError as exc:
             log.warning("queue %s: reading ZooKeeper failed (%s); keeping the rules in force", self.queue, exc)
             self._dirty = True
             return False
-        self.thresholds, self.explicit = thresholds, explicit
-        rules = effective_rules(explicit, thresholds)
-        if rules != self.rules:
-            changed = {k: v for k, v in rules.items() if self.rules.get(k) != v}
+        rules = (explicit or RulesDoc()).values
+        tuned = (thresholds or RulesDoc()).values
+        view = QueueView(
+            state=queue.state if queue is not None else "",
+            placement=dict(queue.placement) if queue is not None else {},
+            rules=effective_rules(rules, tuned),
+            thresholds=tuned,
+            explicit=rules,
+        )
+        if view.rules != self.view.rules:
+            changed = {k: v for k, v in view.rules.items() if self.view.rules.get(k) != v}
             log.info("queue %s: rules now in force: %s", self.queue, changed)
-            self.rules = rules
-        placement = queue.get("placement", {})
-        self.placement = {str(k): str(v) for k, v in placement.items()} if isinstance(placement, dict) else {}
-        self.state = str(queue.get("state", ""))
-        endpoint = str(leader.get("management", ""))
+        self.view = view
+        endpoint = leader.management if leader is not None else ""
         if endpoint != self.leader:
-            self._follow(endpoint)
+            self._follow(endpoint, now)
         return True
-
-    def _get(self, path: str, watch: Callable[..., Any]) -> dict[str, Any]:
-        try:
-            data, _ = self.session.zk.get(path, watch=watch)
-        except NoNodeError:
-            self.session.zk.exists(path, watch=watch)
-            return {}
-        value = loads(data)
-        return value if isinstance(value, dict) else {}
 
     # ------------------------------------------------------------------ GCM
 
-    def _follow(self, endpoint: str) -> None:
+    def _follow(self, endpoint: str, now: float) -> None:
         """A new GCM leader (or none): requests in flight there are given up (they are idempotent)."""
         log.info("queue %s: GCM leader now %s", self.queue, endpoint or "(none)")
         self.leader = endpoint
@@ -157,53 +149,61 @@ class ClusterLink:
             self.gcm.close(linger=0)
             self.gcm = None
         waiting, self._waiting = self._waiting, collections.deque()
-        for what, answer, _ in waiting:
-            answer(None, f"{what}: the GCM leader changed before answering", {})
+        for request, _ in waiting:
+            request.answer(None, f"{request.what}: the GCM leader changed before answering", now)
         if endpoint:
             self.gcm = self._ctx.socket(zmq.DEALER)
             self.gcm.setsockopt(zmq.LINGER, 0)
             self.gcm.setsockopt(zmq.SNDHWM, 100)
-            self.gcm.connect(endpoint)
+            self.gcm.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
+            try:
+                self.gcm.connect(endpoint)
+            except zmq.ZMQError as exc:  # a leader document with a malformed endpoint
+                log.warning("queue %s: cannot connect to the GCM at %r: %s", self.queue, endpoint, exc)
+                self.gcm.close(linger=0)
+                self.gcm = None
 
     @property
     def asking(self) -> bool:
         return bool(self._waiting)
 
-    def ask(self, request: control.Message, what: str, answer: Answer) -> None:
-        """Send ``request`` to the GCM leader; ``answer`` is called with its reply, or None at the timeout."""
+    def ask(self, request: GcmRequest, now: float) -> None:
+        """Send ``request`` to the GCM leader; its answer comes with its reply, or None at the timeout."""
         if self.gcm is None:
-            answer(None, f"{what}: no GCM leader known", {})
+            request.answer(None, f"{request.what}: no GCM leader known", now)
+            return
+        if len(self._waiting) >= MAX_WAITING:
+            request.answer(None, f"{request.what}: {len(self._waiting)} requests wait for the GCM already", now)
             return
         try:
-            self.gcm.send(control.encode(request), zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
-            answer(None, f"{what}: cannot reach the GCM ({exc})", {})
+            self.gcm.send(control.encode(request.message), zmq.NOBLOCK)
+        except (zmq.ZMQError, ProtocolError) as exc:
+            request.answer(None, f"{request.what}: cannot reach the GCM ({exc})", now)
             return
-        self._waiting.append((what, answer, time.monotonic() + ANSWER_TIMEOUT))
+        self._waiting.append((request, now + ANSWER_TIMEOUT))
 
-    def on_gcm(self) -> None:
+    def on_gcm(self, now: float) -> None:
         """Read the GCM's replies (in the order of the requests)."""
-        assert self.gcm is not None
-        while True:
+        while self.gcm is not None:
             try:
-                frame = self.gcm.recv(zmq.NOBLOCK)
+                frame = self.gcm.recv_multipart(zmq.NOBLOCK)[-1]
             except zmq.Again:
                 return
             if not self._waiting:
                 log.warning("queue %s: an answer from the GCM nobody waits for (late?)", self.queue)
                 continue
-            what, answer, _ = self._waiting.popleft()
+            request, _ = self._waiting.popleft()
             try:
-                result, comment, data = m.parse_reply(frame)
+                reply = Reply.parse(frame)
             except ProtocolError as exc:
-                answer(None, f"{what}: the GCM answered garbage ({exc})", {})
+                request.answer(None, f"{request.what}: the GCM answered garbage ({exc})", now)
                 continue
-            answer(result, comment, data)
+            request.answer(reply, reply.comment, now)
 
     def expire(self, now: float) -> None:
         """Give up requests the GCM did not answer in time; later replies would not match: reconnect."""
-        if self._waiting and now >= self._waiting[0][2]:
-            self._follow(self.leader)
+        if self._waiting and now >= self._waiting[0][1]:
+            self._follow(self.leader, now)
 
     # ------------------------------------------------------------------ events
 
@@ -212,20 +212,12 @@ class ClusterLink:
         if now < self._next_flush and not force:
             return False
         self._next_flush = now + FLUSH_PERIOD
-        if not self.session.zk.connected:
+        if not self.session.connected:
             return False  # a write now would wait for ZooKeeper to come back, and the loop with it
-        doc = dumps({"events": events[-MAX_EVENTS:], "counters": counters})
-        path = self.paths.events(self.queue, "monitor")
-        zk = self.session.zk
         try:
-            try:
-                zk.set(path, doc)
-            except NoNodeError:
-                try:
-                    zk.create(path, doc, makepath=True)
-                except NodeExistsError:
-                    zk.set(path, doc)
-        except KazooException as exc:
+            doc = EventsDoc(events=events[-MAX_EVENTS:], counters=counters).encode()
+            self.session.put(self.paths.events(self.queue, "monitor"), doc)
+        except (ZooKeeperError, ValueError, TypeError) as exc:
             log.warning("queue %s: writing the event log failed (%s); will retry", self.queue, exc)
             return False
         return True

@@ -4,15 +4,20 @@ A move (:class:`~monitor._topology.Relocation`) is *preparing* while the monitor
 to answer its Prepare (they note the move and confirm they hear the target), then *moving* once the
 publisher has been told to go, until it reports Moved. A planned move waits for every live subscriber;
 a failover (the publisher resends its window) only for those that do not hear the target yet.
+
+Pure: every message goes to the :class:`~monitor._outbox.Outbox`, every method is given ``now``. A
+publisher has at most one move in flight, so there are never more moves than publishers.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any, Callable
+from typing import Any
 
-from monitor._topology import EventLog, ExchangeEntry, PublisherEntry, Relocation, SubscriberEntry, Topology
+from monitor._events import EventLog
+from monitor._outbox import Outbox
+from monitor._rules import Rules
+from monitor._topology import ExchangeEntry, PublisherEntry, Relocation, SubscriberEntry, Topology
 from roq import control
 from roq.config import MonitorConfig
 
@@ -26,85 +31,84 @@ class Mover:
 
     Args:
         topology: the queue's exchanges, publishers and subscribers.
-        config: timeouts and the cool-down (for flaps).
-        log_: counters and events.
-        send: ``send(identity, message)`` to a peer of the monitor's socket.
-        event: ``event(kind, text, **fields)`` records and logs a topology event.
+        config: the prepare and move timeouts.
+        rules: the rules in force (the mark, for placement; the cool-down, for flaps).
+        events: the counters.
+        outbox: where messages and events go.
     """
 
-    def __init__(
-        self,
-        topology: Topology,
-        config: MonitorConfig,
-        log_: EventLog,
-        send: Callable[[bytes, control.Message], None],
-        event: Callable[..., None],
-    ) -> None:
+    def __init__(self, topology: Topology, config: MonitorConfig, rules: Rules, events: EventLog, outbox: Outbox) -> None:
         self.topology = topology
         self.config = config
-        self.log = log_
-        self._send = send
-        self._event = event
+        self.rules = rules
+        self.events = events
+        self.outbox = outbox
         self.relocations: dict[int, Relocation] = {}
         self._next = 1
 
     # ------------------------------------------------------------------ placing
 
-    def least_loaded(self, exclude: set[str]) -> ExchangeEntry | None:
-        return self.topology.least_loaded(exclude, time.monotonic())
+    def least_loaded(self, exclude: set[str], now: float) -> ExchangeEntry | None:
+        return self.topology.least_loaded(exclude, now, self.rules.high)
 
-    def assign(self, p: PublisherEntry) -> None:
+    def assign(self, p: PublisherEntry, now: float) -> None:
         """Give a new publisher its exchange (again, if it did not get the first answer)."""
         exchanges = self.topology.exchanges
-        target = (exchanges.get(p.exchange) if p.exchange else None) or self.least_loaded(exclude=set())
+        target = (exchanges.get(p.exchange) if p.exchange else None) or self.least_loaded(set(), now)
         if target is None:
-            self._send(p.identity, control.NoExchange(publisher=p.id, comment="the queue has no live exchange"))
+            self.outbox.send(p.identity, control.NoExchange(publisher=p.id, comment="the queue has no live exchange"))
             return
         if p.exchange != target.id:
             log.info("publisher %s assigned to exchange %s", p.id[:8], target.id)
         p.exchange = target.id
-        self._send(p.identity, control.Relocate(publisher=p.id, exchange=target.id, frontend=target.frontend, reason="assign"))
+        self.outbox.send(p.identity, control.Relocate(publisher=p.id, exchange=target.id, frontend=target.frontend,
+                                                      reason="assign"))
 
-    def failover(self, p: PublisherEntry, why: str) -> None:
-        target = self.least_loaded(exclude={p.exchange} if p.exchange else set())
+    def failover(self, p: PublisherEntry, why: str, now: float) -> None:
+        target = self.least_loaded({p.exchange} if p.exchange else set(), now)
         if target is None:
             log.warning("publisher %s has no exchange to fail over to (%s); it keeps buffering", p.id[:8], why)
-            self._send(p.identity, control.NoExchange(publisher=p.id, comment=why))
+            self.outbox.send(p.identity, control.NoExchange(publisher=p.id, comment=why))
             return
-        self.log.count("failovers")
-        self.start(p, target, "failover", why)
+        self.events.count("failovers")
+        self.start(p, target, "failover", why, now)
 
-    def place_orphans(self) -> None:
+    def place_orphans(self, now: float) -> None:
         """Give an exchange to publishers whose exchange is gone (or who never had one).
 
         While the monitor settles after a start, an exchange it has not heard of yet is not gone.
         """
         exchanges = self.topology.exchanges
-        settling = self.topology.settling(time.monotonic())
+        settling = self.topology.settling(now)
         for p in list(self.topology.publishers.values()):
             if p.relocation is None and (p.exchange is None or p.exchange not in exchanges):
                 if p.exchange is None:
-                    self.assign(p)
+                    self.assign(p, now)
                 elif not settling:
-                    self.failover(p, f"exchange {p.exchange} is gone")
+                    self.failover(p, f"exchange {p.exchange} is gone", now)
 
-    def continue_drains(self) -> None:
+    def continue_drains(self, now: float) -> None:
         """Move every settled publisher off draining exchanges (also those that arrived there late)."""
+        exchanges = self.topology.exchanges
+        if not any(x.draining for x in exchanges.values()):
+            return
         for p in list(self.topology.publishers.values()):
-            x = self.topology.exchanges.get(p.exchange) if p.exchange else None
+            x = exchanges.get(p.exchange) if p.exchange else None
             if x is None or not x.draining or p.relocation is not None:
                 continue
-            target = self.least_loaded(exclude={x.id})
+            target = self.least_loaded({x.id}, now)
             if target is None:
                 log.warning("exchange %s drains but no other exchange can take publisher %s", x.id, p.id[:8])
                 continue
-            self.start(p, target, "drain", f"exchange {x.id} is draining")
+            self.start(p, target, "drain", f"exchange {x.id} is draining", now)
 
     # ------------------------------------------------------------------ one move
 
-    def start(self, p: PublisherEntry, target: ExchangeEntry, reason: str, why: str) -> Relocation:
+    def start(self, p: PublisherEntry, target: ExchangeEntry, reason: str, why: str, now: float) -> Relocation:
         """Begin moving ``p`` to ``target``; ``reason`` is rule, forced, drain, failover or panic."""
-        now = time.monotonic()
+        if p.relocation is not None:  # never two moves of one publisher: there are never more moves than publishers
+            log.warning("relocation %s of publisher %s replaced by a new one", p.relocation, p.id[:8])
+            self.relocations.pop(p.relocation, None)
         subs = self.topology.live_subscribers(now)
         rel = Relocation(self._next, p.id, p.exchange, target.id, reason, now, set(), detail=why)
         self._next += 1
@@ -124,25 +128,25 @@ class Mover:
         )
         for s in subs:
             if s.id in rel.waiting:
-                self._send(s.identity, prepare)
+                self.outbox.send(s.identity, prepare)
         if not rel.waiting:
-            self._move(rel)
+            self._move(rel, now)
         return rel
 
-    def _answered(self, rel: Relocation, subscriber: str) -> None:
+    def _answered(self, rel: Relocation, subscriber: str, now: float) -> None:
         rel.waiting.discard(subscriber)
         if not rel.waiting:
-            self._move(rel)
+            self._move(rel, now)
 
-    def _move(self, rel: Relocation) -> None:
+    def _move(self, rel: Relocation, now: float) -> None:
         p = self.topology.publishers.get(rel.publisher)
         target = self.topology.exchanges.get(rel.target)
         if p is None or target is None:
-            self.cancel(rel, "publisher or target gone")
+            self.cancel(rel, "publisher or target gone", now)
             return
         rel.phase = "moving"
-        rel.moving_since = time.monotonic()
-        self._send(
+        rel.moving_since = now
+        self.outbox.send(
             p.identity,
             control.Relocate(
                 publisher=p.id,
@@ -153,43 +157,45 @@ class Mover:
             ),
         )
 
-    def cancel(self, rel: Relocation, why: str) -> None:
+    def cancel(self, rel: Relocation, why: str, now: float) -> None:
         self.relocations.pop(rel.id, None)
         p = self.topology.publishers.get(rel.publisher)
         if p is not None and p.relocation == rel.id:
             p.relocation = None
-        self.log.count("relocations_failed")
-        self._event(
+        self.events.count("relocations_failed")
+        self.outbox.event(
             "relocation_failed",
             f"relocation {rel.id} of publisher {rel.publisher[:8]} {rel.source} -> {rel.target} abandoned: {why}",
             publisher=rel.publisher,
             source=rel.source,
             target=rel.target,
         )
-        self.continue_drains()
+        self.continue_drains(now)
 
     # ------------------------------------------------------------------ what peers tell us
 
-    def moved(self, msg: control.Moved) -> None:
+    def moved(self, msg: control.Moved, now: float) -> None:
         """The publisher reports a move done: book it, count a flap if it is one."""
         rel = self.relocations.get(msg.relocation)
         p = self.topology.publishers.get(msg.publisher)
         if rel is None or p is None or rel.publisher != p.id:
             return
-        now = time.monotonic()
         del self.relocations[rel.id]
         p.relocation = None
         p.exchange = msg.exchange
         p.epoch = msg.epoch
         p.moved_at = now
-        self.log.count("relocations")
-        flap = rel.reason == "rule" and now - p.left.get(rel.target, float("-inf")) < 2 * self.config.cooldown
+        self.events.count("relocations")
+        cooldown = self.rules.cooldown
+        flap = rel.reason == "rule" and now - p.left.get(rel.target, float("-inf")) < 2 * cooldown
         if rel.source and rel.reason == "rule":
+            # only the last two cool-downs matter for flaps: forget older departures (bounded)
+            p.left = {x: t for x, t in p.left.items() if now - t < 2 * cooldown}
             p.left[rel.source] = now
         if flap:
-            self.log.count("flaps")
+            self.events.count("flaps")
         duration = (now - rel.started) * 1000
-        self._event(
+        self.outbox.event(
             "relocated",
             f"publisher {p.id[:8]} moved from {rel.source} to {rel.target} ({rel.reason}) in {duration:.1f} ms"
             f"{'; FLAP: it left ' + rel.target + ' recently' if flap else ''}",
@@ -201,36 +207,36 @@ class Mover:
             flap=flap,
             detail=rel.detail,  # why: the loads and the mark the decision used
         )
-        self.continue_drains()  # it may have landed on an exchange that started draining meanwhile
+        self.continue_drains(now)  # it may have landed on an exchange that started draining meanwhile
 
-    def ready(self, relocation: int, subscriber: str) -> None:
+    def ready(self, relocation: int, subscriber: str, now: float) -> None:
         rel = self.relocations.get(relocation)
         if rel is not None and rel.phase == "preparing":
-            self._answered(rel, subscriber)
+            self._answered(rel, subscriber, now)
 
-    def subscriber_heard(self, s: SubscriberEntry) -> None:
+    def subscriber_heard(self, s: SubscriberEntry, now: float) -> None:
         """A hello: a failover waiting for this subscriber to hear its target may go on."""
         for rel in list(self.relocations.values()):
             if rel.phase == "preparing" and rel.resends and rel.target in s.confirmed and s.id in rel.waiting:
-                self._answered(rel, s.id)
+                self._answered(rel, s.id, now)
 
-    def subscriber_left(self, subscriber: str) -> None:
+    def subscriber_left(self, subscriber: str, now: float) -> None:
         for rel in list(self.relocations.values()):
             if rel.phase == "preparing" and subscriber in rel.waiting:
-                self._answered(rel, subscriber)
+                self._answered(rel, subscriber, now)
 
     def publisher_left(self, p: PublisherEntry) -> None:
         if p.relocation is not None:
             self.relocations.pop(p.relocation, None)
 
-    def exchange_lost(self, exchange: str) -> None:
+    def exchange_lost(self, exchange: str, now: float) -> None:
         """Abandon the moves from or to a lost exchange (their publishers are failed over after)."""
         for rel in list(self.relocations.values()):
             if rel.target == exchange or rel.source == exchange:
                 p = self.topology.publishers.get(rel.publisher)
                 if p is not None and rel.target == exchange and rel.phase == "moving":
                     p.exchange = exchange  # it may already send there: fail it over too
-                self.cancel(rel, f"exchange {exchange} lost")
+                self.cancel(rel, f"exchange {exchange} lost", now)
 
     def tick(self, now: float) -> None:
         """Time out preparations (move anyway) and moves the publisher never confirmed (abandon)."""
@@ -239,12 +245,12 @@ class Mover:
             if rel.phase == "preparing" and now - rel.started > cfg.prepare_timeout:
                 log.warning(
                     "relocation %d: %d subscribers did not confirm within %.1fs; moving anyway (%s)",
-                    rel.id, len(rel.waiting), cfg.prepare_timeout, ", ".join(s[:8] for s in sorted(rel.waiting)),
+                    rel.id, len(rel.waiting), cfg.prepare_timeout, ", ".join(s[:8] for s in sorted(rel.waiting)[:10]),
                 )
                 rel.waiting.clear()
-                self._move(rel)
+                self._move(rel, now)
             elif rel.phase == "moving" and now - rel.moving_since > cfg.move_timeout:
-                self.cancel(rel, f"publisher did not confirm within {cfg.move_timeout:.1f}s")
+                self.cancel(rel, f"publisher did not confirm within {cfg.move_timeout:.1f}s", now)
 
     def describe(self) -> list[dict[str, Any]]:
         return [

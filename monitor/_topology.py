@@ -1,18 +1,62 @@
-"""What a monitor knows of its queue, and how it chooses among exchanges (pure: no sockets).
+"""What a monitor knows of its queue, and how it chooses among exchanges (pure: no sockets, no clock).
 
-:class:`Topology` holds the exchanges, publishers and subscribers as the monitor last heard of them,
-and answers the questions placement asks: which subscribers are live, which exchanges may take a
-publisher, which of them is the least loaded.
+:class:`Topology` holds the exchanges, publishers and subscribers as the monitor last heard of them, and
+answers the questions placement asks: which subscribers are live, which exchanges may take a publisher,
+which of them is the least loaded. :class:`QueueView` is what the cluster (ZooKeeper) says of the queue.
+
+**Bounds.** Every table is keyed by a name a peer chooses, so every table is bounded
+(:data:`MAX_EXCHANGES`, :data:`MAX_PUBLISHERS`, :data:`MAX_SUBSCRIBERS`, :data:`MAX_RATES` per exchange;
+moves are at most one per publisher); a newcomer beyond a bound is refused with UNAVAILABLE and counted
+(:meth:`Topology.admit`). Names and endpoints are at most :data:`MAX_NAME` characters
+(:func:`check_name`), and what a subscriber says it hears or subscribes to is kept only as far as the
+monitor needs it.
 """
 
 from __future__ import annotations
 
 import collections
-import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from monitor._rule import Ewma
+from roq.errors import ProtocolError, UnavailableError
+from roq.rules import DEFAULT_RULES
+
+__all__ = [
+    "ExchangeEntry",
+    "PublisherEntry",
+    "SubscriberEntry",
+    "Relocation",
+    "QueueView",
+    "Topology",
+    "check_name",
+    "MAX_EXCHANGES",
+    "MAX_PUBLISHERS",
+    "MAX_SUBSCRIBERS",
+    "MAX_RATES",
+    "MAX_NAME",
+    "MAX_UNKNOWN_HEARD",
+    "MAX_PREFIX",
+]
+
+MAX_EXCHANGES = 512  # a queue has at most 256 (max_exchanges), plus incarnations that overlap briefly
+MAX_PUBLISHERS = 10_000
+MAX_SUBSCRIBERS = 10_000
+MAX_RATES = 10_000  # publishers' rates kept per exchange
+MAX_NAME = 256  # characters of a peer's name or endpoint
+MAX_UNKNOWN_HEARD = 16  # exchanges a subscriber hears that the monitor does not know yet, kept by name
+MAX_PREFIX = 1024  # bytes of a subscriber's prefix kept (shown in the status and the archive)
+
+
+def check_name(value: str, what: str) -> str:
+    """``value`` if it can name a peer or an endpoint (1 to :data:`MAX_NAME` characters).
+
+    Raises:
+        ProtocolError: empty or too long (the peer gets BAD_REQUEST).
+    """
+    if not value or len(value) > MAX_NAME:
+        raise ProtocolError(f"{what} must have 1 to {MAX_NAME} characters, got {len(value)}")
+    return value
 
 
 @dataclass
@@ -29,7 +73,7 @@ class ExchangeEntry:
     draining: bool = False
     hot_since: float | None = None  # the smoothed load is above the mark (since the raw load went over)
     over_since: float | None = None  # the raw load has been above the mark in every report since
-    rates: dict[str, Ewma] = field(default_factory=dict)  # publisher -> records/s through this exchange
+    rates: dict[str, Ewma] = field(default_factory=dict)  # known publisher -> records/s through this exchange
     cpu_percent: float = 0.0
     rss_bytes: int = 0
     busy: float = 0.0
@@ -67,9 +111,25 @@ class PublisherEntry:
 class SubscriberEntry:
     id: str
     identity: bytes
-    prefix: bytes
+    prefix: bytes  # at most MAX_PREFIX bytes of it
     last_seen: float
-    confirmed: set[str] = field(default_factory=set)
+    confirmed: set[str] = field(default_factory=set)  # exchanges it hears (known ones, a few unknown)
+    overflow: bool = False  # it hears more exchanges unknown to the monitor than are kept in ``confirmed``
+
+    def hears(self, names: Iterable[str], known: Mapping[str, Any]) -> None:
+        """Take the exchanges it says it hears: every one the monitor knows, up to
+        :data:`MAX_UNKNOWN_HEARD` others (a restarted monitor has not heard from every exchange yet)."""
+        confirmed: set[str] = set()
+        unknown = 0
+        for name in names:
+            if name in known:
+                confirmed.add(known[name].id)  # the table's own string, not another copy
+            elif name not in confirmed:
+                unknown += 1
+                if unknown <= MAX_UNKNOWN_HEARD and len(name) <= MAX_NAME:
+                    confirmed.add(name)
+        self.confirmed = confirmed
+        self.overflow = unknown > MAX_UNKNOWN_HEARD
 
 
 @dataclass
@@ -93,60 +153,52 @@ class Relocation:
         return self.reason in ("failover", "panic")
 
 
-class EventLog:
-    """Recent topology events (bounded) and the counters an operator watches."""
+@dataclass(frozen=True)
+class QueueView:
+    """What ZooKeeper says of the queue: its state, its placement and its rules.
 
-    COUNTERS = (
-        "relocations",
-        "relocations_failed",
-        "failovers",
-        "exchanges_lost",
-        "limit_cases",
-        "flaps",
-        "scale_outs",
-        "scale_ins",
-    )
+    Attributes:
+        state: running, stopped, removing ("" = no queue node).
+        placement: exchange slot -> host.
+        rules: the rules in force (operator rules over tuner thresholds over defaults).
+        thresholds: the thresholds as written (by the KPI tuner or an operator).
+        explicit: the rules an operator set.
+    """
 
-    def __init__(self, size: int = 1000) -> None:
-        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=size)
-        self.counters = dict.fromkeys(self.COUNTERS, 0)
-        self.changed = False  # since the owner last saved them
-        self._seq = 0
-
-    def restore(self, events: list[dict[str, Any]], counters: dict[str, int]) -> None:
-        """Continue the events and counters a previous monitor of the queue left."""
-        self.events.extend(events)
-        self._seq = max([self._seq, *(e["seq"] for e in events if isinstance(e.get("seq"), int))])
-        for key, value in counters.items():
-            self.counters[key] = self.counters.get(key, 0) + value
-
-    def add(self, kind: str, text: str, **fields: Any) -> dict[str, Any]:
-        self._seq += 1
-        event = {"seq": self._seq, "time": time.time(), "kind": kind, "text": text, **fields}
-        self.events.append(event)
-        self.changed = True
-        return event
-
-    def count(self, counter: str, n: int = 1) -> None:
-        self.counters[counter] = self.counters.get(counter, 0) + n
-        self.changed = True
+    state: str = ""
+    placement: Mapping[str, str] = field(default_factory=dict)
+    rules: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_RULES))
+    thresholds: Mapping[str, Any] = field(default_factory=dict)
+    explicit: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Topology:
     """Exchanges, publishers and subscribers of one queue, and placement over them.
 
     Args:
-        high_records_per_s: the relocation mark; below a tenth of it an exchange counts as cold.
         subscriber_timeout: a subscriber silent for longer is not live (not waited for, not counted).
     """
 
-    def __init__(self, *, high_records_per_s: float, subscriber_timeout: float) -> None:
-        self.high = high_records_per_s
+    LIMITS = {"exchanges": MAX_EXCHANGES, "publishers": MAX_PUBLISHERS, "subscribers": MAX_SUBSCRIBERS}
+
+    def __init__(self, *, subscriber_timeout: float) -> None:
         self.subscriber_timeout = subscriber_timeout
         self.exchanges: dict[str, ExchangeEntry] = {}
         self.publishers: dict[str, PublisherEntry] = {}
         self.subscribers: dict[str, SubscriberEntry] = {}
         self.settle_until = 0.0  # a (re)started monitor waits this long for exchanges to report before failing over
+        self.refused: dict[str, int] = dict.fromkeys(self.LIMITS, 0)  # newcomers refused, per table
+
+    def admit(self, table: str, name: str) -> None:
+        """Check that a newcomer ``name`` fits in ``table`` (exchanges, publishers or subscribers).
+
+        Raises:
+            UnavailableError: the table is full (counted in :attr:`refused`).
+        """
+        limit = self.LIMITS[table]
+        if len(getattr(self, table)) >= limit:
+            self.refused[table] += 1
+            raise UnavailableError(f"the monitor already tracks {limit} {table}; {name[:64]!r} is refused")
 
     def settling(self, now: float) -> bool:
         """Whether the monitor is new: a publisher's exchange it has not heard of yet may still report."""
@@ -158,25 +210,33 @@ class Topology:
     def accepting(self, exclude: set[str], now: float) -> tuple[list[ExchangeEntry], set[str]]:
         """Exchanges that may take publishers, and the ids of those every live subscriber hears."""
         alive = [x for x in self.exchanges.values() if not x.draining and x.id not in exclude]
-        subs = self.live_subscribers(now)
-        heard = {x.id for x in alive if all(x.id in s.confirmed for s in subs)}
+        heard = {x.id for x in alive}
+        for s in self.live_subscribers(now):
+            if not heard:
+                break
+            heard &= s.confirmed
         return alive, heard
+
+    def publisher_counts(self) -> collections.Counter[str]:
+        """Publishers on each exchange (by the exchange the monitor knows they send to)."""
+        return collections.Counter(p.exchange for p in self.publishers.values() if p.exchange)
 
     def publisher_count(self, exchange: str) -> int:
         return sum(1 for p in self.publishers.values() if p.exchange == exchange)
 
-    def least_loaded(self, exclude: set[str], now: float) -> ExchangeEntry | None:
+    def least_loaded(self, exclude: set[str], now: float, high: float) -> ExchangeEntry | None:
         """The least loaded exchange that may take a publisher, preferring those every subscriber hears.
 
-        While every candidate is cold (below a tenth of the high mark, e.g. at start, before KPIs),
+        While every candidate is cold (below a tenth of the high mark ``high``, e.g. at start, before KPIs),
         the one with the fewest publishers wins, as in the original.
         """
         alive, heard = self.accepting(exclude, now)
         candidates = [x for x in alive if x.id in heard] or alive
         if not candidates:
             return None
-        if all(x.load.value < self.high / 10 for x in candidates):
-            return min(candidates, key=lambda x: (self.publisher_count(x.id), x.load.value, x.joined))
+        if all(x.load.value < high / 10 for x in candidates):
+            counts = self.publisher_counts()
+            return min(candidates, key=lambda x: (counts[x.id], x.load.value, x.joined))
         return min(candidates, key=lambda x: x.load.value)
 
     def publisher_rate(self, p: PublisherEntry) -> float:
@@ -185,11 +245,18 @@ class Topology:
         rate = x.rates.get(p.id) if x is not None else None
         return rate.value if rate is not None else 0.0
 
-    def describe(self, now: float) -> dict[str, Any]:
+    def discount(self, late: float) -> None:
+        """Move every peer's last sign of life ``late`` seconds forward (the monitor itself was not running)."""
+        for peers in (self.exchanges, self.publishers, self.subscribers):
+            for peer in peers.values():
+                peer.last_seen += late
+
+    def describe(self, now: float) -> dict[str, list[dict[str, Any]]]:
         """Exchanges, publishers and subscribers as the status reply shows them."""
         live = {s.id for s in self.live_subscribers(now)}
+        counts = self.publisher_counts()
         return {
-            "exchanges": [{**x.describe(), "publishers": self.publisher_count(x.id), "silent_s": round(now - x.last_seen, 3)}
+            "exchanges": [{**x.describe(), "publishers": counts[x.id], "silent_s": round(now - x.last_seen, 3)}
                           for x in self.exchanges.values()],
             "publishers": [
                 {

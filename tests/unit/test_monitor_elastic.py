@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monitor._elastic import QueueLoad, Scaler
-from monitor._rule import ExchangeLoad, evaluate
+from monitor import ExchangeLoad, QueueLoad, Scaler, evaluate
 from roq.rules import DEFAULT_RULES
 
 RULES = {**DEFAULT_RULES, "exchange_records_per_s": 1000.0, "sustain_s": 1.0, "cooldown_s": 5.0,

@@ -1,130 +1,142 @@
-"""Placement and the move lifecycle of the monitor, driven without sockets."""
+"""Placement and the move lifecycle of the monitor, driven without sockets: messages out of the outbox."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from monitor._moves import Mover
-from monitor._rule import Ewma
-from monitor._topology import EventLog, ExchangeEntry, PublisherEntry, SubscriberEntry, Topology
+from monitor import EventLog, Ewma, ExchangeEntry, Mover, Outbox, PublisherEntry, Rules, SubscriberEntry, Topology
 from roq import control
 from roq.config import MonitorConfig
+
+T0 = 100.0
 
 
 class World:
     def __init__(self, exchanges=("x1", "x2"), subscribers=("s1", "s2")):
         self.config = MonitorConfig(high_records_per_s=1000, cooldown=10, prepare_timeout=1, move_timeout=5)
-        self.topology = Topology(high_records_per_s=1000, subscriber_timeout=3)
+        self.topology = Topology(subscriber_timeout=3)
         self.log = EventLog()
-        self.sent: list[tuple[bytes, control.Message]] = []
-        self.events: list[tuple[str, str]] = []
-        now = time.monotonic()
+        self.outbox = Outbox()
         for i, name in enumerate(exchanges):
             self.topology.exchanges[name] = ExchangeEntry(
-                name, f"tcp://f/{name}", f"tcp://b/{name}", 1, name.encode(), now, Ewma(0.5), Ewma(0.5), joined=now + i)
+                name, f"tcp://f/{name}", f"tcp://b/{name}", 1, name.encode(), T0, Ewma(0.5), Ewma(0.5), joined=T0 + i)
         for name in subscribers:
-            self.topology.subscribers[name] = SubscriberEntry(name, name.encode(), b"", now, set(exchanges))
-        self.mover = Mover(self.topology, self.config, self.log, lambda ident, m: self.sent.append((ident, m)),
-                           lambda kind, text, **f: self.events.append((kind, text)))
+            self.topology.subscribers[name] = SubscriberEntry(name, name.encode(), b"", T0, set(exchanges))
+        self.mover = Mover(self.topology, self.config, Rules.of(self.config), self.log, self.outbox)
 
     def publisher(self, name, exchange=None):
-        p = PublisherEntry(name, name.encode(), time.monotonic(), exchange=exchange)
+        p = PublisherEntry(name, name.encode(), T0, exchange=exchange)
         self.topology.publishers[name] = p
         return p
 
     def to(self, ident: bytes, kind: type) -> list:
-        return [m for i, m in self.sent if i == ident and isinstance(m, kind)]
+        return [m for i, m in self.outbox.sends if i == ident and isinstance(m, kind)]
+
+    def event_kinds(self) -> list[str]:
+        return [e.kind for e in self.outbox.events]
 
 
 def test_cold_exchanges_take_publishers_in_turn_and_prefer_those_everybody_hears():
     w = World(exchanges=("x1", "x2", "x3"))
     w.topology.subscribers["s2"].confirmed.discard("x3")  # s2 does not hear x3 yet
     for i in range(4):
-        w.mover.assign(w.publisher(f"p{i}"))
+        w.mover.assign(w.publisher(f"p{i}"), T0)
     placed = [w.topology.publishers[f"p{i}"].exchange for i in range(4)]
     assert placed == ["x1", "x2", "x1", "x2"]
-    assert all(m.reason == "assign" for _, m in w.sent)
+    assert all(m.reason == "assign" for _, m in w.outbox.sends)
 
 
 def test_warm_exchanges_are_chosen_by_load():
     w = World()
     w.topology.exchanges["x1"].load.add(500)
     w.topology.exchanges["x2"].load.add(300)
-    w.mover.assign(w.publisher("p"))
+    w.mover.assign(w.publisher("p"), T0)
     assert w.topology.publishers["p"].exchange == "x2"
 
 
 def test_a_planned_move_prepares_every_subscriber_before_telling_the_publisher():
     w = World()
     p = w.publisher("p", "x1")
-    rel = w.mover.start(p, w.topology.exchanges["x2"], "forced", "test")
+    rel = w.mover.start(p, w.topology.exchanges["x2"], "forced", "test", T0)
     assert [m.source for m in w.to(b"s1", control.Prepare)] == ["x1"]
     assert w.to(b"p", control.Relocate) == []
-    w.mover.ready(rel.id, "s1")
+    w.mover.ready(rel.id, "s1", T0 + 0.01)
     assert w.to(b"p", control.Relocate) == []
-    w.mover.ready(rel.id, "s2")
+    w.mover.ready(rel.id, "s2", T0 + 0.02)
     [relocate] = w.to(b"p", control.Relocate)
     assert (relocate.exchange, relocate.reason, relocate.relocation) == ("x2", "relocate", rel.id)
-    w.mover.moved(control.Moved("p", "x2", rel.id, 1))
+    w.mover.moved(control.Moved("p", "x2", rel.id, 1), T0 + 0.05)
     assert p.exchange == "x2" and p.relocation is None and w.log.counters["relocations"] == 1
+    [event] = w.outbox.events
+    assert event.kind == "relocated" and event.fields["duration_ms"] == 50.0 and event.fields["reason"] == "forced"
 
 
 def test_a_failover_waits_only_for_subscribers_that_do_not_hear_the_target():
     w = World()
     w.topology.subscribers["s2"].confirmed = {"x1"}
     p = w.publisher("p", "x1")
-    w.mover.failover(p, "x1 lost")
+    w.mover.failover(p, "x1 lost", T0)
     [prepare] = w.to(b"s2", control.Prepare)
     assert prepare.source == ""  # no note for a resend
     assert w.to(b"s1", control.Prepare) == []
     w.topology.subscribers["s2"].confirmed.add("x2")
-    w.mover.subscriber_heard(w.topology.subscribers["s2"])
+    w.mover.subscriber_heard(w.topology.subscribers["s2"], T0 + 0.1)
     assert w.to(b"p", control.Relocate)[0].reason == "failover"
+    assert w.log.counters["failovers"] == 1
 
 
 def test_a_silent_subscriber_does_not_block_a_move_for_ever():
     w = World()
     p = w.publisher("p", "x1")
-    rel = w.mover.start(p, w.topology.exchanges["x2"], "forced", "test")
-    w.mover.tick(rel.started + 0.5)
+    rel = w.mover.start(p, w.topology.exchanges["x2"], "forced", "test", T0)
+    w.mover.tick(T0 + 0.5)
     assert w.to(b"p", control.Relocate) == []
-    w.mover.tick(rel.started + 1.5)
+    w.mover.tick(T0 + 1.5)
     assert len(w.to(b"p", control.Relocate)) == 1
     w.mover.tick(rel.moving_since + 6)  # the publisher never answers
     assert p.relocation is None and w.log.counters["relocations_failed"] == 1
+    assert w.event_kinds() == ["relocation_failed"]
 
 
 def test_moving_back_by_the_rule_within_two_cooldowns_is_a_flap():
     w = World(subscribers=())
     p = w.publisher("p", "x1")
-    for source, target in (("x1", "x2"), ("x2", "x1")):
-        rel = w.mover.start(p, w.topology.exchanges[target], "rule", "test")
-        w.mover.moved(control.Moved("p", target, rel.id, 1))
+    for i, (source, target) in enumerate((("x1", "x2"), ("x2", "x1"))):
+        rel = w.mover.start(p, w.topology.exchanges[target], "rule", "test", T0 + i)
+        w.mover.moved(control.Moved("p", target, rel.id, 1), T0 + i + 0.1)
     assert w.log.counters["flaps"] == 1
-    assert "FLAP" in w.events[-1][1]
+    assert "FLAP" in w.outbox.events[-1].text and w.outbox.events[-1].fields["flap"] is True
+
+
+def test_a_publisher_remembers_only_recent_departures():
+    w = World(exchanges=("x1", "x2", "x3"), subscribers=())
+    p = w.publisher("p", "x1")
+    for i, target in enumerate(("x2", "x3", "x1")):
+        now = T0 + 100 * i  # ten cool-downs apart
+        rel = w.mover.start(p, w.topology.exchanges[target], "rule", "test", now)
+        w.mover.moved(control.Moved("p", target, rel.id, 1), now)
+    assert list(p.left) == ["x3"]  # the older departures are beyond two cool-downs
 
 
 def test_losing_the_target_of_a_move_in_flight_fails_the_publisher_over_from_it():
     w = World(exchanges=("x1", "x2", "x3"), subscribers=())
     p = w.publisher("p", "x1")
-    w.mover.start(p, w.topology.exchanges["x2"], "forced", "test")  # no subscriber: moving at once
+    w.mover.start(p, w.topology.exchanges["x2"], "forced", "test", T0)  # no subscriber: moving at once
     del w.topology.exchanges["x2"]
-    w.mover.exchange_lost("x2")
+    w.mover.exchange_lost("x2", T0 + 1)
     assert p.exchange == "x2" and p.relocation is None  # it may already send there
-    w.mover.place_orphans()
+    w.mover.place_orphans(T0 + 1)
     assert w.to(b"p", control.Relocate)[-1].reason == "failover"
 
 
 def test_drains_move_late_arrivals_too():
     w = World(exchanges=("x1", "x2", "x3"), subscribers=())
     p = w.publisher("p", "x1")
-    rel = w.mover.start(p, w.topology.exchanges["x2"], "forced", "test")
+    rel = w.mover.start(p, w.topology.exchanges["x2"], "forced", "test", T0)
     w.topology.exchanges["x2"].draining = True
-    w.mover.continue_drains()
+    w.mover.continue_drains(T0)
     assert len(w.mover.relocations) == 1  # still moving: not touched
-    w.mover.moved(control.Moved("p", "x2", rel.id, 1))  # landed on a draining exchange
+    w.mover.moved(control.Moved("p", "x2", rel.id, 1), T0 + 0.1)  # landed on a draining exchange
     [drain] = w.mover.relocations.values()
     assert drain.reason == "drain" and drain.target != "x2"
 
@@ -132,8 +144,27 @@ def test_drains_move_late_arrivals_too():
 def test_no_exchange_left_means_the_publisher_is_told_to_keep_buffering():
     w = World(exchanges=("x1",))
     p = w.publisher("p", "x1")
-    w.mover.failover(p, "x1 lost")
+    w.mover.failover(p, "x1 lost", T0)
     assert len(w.to(b"p", control.NoExchange)) == 1 and not w.mover.relocations
+
+
+def test_a_moved_for_no_move_or_another_publisher_changes_nothing():
+    w = World(subscribers=())
+    p = w.publisher("p", "x1")
+    q = w.publisher("q", "x1")
+    rel = w.mover.start(p, w.topology.exchanges["x2"], "forced", "test", T0)
+    for bogus in (control.Moved("p", "x2", rel.id + 7, 1), control.Moved("q", "x2", rel.id, 1),
+                  control.Moved("nobody", "x2", rel.id, 1)):
+        w.mover.moved(bogus, T0 + 0.1)
+    assert p.relocation == rel.id and q.exchange == "x1" and w.log.counters["relocations"] == 0
+
+
+def test_a_publisher_never_has_two_moves():
+    w = World(exchanges=("x1", "x2", "x3"))
+    p = w.publisher("p", "x1")
+    w.mover.start(p, w.topology.exchanges["x2"], "forced", "test", T0)
+    second = w.mover.start(p, w.topology.exchanges["x3"], "forced", "test", T0 + 0.1)
+    assert list(w.mover.relocations) == [second.id] and p.relocation == second.id
 
 
 @pytest.mark.parametrize("loads, want", [((50, 40), "x1"), ((900, 200), "x2")])
@@ -142,4 +173,4 @@ def test_least_loaded_counts_publishers_while_cold_and_load_once_warm(loads, wan
     for name, load in zip(("x1", "x2"), loads):
         w.topology.exchanges[name].load.add(load)
     w.publisher("a", "x2")
-    assert w.topology.least_loaded(set(), time.monotonic()).id == want
+    assert w.topology.least_loaded(set(), T0, 1000).id == want

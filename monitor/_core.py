@@ -1,0 +1,179 @@
+"""The monitor's core: every decision of one queue's monitor, without a socket, ZooKeeper or a clock.
+
+The core takes messages (with the sender's routing identity) and the time, and puts what should happen in
+its :class:`~monitor._outbox.Outbox`. It is made of rooms named after what they handle, wired here:
+
+* :class:`~monitor._exchanges.Exchanges`, :class:`~monitor._publishers.Publishers`,
+  :class:`~monitor._subscribers.Subscribers`: what each kind of peer says;
+* :class:`~monitor._kpis.Kpis`: KPI reports become loads and archive records;
+* :class:`~monitor._moves.Mover`: every move (assignment, relocation, failover, drain);
+* :class:`~monitor._balancer.Balancer`: the relocation rule, four times per KPI period;
+* :class:`~monitor._scaling.Scaling`: the scaling rule through the GCM (in a cluster only);
+* :class:`~monitor._rules.Adoption`: the queue's rules and thresholds from ZooKeeper;
+* :class:`~monitor._operators.Operators`: ping, status, forced relocation.
+
+The shell (:class:`~monitor._monitor.Monitor`) dispatches to :meth:`Core.handlers`, calls :meth:`tick`
+and :meth:`evaluate` on its timers and :meth:`cluster_changed` when ZooKeeper changes, and carries out the
+outbox after each.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from monitor._balancer import Balancer
+from monitor._events import EventLog
+from monitor._exchanges import Exchanges
+from monitor._kpis import Kpis
+from monitor._moves import Mover
+from monitor._operators import Operators
+from monitor._outbox import Outbox
+from monitor._publishers import Publishers
+from monitor._rules import Adoption, Rules
+from monitor._scaling import Scaling
+from monitor._subscribers import Subscribers
+from monitor._topology import ExchangeEntry, QueueView, Topology
+from roq import control
+from roq.config import MonitorConfig
+from roq.control import Reply
+from roq.runtime import DropCounter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Core", "Handler"]
+
+#: ``handler(message, identity, now)``: the reply to send now, if any
+Handler = Callable[[Any, bytes, float], "Reply | None"]
+
+
+class Core:
+    """The decisions of one queue's monitor.
+
+    Args:
+        config: timeouts, and the rules of a monitor on its own.
+        events: the event log (the core counts in it; the shell records the events it decides).
+        drops: the shell's count of dropped input (the status shows it).
+        pid: the process id the status names.
+        clustered: whether ZooKeeper and a GCM are there (rules from ZooKeeper, scaling).
+        archiving: whether KPI archive records are wanted.
+    """
+
+    def __init__(self, config: MonitorConfig, *, events: EventLog, drops: DropCounter, pid: int = 0,
+                 clustered: bool = False, archiving: bool = False) -> None:
+        self.config = config
+        self.events = events
+        self.outbox = Outbox()
+        self.rules = Rules.of(config)
+        self.topology = Topology(subscriber_timeout=config.subscriber_timeout)
+        t, out = self.topology, self.outbox
+        self.mover = Mover(t, config, self.rules, events, out)
+        self.subscribers = Subscribers(t, self.mover, out, subscriber_timeout=config.subscriber_timeout)
+        self.exchanges = Exchanges(t, self.rules, self.mover, self.subscribers, events, out,
+                                   heartbeat_timeout=config.heartbeat_timeout, clustered=clustered)
+        self.publishers = Publishers(t, self.mover, out, publisher_timeout=config.publisher_timeout)
+        self.kpis = Kpis(t, self.rules, out, archiving=archiving)
+        self.balancer = Balancer(t, self.rules, self.mover, events, out)
+        self.adoption = Adoption(self.rules, t, out)
+        self.scaling = (Scaling(config.queue, t, self.rules, self.mover, self.exchanges, self.subscribers, events, out)
+                        if clustered else None)
+        self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state)
+        self._settled = False
+
+    def handlers(self) -> dict[type[control.Message], Handler]:
+        """The handler of every message a monitor serves."""
+        return {
+            control.Heartbeat: self._heartbeat,
+            control.ExchangeKpi: self.kpis.exchange,
+            control.ExchangeBye: self.exchanges.bye,
+            control.PublisherHello: self.publishers.hello,
+            control.Moved: self.publishers.moved,
+            control.Panic: self.publishers.panic,
+            control.PublisherBye: self.publishers.bye,
+            control.SubscriberHello: self._subscriber_hello,
+            control.Ready: self.subscribers.ready,
+            control.SubscriberBye: self.subscribers.bye,
+            control.Ping: self.operators.ping,
+            control.Status: self.operators.status,
+            control.ForceRelocate: self.operators.force_relocate,
+        }
+
+    @property
+    def kpi_period(self) -> float:
+        """The KPI period in force (the rules are evaluated four times per period)."""
+        return self.rules.kpi_period
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, now: float, endpoint: str, view: QueueView | None = None, earlier: int = 0) -> None:
+        """The monitor listens on ``endpoint``; in a cluster, ``view`` is what ZooKeeper says of the queue and
+        ``earlier`` how many events a previous monitor left.
+
+        For ``2 x heartbeat_timeout`` it settles: it does not fail a publisher over from an exchange it has
+        not heard of yet, and sends subscribers no list that would take an exchange away from them.
+        """
+        self.topology.settle_until = now + 2 * self.config.heartbeat_timeout
+        if view is None:
+            return
+        self._adopt(view)
+        self.adoption.thresholds_seen = dict(view.thresholds)
+        self.outbox.event("monitor_started", f"monitor of queue {self.config.queue} started on {endpoint}"
+                          + (f"; continuing {earlier} earlier events" if earlier else ""), endpoint=endpoint)
+
+    def cluster_changed(self, view: QueueView) -> None:
+        """ZooKeeper says something new of the queue: rules, thresholds, state or placement."""
+        self._adopt(view)
+        self.adoption.note_thresholds(view)
+
+    def _adopt(self, view: QueueView) -> None:
+        if self.scaling is not None:
+            self.scaling.view = view
+        if self.adoption.adopt(view) and self.scaling is not None:
+            self.scaling.scaler.reset()
+
+    # ------------------------------------------------------------------ timers
+
+    def tick(self, now: float) -> None:
+        """Every few tens of milliseconds: silent exchanges, moves' timeouts, silent peers, settling."""
+        self.exchanges.check(now)
+        self.mover.tick(now)
+        self.balancer.check_fresh(now, enabled=self.config.relocation_rule)
+        self.publishers.forget_silent(now)
+        self.subscribers.forget_silent(now)
+        if not self._settled and not self.topology.settling(now):
+            self._settled = True
+            self.mover.place_orphans(now)  # publishers whose exchange never reported: fail them over
+            self.subscribers.broadcast(now)  # and subscribers drop the exchanges that never reported
+
+    def evaluate(self, now: float) -> None:
+        """Four times per KPI period: the relocation rule, then (in a cluster) the scaling rule."""
+        if self.config.relocation_rule:
+            self.balancer.apply(now)
+        if self.scaling is not None:
+            self.scaling.evaluate(now, self.balancer.stuck)
+
+    def discount_stall(self, late: float) -> None:
+        """Time this loop did not run (SIGSTOP, a blocking call, a starved CPU) is nobody else's silence.
+
+        Heartbeats and hellos sent meanwhile wait in the socket; judged before they are read, every peer
+        would look dead. So a tick that comes ``late`` moves every peer's last sign of life forward by as
+        much: a peer that really died is declared so that much later, none is declared dead for our pause.
+        """
+        log.warning("monitor loop stalled for %.2fs: that silence is not counted against its peers", late)
+        self.topology.discount(late)
+
+    # ------------------------------------------------------------------ handlers that span rooms
+
+    def _heartbeat(self, hb: control.Heartbeat, identity: bytes, now: float) -> None:
+        x: ExchangeEntry | None = self.exchanges.heartbeat(hb, identity, now)
+        if x is not None and self.scaling is not None and self.scaling.exchange_joined(x, now):
+            self.balancer.fresh = x.id  # the hot exchanges move onto it once every subscriber hears it
+
+    def _subscriber_hello(self, hello: control.SubscriberHello, identity: bytes, now: float) -> None:
+        self.subscribers.hello(hello, identity, now)
+        self.kpis.subscriber(hello, identity, now)
+
+    def _scaling_state(self) -> dict[str, Any]:
+        if self.scaling is not None:
+            return self.scaling.describe()
+        return {"placement": {}, "starting": [], "retiring": "", "asking_gcm": False}
