@@ -7,6 +7,12 @@
         pub.flush()
         sub = conn.subscriber(prefix=b"orders.")
         msg = sub.recv(timeout=1.0)
+
+Applications import from ``client`` itself (:data:`__all__`). The pure cores have public modules of their
+own for tests and tools, outside that surface: :mod:`client.ordering` (a subscriber's per-publisher
+ordering), :mod:`client.window` (a publisher's retransmission window), :mod:`client.outbox` (the hand-over
+between a publisher's application thread and its sender thread) and :mod:`client.locator` (where a queue's
+monitor is). Everything else is private.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ from typing import Any
 
 import zmq
 
-from client._locator import MonitorLocator
 from client._management import QueueManager
 from client._publisher import Publisher
 from client._subscriber import Subscriber
+from client.locator import MonitorLocator
 from roq import control
 from roq.config import PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
@@ -51,10 +51,11 @@ class Connection:
         return self._locator.endpoint
 
     def ping(self, timeout: float = 5.0) -> dict[str, Any]:
-        """Ask the monitor whether it is there.
+        """Ask the monitor whether it is there; the data of its reply (``queue``).
 
         Raises:
-            BrokerConnectionError: no answer within ``timeout``.
+            BrokerConnectionError: no answer within ``timeout``, or an answer that is not a reply.
+            ManagementError: the monitor refused (the subclass of its RESULT code).
         """
         return self._ask(control.Ping(), timeout)
 
@@ -62,15 +63,22 @@ class Connection:
         """The monitor's view of the queue: exchanges, publishers, subscribers, counters, events.
 
         Raises:
-            BrokerConnectionError: no answer within ``timeout``.
+            BrokerConnectionError: no answer within ``timeout``, or an answer that is not a reply.
+            ManagementError: the monitor refused (the subclass of its RESULT code).
         """
         return self._ask(control.Status(), timeout)
 
     def relocate(self, publisher: str = "", target: str = "", timeout: float = 5.0) -> dict[str, Any]:
         """Ask the monitor to move a publisher now (default: its busiest, to the least loaded exchange).
 
+        Returns:
+            The move started: ``relocation``, ``publisher``, ``source``, ``target``.
+
         Raises:
-            BrokerConnectionError: no answer within ``timeout``, or the monitor refused (the reason).
+            BrokerConnectionError: no answer within ``timeout``, or an answer that is not a reply.
+            NotFoundError: no such publisher or live target exchange, or no publisher can be moved now.
+            UnavailableError: the publisher is already moving, or there is no other exchange to move to.
+            BadRequestError: the publisher already sends through the target.
         """
         return self._ask(control.ForceRelocate(publisher=publisher, target=target), timeout)
 
@@ -129,6 +137,7 @@ class Connection:
         return child
 
     def _ask(self, request: control.Message, timeout: float) -> dict[str, Any]:
+        """Send ``request`` to the monitor; the data of its reply, or the error of its refusal."""
         with self._lock:
             if self._closed:
                 raise ClosedError("connection is closed")
@@ -139,16 +148,12 @@ class Connection:
             sock.send(control.encode(request))
             if not sock.poll(poll_ms(timeout)):
                 raise BrokerConnectionError(f"monitor {self.monitor} did not answer within {timeout:.1f}s")
-            reply = control.decode(sock.recv())
+            reply = control.Reply.parse(sock.recv())
         except ProtocolError as exc:
             raise BrokerConnectionError(f"monitor {self.monitor} answered garbage: {exc}") from exc
         finally:
             sock.close()
-        if not isinstance(reply, control.Reply):
-            raise BrokerConnectionError(f"monitor {self.monitor} answered {type(reply).__name__}")
-        if reply.result != control.Result.OK:
-            raise BrokerConnectionError(f"monitor refused ({reply.result}): {reply.comment}")
-        return reply.data
+        return reply.raise_for()
 
 
 def connect(

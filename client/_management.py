@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import threading
 import time
 from typing import Any
 
-import zmq
-from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
-
+from client._leader import GcmLeader
 from roq import management as m
-from roq.control import Message, Result, encode
-from roq.errors import BrokerConnectionError, BrokerTimeoutError, ClosedError, ProtocolError, UnavailableError
-from roq.sockets import poll_ms
-from roq.zk import DEFAULT_ROOT, Paths, check_hosts, check_queue_name, loads
+from roq.control import Message
+from roq.errors import UnavailableError
+from roq.zk import DEFAULT_ROOT, Paths, check_queue_name
 
 __all__ = ["QueueManager"]
 
 log = logging.getLogger(__name__)
-
-_SLICE = 0.25  # how often a waiting call checks whether the leader changed
 
 
 class QueueManager:
@@ -35,19 +28,20 @@ class QueueManager:
 
     Every method raises a :class:`~roq.errors.ManagementError` subclass carrying the RESULT code when the
     GCM refuses (:class:`~roq.errors.NotFoundError`, :class:`~roq.errors.BadRequestError`,
-    :class:`~roq.errors.UnavailableError`), and :class:`~roq.errors.BrokerTimeoutError` when no leader
-    answered in time.
+    :class:`~roq.errors.UnavailableError`), :class:`~roq.errors.BrokerTimeoutError` when no leader
+    answered in time and :class:`~roq.errors.BrokerConnectionError` when ZooKeeper cannot be reached. A
+    request the leader answers with ``Retry: true`` (ZooKeeper was briefly unreachable: every request is
+    idempotent) or NOT_LEADER (an election is settling) is sent again until the call's deadline
+    (:class:`client._leader.GcmLeader`).
+
+    Raises:
+        ConfigError: a malformed ZooKeeper address or root.
     """
 
     def __init__(self, zk: str, *, root: str = DEFAULT_ROOT, timeout: float = 30.0) -> None:
         self.paths = Paths(root)
         self.timeout = timeout
-        self._zk = KazooClient(hosts=check_hosts(zk), timeout=10.0,
-                               connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0})
-        self._ctx = zmq.Context()
-        self._lock = threading.Lock()
-        self._started = False
-        self._closed = False
+        self._gcm = GcmLeader(zk, self.paths)
 
     # ------------------------------------------------------------------ queues
 
@@ -81,19 +75,19 @@ class QueueManager:
         return self._call(m.CreateExchange(QName=check_queue_name(queue), Host=host or ""), timeout)
 
     def exists(self, queue: str) -> bool:
-        return bool(self._call(m.QueueExists(QName=check_queue_name(queue)), None, read=True)["Exists"])
+        return bool(self._call(m.QueueExists(QName=check_queue_name(queue)), None)["Exists"])
 
     def list(self) -> list[dict[str, Any]]:
         """Every queue: Name, Host, State, Monitor, Exchanges."""
-        return list(self._call(m.ListQueues(), None, read=True)["Queues"])
+        return list(self._call(m.ListQueues(), None)["Queues"])
 
     def stats(self, queue: str) -> dict[str, Any]:
         """The queue's topology, rules and its monitor's status (exchanges' loads, publishers, subscribers)."""
-        return self._call(m.QueueStats(QName=check_queue_name(queue)), None, read=True)
+        return self._call(m.QueueStats(QName=check_queue_name(queue)), None)
 
     def hosts(self) -> list[dict[str, Any]]:
         """Every live host: address, capacity, exchanges placed on it and its CPU/memory/network KPIs."""
-        return list(self._call(m.ListHosts(), None, read=True)["Hosts"])
+        return list(self._call(m.ListHosts(), None)["Hosts"])
 
     def set_rules(self, queue: str, rules: dict[str, Any]) -> dict[str, Any]:
         """Set some of the queue's rules (see :data:`roq.rules.RULE_DOCS`); a ``None`` value unsets one.
@@ -113,7 +107,7 @@ class QueueManager:
         Raises:
             NotFoundError: no such queue.
         """
-        return dict(self._call(m.GetRules(QName=check_queue_name(queue)), None, read=True)["Rules"])
+        return dict(self._call(m.GetRules(QName=check_queue_name(queue)), None)["Rules"])
 
     def explicit_rules(self, queue: str) -> dict[str, Any]:
         """Only the rules an operator set on ``queue`` (the rest come from thresholds and defaults).
@@ -121,20 +115,25 @@ class QueueManager:
         Raises:
             NotFoundError: no such queue.
         """
-        return dict(self._call(m.GetRules(QName=check_queue_name(queue)), None, read=True).get("Explicit", {}))
+        return dict(self._call(m.GetRules(QName=check_queue_name(queue)), None).get("Explicit", {}))
 
     def set_thresholds(self, queue: str, thresholds: dict[str, float], evidence: dict[str, Any] | None = None) -> dict[str, Any]:
         """Set some thresholds (the queue's rules still win over them); ``evidence`` (what they were derived
-        from) is kept beside them. Returns every threshold stored."""
+        from, plain JSON values) is kept beside them. Returns every threshold stored.
+
+        Raises:
+            BadRequestError: a bad threshold, or evidence that is not plain JSON (bytes, a datetime...: the
+                message names the field); NotFoundError: no such queue.
+        """
         msg = m.SetThresholds(QName=check_queue_name(queue), Thresholds=dict(thresholds), Evidence=dict(evidence or {}))
         return dict(self._call(msg, None)["Thresholds"])
 
     def get_thresholds(self, queue: str) -> dict[str, Any]:
-        return dict(self._call(m.GetThresholds(QName=check_queue_name(queue)), None, read=True)["Thresholds"])
+        return dict(self._call(m.GetThresholds(QName=check_queue_name(queue)), None)["Thresholds"])
 
     def get_tuning(self, queue: str) -> dict[str, Any]:
         """The evidence stored with the thresholds last set with some: {thresholds, evidence, time}, or {}."""
-        return dict(self._call(m.GetThresholds(QName=check_queue_name(queue)), None, read=True).get("Tuning") or {})
+        return dict(self._call(m.GetThresholds(QName=check_queue_name(queue)), None).get("Tuning") or {})
 
     def scale_out(self, queue: str, exchanges: int, reason: str = "") -> dict[str, Any]:
         """Have ``exchanges`` exchanges placed for ``queue``, the missing ones on the hosts with most headroom.
@@ -174,7 +173,7 @@ class QueueManager:
         Raises:
             BadRequestError: ``limit`` is not between 1 and 1000; NotFoundError: no such queue.
         """
-        return list(self._call(m.GetEvents(QName=check_queue_name(queue), Limit=int(limit)), None, read=True)["Events"])
+        return list(self._call(m.GetEvents(QName=check_queue_name(queue), Limit=int(limit)), None)["Events"])
 
     def counters(self, queue: str) -> dict[str, Any]:
         """The counters the queue's monitor keeps (moves, scale-outs, failovers...; ``{}`` before it wrote any).
@@ -182,7 +181,7 @@ class QueueManager:
         Raises:
             NotFoundError: no such queue.
         """
-        return dict(self._call(m.GetEvents(QName=check_queue_name(queue), Limit=1), None, read=True)["Counters"])
+        return dict(self._call(m.GetEvents(QName=check_queue_name(queue), Limit=1), None)["Counters"])
 
     def lookup(self, queue: str, *, timeout: float = 10.0) -> str:
         """The endpoint of ``queue``'s monitor (waits while the queue is starting)."""
@@ -190,25 +189,24 @@ class QueueManager:
         while True:
             try:
                 return str(self._call(m.Lookup(QName=check_queue_name(queue)), deadline - time.monotonic(),
-                                      read=True, port="lookup")["Monitor"])
+                                      port="lookup")["Monitor"])
             except UnavailableError:  # starting, or its monitor restarting
                 if time.monotonic() + 0.1 >= deadline:
                     raise
                 time.sleep(0.1)
 
     def leader(self, timeout: float = 10.0) -> dict[str, Any]:
-        """The leader's published endpoints (id, lookup, management, broadcast)."""
-        return self._leader(time.monotonic() + timeout)[0]
+        """The leader's published endpoints (id, pid, lookup, management, broadcast).
+
+        Raises:
+            BrokerTimeoutError: no leader registered within ``timeout``.
+            BrokerConnectionError: ZooKeeper cannot be reached.
+        """
+        return dataclasses.asdict(self._gcm.find(time.monotonic() + timeout, "management")[0])
 
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        if self._started:
-            self._zk.stop()
-            self._zk.close()
-        self._ctx.term()
+        """Close the ZooKeeper session and the sockets."""
+        self._gcm.close()
 
     def __enter__(self) -> QueueManager:
         return self
@@ -216,73 +214,7 @@ class QueueManager:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ plumbing
-
-    def _leader(self, deadline: float) -> tuple[dict[str, Any], int]:
-        """(the leader's endpoints, the czxid of its node) once one is elected."""
-        with self._lock:
-            if self._closed:
-                raise ClosedError("queue manager is closed")
-            if not self._started:
-                try:
-                    self._zk.start(timeout=max(0.1, deadline - time.monotonic()))
-                except (KazooTimeoutError, KazooException) as exc:
-                    self._zk.stop()
-                    raise BrokerConnectionError(f"cannot reach ZooKeeper at {self._zk.hosts}") from exc
-                self._started = True
-        while True:
-            try:
-                data, stat = self._zk.get(self.paths.leader)
-                info = loads(data)
-                if isinstance(info, dict) and info.get("management"):
-                    return info, stat.czxid
-            except NoNodeError:
-                pass
-            except KazooException as exc:
-                log.debug("reading the GCM leader failed: %s", exc)
-            if time.monotonic() >= deadline:
-                raise BrokerTimeoutError("no GCM leader registered in ZooKeeper")
-            time.sleep(0.1)
-
-    def _leader_changed(self, czxid: int) -> bool:
-        try:
-            stat = self._zk.exists(self.paths.leader)
-        except KazooException:
-            return False
-        return stat is None or stat.czxid != czxid
-
-    def _call(self, request: Message, timeout: float | None, *, read: bool = False, port: str = "management") -> dict[str, Any]:
-        """Send ``request`` to the leader and return the reply's data; follow the leader when it changes."""
-        timeout = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        body = encode(request)
-        while True:
-            leader, czxid = self._leader(deadline)
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            try:
-                sock.connect(leader[port])
-                sock.send(body)
-                while True:
-                    if sock.poll(poll_ms(min(_SLICE, max(0.0, deadline - time.monotonic())))):
-                        result, comment, data = m.parse_reply(sock.recv())
-                        break
-                    if time.monotonic() >= deadline:
-                        raise BrokerTimeoutError(f"GCM {leader.get('id')} did not answer {type(request).__name__} in {timeout:.0f}s")
-                    if self._leader_changed(czxid):
-                        result = -1  # a new leader: ask it
-                        break
-            except ProtocolError as exc:
-                raise BrokerConnectionError(f"GCM answered garbage: {exc}") from exc
-            finally:
-                sock.close()
-            if result == -1:
-                continue
-            if result == Result.NOT_LEADER and time.monotonic() < deadline:
-                time.sleep(0.05)  # the election is settling: read the leader again
-                continue
-            if data.get("Retry") is True and time.monotonic() + 0.2 < deadline:
-                time.sleep(0.2)  # ZooKeeper was briefly unreachable (e.g. electing its leader); every request is idempotent
-                continue
-            m.raise_for(result, comment, data)
-            return data
+    def _call(self, request: Message, timeout: float | None, *, port: str = "management") -> dict[str, Any]:
+        """Send ``request`` to the leader (at most ``timeout`` seconds, default :attr:`timeout`); the data of
+        its reply."""
+        return self._gcm.call(request, self.timeout if timeout is None else timeout, port)

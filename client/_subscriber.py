@@ -1,8 +1,8 @@
-"""The subscriber: one SUB socket per exchange of the queue, a DEALER to the monitor, no thread.
+"""The subscriber: its feeds (one SUB socket per exchange of the queue), a DEALER to the monitor, no thread.
 
-All the work happens inside ``recv`` (and iteration): reading the exchanges, ordering per publisher
-(:mod:`client._ordering`), answering the monitor. A subscriber that is not read stops answering the
-monitor after a while and is then no longer waited for: it does not keep up.
+All the work happens inside ``recv`` (and iteration): reading the exchanges (:mod:`client._feeds`),
+ordering per publisher (:mod:`client.ordering`), answering the monitor (this module). A subscriber that is
+not read stops answering the monitor after a while and is then no longer waited for: it does not keep up.
 """
 
 from __future__ import annotations
@@ -17,30 +17,24 @@ from typing import Iterator
 
 import zmq
 
-from client._locator import MonitorLocator
+from client._channel import MonitorChannel
+from client._feeds import Feeds
 from client._message import Message, SubscriberStats
-from client._ordering import Reassembler
-from roq import batch, control
+from client.locator import MonitorLocator
+from client.ordering import Reassembler
+from roq import control
 from roq.config import SubscriberConfig
-from roq.errors import BrokerConnectionError, ClosedError, ProtocolError
+from roq.errors import BrokerConnectionError, ClosedError
 from roq.sockets import poll_ms
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Subscriber"]
 
-#: Messages read from one socket before looking at the others.
-BURST = 128
-
-
-class _Feed:
-    __slots__ = ("exchange", "backend", "socket", "heard")
-
-    def __init__(self, exchange: str, backend: str, socket: zmq.Socket) -> None:
-        self.exchange = exchange
-        self.backend = backend
-        self.socket = socket
-        self.heard = False  # a beacon arrived: our subscription is live there
+#: Longest wait in one turn of ``_pump`` while joining, seconds.
+_JOIN_TURN = 0.05
+#: Planned moves remembered until their target exchange is heard (the oldest is forgotten beyond).
+MAX_PREPARES = 1024
 
 
 class Subscriber:
@@ -59,31 +53,26 @@ class Subscriber:
         self.prefix = prefix
         self.id = uuid.uuid4().bytes
         self.name = self.id.hex()
-        self._ctx = context
+        self._who = f"subscriber {self.name[:8]}"
         self._closed = False
         self._ready: collections.deque[Message] = collections.deque()
         self._order = Reassembler(filtered=bool(prefix), hold_timeout=config.hold_timeout, max_held=config.max_held_batches)
-        self._feeds: dict[str, _Feed] = {}
-        self._by_socket: dict[zmq.Socket, _Feed] = {}
         self._prepares: dict[int, str] = {}  # relocation -> target exchange, until we hear it
         self._names: dict[bytes, str] = {}
         self._latency: collections.deque[float] = collections.deque(maxlen=config.latency_samples)
         self._latency_count = 0  # batches measured in all
         self._kpi_from = (0.0, 0, 0)  # the previous hello: when, records received, batches measured
         self._received = 0
-        self._dropped = 0
         self._listed = False
         self._next_hello = 0.0
         self._poller = zmq.Poller()
-        self._locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
-        self._monitor_endpoint = self._locator.endpoint
-        self._monitor = context.socket(zmq.DEALER)
-        self._monitor.setsockopt(zmq.ROUTING_ID, self.id)
-        self._monitor.setsockopt(zmq.LINGER, 200)
-        self._monitor.connect(self._monitor_endpoint)
-        self._poller.register(self._monitor, zmq.POLLIN)
+        self._feeds = Feeds(context, self._poller, prefix, config.rcvhwm, self._order, self._deliver, self._heard,
+                            self._who)
+        locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
+        self._monitor = MonitorChannel(context, locator, self.id, self._who)
+        self._poller.register(self._monitor.socket, zmq.POLLIN)
         try:
-            self._join(self._monitor_endpoint)
+            self._join(self._monitor.endpoint)
         except BaseException:
             self.close()
             raise
@@ -92,13 +81,12 @@ class Subscriber:
         """Wait for the exchange list and for a beacon from each exchange."""
         deadline = time.monotonic() + self.config.connect_timeout
         while time.monotonic() < deadline:
-            self._pump(min(0.05, max(0.0, deadline - time.monotonic())))
-            if self._listed and all(f.heard for f in self._feeds.values()):
+            self._pump(min(_JOIN_TURN, max(0.0, deadline - time.monotonic())))
+            if self._listed and not self._feeds.deaf():
                 return
         if not self._listed:
             raise BrokerConnectionError(f"monitor {monitor} did not answer within {self.config.connect_timeout:.1f}s")
-        deaf = [f.exchange for f in self._feeds.values() if not f.heard]
-        log.warning("subscriber %s: no beacon yet from %s; continuing", self.name[:8], ", ".join(deaf))
+        log.warning("%s: no beacon yet from %s; continuing", self._who, ", ".join(self._feeds.deaf()))
 
     # ------------------------------------------------------------------ application API
 
@@ -148,8 +136,8 @@ class Subscriber:
             lost=o.lost,
             hold_timeouts=o.hold_timeouts,
             held=o.held,
-            dropped=self._dropped,
-            exchanges=sum(1 for f in self._feeds.values() if f.heard),
+            dropped=self._feeds.dropped,
+            exchanges=len(self._feeds.heard()),
             latency=latency,
         )
 
@@ -158,11 +146,8 @@ class Subscriber:
         if self._closed:
             return
         self._closed = True
-        self._send_monitor(control.SubscriberBye(subscriber=self.name))
-        for feed in self._feeds.values():
-            feed.socket.close(linger=0)
-        self._feeds.clear()
-        self._by_socket.clear()
+        self._monitor.send(control.SubscriberBye(subscriber=self.name))
+        self._feeds.close()
         self._monitor.close()
 
     def __enter__(self) -> Subscriber:
@@ -175,8 +160,7 @@ class Subscriber:
 
     def _pump(self, timeout: float) -> None:
         now = time.monotonic()
-        if self._locator.endpoint != self._monitor_endpoint:  # the monitor moved to another host
-            self._monitor_endpoint = self._locator.retarget(self._monitor, self._monitor_endpoint)
+        if self._monitor.follow():  # the monitor moved to another host
             self._next_hello = now
         if now >= self._next_hello:
             self._hello(now)
@@ -184,62 +168,14 @@ class Subscriber:
         held_until = self._order.next_deadline()
         if held_until is not None:
             limit = min(limit, held_until)
-        events = self._poller.poll(poll_ms(limit - now))
-        for sock, _ in events:
-            if sock is self._monitor:
+        monitor = self._monitor.socket
+        for sock, _ in self._poller.poll(poll_ms(limit - now)):
+            if sock is monitor:
                 self._on_monitor()
             else:
-                feed = self._by_socket.get(sock)
-                if feed is not None:
-                    self._read(feed, BURST)
+                self._feeds.readable(sock)
         if held_until is not None and time.monotonic() >= held_until:
             self._deliver(self._order.expire(time.monotonic()))
-
-    def _read(self, feed: _Feed, limit: int | None) -> None:
-        recv = feed.socket.recv_multipart
-        unpack = batch.HEADER.unpack
-        header_size = batch.HEADER_SIZE
-        order = self._order
-        prefix = self.prefix
-        n = 0
-        while limit is None or n < limit:
-            try:
-                frames = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            n += 1
-            if len(frames) != 3 or len(frames[1]) != header_size:
-                self._drop(feed, f"{len(frames)} frames / header of {len(frames[1]) if len(frames) > 1 else 0} bytes")
-                continue
-            key, header, body = frames
-            version, kind, _flags, count, pub, epoch, first, key_prev, ts = unpack(header)
-            if version != batch.VERSION:
-                self._drop(feed, f"protocol version {version}")
-                continue
-            if kind == batch.DATA:
-                if prefix and not key.startswith(prefix):
-                    continue  # a key that starts like the control topic; not ours
-                try:
-                    payloads = batch.decode_body(body, count)
-                except ProtocolError as exc:
-                    self._drop(feed, str(exc))
-                    continue
-                if count == 0 or first == 0:
-                    self._drop(feed, "empty batch")
-                    continue
-                out = order.data(feed.exchange, pub, epoch, first, count, key_prev, key, (key, payloads, pub, first, ts), time.monotonic())
-                if out:
-                    self._deliver(out)
-            elif kind == batch.MARKER:
-                self._deliver(order.marker(feed.exchange, pub, epoch, time.monotonic()))
-            elif kind == batch.BEACON:
-                if body != feed.exchange.encode():
-                    self._drop(feed, f"beacon of {body[:40]!r} on the socket of {feed.exchange}")
-                elif not feed.heard:
-                    feed.heard = True
-                    self._heard(feed.exchange)
-            else:
-                self._drop(feed, f"frame kind {kind}")
 
     def _deliver(self, out: list) -> None:
         now = time.time()
@@ -258,27 +194,10 @@ class Subscriber:
             self._latency.append(now - stamp)
             self._latency_count += 1
 
-    def _drop(self, feed: _Feed, detail: str) -> None:
-        self._dropped += 1
-        if self._dropped <= 10 or self._dropped % 1000 == 0:
-            log.warning("subscriber %s: dropped a malformed frame from %s: %s (%d in all)",
-                        self.name[:8], feed.exchange, detail, self._dropped)
-
-    # ------------------------------------------------------------------ monitor
+    # ------------------------------------------------------------------ the monitor
 
     def _on_monitor(self) -> None:
-        while True:
-            try:
-                frames = self._monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                if len(frames) != 1:
-                    raise ProtocolError(f"{len(frames)} frames")
-                msg = control.decode(frames[0])
-            except ProtocolError as exc:
-                log.warning("subscriber %s: dropped a malformed message from the monitor: %s", self.name[:8], exc)
-                continue
+        for msg in self._monitor.receive():
             if isinstance(msg, control.Exchanges):
                 self._on_exchanges(msg)
             elif isinstance(msg, control.Prepare):
@@ -287,74 +206,46 @@ class Subscriber:
     def _on_exchanges(self, msg: control.Exchanges) -> None:
         self._listed = True
         listed = {x.exchange: x.backend for x in msg.exchanges}
-        for feed in list(self._feeds.values()):
-            if feed.exchange not in listed or listed[feed.exchange] != feed.backend:
-                self._remove(feed)
+        feeds = self._feeds
+        for feed in feeds.feeds():
+            if listed.get(feed.exchange) != feed.backend:
+                feeds.remove(feed)
         for gone in msg.lost:
             self._deliver(self._order.source_lost(gone, time.monotonic()))
         for exchange, backend in listed.items():
-            if exchange not in self._feeds:
-                self._add(exchange, backend)
+            if feeds.get(exchange) is None:
+                feeds.add(exchange, backend)
 
     def _on_prepare(self, msg: control.Prepare) -> None:
         if msg.source:
             self._order.note(bytes.fromhex(msg.publisher), msg.source, time.monotonic())
         feed = self._feeds.get(msg.target)
         if feed is None:
-            feed = self._add(msg.target, msg.target_backend)
+            feed = self._feeds.add(msg.target, msg.target_backend)
         if feed.heard:
-            self._send_monitor(control.Ready(subscriber=self.name, relocation=msg.relocation))
+            self._monitor.send(control.Ready(subscriber=self.name, relocation=msg.relocation))
         else:
+            if len(self._prepares) >= MAX_PREPARES:
+                del self._prepares[next(iter(self._prepares))]
             self._prepares[msg.relocation] = msg.target
 
     def _heard(self, exchange: str) -> None:
         for relocation, target in list(self._prepares.items()):
             if target == exchange:
                 del self._prepares[relocation]
-                self._send_monitor(control.Ready(subscriber=self.name, relocation=relocation))
+                self._monitor.send(control.Ready(subscriber=self.name, relocation=relocation))
         self._hello(time.monotonic())  # the monitor places publishers only where every subscriber listens
-
-    def _add(self, exchange: str, backend: str) -> _Feed:
-        sock = self._ctx.socket(zmq.SUB)
-        sock.setsockopt(zmq.RCVHWM, self.config.rcvhwm)
-        sock.setsockopt(zmq.LINGER, 0)
-        # the data subscription first: a beacon heard afterwards proves both are in place
-        sock.setsockopt(zmq.SUBSCRIBE, self.prefix)
-        if not batch.CONTROL_TOPIC.startswith(self.prefix):
-            sock.setsockopt(zmq.SUBSCRIBE, batch.CONTROL_TOPIC)
-        sock.connect(backend)
-        feed = _Feed(exchange, backend, sock)
-        self._feeds[exchange] = feed
-        self._by_socket[sock] = feed
-        self._poller.register(sock, zmq.POLLIN)
-        return feed
-
-    def _remove(self, feed: _Feed) -> None:
-        """Stop listening to an exchange, after reading what it already sent us."""
-        self._read(feed, None)
-        self._deliver(self._order.source_lost(feed.exchange, time.monotonic()))
-        self._poller.unregister(feed.socket)
-        feed.socket.close(linger=0)
-        del self._feeds[feed.exchange]
-        del self._by_socket[feed.socket]
 
     def _hello(self, now: float) -> None:
         self._next_hello = now + self.config.heartbeat_interval
-        confirmed = [f.exchange for f in self._feeds.values() if f.heard]
         since, received, measured = self._kpi_from
         self._kpi_from = (now, self._received, self._latency_count)
         fresh = min(self._latency_count - measured, len(self._latency))
         window = sorted(islice(reversed(self._latency), fresh)) if fresh else []
         o = self._order
-        self._send_monitor(control.SubscriberHello(
-            subscriber=self.name, prefix=self.prefix, confirmed=confirmed,
+        self._monitor.send(control.SubscriberHello(
+            subscriber=self.name, prefix=self.prefix, confirmed=self._feeds.heard(),
             period=round(now - since, 3) if since else 0.0, records=self._received - received,
             latency_p50_ms=round(window[len(window) // 2] * 1000, 3) if window else -1.0,
             latency_p99_ms=round(window[min(len(window) - 1, int(len(window) * 0.99))] * 1000, 3) if window else -1.0,
             gaps=o.gaps, lost=o.lost, duplicates=o.duplicates))
-
-    def _send_monitor(self, msg: control.Message) -> None:
-        try:
-            self._monitor.send(control.encode(msg), zmq.NOBLOCK)
-        except zmq.Again:
-            pass

@@ -7,7 +7,7 @@ import json
 import pytest
 import zmq
 
-from client._locator import MonitorLocator
+from client.locator import MonitorLocator
 
 
 def node(**fields):
@@ -16,9 +16,9 @@ def node(**fields):
 
 def test_a_new_endpoint_in_the_node_replaces_the_old_one():
     loc = MonitorLocator("tcp://127.0.0.11:5500")
-    loc._changed(node(endpoint="tcp://127.0.0.11:5500", host="127.0.0.11"), None)
+    loc.update(node(endpoint="tcp://127.0.0.11:5500", host="127.0.0.11"))
     assert loc.endpoint == "tcp://127.0.0.11:5500"
-    loc._changed(node(endpoint="tcp://127.0.0.12:6600", host="127.0.0.12", pid=7), None)
+    loc.update(node(endpoint="tcp://127.0.0.12:6600", host="127.0.0.12", pid=7))
     assert loc.endpoint == "tcp://127.0.0.12:6600"
 
 
@@ -34,7 +34,7 @@ def test_a_new_endpoint_in_the_node_replaces_the_old_one():
 ])
 def test_a_missing_or_unusable_node_keeps_the_last_endpoint(data):
     loc = MonitorLocator("tcp://127.0.0.11:5500")
-    loc._changed(data, None)
+    loc.update(data)
     assert loc.endpoint == "tcp://127.0.0.11:5500"
 
 

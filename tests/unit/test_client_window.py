@@ -1,4 +1,4 @@
-from client._window import Sent, Window
+from client.window import Sent, Window
 
 
 def sent(first, count, at=0.0, size=10):

@@ -3,12 +3,17 @@
 A batch becomes safe ``grace`` seconds after an exchange acknowledged it. The grace covers batches an
 exchange had acknowledged (handed to its PUB socket) but not yet written to its subscribers when it was
 killed: after a failover they are resent, and subscribers drop the copies they already have.
+
+A pure core, public for tests and tools (``from client.window import Sent, Window``); not part of the
+application API (:data:`client.__all__`).
 """
 
 from __future__ import annotations
 
 import collections
 from typing import NamedTuple
+
+__all__ = ["Sent", "Window"]
 
 
 class Sent(NamedTuple):

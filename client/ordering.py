@@ -23,6 +23,9 @@ arrive in order; across exchanges they do not, so the reassembler applies these 
 * **Gaps.** A subscriber that receives everything (empty prefix) knows a gap when a seq is skipped.
   A filtering subscriber sees only some of a publisher's keys, so it follows each key's chain instead:
   every batch names the seq of its publisher's previous record with the same key (``key_prev``).
+
+A pure core, public for tests and tools (``from client.ordering import Reassembler``); not part of the
+application API (:data:`client.__all__`).
 """
 
 from __future__ import annotations

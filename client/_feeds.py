@@ -1,0 +1,175 @@
+"""A subscriber's feeds: one SUB socket per exchange of its queue, and the reading of what they carry.
+
+Every frame is checked before anything acts on it: three frames, a header :func:`roq.batch.parse_header`
+accepts, a body that splits into its records, a beacon naming the exchange it came from. A frame that fails
+is dropped and counted (:attr:`Feeds.dropped`), never raised: a broken exchange cannot break the
+application's ``recv``. Data and markers go to the subscriber's :class:`~client.ordering.Reassembler`; what
+it releases goes to the subscriber's delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import zmq
+
+from client.ordering import Reassembler
+from roq import batch
+from roq.batch import BatchError
+from roq.errors import ProtocolError
+
+log = logging.getLogger(__name__)
+
+#: Messages read from one socket before looking at the others.
+BURST = 128
+
+
+class Feed:
+    """The SUB socket connected to one exchange's backend."""
+
+    __slots__ = ("exchange", "backend", "socket", "heard")
+
+    def __init__(self, exchange: str, backend: str, socket: zmq.Socket) -> None:
+        self.exchange = exchange
+        self.backend = backend
+        self.socket = socket
+        self.heard = False  # a beacon arrived: our subscription is live there
+
+
+class Feeds:
+    """The feeds of one subscriber. Used by the subscriber's thread only.
+
+    Args:
+        context: the ZeroMQ context.
+        poller: the subscriber's poller; each feed's socket is registered in it.
+        prefix: the key prefix subscribed to (b"" = every record).
+        rcvhwm: each socket's receive high-water mark.
+        order: the subscriber's reassembler.
+        deliver: takes what the reassembler releases (a list of ``(item, skip)``).
+        heard: called with an exchange's id when its first beacon arrives.
+        who: how log lines name the subscriber.
+
+    Attributes:
+        dropped: malformed frames dropped.
+    """
+
+    def __init__(self, context: zmq.Context, poller: zmq.Poller, prefix: bytes, rcvhwm: int, order: Reassembler,
+                 deliver: Callable[[list], None], heard: Callable[[str], None], who: str) -> None:
+        self._ctx = context
+        self._poller = poller
+        self._prefix = prefix
+        self._rcvhwm = rcvhwm
+        self._order = order
+        self._deliver = deliver
+        self._heard = heard
+        self._who = who
+        self._feeds: dict[str, Feed] = {}
+        self._by_socket: dict[zmq.Socket, Feed] = {}
+        self.dropped = 0
+
+    def get(self, exchange: str) -> Feed | None:
+        return self._feeds.get(exchange)
+
+    def feeds(self) -> list[Feed]:
+        return list(self._feeds.values())
+
+    def heard(self) -> list[str]:
+        """The exchanges whose beacon arrived: our subscription is live there."""
+        return [f.exchange for f in self._feeds.values() if f.heard]
+
+    def deaf(self) -> list[str]:
+        """The exchanges not heard yet."""
+        return [f.exchange for f in self._feeds.values() if not f.heard]
+
+    def add(self, exchange: str, backend: str) -> Feed:
+        """Subscribe to ``exchange`` at ``backend``."""
+        sock = self._ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
+        sock.setsockopt(zmq.LINGER, 0)
+        # the data subscription first: a beacon heard afterwards proves both are in place
+        sock.setsockopt(zmq.SUBSCRIBE, self._prefix)
+        if not batch.CONTROL_TOPIC.startswith(self._prefix):
+            sock.setsockopt(zmq.SUBSCRIBE, batch.CONTROL_TOPIC)
+        sock.connect(backend)
+        feed = Feed(exchange, backend, sock)
+        self._feeds[exchange] = feed
+        self._by_socket[sock] = feed
+        self._poller.register(sock, zmq.POLLIN)
+        return feed
+
+    def remove(self, feed: Feed) -> None:
+        """Stop listening to an exchange, after reading what it already sent us."""
+        self.read(feed, None)
+        self._deliver(self._order.source_lost(feed.exchange, time.monotonic()))
+        self._poller.unregister(feed.socket)
+        feed.socket.close(linger=0)
+        del self._feeds[feed.exchange]
+        del self._by_socket[feed.socket]
+
+    def readable(self, sock: zmq.Socket) -> None:
+        """The poller says ``sock`` has frames: read a burst of them."""
+        feed = self._by_socket.get(sock)
+        if feed is not None:
+            self.read(feed, BURST)
+
+    def read(self, feed: Feed, limit: int | None) -> None:
+        """Read at most ``limit`` frames (None: every frame waiting) from ``feed``."""
+        recv = feed.socket.recv_multipart
+        parse = batch.parse_header
+        decode = batch.decode_body
+        data_kind, marker_kind = batch.DATA, batch.MARKER
+        order = self._order
+        deliver = self._deliver
+        prefix = self._prefix
+        exchange = feed.exchange
+        clock = time.monotonic
+        n = 0
+        while limit is None or n < limit:
+            try:
+                frames = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            n += 1
+            if len(frames) != 3:
+                self._drop(exchange, f"{len(frames)} frames")
+                continue
+            key, header, body = frames
+            try:
+                h = parse(header)
+            except BatchError as exc:
+                self._drop(exchange, str(exc))
+                continue
+            kind = h.kind
+            if kind == data_kind:
+                if prefix and not key.startswith(prefix):
+                    continue  # a key that starts like the control topic; not ours
+                try:
+                    payloads = decode(body, h.count)
+                except ProtocolError as exc:
+                    self._drop(exchange, str(exc))
+                    continue
+                pub, first = h.publisher, h.first_seq
+                out = order.data(exchange, pub, h.epoch, first, h.count, h.key_prev, key,
+                                 (key, payloads, pub, first, h.timestamp_ns), clock())
+                if out:
+                    deliver(out)
+            elif kind == marker_kind:
+                deliver(order.marker(exchange, h.publisher, h.epoch, clock()))
+            elif body != exchange.encode():  # a beacon (parse_header knows no other kind)
+                self._drop(exchange, f"beacon of {body[:40]!r} on the socket of {exchange}")
+            elif not feed.heard:
+                feed.heard = True
+                self._heard(exchange)
+
+    def close(self) -> None:
+        for feed in self._feeds.values():
+            feed.socket.close(linger=0)
+        self._feeds.clear()
+        self._by_socket.clear()
+
+    def _drop(self, exchange: str, detail: str) -> None:
+        self.dropped += 1
+        if self.dropped <= 10 or self.dropped % 1000 == 0:
+            log.warning("%s: dropped a malformed frame from %s: %s (%d in all)", self._who, exchange, detail, self.dropped)
