@@ -77,6 +77,7 @@ ACK_KIND = 4
 
 _LITTLE = sys.byteorder == "little"
 _unpack = HEADER.unpack
+_new_tuple = tuple.__new__
 
 
 class BatchError(ProtocolError):
@@ -137,18 +138,19 @@ def parse_header(frame: bytes) -> Header:
     """
     if len(frame) != HEADER_SIZE:
         raise BatchError("bad header", f"{len(frame)} bytes, expected {HEADER_SIZE}")
-    header = Header._make(_unpack(frame))
-    if header.version != VERSION:
-        raise BatchError("bad header", f"protocol version {header.version}")
-    kind = header.kind
+    values = _unpack(frame)
+    version, kind, _flags, count, _publisher, _epoch, first, _prev, _ts = values
+    if version != VERSION:
+        raise BatchError("bad header", f"protocol version {version}")
     if kind == DATA:
-        if header.count == 0 or header.first_seq == 0 or header.first_seq + header.count > SEQ_LIMIT:
-            raise BatchError("bad batch", f"count {header.count}, first seq {header.first_seq}")
+        if count == 0 or first == 0 or first + count > SEQ_LIMIT:
+            raise BatchError("bad batch", f"count {count}, first seq {first}")
     elif kind == MARKER:
-        if header.first_seq == 0 or header.count:
-            raise BatchError("bad marker", f"first seq {header.first_seq}, count {header.count}")
+        if first == 0 or count:
+            raise BatchError("bad marker", f"first seq {first}, count {count}")
     elif kind != BEACON:
         raise BatchError("bad header", f"unknown frame kind {kind}")
+    header = _new_tuple(Header, values)  # the fields are checked: skip NamedTuple._make's own length check
     return header
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "encode",
     "decode",
     "decode_document",
+    "registered",
     "Message",
     "Heartbeat",
     "ExchangeBye",
@@ -97,6 +98,12 @@ def message(cmd: int) -> Callable[[M], M]:
         return dc
 
     return register
+
+
+def registered() -> dict[int, type[Message]]:
+    """Every message class by command number (control messages, and the GCM's once :mod:`roq.management` is
+    imported)."""
+    return dict(_REGISTRY)
 
 
 def encode(msg: Message) -> bytes:

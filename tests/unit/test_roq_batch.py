@@ -67,3 +67,37 @@ def test_ack_round_trip_and_garbage():
         with pytest.raises(ProtocolError):
             batch.decode_ack(junk)
     assert issubclass(ProtocolError, RoQError)
+
+
+def test_the_header_check_takes_any_bytes_and_lets_through_only_what_holds_its_invariants():
+    """Fuzzed: random frames, and valid headers with random fields; either a header whose every invariant
+    holds comes back, or a BatchError with a reason: never another exception."""
+    import random
+
+    rng = random.Random(20261123)
+    kinds = (batch.DATA, batch.MARKER, batch.BEACON, 0, 4, 255)
+    accepted = refused = 0
+    for i in range(20_000):
+        if i % 3 == 0:
+            frame = rng.randbytes(rng.choice((0, 1, batch.HEADER_SIZE - 1, batch.HEADER_SIZE, batch.HEADER_SIZE + 1, 200)))
+        else:
+            frame = batch.HEADER.pack(
+                rng.choice((batch.VERSION, batch.VERSION, 0, 2, 255)), rng.choice(kinds), rng.getrandbits(16),
+                rng.choice((0, 1, 2, rng.getrandbits(32))), rng.randbytes(16), rng.getrandbits(32),
+                rng.choice((0, 1, 2**64 - 1, rng.getrandbits(64))), rng.getrandbits(64), rng.getrandbits(63))
+        key = rng.choice((b"k", batch.CONTROL_TOPIC, b"x" * (batch.MAX_KEY + 1)))
+        body = rng.choice((b"", batch.encode_body([b"a", b"bc"]), rng.randbytes(rng.randrange(0, 64))))
+        try:
+            h = batch.check_incoming(key, frame, body, 1 << 20)
+        except batch.BatchError as exc:
+            assert exc.reason in ("bad header", "bad batch", "bad marker", "oversized batch", "oversized key")
+            refused += 1
+            continue
+        accepted += 1
+        assert h.version == batch.VERSION and h.kind in (batch.DATA, batch.MARKER)
+        if h.kind == batch.DATA:
+            assert h.count >= 1 and h.first_seq >= 1 and h.last_seq < batch.SEQ_LIMIT and len(body) >= 4 * h.count
+            assert len(key) <= batch.MAX_KEY
+        else:
+            assert key == batch.CONTROL_TOPIC and not body and h.count == 0 and h.first_seq >= 1
+    assert accepted > 100 and refused > 10_000

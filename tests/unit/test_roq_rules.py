@@ -175,3 +175,20 @@ def test_bad_threshold_value_is_refused(value):
 def test_thresholds_that_are_not_a_document_are_refused():
     with pytest.raises(ConfigError, match="document"):
         check_thresholds([1.0])
+
+
+def test_the_protocol_document_gives_every_rule_with_its_default_and_range():
+    import pathlib
+    import re
+
+    from roq.rules import RULE_RANGES
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \|", text, re.M)}
+    assert set(rows) >= set(DEFAULT_RULES)
+    for key, (default, span) in rows.items():
+        if key not in DEFAULT_RULES:
+            continue
+        low, high = RULE_RANGES[key]
+        assert float(default) == DEFAULT_RULES[key], key
+        assert span.strip().endswith(f"{low:g} .. {high:g}"), (key, span)
