@@ -1,10 +1,22 @@
 """The exchange process: carries one logical queue's traffic from publishers to subscribers.
 
-Run it with ``python -m exchange --monitor tcp://HOST:PORT --address ADDR``.
+Run it with ``python -m exchange --monitor tcp://HOST:PORT --address ADDR`` (see ``--help``).
 """
 
 from __future__ import annotations
 
+from exchange._accounting import MAX_PUBLISHERS, Accounting
+from exchange._control import CommandPipe, MonitorLink
 from exchange._exchange import Exchange
+from exchange._forwarder import (BURST, MAX_PENDING_ACKS, MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES,
+                                 Forwarder)
 
-__all__ = ["Exchange"]
+__all__ = [
+    # the process
+    "Exchange",
+    # its data plane and its bounds
+    "Forwarder", "Accounting", "BURST", "MAX_PENDING_ACKS", "MAX_PUBLISHERS", "PUBLISHER_QUEUE_BYTES",
+    "MIN_PUBLISHER_HWM",
+    # its control path
+    "MonitorLink", "CommandPipe",
+]

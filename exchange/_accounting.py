@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from roq.control import ExchangeKpi, PublisherRate
 
+__all__ = ["Accounting", "MAX_PUBLISHERS"]
+
+#: Publishers counted one by one in a KPI period; the traffic of any more is in the totals only, so that a
+#: flood of identities neither grows the table nor makes the report too long for the monitor.
+MAX_PUBLISHERS = 1000
+
 
 class Accounting:
     """Counters of one KPI period.
 
-    The forward loop increments the public fields directly (no method call per batch);
+    The forward loop increments the public fields directly (no method call per batch) and adds a
+    publisher to :attr:`publishers` only while it holds fewer than :attr:`max_publishers`;
     :meth:`report` turns them into an :class:`~roq.control.ExchangeKpi` and starts a new period.
     """
 
-    __slots__ = ("records_in", "bytes_in", "records_out", "bytes_out", "publishers", "busy", "started")
+    __slots__ = ("records_in", "bytes_in", "records_out", "bytes_out", "publishers", "busy", "started",
+                 "max_publishers")
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, *, max_publishers: int = MAX_PUBLISHERS) -> None:
         self.records_in = 0
         self.bytes_in = 0
         self.records_out = 0
@@ -22,6 +30,7 @@ class Accounting:
         self.publishers: dict[bytes, list[int]] = {}  # publisher id -> [records, bytes]
         self.busy = 0.0  # seconds spent handling traffic
         self.started = now
+        self.max_publishers = max_publishers
 
     def report(self, exchange: str, now: float, *, cpu_percent: float, rss_bytes: int, dropped: int) -> ExchangeKpi:
         """Build the KPI record of the period that ends at ``now`` and reset the counters."""
@@ -39,5 +48,5 @@ class Accounting:
             busy=min(1.0, self.busy / period),
             dropped=dropped,
         )
-        self.__init__(now)  # type: ignore[misc]
+        self.__init__(now, max_publishers=self.max_publishers)  # type: ignore[misc]
         return kpi

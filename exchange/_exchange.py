@@ -1,41 +1,43 @@
 """The exchange: forwards publisher batches to subscribers, acknowledges them, reports to its monitor.
 
-Sockets (all owned by the one thread that runs :meth:`Exchange.serve`):
+One thread owns every socket and runs :meth:`Exchange.serve`, a poll loop over
 
-* frontend, ROUTER, bound: publishers' DEALERs send ``[key, header, body]``; the exchange answers
-  each publisher with a cumulative acknowledgement after every burst.
-* backend, PUB, bound: the same three frames go out untouched; subscribers filter on the key prefix.
-  Every heartbeat the exchange also publishes a beacon on :data:`~roq.batch.CONTROL_TOPIC`, by which
-  a subscriber knows its subscription is live.
-* control, DEALER, connected to the monitor: heartbeats, KPI reports, and the monitor's commands.
+* the data plane (:class:`~exchange._forwarder.Forwarder`: frontend in, backend out, acknowledgements),
+* the control path (:mod:`exchange._control`): the monitor's commands on the control DEALER, the host
+  manager's on standard input, each through a :class:`~roq.server.Dispatcher`,
+* the signal wake-up (SIGTERM drains: the monitor moves the publishers away, then the exchange stops),
+* its timers: heartbeats and beacons, KPI reports, coalesced acknowledgements.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
 import uuid
+from typing import Any
 
 import psutil
 import zmq
 
-from exchange._accounting import Accounting
-from roq import batch, control
+from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
+from exchange._forwarder import Forwarder
+from roq import control
 from roq.config import ExchangeConfig
-from roq.errors import ConfigError, ProtocolError
-from roq.runtime import DropCounter, LineReader, SignalWakeup
-from roq.sockets import HandshakeWatch, bind, check_endpoint, poll_ms
+from roq.errors import ProtocolError
+from roq.pipe import MAX_FRAME
+from roq.runtime import DropCounter, SignalWakeup
+from roq.server import Dispatcher, Request
+from roq.sockets import HandshakeWatch, check_endpoint, poll_ms
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Exchange"]
+__all__ = ["Exchange", "MIN_KPI_PERIOD", "MAX_KPI_PERIOD"]
 
-#: Batches forwarded before the loop looks at its timers and other sockets again.
-BURST = 256
-#: Longest key accepted, in bytes.
-MAX_KEY = 1 << 16
+#: the KPI periods a monitor may ask for, in seconds
+MIN_KPI_PERIOD, MAX_KPI_PERIOD = 0.05, 3600.0
+#: at most one log line per this many seconds about the monitor's refusals
+REPLY_LOG_INTERVAL = 10.0
 
 
 class Exchange:
@@ -44,14 +46,13 @@ class Exchange:
     Args:
         config: what to bind, where the monitor is, periods and bounds.
         context: the ZeroMQ context (default: a new one, terminated by :meth:`close`).
-        commands_fd: a pipe on which the host manager writes commands, one JSON line each (for now only
-            ``{"monitor": ENDPOINT}``: report to the queue's monitor there from now on); None = no commands.
+        commands_fd: a pipe on which the host manager writes commands (:class:`~roq.control.Retarget`, see
+            :mod:`roq.pipe`); None = no commands.
     """
 
     def __init__(self, config: ExchangeConfig, *, context: zmq.Context | None = None,
                  commands_fd: int | None = None) -> None:
         self.config = config
-        self._commands_fd = commands_fd
         self.id = config.exchange_id or f"x-{uuid.uuid4().hex[:8]}"
         self._own_context = context is None
         self._ctx = context or zmq.Context()
@@ -61,24 +62,28 @@ class Exchange:
         self._beacon_id = uuid.uuid4().bytes
         self._beacons = 0
         self._draining_since: float | None = None
-        self._last_data = 0.0
-        self._acks: dict[bytes, int] = {}  # publisher identity -> highest seq forwarded, not yet acknowledged
-        self._ack_due = float("inf")
         self._stopping = False
-        self.frontend_endpoint = ""
-        self.backend_endpoint = ""
-
-        self._frontend = self._ctx.socket(zmq.ROUTER)
-        self._frontend.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        self._frontend.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_batch_bytes + MAX_KEY + 4096)
-        self._frontend.setsockopt(zmq.LINGER, 0)
-        self._backend = self._ctx.socket(zmq.PUB)
-        self._backend.setsockopt(zmq.SNDHWM, config.backend_hwm)
-        self._backend.setsockopt(zmq.LINGER, 2000)
-        self._backend.setsockopt(zmq.MAXMSGSIZE, 1 << 16)  # subscribers only send subscriptions
-        self._control = self._ctx.socket(zmq.DEALER)
-        self._control.setsockopt(zmq.LINGER, 1000)
+        self._kpi_period = config.kpi_period
+        self._next_reply_log = 0.0
+        self.forwarder = Forwarder(self._ctx, config, self.drops)
+        monitor_orders = Dispatcher(f"exchange {self.id} (monitor)", {
+            control.Shutdown: self._on_shutdown,
+            control.KpiPeriod: self._on_kpi_period,
+            control.Reply: self._on_reply,
+        }, self.drops, max_bytes=MAX_CONTROL_BYTES)
+        self.monitor = MonitorLink(self._ctx, config.monitor, monitor_orders)
+        host_orders = Dispatcher(f"exchange {self.id} (commands)", {control.Retarget: self._on_retarget},
+                                 self.drops, max_bytes=MAX_FRAME)
+        self._commands = CommandPipe(commands_fd, host_orders, self.drops) if commands_fd is not None else None
         self._watches: list[HandshakeWatch] = []
+
+    @property
+    def frontend_endpoint(self) -> str:
+        return self.forwarder.frontend_endpoint
+
+    @property
+    def backend_endpoint(self) -> str:
+        return self.forwarder.backend_endpoint
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -89,51 +94,25 @@ class Exchange:
             BrokerConnectionError: an address could not be bound.
         """
         cfg = self.config
-        self.frontend_endpoint = bind(self._frontend, cfg.address, cfg.frontend_port)
-        self.backend_endpoint = bind(self._backend, cfg.address, cfg.backend_port)
-        self._watches = [
-            HandshakeWatch(self._frontend, "frontend", self.drops),
-            HandshakeWatch(self._backend, "backend", self.drops),
-        ]
-        self._monitor_endpoint = cfg.monitor
-        self._control.connect(cfg.monitor)
-        self._send_control(self._heartbeat())
-        log.info(
-            "exchange %s: frontend %s, backend %s, monitor %s",
-            self.id,
-            self.frontend_endpoint,
-            self.backend_endpoint,
-            cfg.monitor,
-        )
+        fwd = self.forwarder
+        fwd.bind(cfg.address, cfg.frontend_port, cfg.backend_port)
+        self._watches = [HandshakeWatch(fwd.frontend, "frontend", self.drops),
+                         HandshakeWatch(fwd.backend, "backend", self.drops)]
+        self.monitor.connect()
+        self.monitor.send(self._heartbeat())
+        log.info("exchange %s: frontend %s, backend %s, monitor %s", self.id, fwd.frontend_endpoint,
+                 fwd.backend_endpoint, cfg.monitor)
+        log.info("exchange %s: memory bounds: %s", self.id, fwd.bounds())
 
-    def retarget(self, monitor: str) -> None:
-        """Report to the monitor at ``monitor`` from now on (the queue's monitor moved to another host)."""
-        if monitor == self._monitor_endpoint:
-            return
-        try:
-            self._control.disconnect(self._monitor_endpoint)
-        except zmq.ZMQError:
-            pass
-        self._control.connect(monitor)
-        log.info("exchange %s: the queue's monitor moved: %s -> %s", self.id, self._monitor_endpoint, monitor)
-        self._monitor_endpoint = monitor
-        self._send_control(self._heartbeat())  # the new monitor learns about us at once
-
-    def _on_command(self, line: bytes) -> None:
-        """A command of the host manager on standard input: ``{"monitor": ENDPOINT}``."""
-        try:
-            command = json.loads(line)
-            monitor = check_endpoint(command["monitor"])
-        except (ValueError, TypeError, KeyError, ConfigError) as exc:
-            self.drops.drop("bad command", f"{line[:80]!r}: {exc}")
-            return
-        self.retarget(monitor)
+    def ready_info(self) -> dict[str, Any]:
+        """The ready line's fields."""
+        return {"id": self.id, "frontend": self.frontend_endpoint, "backend": self.backend_endpoint}
 
     def close(self) -> None:
         for watch in self._watches:
             watch.close()
-        for sock in (self._frontend, self._backend, self._control):
-            sock.close()
+        self.forwarder.close()
+        self.monitor.close()
         if self._own_context:
             self._ctx.term()
 
@@ -142,210 +121,107 @@ class Exchange:
     def serve(self, wakeup: SignalWakeup | None = None) -> None:
         """Run until stopped: by a signal on ``wakeup`` (graceful drain), or a Shutdown from the monitor."""
         cfg = self.config
+        fwd = self.forwarder
         poller = zmq.Poller()
-        poller.register(self._frontend, zmq.POLLIN)
-        poller.register(self._control, zmq.POLLIN)
+        poller.register(fwd.frontend, zmq.POLLIN)
+        poller.register(self.monitor.socket, zmq.POLLIN)
         for watch in self._watches:
             poller.register(watch.socket, zmq.POLLIN)
         if wakeup is not None:
             poller.register(wakeup.fd, zmq.POLLIN)
-        commands = LineReader(self._commands_fd) if self._commands_fd is not None else None
+        commands = self._commands
         if commands is not None:
             poller.register(commands.fd, zmq.POLLIN)
         now = time.monotonic()
-        acct = Accounting(now)
+        fwd.acct.started = now
         dropped_at_report = 0
         next_beat = now + cfg.heartbeat_interval
-        self._kpi_period = cfg.kpi_period
         next_kpi = now + self._kpi_period
         while not self._stopping:
-            timeout = max(0.0, min(next_beat, next_kpi, self._ack_due) - time.monotonic())
+            timeout = max(0.0, min(next_beat, next_kpi, fwd.ack_due) - time.monotonic())
             events = dict(poller.poll(poll_ms(timeout)))
             started = time.monotonic()
-            if self._frontend in events:
-                self._forward(acct)
-            if self._control in events:
-                self._on_control()
+            if fwd.frontend in events:
+                fwd.forward()
+            if self.monitor.socket in events:
+                self.monitor.readable()
             if wakeup is not None and wakeup.fd in events and wakeup.consume():
                 self._begin_drain("signal")
             if commands is not None and commands.fd in events:
-                for line in commands.read():
-                    self._on_command(line)
-                if commands.closed:
+                commands.readable(started)
+                if commands.closed:  # the host manager is gone: its death signal follows
                     poller.unregister(commands.fd)
                     commands = None
             for watch in self._watches:
                 if watch.socket in events:
                     watch.handle()
             now = time.monotonic()
-            if now >= self._ack_due:
-                self._send_acks()
-            acct.busy += now - started
+            if now >= fwd.ack_due:
+                fwd.send_acks()
+            fwd.acct.busy += now - started
             if now >= next_beat:
                 next_beat = now + cfg.heartbeat_interval
-                self._send_control(self._heartbeat())
-                self._beacon()
+                self.monitor.send(self._heartbeat())
+                self._beacons += 1
+                fwd.beacon(self.id, self._beacons, self._beacon_id)
                 self._check_drained(now)
-            if now >= min(next_kpi, acct.started + self._kpi_period):
+                if commands is not None:
+                    commands.expire(now)
+            if now >= min(next_kpi, fwd.acct.started + self._kpi_period):
                 next_kpi = now + self._kpi_period
-                kpi = acct.report(
-                    self.id,
-                    now,
-                    cpu_percent=self._process.cpu_percent(None),
-                    rss_bytes=self._process.memory_info().rss,
-                    dropped=self.drops.total - dropped_at_report,
-                )
+                kpi = fwd.acct.report(self.id, now, cpu_percent=self._process.cpu_percent(None),
+                                      rss_bytes=self._process.memory_info().rss,
+                                      dropped=self.drops.total - dropped_at_report)
                 dropped_at_report = self.drops.total
-                self._send_control(kpi)
-        self._send_acks()
+                self.monitor.send(kpi)
+        fwd.send_acks()
         log.info("exchange %s stopped (%d malformed inputs dropped in all)", self.id, self.drops.total)
 
-    def _forward(self, acct: Accounting) -> None:
-        """Forward up to BURST batches; their acknowledgements go out within ``ack_interval``."""
-        recv = self._frontend.recv_multipart
-        send = self._backend.send_multipart
-        unpack = batch.HEADER.unpack
-        header_size = batch.HEADER_SIZE
-        max_body = self.config.max_batch_bytes
-        publishers = acct.publishers
-        acks = self._acks
-        urgent = False
-        for _ in range(BURST):
-            try:
-                frames = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(frames) != 4:
-                self.drops.drop("wrong frame count", f"{len(frames)} frames, expected 3 after the identity")
-                continue
-            ident, key, header, body = frames
-            if len(header) != header_size:
-                self.drops.drop("bad header", f"{len(header)} bytes, expected {header_size}")
-                continue
-            version, kind, flags, count, pub, _epoch, first, _prev, _ts = unpack(header)
-            if version != batch.VERSION:
-                self.drops.drop("bad header", f"protocol version {version}")
-                continue
-            if pub != ident:
-                self.drops.drop("bad header", "publisher id does not match the connection's identity")
-                continue
-            size = len(body)
-            if kind == batch.DATA:
-                if count == 0 or first == 0 or size < 4 * count or first + count > batch.SEQ_LIMIT:
-                    self.drops.drop("bad batch", f"count {count}, first seq {first}, body {size} bytes")
-                    continue
-                if size > max_body:
-                    self.drops.drop("oversized batch", f"body {size} bytes > {max_body}")
-                    continue
-                if len(key) > MAX_KEY:
-                    self.drops.drop("oversized key", f"{len(key)} bytes")
-                    continue
-                send(frames[1:])
-                acks[ident] = first + count - 1
-                urgent |= flags & batch.FLAG_ACK_NOW
-                acct.records_in += count
-                acct.bytes_in += size
-                acct.records_out += count
-                acct.bytes_out += size
-                stat = publishers.get(pub)
-                if stat is None:
-                    publishers[pub] = [count, size]
-                else:
-                    stat[0] += count
-                    stat[1] += size
-            elif kind == batch.MARKER:
-                if key != batch.CONTROL_TOPIC or count != 0 or size or first == 0 or first >= batch.SEQ_LIMIT:
-                    self.drops.drop("bad marker", f"key {key[:16]!r}, count {count}, body {size} bytes")
-                    continue
-                send(frames[1:])
-                acks[ident] = first - 1
-                urgent = True  # the publisher holds its new batches until this one is acknowledged
-            else:
-                self.drops.drop("bad header", f"frame kind {kind} not accepted from publishers")
-        if acks:
-            self._last_data = time.monotonic()
-            if urgent:
-                self._send_acks()
-            elif self._ack_due == float("inf"):
-                self._ack_due = self._last_data + self.config.ack_interval
+    # ------------------------------------------------------------------ commands
 
-    def _send_acks(self) -> None:
-        reply = self._frontend.send_multipart
-        for ident, seq in self._acks.items():
-            try:
-                reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
-            except (zmq.ZMQError, ProtocolError):  # peer gone or its pipe full: it resends or fails over
-                pass
-        self._acks.clear()
-        self._ack_due = float("inf")
+    def _on_shutdown(self, msg: control.Shutdown, _request: Request) -> None:
+        log.info("exchange %s: shutdown asked by the monitor (%s)", self.id, msg.reason[:200] or "no reason")
+        self._stopping = True
 
-    # ------------------------------------------------------------------ control
+    def _on_kpi_period(self, msg: control.KpiPeriod, _request: Request) -> None:
+        if not MIN_KPI_PERIOD <= msg.period <= MAX_KPI_PERIOD:
+            raise ProtocolError(f"KPI period {msg.period!r} out of {MIN_KPI_PERIOD}..{MAX_KPI_PERIOD} s")
+        if msg.period != self._kpi_period:
+            log.info("exchange %s: KPI period now %.2fs (was %.2fs)", self.id, msg.period, self._kpi_period)
+            self._kpi_period = msg.period
 
-    def _on_control(self) -> None:
-        while True:
-            try:
-                frames = self._control.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if len(frames) != 1:
-                self.drops.drop("bad control message", f"{len(frames)} frames from the monitor")
-                continue
-            try:
-                msg = control.decode(frames[0])
-            except ProtocolError as exc:
-                self.drops.drop("bad control message", str(exc))
-                continue
-            if isinstance(msg, control.Shutdown):
-                log.info("exchange %s: shutdown asked by the monitor (%s)", self.id, msg.reason or "no reason")
-                self._stopping = True
-            elif isinstance(msg, control.KpiPeriod):
-                if not 0.05 <= msg.period <= 3600:
-                    self.drops.drop("bad control message", f"KPI period {msg.period!r} out of 0.05..3600 s")
-                elif msg.period != self._kpi_period:
-                    log.info("exchange %s: KPI period now %.2fs (was %.2fs)", self.id, msg.period, self._kpi_period)
-                    self._kpi_period = msg.period
-            elif isinstance(msg, control.Reply):
-                if msg.result != control.Result.OK:
-                    log.warning("exchange %s: monitor answered %d: %s", self.id, msg.result, msg.comment)
-            else:
-                self.drops.drop("bad control message", f"unexpected {type(msg).__name__}")
+    def _on_reply(self, msg: control.Reply, _request: Request) -> None:
+        now = time.monotonic()
+        if msg.result != control.Result.OK and now >= self._next_reply_log:
+            self._next_reply_log = now + REPLY_LOG_INTERVAL
+            log.warning("exchange %s: monitor answered %d: %s", self.id, msg.result, msg.comment[:200])
+
+    def _on_retarget(self, msg: control.Retarget, _request: Request) -> None:
+        """The queue's monitor moved to another host: report there from now on."""
+        monitor = check_endpoint(msg.monitor)
+        old = self.monitor.endpoint
+        if self.monitor.retarget(monitor):
+            log.info("exchange %s: the queue's monitor moved: %s -> %s", self.id, old, monitor)
+            self.monitor.send(self._heartbeat())  # the new monitor learns about us at once
+
+    # ------------------------------------------------------------------ reports and draining
 
     def _heartbeat(self) -> control.Heartbeat:
-        return control.Heartbeat(
-            exchange=self.id,
-            frontend=self.frontend_endpoint,
-            backend=self.backend_endpoint,
-            pid=os.getpid(),
-            draining=self._draining_since is not None,
-        )
-
-    def _send_control(self, msg: control.Message) -> None:
-        try:
-            self._control.send(control.encode(msg), zmq.NOBLOCK)
-        except zmq.Again:  # monitor unreachable for long: heartbeats are best effort
-            pass
-
-    def _beacon(self) -> None:
-        self._beacons += 1
-        header = batch.pack_header(
-            batch.BEACON, self._beacon_id, self._beacons, 0, timestamp_ns=time.time_ns()
-        )
-        self._backend.send_multipart((batch.CONTROL_TOPIC, header, self.id.encode()))
-
-    # ------------------------------------------------------------------ draining
+        return control.Heartbeat(exchange=self.id, frontend=self.frontend_endpoint, backend=self.backend_endpoint,
+                                 pid=os.getpid(), draining=self._draining_since is not None)
 
     def _begin_drain(self, why: str) -> None:
         if self._draining_since is not None:
             return
         log.info("exchange %s: draining (%s); the monitor moves its publishers away", self.id, why)
         self._draining_since = time.monotonic()
-        self._send_control(control.ExchangeBye(exchange=self.id))
-        self._send_control(self._heartbeat())
+        self.monitor.send(control.ExchangeBye(exchange=self.id))
+        self.monitor.send(self._heartbeat())
 
     def _check_drained(self, now: float) -> None:
         """Stop once no publisher has sent for a while after the drain began, or at the drain timeout."""
         if self._draining_since is None:
             return
-        idle = now - max(self._last_data, self._draining_since)
+        idle = now - max(self.forwarder.last_data, self._draining_since)
         if idle >= 2 * self.config.heartbeat_interval or now - self._draining_since >= self.config.drain_timeout:
             self._stopping = True

@@ -2,8 +2,9 @@
 
 A :class:`Supervised` is the state machine of one assignment's process: started -> ready (its ready line
 read) -> exited (restarted after a back-off that grows while it keeps crashing) or stopping (SIGTERM, a
-second SIGTERM that ends a draining exchange at once, then SIGKILL). Nothing here blocks: the host
-manager's loop drives it.
+second SIGTERM that ends a draining exchange at once, then SIGKILL), for good or to be started again at
+once (an exchange that cannot be told where its monitor moved). Nothing here blocks: the host manager's
+loop drives it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ import signal
 import time
 from typing import IO, Any
 
+from hostmanager._config import MODULES
+from hostmanager._converge import ChildState
+from roq import control
+from roq.config import ExchangeConfig, MonitorConfig
+from roq.documents import Assignment
+from roq.errors import ProtocolError
 from roq.process import Child, spawn
+from roq.settings import to_args
 
-__all__ = ["Assignment", "Supervised"]
+__all__ = ["Supervised"]
 
 log = logging.getLogger("hostmanager")
 
@@ -27,55 +35,72 @@ SECOND_SIGNAL_AFTER = 0.3
 KILL_AFTER = 5.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Assignment:
-    """What an assignment znode asks this host to run."""
-
-    name: str  # the znode's name: "<queue>@<role>"
-    queue: str
-    role: str  # "monitor" or "exchange"
-    id: str  # the exchange id, or "monitor"
-
-    @classmethod
-    def parse(cls, name: str) -> Assignment | None:
-        queue, sep, role = name.rpartition("@")
-        if not sep or not queue or not role:
-            return None
-        return cls(name, queue, "monitor" if role == "monitor" else "exchange", role)
-
-
 class Supervised:
     """One assignment's process over its restarts."""
 
     def __init__(self, assignment: Assignment) -> None:
         self.assignment = assignment
         self.child: Child | None = None
+        self.config: MonitorConfig | ExchangeConfig | None = None  # the current process's settings
         self.ports: list[int] = []
-        self.args: list[str] = []
         self.ready = False
         self.restarts = 0
         self.started_at = 0.0
         self.not_before = 0.0  # no restart before this time
         self.backoff = RESTART_MIN
         self.stopping_since: float | None = None
+        self.restarting = False  # the stop in progress is followed by a start
+        self.tellable = True
         self._second_signal_sent = False
         self.last_port = 0  # the monitor's port, kept across restarts
         self.restart_pending = False
-        self.incarnation = ""  # the exchange id of the current process
+
+    @property
+    def name(self) -> str:
+        return self.assignment.name
 
     @property
     def running(self) -> bool:
         return self.child is not None and self.child.alive()
 
-    def start(self, args: list[str], ports: list[int], stderr: IO[Any] | None) -> None:
+    @property
+    def incarnation(self) -> str:
+        """The name of the current exchange process ("" for a monitor)."""
+        return self.config.exchange_id if isinstance(self.config, ExchangeConfig) else ""
+
+    def state(self) -> ChildState:
+        """What :func:`~hostmanager._converge.converge` needs of this child."""
+        return ChildState(self.assignment, running=self.child is not None,
+                          stopping=self.stopping_since is not None, not_before=self.not_before,
+                          monitor=self.config.monitor if isinstance(self.config, ExchangeConfig) else "",
+                          tellable=self.tellable)
+
+    def start(self, config: MonitorConfig | ExchangeConfig, ports: list[int], stderr: IO[Any] | None) -> None:
+        """Start the process with the flags of ``config`` (the module is the assignment's role's)."""
         a = self.assignment
-        self.args, self.ports = args, ports
+        self.config, self.ports = config, ports
+        exchange = isinstance(config, ExchangeConfig)
         # exchanges take commands on standard input (where their monitor moved)
-        self.child = spawn(f"{a.role} {a.queue}/{a.id}", a.role, args, stderr=stderr, commands=a.role == "exchange")
+        self.child = spawn(f"{a.role} {a.name}", MODULES[a.role], to_args(config), stderr=stderr, commands=exchange)
         self.ready = False
+        self.tellable = True
         self.restart_pending = False
         self.started_at = time.monotonic()
-        log.info("started %s of queue %s (pid %d)", a.id, a.queue, self.child.pid)
+        log.info("started %s of queue %s (pid %d)", self.incarnation or a.slot, a.queue, self.child.pid)
+
+    def tell(self, monitor: str) -> bool:
+        """Tell the exchange its monitor moved; False if it could not be told (then it is not tellable)."""
+        if self.child is None or not isinstance(self.config, ExchangeConfig):
+            return False
+        try:
+            told = self.child.send(control.Retarget(monitor=monitor))
+        except ProtocolError:  # an endpoint too long for a pipe
+            told = False
+        if told:
+            self.config = dataclasses.replace(self.config, monitor=monitor)
+        else:
+            self.tellable = False
+        return told
 
     def read(self) -> dict[str, Any] | None:
         """Read the child's output; its ready fields the first time they are complete."""
@@ -96,7 +121,13 @@ class Supervised:
         self.child.wait(0)
         self.child = None
         self.ready = False
-        if self.stopping_since is None:
+        if self.restarting:  # stopped on purpose, to be started again at once
+            self.restarting = False
+            self.stopping_since = None
+            self._second_signal_sent = False
+            self.not_before = now
+            self.restart_pending = True
+        elif self.stopping_since is None:
             if now - self.started_at >= HEALTHY_AFTER:
                 self.backoff = RESTART_MIN
             self.not_before = now + self.backoff
@@ -104,11 +135,15 @@ class Supervised:
             self.backoff = min(RESTART_MAX, max(0.5, self.backoff * 2))
         return code
 
-    def begin_stop(self, now: float) -> None:
+    def begin_stop(self, now: float, *, restart: bool = False) -> None:
+        """SIGTERM the process; with ``restart`` it is started again once it exited."""
         if self.stopping_since is None:
             self.stopping_since = now
+            self.restarting = restart and self.child is not None
             if self.child is not None:
                 self.child.signal(signal.SIGTERM)
+        elif not restart:
+            self.restarting = False  # a stop for good overrides a restart
 
     def push_stop(self, now: float) -> None:
         """Escalate a stop in progress: a second SIGTERM (no drain), then SIGKILL."""

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import IO, Any, Sequence
 
+from roq import pipe
+from roq.control import Message
 from roq.errors import BrokerConnectionError, BrokerTimeoutError
 from roq.runtime import READY_PREFIX
 
@@ -161,22 +163,20 @@ class Child:
         self._close_pipes()
         return code
 
-    def tell(self, **fields: Any) -> bool:
-        """Write ``fields`` as one JSON line on the child's standard input (see ``spawn(commands=True)``).
+    def send(self, msg: Message) -> bool:
+        """Write the control message ``msg`` on the child's standard input (see ``spawn(commands=True)`` and
+        :mod:`roq.pipe`).
 
-        Never blocks. Returns False if the line could not be written whole (no pipe, the child is gone, or
-        it stopped reading): the caller falls back on something that needs no cooperation from the child.
+        Never blocks. Returns False if it could not be written whole (no pipe, the child is gone, or it
+        stopped reading): the caller falls back on something that needs no cooperation from the child.
+
+        Raises:
+            ProtocolError: ``msg`` cannot be encoded for a pipe.
         """
         stream = self._popen.stdin
         if stream is None or stream.closed:
             return False
-        line = json.dumps(fields).encode() + b"\n"
-        fd = stream.fileno()
-        os.set_blocking(fd, False)
-        try:
-            return os.write(fd, line) == len(line)
-        except (BlockingIOError, BrokenPipeError):
-            return False
+        return pipe.send(stream.fileno(), msg)
 
     def communicate(self, timeout: float | None = None) -> str:
         """Wait for the process to exit and return the rest of its standard output.
@@ -223,7 +223,7 @@ def spawn(
         args: its command-line arguments.
         stderr: where its log goes (default: this process's stderr).
         env: environment of the child (default: this process's).
-        commands: give the child a pipe on its standard input for :meth:`Child.tell` (default: none).
+        commands: give the child a pipe on its standard input for :meth:`Child.send` (default: none).
     """
     parent = os.getpid()
     popen = subprocess.Popen(

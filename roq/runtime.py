@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, Callable
 
-__all__ = ["ExitCode", "SignalWakeup", "StopFlag", "DropCounter", "LineReader", "setup_logging", "announce_ready", "run_node",
+__all__ = ["ExitCode", "SignalWakeup", "StopFlag", "DropCounter", "setup_logging", "announce_ready", "run_node",
            "run_main", "READY_PREFIX"]
 
 READY_PREFIX = "READY "
@@ -132,38 +132,6 @@ def announce_ready(role: str, **info: Any) -> None:
     """Print the one line a launcher waits for: ``READY {"role": ..., ...}`` on stdout."""
     sys.stdout.write(READY_PREFIX + json.dumps({"role": role, "pid": os.getpid(), **info}) + "\n")
     sys.stdout.flush()
-
-
-class LineReader:
-    """Whole lines from a pipe, read without blocking, for a poll loop (register :attr:`fd`).
-
-    A line longer than ``limit`` bytes is dropped (counted in :attr:`dropped`); :attr:`closed` turns true at
-    the end of the stream.
-    """
-
-    def __init__(self, fd: int, limit: int = 1 << 16) -> None:
-        os.set_blocking(fd, False)
-        self.fd = fd
-        self.limit = limit
-        self.closed = False
-        self.dropped = 0
-        self._partial = b""
-
-    def read(self) -> list[bytes]:
-        """The lines complete since the last call (without their newline)."""
-        try:
-            chunk = os.read(self.fd, 1 << 16)
-        except BlockingIOError:
-            return []
-        if not chunk:
-            self.closed = True
-            return []
-        *lines, self._partial = (self._partial + chunk).split(b"\n")
-        if len(self._partial) > self.limit:
-            self._partial, self.dropped = b"", self.dropped + 1
-        kept = [line for line in lines if len(line) <= self.limit]
-        self.dropped += len(lines) - len(kept)
-        return kept
 
 
 def run_main(role: str, config_cls: type, make_node: Callable[[Any], Any], argv: list[str] | None, *,

@@ -55,7 +55,7 @@ def check_endpoint(endpoint: str) -> str:
     if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
         raise ConfigError(f"endpoint must look like tcp://HOST:PORT, got {endpoint!r}")
     host, sep, port = endpoint[len("tcp://") :].rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdigit() or len(port) > 5 or not 0 < int(port) < 65536:
         raise ConfigError(f"endpoint must look like tcp://HOST:PORT, got {endpoint!r}")
     return endpoint
 

@@ -63,7 +63,9 @@ class EmbeddedCluster:
         max_exchanges: capacity of each host.
         log_dir: where every process logs (None = inherit stderr).
         gcm_ports: (lookup, management, broadcast) of the first GCM; others use free ports.
-        hostmanager_args, gcm_args: extra flags.
+        hostmanager_args: extra flags of every host manager (e.g. ``--exchange-option=backend_hwm=100``: a
+            setting of every exchange it starts).
+        gcm_args: extra flags of every GCM.
         kpi_archive: KPI archive directory of the host managers and their monitors (None = no archive).
     """
 

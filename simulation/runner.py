@@ -136,7 +136,7 @@ class Runner:
             cluster = self.cluster = GivenCluster(self.zk, self.root)
         else:
             cluster = self.cluster = EmbeddedCluster(hosts=s.info.hosts, gcms=s.info.gcms, log_dir=logs,
-                                                     hostmanager_args=[f"--exchange-arg=--backend-hwm={hwm}"] if hwm else [])
+                                                     hostmanager_args=[f"--exchange-option=backend_hwm={hwm}"] if hwm else [])
         loads = Loads(logs)
         pending = [_Pending(g, i, group.queue, join, leave)
                    for g, group in enumerate(s.publishers)
@@ -279,7 +279,9 @@ class Runner:
         reports may belong to another machine, where the same number is some other process."""
         process = psutil.Process(pid)
         command = process.cmdline()
-        if not all(m in command for m in marks):
+        # a flag and its value as one argument (--queue=q, as a host manager writes them) or as two
+        words = [*command, *(part for arg in command if arg.startswith("--") for part in arg.split("=", 1))]
+        if not all(m in words for m in marks):
             raise ValueError(f"pid {pid} on this machine is not the {marks[0]} ({' '.join(command)[:120]})")
         if fault.kind.startswith("pause_"):
             os.kill(pid, signal.SIGSTOP)

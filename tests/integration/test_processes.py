@@ -11,10 +11,15 @@ import time
 
 import psutil
 import pytest
+import zmq
 
+from roq import control
+from roq.documents import ExchangeDoc, MonitorDoc
 from roq.process import spawn
 from roq.runtime import ExitCode
+from roq.zk import Paths
 from simulation.audit import compare
+from tests.integration.zkhelp import wait_until
 
 
 def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -36,6 +41,12 @@ def test_every_command_explains_itself(module):
         (["-m", "exchange", "--monitor", "tcp://127.0.0.1:1", "--backend-port", "99999"], "backend_port"),
         (["-m", "monitor", "--smoothing", "2"], "smoothing"),
         (["-m", "monitor", "--high-records-per-s", "0"], "high_records_per_s"),
+        (["-m", "exchange", "--monitor", "tcp://127.0.0.1:1", "--subscriber-queue-bytes", "0"], "subscriber_queue_bytes"),
+        # a host manager checks its children's settings before it starts any
+        (["-m", "hostmanager", "--zk", "127.0.0.1:1", "--exchange-option", "backend_hwm=0"], "backend_hwm"),
+        (["-m", "hostmanager", "--zk", "127.0.0.1:1", "--monitor-option", "sustian=1"], "did you mean 'sustain'"),
+        (["-m", "hostmanager", "--zk", "127.0.0.1:1", "--exchange-option", "monitor=tcp://127.0.0.1:1"],
+         "set by the host manager"),
     ],
 )
 def test_bad_flags_are_refused_with_the_name(args, named):
@@ -123,3 +134,62 @@ def test_monitor_and_exchange_exit_zero_on_sigterm(tmp_path):
         assert monitor.wait(10) == ExitCode.OK
     finally:
         monitor.stop()
+
+
+def test_a_host_manager_runs_its_assignments_from_their_settings_and_tells_an_exchange_its_monitor_moved(
+        zookeeper, kz, tmp_path):
+    root, address = f"/roq-hm-{time.monotonic_ns()}", "127.0.0.15"
+    paths = Paths(root)
+    kz.ensure_path(paths.exchanges("q"))
+    log = tmp_path / "hostmanager.log"
+    err = log.open("ab")
+    hm = spawn("hostmanager", "hostmanager", [
+        "--zk", zookeeper.hosts, "--root", root, "--address", address, "--session-timeout", "4",
+        "--log-dir", str(tmp_path), "--exchange-option", "backend_hwm=100", "--exchange-option", "heartbeat_interval=0.1",
+    ], stderr=err)
+    ctx = zmq.Context()
+    stand_in = ctx.socket(zmq.ROUTER)
+    stand_in.setsockopt(zmq.LINGER, 0)
+    try:
+        hm.wait_ready(15)
+        for name in ("q@monitor", "q@x1", "not an assignment"):
+            kz.create(f"{paths.host_assignments(address)}/{name}")
+
+        def node(path, cls):
+            found = kz.exists(path) and kz.get(path)
+            return cls.decode(found[0]) if found else None
+
+        monitor = wait_until(lambda: node(paths.monitor("q"), MonitorDoc), 20, "the monitor published")
+        x1 = wait_until(lambda: node(paths.exchange("q", "x1"), ExchangeDoc), 20, "the exchange published")
+        assert x1.name.startswith("x1-") and x1.host == address
+        wait_until(lambda: "ignoring the assignment 'not an assignment'" in log.read_text(), 10, "a bad name skipped")
+        args = psutil.Process(x1.pid).cmdline()
+        assert {"--backend-hwm=100", "--commands-on-stdin", f"--monitor={monitor.endpoint}", f"--id={x1.name}"} <= set(args)
+
+        # the monitor moves (here: to a stand-in of the test's): the exchange is told, not restarted
+        kz.delete(f"{paths.host_assignments(address)}/q@monitor")
+        wait_until(lambda: not kz.exists(paths.monitor("q")), 20, "the monitor stopped and unpublished")
+        endpoint = f"tcp://127.0.0.1:{stand_in.bind_to_random_port('tcp://127.0.0.1')}"
+        for garbage, said in ((b"not json", "holds no valid document"),
+                              (MonitorDoc(endpoint="tcp://h:" + "9" * 5000).encode(), "ignoring its monitor's node"),
+                              (MonitorDoc(endpoint="nowhere").encode(), "ignoring its monitor's node: endpoint")):
+            seen = log.read_text().count(said)
+            kz.create(paths.monitor("q"), garbage, ephemeral=True)
+            wait_until(lambda: log.read_text().count(said) > seen, 10, f"the host manager to say {said!r}")
+            kz.delete(paths.monitor("q"))
+        assert hm.alive() and psutil.Process(x1.pid).is_running()
+        kz.create(paths.monitor("q"), MonitorDoc(endpoint=endpoint, host="elsewhere").encode(), ephemeral=True)
+        assert stand_in.poll(15_000), "no heartbeat at the monitor's new endpoint"
+        beat = control.decode(stand_in.recv_multipart()[1])
+        assert isinstance(beat, control.Heartbeat) and (beat.exchange, beat.pid) == (x1.name, x1.pid)
+
+        kz.delete(f"{paths.host_assignments(address)}/q@x1")
+        wait_until(lambda: not kz.exists(paths.exchange("q", "x1")), 20, "the exchange stopped and unpublished")
+        assert not psutil.pid_exists(x1.pid) or psutil.Process(x1.pid).status() == psutil.STATUS_ZOMBIE
+        hm.signal(signal.SIGTERM)
+        assert hm.wait(15) == ExitCode.OK
+    finally:
+        hm.stop(5)
+        err.close()
+        stand_in.close()
+        ctx.term()

@@ -28,3 +28,15 @@ def test_replace_rejects_unknown_options_by_name():
     with pytest.raises(ConfigError, match="lingr"):
         replace(PublisherConfig(), lingr=0.1)
     assert replace(PublisherConfig(), linger=0.0).linger == 0.0
+
+
+def test_an_exchange_bounds_each_subscriber_in_bytes_down_to_the_floor_zeromq_needs():
+    from roq.batch import HEADER_SIZE, MAX_KEY
+    from roq.config import DEFAULT_SUBSCRIBER_QUEUE_BYTES, MIN_SUBSCRIBER_HWM, ExchangeConfig, PublisherConfig
+
+    e = ExchangeConfig(monitor="tcp://127.0.0.1:1")
+    assert e.subscriber_hwm == MIN_SUBSCRIBER_HWM  # 64 MiB of 4 MiB batches would be 15: too few for ZeroMQ
+    assert PublisherConfig().batch_bytes * MIN_SUBSCRIBER_HWM <= DEFAULT_SUBSCRIBER_QUEUE_BYTES  # exact for ours
+    small = ExchangeConfig(monitor="tcp://127.0.0.1:1", max_batch_bytes=16 << 10)
+    assert small.subscriber_hwm == DEFAULT_SUBSCRIBER_QUEUE_BYTES // ((16 << 10) + MAX_KEY + HEADER_SIZE) > 512
+    assert ExchangeConfig(monitor="tcp://127.0.0.1:1", max_batch_bytes=1024, backend_hwm=100).subscriber_hwm == 100

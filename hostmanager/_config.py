@@ -1,0 +1,119 @@
+"""A host manager's settings, and the settings objects of the children it starts.
+
+A child is started as ``python -m <module>`` with the flags of its config object
+(:func:`roq.settings.to_args`): a :class:`~roq.config.MonitorConfig` or an
+:class:`~roq.config.ExchangeConfig` made from what the host manager knows (its address, ZooKeeper, the
+ports it allocated, the monitor's endpoint) and the operator's ``exchange_options`` / ``monitor_options``
+(``KEY=VALUE``, checked when the host manager starts, so that a bad one stops it with a clear message
+instead of making every child die at start). The module comes from :data:`MODULES`, never from ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from roq.config import ExchangeConfig, MonitorConfig
+from roq.errors import ConfigError
+from roq.settings import parse_assignments
+from roq.zk import Paths, check_hosts
+
+__all__ = ["HostManagerConfig", "ChildSettings", "MODULES"]
+
+#: role -> the module run for it
+MODULES = {"monitor": "monitor", "exchange": "exchange"}
+#: fields the host manager sets itself (an option may not)
+_OWN_MONITOR_FIELDS = ("address", "port", "queue", "zk", "root", "session_timeout", "kpi_archive")
+_OWN_EXCHANGE_FIELDS = ("monitor", "address", "frontend_port", "backend_port", "exchange_id", "commands")
+#: a syntactically valid endpoint to check exchange options against, before any monitor is known
+_ANY_MONITOR = "tcp://127.0.0.1:1"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostManagerConfig:
+    """A host manager.
+
+    Attributes:
+        zk: ZooKeeper connection string.
+        address: the host's address: children bind to it and it names the host in ZooKeeper.
+        port: the host manager's control port (Ping, Status); 0 = any free port.
+        root: ZooKeeper root of the cluster.
+        max_exchanges: how many exchanges this host accepts (capacity published in ZooKeeper).
+        kpi_period: seconds between host KPI updates in ZooKeeper.
+        session_timeout: ZooKeeper session timeout: this host vanishes this long after a crash.
+        port_low, port_high: the port range for children (both 0 = any free port).
+        log_dir: directory for the children's logs ("" = inherit this process's stderr).
+        exchange_options: settings of every exchange started, KEY=VALUE each (fields of the exchange's
+            config, e.g. backend_hwm=100; repeatable).
+        monitor_options: settings of every monitor started, KEY=VALUE each (fields of the monitor's config,
+            e.g. sustain=1; repeatable).
+        kpi_archive: KPI archive directory: its host KPIs go there, and its monitors archive their queues'
+            ("" = none).
+    """
+
+    zk: str
+    address: str = "127.0.0.1"
+    port: int = 0
+    root: str = "/roq"
+    max_exchanges: int = 4
+    kpi_period: float = 1.0
+    session_timeout: float = 6.0
+    port_low: int = 0
+    port_high: int = 0
+    log_dir: str = ""
+    exchange_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--exchange-option"})
+    monitor_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--monitor-option"})
+    kpi_archive: str = ""
+
+    def __post_init__(self) -> None:
+        check_hosts(self.zk)
+        Paths(self.root)
+        if self.max_exchanges < 0:
+            raise ConfigError(f"max_exchanges must be 0 or more, got {self.max_exchanges}")
+        if self.kpi_period <= 0 or self.session_timeout <= 0:
+            raise ConfigError("kpi_period and session_timeout must be positive")
+
+
+class ChildSettings:
+    """The config objects of the children of one host manager.
+
+    Raises:
+        ConfigError: an option is not KEY=VALUE, names no field of the child's config or one the host
+            manager sets itself, or has a value the child's config refuses.
+    """
+
+    def __init__(self, config: HostManagerConfig) -> None:
+        self.config = config
+        self.monitor_options = _options(MonitorConfig, config.monitor_options, "--monitor-option",
+                                        _OWN_MONITOR_FIELDS)
+        self.exchange_options = _options(ExchangeConfig, config.exchange_options, "--exchange-option",
+                                         _OWN_EXCHANGE_FIELDS)
+        # the values, not only their types: what a child would refuse at start
+        _check("--monitor-option", lambda: self.monitor("q", 1))
+        _check("--exchange-option", lambda: self.exchange(_ANY_MONITOR, 1, 2, "x1"))
+
+    def monitor(self, queue: str, port: int) -> MonitorConfig:
+        """The settings of the monitor of ``queue`` on ``port``."""
+        c = self.config
+        return MonitorConfig(address=c.address, port=port, queue=queue, zk=c.zk, root=c.root,
+                             session_timeout=c.session_timeout, kpi_archive=c.kpi_archive, **self.monitor_options)
+
+    def exchange(self, monitor: str, frontend_port: int, backend_port: int, name: str) -> ExchangeConfig:
+        """The settings of an exchange named ``name`` reporting to ``monitor``, taking commands on stdin."""
+        return ExchangeConfig(monitor=monitor, address=self.config.address, frontend_port=frontend_port,
+                              backend_port=backend_port, exchange_id=name, commands=True, **self.exchange_options)
+
+
+def _check(where: str, make: Any) -> None:
+    try:
+        make()
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _options(cls: type, pairs: tuple[str, ...], where: str, own: tuple[str, ...]) -> dict[str, Any]:
+    values = parse_assignments(cls, pairs, where)
+    taken = sorted(set(values) & set(own))
+    if taken:
+        raise ConfigError(f"{where}: {', '.join(taken)} is set by the host manager itself")
+    return values

@@ -1,0 +1,124 @@
+"""Converging on the assignments: what a host manager must do to run what ZooKeeper asks of its host.
+
+A pure decision: given the wanted assignments (the names of the znodes under
+``assignments/<address>``, see :func:`wanted`), the state of the supervised children (:class:`ChildState`)
+and the endpoint of each queue's monitor, :func:`converge` returns the actions that bring the host closer
+to the assignments. The host manager applies them and asks again whenever something changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Iterable, Mapping
+
+from roq.documents import MONITOR, Assignment
+from roq.errors import ProtocolError
+
+__all__ = ["ChildState", "Start", "Stop", "Tell", "Restart", "Action", "wanted", "converge"]
+
+log = logging.getLogger("hostmanager")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildState:
+    """What the decision needs to know of a supervised child.
+
+    Attributes:
+        assignment: what it runs.
+        running: a process is up (or starting) for it.
+        stopping: it is being stopped for good (its assignment went away).
+        not_before: no start before this time (the back-off after a crash).
+        monitor: an exchange's monitor endpoint, as the exchange knows it.
+        tellable: an exchange can be told where its monitor moved (its command pipe works).
+    """
+
+    assignment: Assignment
+    running: bool = False
+    stopping: bool = False
+    not_before: float = 0.0
+    monitor: str = ""
+    tellable: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """Start a process for ``assignment`` (an exchange reporting to ``monitor``)."""
+
+    assignment: Assignment
+    monitor: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """Stop the process of assignment ``name`` for good: it is no longer assigned here."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Tell:
+    """Tell the exchange of ``name`` that its queue's monitor is now at ``monitor``."""
+
+    name: str
+    monitor: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Restart:
+    """Stop the exchange of ``name`` (it cannot be told where its monitor moved); it starts again after."""
+
+    name: str
+    monitor: str
+
+
+Action = Start | Stop | Tell | Restart
+
+
+def wanted(names: Iterable[str], *, skipped: set[str] | None = None) -> dict[str, Assignment]:
+    """The assignments the znode ``names`` stand for, by name; a malformed name is skipped and logged (once
+    per name if a ``skipped`` set is kept across calls)."""
+    found: dict[str, Assignment] = {}
+    for name in names:
+        try:
+            a = Assignment.parse(name)
+        except ProtocolError as exc:
+            if skipped is None or name not in skipped:
+                log.warning("ignoring the assignment %r: %s", name[:200], exc)
+                if skipped is not None and len(skipped) < 1000:
+                    skipped.add(name)
+            continue
+        found[a.name] = a
+    return found
+
+
+def converge(assignments: Mapping[str, Assignment], children: Mapping[str, ChildState],
+             monitors: Mapping[str, str], now: float) -> list[Action]:
+    """The actions that bring the children in line with ``assignments``.
+
+    Args:
+        assignments: what this host must run, by assignment name.
+        children: the supervised children, by assignment name.
+        monitors: queue -> its monitor's endpoint ("" or missing: no monitor yet, its exchanges wait).
+        now: the time (for restart back-offs).
+    """
+    actions: list[Action] = []
+    for name, child in children.items():
+        if name not in assignments and not child.stopping:
+            actions.append(Stop(name))
+    for name, a in assignments.items():
+        child = children.get(name)
+        if child is not None and child.stopping:
+            continue  # started anew once its stop is over
+        if child is not None and child.running:
+            monitor = monitors.get(a.queue, "")
+            if a.role != MONITOR and monitor and child.monitor != monitor:
+                actions.append(Tell(name, monitor) if child.tellable else Restart(name, monitor))
+            continue
+        if child is not None and now < child.not_before:
+            continue
+        if a.role == MONITOR:
+            actions.append(Start(a))
+        elif monitors.get(a.queue):
+            actions.append(Start(a, monitors[a.queue]))
+    return actions

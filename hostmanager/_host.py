@@ -1,0 +1,162 @@
+"""This host in the cluster: its KPIs, and the ephemeral znodes its host manager keeps in ZooKeeper.
+
+* :class:`HostSampler` measures the host (psutil: CPU over the last few periods, memory, network), makes
+  the :class:`~roq.documents.HostDoc` the GCM places by, and appends a
+  :class:`~roq.kpi.records.HostRecord` to the KPI archive if there is one.
+* :class:`Registration` writes the nodes of the host manager's session: ``hosts/<address>`` (capacity and
+  KPIs) and, for each ready child, ``queues/<q>/monitor`` or ``queues/<q>/exchanges/<slot>``. A node left by
+  a previous session of the same host (a host manager restarted before its old session expired) is
+  replaced, never merely rewritten: it would vanish with that session.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+
+import psutil
+
+from roq.documents import Assignment, Document, HostDoc, HostKpis
+from roq.errors import NodeExistsError, NodeMissingError, VersionConflictError, ZooKeeperError
+from roq.kpi.archive import ArchiveWriter
+from roq.kpi.records import HostRecord
+from roq.zk import Paths, Session
+
+__all__ = ["HostSampler", "Registration", "CPU_WINDOW"]
+
+log = logging.getLogger("hostmanager")
+
+CPU_WINDOW = 5  # the host's CPU % is the mean of this many KPI periods
+
+
+class HostSampler:
+    """Measures the host each KPI period.
+
+    Args:
+        address: the host's address.
+        max_exchanges: the capacity published.
+        archive: where host KPIs are archived (None = nowhere); closed by :meth:`close`.
+    """
+
+    def __init__(self, address: str, max_exchanges: int, archive: ArchiveWriter | None = None) -> None:
+        self.address = address
+        self.max_exchanges = max_exchanges
+        self.archive = archive
+        self.endpoint = ""  # the host manager's control endpoint, once bound
+        self.started = time.time()
+        self._net_last: tuple[float, int] | None = None
+        # placement acts on the CPU of the last few reports, not on one busy second (a process starting)
+        self._cpu: collections.deque[float] = collections.deque(maxlen=CPU_WINDOW)
+        psutil.cpu_percent(None)  # the first reading counts from here
+
+    def kpis(self) -> HostKpis:
+        """This period's KPIs (and its archive record)."""
+        now = time.monotonic()
+        net = psutil.net_io_counters()
+        total = net.bytes_sent + net.bytes_recv
+        rate = 0.0
+        if self._net_last is not None and now > self._net_last[0]:
+            rate = max(0.0, (total - self._net_last[1]) / (now - self._net_last[0]))
+        self._net_last = (now, total)
+        self._cpu.append(psutil.cpu_percent(None))
+        kpis = HostKpis(cpu_percent=round(sum(self._cpu) / len(self._cpu), 1),
+                        memory_percent=psutil.virtual_memory().percent, net_bytes_per_s=round(rate, 1))
+        if self.archive is not None:
+            self.archive.append(HostRecord(host=self.address, cpu_percent_now=self._cpu[-1],
+                                           cpu_percent=kpis.cpu_percent, memory_percent=kpis.memory_percent,
+                                           net_bytes_per_s=kpis.net_bytes_per_s))
+            self.archive.tick()
+        return kpis
+
+    def doc(self, *, exchanges: int, monitors: int) -> HostDoc:
+        """The host's node: where its host manager answers, its capacity, this period's KPIs."""
+        return HostDoc(address=self.address, endpoint=self.endpoint, pid=os.getpid(),
+                       max_exchanges=self.max_exchanges, cpus=psutil.cpu_count() or 1,
+                       memory_bytes=psutil.virtual_memory().total, started=self.started, kpis=self.kpis(),
+                       exchanges=exchanges, monitors=monitors)
+
+    def close(self) -> None:
+        if self.archive is not None:
+            self.archive.close()
+
+
+class Registration:
+    """The ephemeral nodes of a host manager's session.
+
+    Every method raises :class:`~roq.errors.ZooKeeperError` when ZooKeeper does not answer (the caller
+    tries again later), unless it says otherwise.
+    """
+
+    def __init__(self, session: Session, paths: Paths, address: str) -> None:
+        self.session = session
+        self.paths = paths
+        self.address = address
+        self.registered = False
+
+    def register(self, doc: HostDoc) -> None:
+        """Write the host's node (and make sure its parent, its assignments' parent and the queues' exist)."""
+        self.session.ensure(self.paths.hosts, self.paths.host_assignments(self.address), self.paths.queues)
+        if self._put_own(self.paths.host(self.address), doc):
+            log.warning("host manager %s: replaced the node of a previous session", self.address)
+        self.registered = True
+        log.info("host manager %s registered in ZooKeeper (session %#x)", self.address, self.session.session_id)
+
+    def report(self, doc: HostDoc) -> None:
+        """Rewrite the host's node with ``doc`` (register again if someone deleted it). Never raises."""
+        if not self.registered:
+            return
+        try:
+            try:
+                self.session.set(self.paths.host(self.address), doc.encode())
+            except NodeMissingError:  # deleted by someone: be there again
+                self.registered = False
+                self.register(doc)
+        except ZooKeeperError as exc:
+            log.debug("host KPI update failed: %s", exc)
+
+    def publish(self, assignment: Assignment, doc: Document) -> bool:
+        """Make a ready child known: write its node. False if its queue is gone (the child should stop)."""
+        try:
+            self._put_own(self._path(assignment), doc)
+        except NodeMissingError:
+            return False
+        return True
+
+    def unpublish(self, assignment: Assignment) -> None:
+        """Delete a child's node if this session wrote it. Never raises."""
+        path = self._path(assignment)
+        try:
+            found = self.session.get(path)
+            if found is not None and self.session.owns(found[1]):
+                self.session.delete(path, version=found[1].version)
+        except ZooKeeperError as exc:  # an ephemeral node: it goes with the session anyway
+            log.debug("removing %s failed: %s", path, exc)
+
+    def _path(self, a: Assignment) -> str:
+        return self.paths.monitor(a.queue) if a.role == "monitor" else self.paths.exchange(a.queue, a.slot)
+
+    def _put_own(self, path: str, doc: Document) -> bool:
+        """Create ``path`` holding ``doc`` in this session, or rewrite it if this session holds it already;
+        True if it replaced a node of another session."""
+        data = doc.encode()
+        for _ in range(3):  # the node may come and go between the calls
+            try:
+                self.session.create(path, data, ephemeral=True)
+                return False
+            except NodeExistsError:
+                pass
+            found = self.session.get(path)
+            if found is None:
+                continue
+            if self.session.owns(found[1]):
+                self.session.set(path, data)
+                return False
+            try:
+                self.session.delete(path, version=found[1].version)
+                self.session.create(path, data, ephemeral=True)
+                return True
+            except (NodeExistsError, VersionConflictError):
+                continue
+        raise ZooKeeperError(f"{path} keeps changing; retry")

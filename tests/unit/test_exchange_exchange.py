@@ -1,0 +1,103 @@
+"""exchange: one exchange's loop in a thread between stand-in monitors: its reports, the host manager's command,
+the monitor's orders (loopback sockets and a pipe)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import zmq
+
+from exchange import Exchange
+from roq import batch, control, pipe
+from roq.config import ExchangeConfig
+
+
+def next_of(sock: zmq.Socket, kind: type, timeout: float = 5.0):
+    """The next message of ``kind`` on a stand-in monitor (ROUTER) and its sender's identity."""
+    deadline = time.monotonic() + timeout
+    while sock.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+        ident, body = sock.recv_multipart()
+        msg = control.decode(body)
+        if isinstance(msg, kind):
+            return ident, msg
+    raise AssertionError(f"no {kind.__name__} within {timeout}s")
+
+
+@pytest.fixture
+def running():
+    ctx = zmq.Context()
+    old, new = ctx.socket(zmq.ROUTER), ctx.socket(zmq.ROUTER)
+    ends = []
+    for s in (old, new):
+        s.setsockopt(zmq.LINGER, 0)
+        ends.append(f"tcp://127.0.0.1:{s.bind_to_random_port('tcp://127.0.0.1')}")
+    r, w = os.pipe()
+    config = ExchangeConfig(monitor=ends[0], exchange_id="xu", heartbeat_interval=0.05, kpi_period=0.1,
+                            ack_interval=0.0, commands=True)
+    x = Exchange(config, context=ctx, commands_fd=r)
+    x.start()
+    thread = threading.Thread(target=x.serve, daemon=True)
+    thread.start()
+    yield x, thread, (old, ends[0]), (new, ends[1]), w
+    for monitor in (old, new):  # a test that failed midway: stop it the way its monitor would
+        if thread.is_alive() and monitor.poll(500):
+            monitor.send_multipart([monitor.recv_multipart()[0], control.encode(control.Shutdown("teardown"))])
+            thread.join(5)
+    x.close()
+    for s in (old, new):
+        s.close()
+    os.close(r)
+    os.close(w)
+    ctx.term()
+
+
+def test_it_reports_follows_its_monitor_when_told_and_stops_when_told(running):
+    x, thread, (old, _), (new, new_end), w = running
+    assert x.ready_info() == {"id": "xu", "frontend": x.frontend_endpoint, "backend": x.backend_endpoint}
+    ident, beat = next_of(old, control.Heartbeat)
+    assert (beat.exchange, beat.frontend, beat.pid, beat.draining) == ("xu", x.frontend_endpoint, os.getpid(), False)
+    next_of(old, control.ExchangeKpi)
+
+    os.write(w, b"\x00garbage first\xff")
+    assert pipe.send(w, control.Retarget(monitor=new_end))
+    ident, beat = next_of(new, control.Heartbeat)
+    assert beat.exchange == "xu"
+
+    new.send_multipart([ident, control.encode(control.KpiPeriod(1e9))])  # out of range: dropped
+    new.send_multipart([ident, control.encode(control.Shutdown("test over"))])
+    thread.join(5)
+    assert not thread.is_alive()
+    assert x.drops.by_reason.get("bad request") == 1 and x.drops.by_reason.get("garbage on the command pipe") == 1
+
+
+def test_it_forwards_and_acknowledges_while_it_serves(running):
+    x, thread, (old, _), _, _ = running
+    ctx = zmq.Context()
+    me = os.urandom(16)
+    pub, sub = ctx.socket(zmq.DEALER), ctx.socket(zmq.SUB)
+    try:
+        pub.setsockopt(zmq.ROUTING_ID, me)
+        sub.setsockopt(zmq.SUBSCRIBE, b"k")
+        for s in (pub, sub):
+            s.setsockopt(zmq.LINGER, 0)
+        sub.connect(x.backend_endpoint)
+        pub.connect(x.frontend_endpoint)
+        time.sleep(0.2)  # the subscription reaches the exchange
+        frames = [b"k.1", batch.pack_header(batch.DATA, me, 1, 1), batch.encode_body([b"hello"])]
+        pub.send_multipart(frames)
+        assert sub.poll(5000) and sub.recv_multipart() == frames
+        assert pub.poll(5000) and batch.decode_ack(pub.recv()) == 1
+        ident, kpi = next_of(old, control.ExchangeKpi)
+        while kpi.records_in == 0:
+            ident, kpi = next_of(old, control.ExchangeKpi)
+        assert kpi.records_in == 1 and kpi.publishers == [control.PublisherRate(me.hex(), 1, len(frames[2]))]
+        old.send_multipart([ident, control.encode(control.Shutdown("test over"))])
+        thread.join(5)
+        assert not thread.is_alive()
+    finally:
+        pub.close()
+        sub.close()
+        ctx.term()

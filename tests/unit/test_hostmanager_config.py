@@ -1,0 +1,75 @@
+"""hostmanager config: children started from their settings objects; options checked when the host manager starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from hostmanager import MODULES, ChildSettings, HostManagerConfig
+from roq.config import ExchangeConfig, MonitorConfig
+from roq.errors import ConfigError
+from roq.settings import from_args, parser_for, to_args
+
+
+def settings(**options) -> ChildSettings:
+    return ChildSettings(HostManagerConfig(zk="127.0.0.1:2181", address="127.0.0.12", root="/r",
+                                           session_timeout=4.0, kpi_archive="/tmp/kpi", **options))
+
+
+def rebuilt(cls, config):
+    """What the child makes of the flags it is started with."""
+    args = parser_for(cls, prog="x", description="", section="x").parse_args(to_args(config))
+    return from_args(cls, "x", args)
+
+
+def test_an_exchange_gets_its_settings_and_the_options_back_from_its_flags():
+    s = settings(exchange_options=("backend_hwm=100", "subscriber_queue_bytes=1048576", "kpi_period=0.5"))
+    config = s.exchange("tcp://127.0.0.12:5500", 7001, 7002, "x1-ab12")
+    assert config == ExchangeConfig(monitor="tcp://127.0.0.12:5500", address="127.0.0.12", frontend_port=7001,
+                                    backend_port=7002, exchange_id="x1-ab12", commands=True, backend_hwm=100,
+                                    subscriber_queue_bytes=1 << 20, kpi_period=0.5)
+    assert rebuilt(ExchangeConfig, config) == config
+    assert "--commands-on-stdin" in to_args(config) and "--id=x1-ab12" in to_args(config)
+
+
+def test_a_monitor_gets_its_settings_and_the_options_back_from_its_flags():
+    s = settings(monitor_options=("sustain=1", "relocation_rule=false", "high_records_per_s=6000"))
+    config = s.monitor("orders", 5500)
+    assert config == MonitorConfig(address="127.0.0.12", port=5500, queue="orders", zk="127.0.0.1:2181", root="/r",
+                                   session_timeout=4.0, kpi_archive="/tmp/kpi", sustain=1.0, relocation_rule=False,
+                                   high_records_per_s=6000.0)
+    assert rebuilt(MonitorConfig, config) == config
+
+
+def test_the_module_of_a_role_comes_from_a_fixed_table():
+    assert MODULES == {"monitor": "monitor", "exchange": "exchange"}
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"exchange_options": ("backend_hwm=-1",)}, "backend_hwm"),
+    ({"exchange_options": ("backend_hwn=3",)}, "did you mean 'backend_hwm'"),
+    ({"exchange_options": ("backend_hwm=abc",)}, "backend_hwm"),
+    ({"exchange_options": ("backend_hwm",)}, "KEY=VALUE"),
+    ({"exchange_options": ("monitor=tcp://127.0.0.1:1",)}, "set by the host manager"),
+    ({"exchange_options": ("exchange_id=x9",)}, "set by the host manager"),
+    ({"monitor_options": ("smoothing=2",)}, "smoothing"),
+    ({"monitor_options": ("zk=127.0.0.1:1",)}, "set by the host manager"),
+    ({"monitor_options": ("sustain=[1]",)}, "sustain"),
+])
+def test_a_bad_option_stops_the_host_manager_with_its_name(options, named):
+    with pytest.raises(ConfigError, match=named):
+        settings(**options)
+
+
+def test_the_options_are_flags_of_the_host_manager():
+    args = parser_for(HostManagerConfig, prog="x", description="", section="hostmanager").parse_args(
+        ["--zk", "127.0.0.1:2181", "--exchange-option", "backend_hwm=100", "--exchange-option", "kpi_period=2",
+         "--monitor-option", "sustain=1"])
+    config = from_args(HostManagerConfig, "hostmanager", args)
+    assert config.exchange_options == ("backend_hwm=100", "kpi_period=2")
+    assert config.monitor_options == ("sustain=1",)
+
+
+@pytest.mark.parametrize("zk", ["", "localhost", "h:99999"])
+def test_a_bad_zookeeper_address_is_refused(zk):
+    with pytest.raises(ConfigError, match="ZooKeeper address"):
+        HostManagerConfig(zk=zk)
