@@ -67,17 +67,13 @@ def _health(argv: list[str]) -> int:
         if args.role == "gcm":
             with socket.create_connection((args.address, args.port), timeout=2):
                 return 0
-        from kazoo.client import KazooClient
+        from roq.zk import Paths, Session
 
-        from roq.zk import Paths
-
-        zk = KazooClient(hosts=args.zk, timeout=3)
-        zk.start(timeout=3)
+        session = Session(args.zk, timeout=3).start(timeout=3)
         try:
-            return 0 if zk.exists(Paths(args.root).host(args.address)) else 1
+            return 0 if session.exists(Paths(args.root).host(args.address)) else 1
         finally:
-            zk.stop()
-            zk.close()
+            session.close()
     except Exception as exc:  # anything wrong: not healthy, and why
         print(f"unhealthy: {exc}", file=sys.stderr)
         return 1

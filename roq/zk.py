@@ -112,24 +112,6 @@ def exchange_slot(name: str) -> str:
     return slot if sep and slot and len(tail) == 4 and all(c in "0123456789abcdef" for c in tail) else name
 
 
-# ---- transitional: the rooms still using these move to roq.documents and Session's mapped calls
-import json as _json  # noqa: E402
-
-
-def dumps(value: Any) -> bytes:  # transitional
-    return _json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
-
-def loads(data: bytes | None) -> Any:  # transitional
-    if not data:
-        return {}
-    try:
-        return _json.loads(data)
-    except ValueError:
-        log.warning("znode holds no JSON (%d bytes); read as empty", len(data))
-        return {}
-
-
 class Paths:
     """Znode paths under ``root``."""
 
@@ -269,10 +251,6 @@ class Session:
     def session_id(self) -> int:
         cid = self._zk.client_id
         return cid[0] if cid else 0
-
-    @property
-    def zk(self) -> KazooClient:  # transitional: the raw client, until every room uses the mapped calls
-        return self._zk
 
     @property
     def connected(self) -> bool:

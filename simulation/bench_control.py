@@ -15,11 +15,11 @@ __all__ = ["bench_control"]
 def bench_control(trials: int, progress: Any) -> list[Result]:
     """(d): queue creation and broadcast latency on an embedded cluster."""
     import zmq
-    from kazoo.client import KazooClient
 
     import client
     from roq import management as m
-    from roq.zk import Paths
+    from roq.documents import HostDoc
+    from roq.zk import Paths, Session
     from roqcli.embedded import EmbeddedCluster
 
     log_dir = tempfile.mkdtemp(prefix="roq-bench-")
@@ -38,8 +38,7 @@ def bench_control(trials: int, progress: Any) -> list[Result]:
             qm.remove(f"bench{i}")
         progress(f"(d) topology change -> broadcast, {trials} changes")
         paths = Paths(cluster.root)
-        kz = KazooClient(hosts=cluster.zk)
-        kz.start(timeout=10)
+        zk = Session(cluster.zk).start(timeout=10)
         ctx = zmq.Context.instance()
         sub = ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -52,9 +51,9 @@ def bench_control(trials: int, progress: Any) -> list[Result]:
                 for present in (True, False):
                     started = time.monotonic()
                     if present:
-                        kz.create(paths.host("127.0.0.99"), b'{"max_exchanges": 0}', ephemeral=True)
+                        zk.create(paths.host("127.0.0.99"), HostDoc(address="127.0.0.99").encode(), ephemeral=True)
                     else:
-                        kz.delete(paths.host("127.0.0.99"))
+                        zk.delete(paths.host("127.0.0.99"))
                     while True:
                         if not sub.poll(5000):
                             raise RuntimeError("no broadcast within 5 s of a topology change")
@@ -64,8 +63,7 @@ def bench_control(trials: int, progress: Any) -> list[Result]:
                     broadcast.append((time.monotonic() - started) * 1000)
         finally:
             sub.close()
-            kz.stop()
-            kz.close()
+            zk.close()
     return [
         Result("(d) create queue -> accepting publishers", latency_ms=percentiles(created),
                notes={"trials": trials, "target_median_ms": 1000, "original_ms": 2000}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -14,7 +15,7 @@ import client
 from roq import management as m
 from roq.control import Reply, Result, encode
 from roq.documents import QueueDoc
-from roq.zk import Paths, loads
+from roq.zk import Paths
 
 
 def runtime_pids(kz, root: str, queue: str) -> list[int]:
@@ -22,20 +23,20 @@ def runtime_pids(kz, root: str, queue: str) -> list[int]:
     paths = Paths(root)
     pids = []
     if kz.exists(paths.monitor(queue)):
-        pids.append(loads(kz.get(paths.monitor(queue))[0])["pid"])
+        pids.append(json.loads(kz.get(paths.monitor(queue))[0])["pid"])
     if kz.exists(paths.exchanges(queue)):
         for xid in kz.get_children(paths.exchanges(queue)):
-            pids.append(loads(kz.get(paths.exchange(queue, xid))[0])["pid"])
+            pids.append(json.loads(kz.get(paths.exchange(queue, xid))[0])["pid"])
     return pids
 
 
 def whole(kz, root: str, queue: str) -> bool:
     """The queue's monitor and every exchange slot placed on a live host and registered by that host."""
     paths = Paths(root)
-    q = loads(kz.get(paths.queue(queue))[0])
+    q = json.loads(kz.get(paths.queue(queue))[0])
     live = set(kz.get_children(paths.hosts))
-    monitor = loads(kz.get(paths.monitor(queue))[0]) if kz.exists(paths.monitor(queue)) else {}
-    running = {x: loads(kz.get(paths.exchange(queue, x))[0]) for x in kz.get_children(paths.exchanges(queue))}
+    monitor = json.loads(kz.get(paths.monitor(queue))[0]) if kz.exists(paths.monitor(queue)) else {}
+    running = {x: json.loads(kz.get(paths.exchange(queue, x))[0]) for x in kz.get_children(paths.exchanges(queue))}
     return (
         q["host"] in live
         and monitor.get("host") == q["host"]
@@ -334,7 +335,7 @@ def test_a_crashed_exchange_is_restarted_and_nothing_is_lost(make_embedded, kz):
     paths = Paths(cluster.root)
 
     def exchanges() -> dict[str, dict]:
-        return {x: loads(kz.get(paths.exchange("q", x))[0]) for x in kz.get_children(paths.exchanges("q"))}
+        return {x: json.loads(kz.get(paths.exchange("q", x))[0]) for x in kz.get_children(paths.exchanges("q"))}
 
     with cluster.connect("q") as conn:
         sub = conn.subscriber()

@@ -22,13 +22,13 @@ from zkhelp import gone, wait_until
 import client
 from roq.process import spawn
 from roq.runtime import ExitCode
-from roq.zk import Paths, loads
+from roq.zk import Paths
 
 QUIET = {"sustain_s": 3600, "host_cpu_percent": 100, "host_memory_percent": 100}
 
 
 def queue_node(kz, root: str, queue: str) -> dict:
-    return loads(kz.get(Paths(root).queue(queue))[0])
+    return json.loads(kz.get(Paths(root).queue(queue))[0])
 
 
 def registered(kz, root: str, queue: str) -> dict[str, dict]:
@@ -37,7 +37,7 @@ def registered(kz, root: str, queue: str) -> dict[str, dict]:
     out = {}
     for slot in kz.get_children(paths.exchanges(queue)):
         data = kz.get(paths.exchange(queue, slot))[0]
-        out[slot] = loads(data)
+        out[slot] = json.loads(data)
     return out
 
 
@@ -46,7 +46,7 @@ def whole(kz, root: str, queue: str) -> bool:
     paths = Paths(root)
     q = queue_node(kz, root, queue)
     live = set(kz.get_children(paths.hosts))
-    monitor = loads(kz.get(paths.monitor(queue))[0]) if kz.exists(paths.monitor(queue)) else {}
+    monitor = json.loads(kz.get(paths.monitor(queue))[0]) if kz.exists(paths.monitor(queue)) else {}
     running = registered(kz, root, queue)
     return (
         q["host"] in live
@@ -117,12 +117,12 @@ def test_rules_store_only_what_the_operator_set(make_embedded, kz):
     qm = cluster.manager
     qm.create("q", "127.0.0.11")
     paths = Paths(cluster.root)
-    assert loads(kz.get(paths.rules("q"))[0]) == {}
+    assert json.loads(kz.get(paths.rules("q"))[0]) == {}
     qm.set_thresholds("q", {"cooldown_s": 7})
     assert qm.get_rules("q")["cooldown_s"] == 7.0  # the tuner over the default
     rules = qm.set_rules("q", {"cooldown_s": 3})
     assert rules["cooldown_s"] == 3.0 and rules == qm.get_rules("q")  # the operator over the tuner
-    assert qm.explicit_rules("q") == {"cooldown_s": 3.0} == loads(kz.get(paths.rules("q"))[0])
+    assert qm.explicit_rules("q") == {"cooldown_s": 3.0} == json.loads(kz.get(paths.rules("q"))[0])
     assert qm.set_rules("q", {"cooldown_s": None})["cooldown_s"] == 7.0  # unset: the threshold again
     assert qm.explicit_rules("q") == {}
 
@@ -144,7 +144,7 @@ def test_roq_events_prints_and_follows_the_queue_events(make_embedded, tmp_path)
     stamp, source = line[:23], line[25:].split()[0]
     assert time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S") and stamp[19] == "." and source == "gcm"
     assert line.endswith("created on 127.0.0.11 with 1 exchange(s)")
-    as_json = [json.loads(line) for line in roq("events", "q", "--json", "--limit", "1", *where).stdout.splitlines()]
+    as_json = [json.json.loads(line) for line in roq("events", "q", "--json", "--limit", "1", *where).stdout.splitlines()]
     assert len(as_json) == 1 and as_json[0]["origin"] in ("gcm", "monitor")
     assert roq("events", "nothing", *where).returncode == ExitCode.FAILURE
 
@@ -152,7 +152,7 @@ def test_roq_events_prints_and_follows_the_queue_events(make_embedded, tmp_path)
     assert roq("queue", "rules", "q", "cooldown_s=4", *where).returncode == 0
     assert qm.explicit_rules("q") == {**QUIET, "cooldown_s": 4.0}
     unset = roq("queue", "rules", "q", "cooldown_s=", "--json", *where)
-    assert unset.returncode == 0 and json.loads(unset.stdout)["cooldown_s"] == 10.0
+    assert unset.returncode == 0 and json.json.loads(unset.stdout)["cooldown_s"] == 10.0
     assert qm.explicit_rules("q") == QUIET
 
     follow = spawn("roq events --follow", "roqcli", ["events", "q", "--follow", "--limit", "1", *where],

@@ -144,3 +144,17 @@ def test_each_unit_test_module_is_named_after_the_module_it_tests():
     strays = [p.name for p in sorted((ROOT / "tests" / "unit").glob("test_*.py"))
               if p.stem not in expected and p.stem != "test_structure"]
     assert not strays, f"unit test modules named after no module: {strays}"
+
+
+def test_kazoo_is_called_in_one_place_and_its_errors_mapped_in_one_boundary():
+    """Only roq.zk talks to kazoo (its Session maps every kazoo error to ours); roq.server's boundary names
+    kazoo's base exception in case one slips through. Nothing else of the product imports it."""
+    allowed = {"roq.zk", "roq.server"}
+    users = set()
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(m == "kazoo" or m.startswith("kazoo.") for m in modules):
+                users.add(name)
+    assert users <= allowed, sorted(users - allowed)
