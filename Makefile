@@ -6,13 +6,17 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-deploy image bench setup clean
+.PHONY: demo test test-deploy fuzz image bench setup clean
 
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/deploy
+
+# the fuzz test with 1,000 seeds instead of make test's 20 (about 20 minutes)
+fuzz: $(STAMP)
+	ROQ_FUZZ_SEEDS=1000 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_fuzz.py
 
 # the deployment tests run their own Docker engine and build images offline (a few minutes)
 test-deploy: $(STAMP)

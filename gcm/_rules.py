@@ -55,7 +55,7 @@ def set_thresholds(view: View, msg: m.SetThresholds, now: float) -> Outcome:
     q = view.queue(msg.QName)
     _check_keys(msg.Thresholds, f"thresholds of {q.name!r} unchanged: unknown threshold")
     try:
-        checked = check_thresholds(msg.Thresholds)
+        checked = check_thresholds(msg.Thresholds, q.thresholds)
     except ConfigError as exc:
         raise BadRequestError(f"thresholds of {q.name!r} unchanged: {exc}") from exc
     value = {**q.thresholds, **checked}

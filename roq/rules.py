@@ -140,11 +140,15 @@ def effective_rules(explicit: dict[str, Any] | None, thresholds: dict[str, Any] 
     return rules
 
 
-def check_thresholds(update: Any) -> dict[str, float]:
-    """Thresholds (set by an operator or the KPI tuner): names of numeric rules with positive numbers.
+def check_thresholds(update: Any, current: dict[str, Any] | None = None) -> dict[str, float]:
+    """Thresholds (set by an operator or the KPI tuner): names of rules with numbers in their ranges.
+
+    Checked as a whole with the thresholds stored (``current``), as rules are: a ``min_exchanges`` above the
+    ``max_exchanges`` among them is refused, not stored to be ignored later.
 
     Raises:
-        ConfigError: not a document, an unknown name, or a value that is not a number in range.
+        ConfigError: not a document, an unknown name, a value that is not a number in range, or a
+            ``min_exchanges`` above ``max_exchanges`` once merged with ``current``.
     """
     if not isinstance(update, dict):
         raise ConfigError(f"thresholds must be a document of name: number, got {type(update).__name__}")
@@ -153,4 +157,8 @@ def check_thresholds(update: Any) -> dict[str, float]:
         if key not in _SPEC:
             raise ConfigError(f"unknown threshold {key!r}; known names: {', '.join(sorted(_SPEC))}")
         out[key] = _value(key, value)
+    merged = {**(current or {}), **out}
+    least, most = merged.get("min_exchanges"), merged.get("max_exchanges")
+    if least is not None and most is not None and least > most:
+        raise ConfigError(f"threshold 'min_exchanges' ({least}) is above 'max_exchanges' ({most})")
     return out

@@ -192,3 +192,11 @@ def test_the_protocol_document_gives_every_rule_with_its_default_and_range():
         low, high = RULE_RANGES[key]
         assert float(default) == DEFAULT_RULES[key], key
         assert span.strip().endswith(f"{low:g} .. {high:g}"), (key, span)
+
+
+def test_thresholds_are_checked_as_a_whole_with_those_stored():
+    with pytest.raises(ConfigError, match="'min_exchanges' .64. is above 'max_exchanges' .1."):
+        check_thresholds({"min_exchanges": 64, "max_exchanges": 1})
+    with pytest.raises(ConfigError, match="min_exchanges"):
+        check_thresholds({"min_exchanges": 5}, {"max_exchanges": 3})
+    assert check_thresholds({"max_exchanges": 8}, {"min_exchanges": 5}) == {"max_exchanges": 8}

@@ -1,0 +1,64 @@
+"""A subscriber that never keeps up costs the exchange a bounded number of bytes, and nobody else anything.
+
+One publisher sends as fast as it can for 30 s, one subscriber reads everything, one reads a record every
+100 us (a tenth of the rate or less). The slow one falls behind by gigabytes; the exchange holds at most its per-subscriber byte bound
+for it (``subscriber_queue_bytes``, 64 MiB by default): its RSS must stay under that plus 100 MB. The one
+that keeps up loses nothing; the slow one loses records and counts every gap.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+
+from roq.config import DEFAULT_SUBSCRIBER_QUEUE_BYTES
+from simulation.audit import compare
+
+SECONDS = 30
+RECORD = 4000  # bytes: batches near the publisher's 128 KiB bound, so the slow subscriber's backlog is in bytes
+LIMIT = DEFAULT_SUBSCRIBER_QUEUE_BYTES + (100 << 20)
+
+
+def test_a_slow_subscriber_costs_the_exchange_its_byte_bound_and_the_others_nothing(make_cluster, loads):
+    cluster = make_cluster(exchanges=1)
+    exchange = psutil.Process(cluster.exchanges["x1"].pid)
+    m = cluster.monitor_endpoint
+    fast = loads.start("subscribe", m, "--idle-exit", "5")
+    # its own queue small, so that it reads past the exchange's holes within the run and sees them
+    slow = loads.start("subscribe", m, "--delay-us", "100", "--rcvhwm", "20", "--duration", str(SECONDS + 5))
+    pub = loads.start("publish", m, "--duration", str(SECONDS), "--size", str(RECORD), "--keys", "a,b")
+
+    peak = [exchange.memory_info().rss]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            peak.append(exchange.memory_info().rss)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        report = loads.report(pub, timeout=SECONDS + 60)
+    finally:
+        done.set()
+        watcher.join()
+    assert report["error"] == "", report
+    sent = {report["publisher"]: report["keys"]}
+    sent_bytes = report["sent"] * RECORD
+    print(f"published {report['sent']:,} records ({sent_bytes / 2**30:.1f} GiB) in {report['elapsed']:.1f}s; "
+          f"exchange RSS peak {max(peak) / 2**20:.0f} MB (limit {LIMIT / 2**20:.0f} MB)")
+    assert sent_bytes > 4 * LIMIT  # the slow one fell far further behind than the bound
+    assert max(peak) < LIMIT
+
+    keeping_up = compare(loads.report(fast)["audit"], sent)
+    print(f"keeping up: {keeping_up}")
+    assert keeping_up["expected"] == report["sent"]
+    assert (keeping_up["lost"], keeping_up["duplicated"], keeping_up["reordered"]) == (0, 0, 0), keeping_up
+
+    behind = loads.report(slow, timeout=60)
+    audit = compare(behind["audit"], sent)
+    print(f"slow: received {behind['received']:,}; audit {audit}; its own count: {behind['stats']}")
+    assert audit["dropped"] > 0 and (audit["duplicated"], audit["reordered"]) == (0, 0)
+    assert behind["stats"]["gaps"] > 0 and behind["stats"]["lost"] == audit["dropped"]  # every record in a hole counted
+    assert cluster.exchanges["x1"].alive() and exchange.pid == cluster.exchanges["x1"].pid
