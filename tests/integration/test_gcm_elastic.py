@@ -144,7 +144,7 @@ def test_roq_events_prints_and_follows_the_queue_events(make_embedded, tmp_path)
     stamp, source = line[:23], line[25:].split()[0]
     assert time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S") and stamp[19] == "." and source == "gcm"
     assert line.endswith("created on 127.0.0.11 with 1 exchange(s)")
-    as_json = [json.json.loads(line) for line in roq("events", "q", "--json", "--limit", "1", *where).stdout.splitlines()]
+    as_json = [json.loads(line) for line in roq("events", "q", "--json", "--limit", "1", *where).stdout.splitlines()]
     assert len(as_json) == 1 and as_json[0]["origin"] in ("gcm", "monitor")
     assert roq("events", "nothing", *where).returncode == ExitCode.FAILURE
 
@@ -152,7 +152,7 @@ def test_roq_events_prints_and_follows_the_queue_events(make_embedded, tmp_path)
     assert roq("queue", "rules", "q", "cooldown_s=4", *where).returncode == 0
     assert qm.explicit_rules("q") == {**QUIET, "cooldown_s": 4.0}
     unset = roq("queue", "rules", "q", "cooldown_s=", "--json", *where)
-    assert unset.returncode == 0 and json.json.loads(unset.stdout)["cooldown_s"] == 10.0
+    assert unset.returncode == 0 and json.loads(unset.stdout)["cooldown_s"] == 10.0
     assert qm.explicit_rules("q") == QUIET
 
     follow = spawn("roq events --follow", "roqcli", ["events", "q", "--follow", "--limit", "1", *where],
