@@ -55,7 +55,7 @@ def _rss(pids: dict[str, int]) -> dict[str, int]:
 @pytest.mark.timeout(240 + 3 * len(SEEDS))
 def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, loads):
     cluster = make_embedded(hosts=2, gcms=2)
-    q = Queue(cluster, loads, "fuzzq", "127.0.0.11", min_exchanges=2, max_exchanges_per_host=1)
+    q = Queue(cluster, loads, "fuzzq", "127.0.0.11", min_exchanges=2, max_exchanges_per_host=1, host_cpu_percent=100)
     q.wait(lambda s: len(s["exchanges"]) == 2, 30, "the queue's two exchanges, one per host")
     q.subscribe()
     q.subscribe("b")
