@@ -20,7 +20,7 @@ the znodes' documents in one place (their ``of`` constructors).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import bson
 from bson.errors import BSONError
@@ -197,6 +197,25 @@ class GetEvents(Message):
 # --------------------------------------------------------------------------- what the GCM says of the cluster
 
 
+S = TypeVar("S", bound="_Summary")
+
+
+class _Summary:
+    """What the GCM's summaries share: read from a reply's or a broadcast's document, and written as one."""
+
+    @classmethod
+    def read(cls: type[S], doc: Any) -> S:
+        """A summary from a reply's or a broadcast's document.
+
+        Raises:
+            ProtocolError: a field is missing or of the wrong type.
+        """
+        return shape.read(cls, doc)
+
+    def document(self) -> dict[str, Any]:
+        return shape.to_document(self)
+
+
 @dataclasses.dataclass(frozen=True)
 class ExchangeSummary:
     """A live exchange of a queue: its slot (``Id``), its incarnation (``Name``), host and endpoints."""
@@ -209,7 +228,7 @@ class ExchangeSummary:
 
 
 @dataclasses.dataclass(frozen=True)
-class QueueSummary:
+class QueueSummary(_Summary):
     """A queue as the GCM describes it (create, start, list queues, queue stats, the broadcast)."""
 
     Name: str
@@ -233,21 +252,9 @@ class QueueSummary:
                        for slot, x in sorted(exchanges.items())],
         )
 
-    @classmethod
-    def read(cls, doc: Any) -> QueueSummary:
-        """A summary from a reply's or a broadcast's document.
-
-        Raises:
-            ProtocolError: a field is missing or of the wrong type.
-        """
-        return shape.read(cls, doc)
-
-    def document(self) -> dict[str, Any]:
-        return shape.to_document(self)
-
 
 @dataclasses.dataclass(frozen=True)
-class HostSummary:
+class HostSummary(_Summary):
     """A live host as the GCM describes it (list hosts, the broadcast): capacity, load and latest KPIs."""
 
     Address: str
@@ -274,18 +281,6 @@ class HostSummary:
             MemoryPercent=host.kpis.memory_percent,
             NetBytesPerS=host.kpis.net_bytes_per_s,
         )
-
-    @classmethod
-    def read(cls, doc: Any) -> HostSummary:
-        """A summary from a reply's or a broadcast's document.
-
-        Raises:
-            ProtocolError: a field is missing or of the wrong type.
-        """
-        return shape.read(cls, doc)
-
-    def document(self) -> dict[str, Any]:
-        return shape.to_document(self)
 
 
 def broadcast_frames(queues: list[QueueSummary] | list[dict[str, Any]],

@@ -6,7 +6,7 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     name = "ramp-and-drain"
     duration_s = 60            # the load runs this long; faults and schedules fall inside it
     hosts = 3                  # host managers on 127.0.0.11, .12, ...
-    exchange_backend_hwm = 0   # batches an exchange queues for one subscriber before it drops (0 = default)
+    exchange_backend_hwm = 0   # at most this many batches an exchange queues for one subscriber (0 = default; its byte bound may hold fewer)
 
     [[queue]]
     name = "ramp"
@@ -81,7 +81,7 @@ class Info:
     description: str = ""
     hosts: int = 3
     gcms: int = 1
-    exchange_backend_hwm: int = 0  # batches an exchange queues for one subscriber before it drops (0 = its default)
+    exchange_backend_hwm: int = 0  # at most this many batches an exchange queues for one subscriber (0 = its default)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,10 +82,10 @@ def test_a_slow_subscriber_counts_its_gaps_instead_of_hiding_them(make_cluster, 
     cluster = make_cluster(exchanges=1, exchange_args=["--backend-hwm", "100"])
     m = cluster.monitor_endpoint
     fast = loads.start("subscribe", m, "--idle-exit", "3")
-    # the slow one stalls for 3 s after 1,000 records: 24 MB arrive meanwhile, far more than the
-    # exchange's queue, its own (1,000 batches) and the kernel's buffers hold; then it reads on and
-    # meets the hole
-    slow = loads.start("subscribe", m, "--pause-at", "1000", "--pause-for", "3", "--idle-exit", "3")
+    # the slow one stalls for 3 s after 1,000 records: 24 MB arrive meanwhile (in batches of about 40
+    # records, as the publisher is paced), far more than the exchange's queue (100 batches), its own
+    # (20) and the kernel's buffers hold; then it reads on and meets the hole
+    slow = loads.start("subscribe", m, "--pause-at", "1000", "--pause-for", "3", "--idle-exit", "3", "--rcvhwm", "20")
     pub = loads.report(loads.start("publish", m, "--rate", "8000", "--duration", "7", "--size", "1000"))
     sent = {pub["publisher"]: pub["keys"]}
     fast = loads.report(fast)

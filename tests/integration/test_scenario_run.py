@@ -20,8 +20,6 @@ name = "short"
 duration_s = 12
 hosts = 2
 gcms = 2
-# each subscriber's queue in an exchange: about half a second of this load (the default holds minutes of it)
-exchange_backend_hwm = 1000
 
 [[queue]]
 name = "s"

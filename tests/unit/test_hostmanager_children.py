@@ -8,36 +8,11 @@ from hostmanager import KILL_AFTER, SECOND_SIGNAL_AFTER, ChildState, Supervised
 from roq import control
 from roq.config import ExchangeConfig
 from roq.documents import Assignment
+from tests.unit.standins import StandIn
 
 X1 = Assignment("orders", "x1")
 HERE = "tcp://127.0.0.12:5500"
 THERE = "tcp://127.0.0.13:5500"
-
-
-class StandIn:
-    """What Supervised uses of a roq.process.Child."""
-
-    def __init__(self, *, takes_commands: bool = True) -> None:
-        self.pid = 4242
-        self.returncode: int | None = None
-        self.signals: list[int] = []
-        self.sent: list[control.Message] = []
-        self.takes_commands = takes_commands
-        self.info: dict = {}
-
-    def alive(self) -> bool:
-        return self.returncode is None
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self.returncode or 0
-
-    def signal(self, signum: int) -> None:
-        self.signals.append(signum)
-
-    def send(self, msg: control.Message) -> bool:
-        if self.takes_commands:
-            self.sent.append(msg)
-        return self.takes_commands
 
 
 def running(child: StandIn, monitor: str = HERE) -> Supervised:

@@ -6,13 +6,22 @@ from __future__ import annotations
 import dataclasses
 import signal
 
-from hostmanager import (ChildSettings, Children, HostManagerConfig, PortAllocator, Registration, Restart, Stop,
-                         Supervised, Tell)
-from roq import control
+from hostmanager import (
+    Children,
+    ChildSettings,
+    HostManagerConfig,
+    PortAllocator,
+    Registration,
+    Restart,
+    Stop,
+    Supervised,
+    Tell,
+)
 from roq.config import ExchangeConfig
 from roq.documents import Assignment, ExchangeDoc
 from roq.errors import NodeExistsError, NodeMissingError
 from roq.zk import Paths
+from tests.unit.standins import StandIn
 
 PATHS = Paths("/roq")
 ADDRESS = "127.0.0.1"
@@ -54,27 +63,6 @@ class StandInSession:
 
     def owns(self, stat: Stat) -> bool:
         return stat.ephemeralOwner == self.session_id
-
-
-class StandIn:
-    """What Supervised uses of a roq.process.Child."""
-
-    def __init__(self, *, takes_commands: bool = True) -> None:
-        self.pid, self.returncode, self.info = 4242, None, {}
-        self.signals: list[int] = []
-        self.takes_commands = takes_commands
-
-    def alive(self) -> bool:
-        return self.returncode is None
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self.returncode or 0
-
-    def signal(self, signum: int) -> None:
-        self.signals.append(signum)
-
-    def send(self, msg: control.Message) -> bool:
-        return self.takes_commands
 
 
 def rig(child: StandIn, assignment: Assignment = X1) -> tuple[Children, Supervised, StandInSession]:
