@@ -60,5 +60,9 @@ def test_a_slow_subscriber_costs_the_exchange_its_byte_bound_and_the_others_noth
     audit = compare(behind["audit"], sent)
     print(f"slow: received {behind['received']:,}; audit {audit}; its own count: {behind['stats']}")
     assert audit["dropped"] > 0 and (audit["duplicated"], audit["reordered"]) == (0, 0)
-    assert behind["stats"]["gaps"] > 0 and behind["stats"]["lost"] == audit["dropped"]  # every record in a hole counted
+    # every record in a hole is counted by the client; it may also have counted holes beyond the last record
+    # the application read (batches it had taken in and not yet handed out when it stopped), which the audit
+    # files under undelivered
+    assert behind["stats"]["gaps"] > 0
+    assert audit["dropped"] <= behind["stats"]["lost"] <= audit["dropped"] + audit["undelivered"]
     assert cluster.exchanges["x1"].alive() and exchange.pid == cluster.exchanges["x1"].pid
