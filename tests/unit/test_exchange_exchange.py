@@ -81,14 +81,19 @@ def test_it_forwards_and_acknowledges_while_it_serves(running):
     try:
         pub.setsockopt(zmq.ROUTING_ID, me)
         sub.setsockopt(zmq.SUBSCRIBE, b"k")
+        sub.setsockopt(zmq.SUBSCRIBE, batch.CONTROL_TOPIC)  # after the data: a beacon says both are in place
         for s in (pub, sub):
             s.setsockopt(zmq.LINGER, 0)
         sub.connect(x.backend_endpoint)
         pub.connect(x.frontend_endpoint)
-        time.sleep(0.2)  # the subscription reaches the exchange
+        assert sub.poll(5000) and sub.recv_multipart()[0] == batch.CONTROL_TOPIC
         frames = [b"k.1", batch.pack_header(batch.DATA, me, 1, 1), batch.encode_body([b"hello"])]
         pub.send_multipart(frames)
-        assert sub.poll(5000) and sub.recv_multipart() == frames
+        got = [batch.CONTROL_TOPIC]
+        while got[0] == batch.CONTROL_TOPIC:
+            assert sub.poll(5000)
+            got = sub.recv_multipart()
+        assert got == frames
         assert pub.poll(5000) and batch.decode_ack(pub.recv()) == 1
         ident, kpi = next_of(old, control.ExchangeKpi)
         while kpi.records_in == 0:

@@ -11,9 +11,8 @@ import pytest
 import zmq
 
 from exchange import MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder
-from roq.config import MIN_SUBSCRIBER_HWM
 from roq import batch
-from roq.config import ExchangeConfig
+from roq.config import MIN_SUBSCRIBER_HWM, ExchangeConfig
 from roq.runtime import DropCounter
 
 log = logging.getLogger("test")
@@ -35,7 +34,13 @@ def rig():
         s.setsockopt(zmq.LINGER, 0)
     pub.connect(fwd.frontend_endpoint)
     sub.connect(fwd.backend_endpoint)
-    time.sleep(0.2)  # the subscription travels to the PUB (no message to wait on before it is in place)
+    # the subscription travels to the PUB: probe until one arrives, then clear the probes away
+    deadline = time.monotonic() + 5.0
+    while not sub.poll(10):
+        assert time.monotonic() < deadline, "the subscription never reached the forwarder"
+        fwd.backend.send_multipart([b"\x00probe", b"", b""])
+    while sub.poll(20):
+        sub.recv_multipart()
     yield fwd, pub, sub, me
     for s in (pub, sub):
         s.close()
