@@ -28,13 +28,13 @@ import collections
 import os
 import threading
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from roq import batch
 from roq.config import PublisherConfig
 from roq.errors import BrokerConnectionError, BrokerTimeoutError, BufferFullError, ClosedError, ProtocolError
 
-__all__ = ["Outbox", "Sealed", "MAX_KEYS", "MAX_RECORD_BYTES"]
+__all__ = ["Outbox", "Sealed", "MAX_KEYS", "MAX_RECORD_BYTES", "as_bytes"]
 
 #: Largest record accepted, so that a one-record batch stays within an exchange's default bound.
 MAX_RECORD_BYTES = (4 << 20) - 4
@@ -42,6 +42,19 @@ MAX_RECORD_BYTES = (4 << 20) - 4
 MAX_KEYS = 100_000
 #: Longest wait for a free slot among the sealed batches before looking again, seconds.
 _SLOT_WAIT = 0.1
+
+
+def as_bytes(value: Any, what: str) -> bytes:
+    """``value`` as bytes if it is a bytes-like record part.
+
+    Raises:
+        TypeError: it is not bytes, a bytearray or a memoryview.
+    """
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{what} must be bytes, got {type(value).__name__}")
 
 
 class Sealed(NamedTuple):
@@ -65,8 +78,7 @@ class Outbox:
 
     def __init__(self, config: PublisherConfig) -> None:
         self.config = config
-        # the bounds put() checks for every record, at hand (a record over MAX_RECORD_BYTES never fits the
-        # open batch: the slow path refuses it)
+        # put()'s bounds at hand (a record over MAX_RECORD_BYTES never fits a batch: the slow path refuses it)
         self._batch_records = config.batch_records
         self._batch_bytes = min(config.batch_bytes, MAX_RECORD_BYTES)
         self._buffer_bytes = config.buffer_bytes
@@ -102,7 +114,12 @@ class Outbox:
             ClosedError: the publisher is closed.
             BrokerConnectionError: the sender thread failed.
             ProtocolError: the record is larger than :data:`MAX_RECORD_BYTES`.
+            TypeError: key or payload is not bytes (a bytearray or memoryview is copied).
         """
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        if type(payload) is not bytes:
+            payload = as_bytes(payload, "payload")
         size = len(payload)
         with self._lock:
             payloads = self._payloads
