@@ -14,7 +14,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/deploy
 
-# the fuzz test with 1,000 seeds instead of make test's 20 (about 20 minutes)
+# the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
 fuzz: $(STAMP)
 	ROQ_FUZZ_SEEDS=1000 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_fuzz.py
 
