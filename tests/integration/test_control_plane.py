@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+import psutil
 import pytest
 import zmq
 from zkhelp import ask, doc, gone, wait_until
@@ -276,6 +277,33 @@ def test_bad_input_on_the_management_and_lookup_ports(make_embedded):
     assert cluster.manager.create("q", "127.0.0.11")["State"] == "running"
     result, _, data = ask(lookup, encode(m.Lookup(QName="q")))
     assert result == Result.OK and data["Monitor"].startswith("tcp://127.0.0.11:")
+
+
+def test_what_peers_send_a_standbys_broadcast_port_does_not_stay(make_embedded):
+    """A PUB socket holds what its peers send (subscriptions, any frame) until its owner calls into it; a
+    standby never broadcasts, so its loop must tend the socket, or every connection stays in its memory."""
+    cluster = make_embedded(hosts=1, gcms=2)
+    standby = cluster.gcms[next(g for g in cluster.gcms if g != cluster.leader())]
+    process = psutil.Process(standby.pid)
+    before = process.memory_info().rss
+    ctx = zmq.Context()
+    try:
+        frame = os.urandom(4000)
+        for _ in range(400):  # 64 MB in all, each connection closed once it sent its part
+            peer = ctx.socket(zmq.XSUB)
+            peer.setsockopt(zmq.LINGER, 1000)
+            peer.connect(standby.info["broadcast"])
+            for _ in range(40):
+                peer.send(frame)
+            peer.close()
+    finally:
+        ctx.term()  # every message delivered to the standby (linger), none left on our side
+    # the standby has read and dropped it all as it came, and still serves
+    result, _comment, _data = ask(standby.info["management"], encode(m.ListQueues()))
+    assert result == Result.NOT_LEADER
+    grown = (process.memory_info().rss - before) >> 20
+    print(f"the standby GCM grew by {grown} MB after 64 MB sent to its broadcast port")
+    assert grown < 24  # untended, it grew by about 90 MB
 
 
 def test_rules_are_checked_and_bad_ones_change_nothing(make_embedded):
