@@ -1,6 +1,8 @@
-"""Stand-ins shared by the host manager's unit tests."""
+"""Stand-ins shared by unit tests: a supervised child for the host manager's, monitors for the exchange's."""
 
 from __future__ import annotations
+
+import zmq
 
 from roq import control
 
@@ -29,3 +31,14 @@ class StandIn:
         if self.takes_commands:
             self.sent.append(msg)
         return self.takes_commands
+
+
+def monitor_routers(ctx: zmq.Context) -> list[tuple[zmq.Socket, str]]:
+    """Two ROUTER sockets bound on loopback, standing in for a queue's monitor before and after it moved: each
+    with its endpoint."""
+    pair = []
+    for _ in range(2):
+        s = ctx.socket(zmq.ROUTER)
+        s.setsockopt(zmq.LINGER, 0)
+        pair.append((s, f"tcp://127.0.0.1:{s.bind_to_random_port('tcp://127.0.0.1')}"))
+    return pair

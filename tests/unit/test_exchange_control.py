@@ -14,6 +14,7 @@ from exchange import CommandPipe, MonitorLink
 from roq import control, pipe
 from roq.runtime import DropCounter
 from roq.server import Dispatcher
+from tests.unit.standins import monitor_routers
 
 log = logging.getLogger("test")
 
@@ -78,16 +79,12 @@ def test_a_partial_frame_is_given_up_on_the_timer(command_pipe):
 @pytest.fixture
 def monitors():
     ctx = zmq.Context()
-    old, new = ctx.socket(zmq.ROUTER), ctx.socket(zmq.ROUTER)
-    ends = []
-    for s in (old, new):
-        s.setsockopt(zmq.LINGER, 0)
-        ends.append(f"tcp://127.0.0.1:{s.bind_to_random_port('tcp://127.0.0.1')}")
+    (old, old_end), (new, new_end) = monitor_routers(ctx)
     orders = Orders(control.Shutdown, control.KpiPeriod)
-    link = MonitorLink(ctx, ends[0], orders.dispatcher)
+    link = MonitorLink(ctx, old_end, orders.dispatcher)
     link.socket.setsockopt(zmq.LINGER, 0)
     link.connect()
-    yield link, (old, ends[0]), (new, ends[1]), orders
+    yield link, (old, old_end), (new, new_end), orders
     link.close()
     for s in (old, new):
         s.close()

@@ -13,6 +13,7 @@ import zmq
 from exchange import Exchange
 from roq import batch, control, pipe
 from roq.config import ExchangeConfig
+from tests.unit.standins import monitor_routers
 
 
 def next_of(sock: zmq.Socket, kind: type, timeout: float = 5.0):
@@ -29,19 +30,15 @@ def next_of(sock: zmq.Socket, kind: type, timeout: float = 5.0):
 @pytest.fixture
 def running():
     ctx = zmq.Context()
-    old, new = ctx.socket(zmq.ROUTER), ctx.socket(zmq.ROUTER)
-    ends = []
-    for s in (old, new):
-        s.setsockopt(zmq.LINGER, 0)
-        ends.append(f"tcp://127.0.0.1:{s.bind_to_random_port('tcp://127.0.0.1')}")
+    (old, old_end), (new, new_end) = monitor_routers(ctx)
     r, w = os.pipe()
-    config = ExchangeConfig(monitor=ends[0], exchange_id="xu", heartbeat_interval=0.05, kpi_period=0.1,
+    config = ExchangeConfig(monitor=old_end, exchange_id="xu", heartbeat_interval=0.05, kpi_period=0.1,
                             ack_interval=0.0, commands=True)
     x = Exchange(config, context=ctx, commands_fd=r)
     x.start()
     thread = threading.Thread(target=x.serve, daemon=True)
     thread.start()
-    yield x, thread, (old, ends[0]), (new, ends[1]), w
+    yield x, thread, (old, old_end), (new, new_end), w
     for monitor in (old, new):  # a test that failed midway: stop it the way its monitor would
         if thread.is_alive() and monitor.poll(500):
             monitor.send_multipart([monitor.recv_multipart()[0], control.encode(control.Shutdown("teardown"))])
