@@ -46,7 +46,8 @@ class QueueManager:
     # ------------------------------------------------------------------ queues
 
     def create(self, queue: str, host: str | None = None, *, exchanges: int = 1, timeout: float | None = None) -> dict[str, Any]:
-        """Create ``queue`` on ``host`` (None = the host with most headroom); idempotent.
+        """Create ``queue`` on ``host`` (None = spread over the hosts with most headroom: N exchanges on N hosts
+        when N hosts have room, the monitor beside the first); idempotent.
 
         With ``exchanges`` above 1 the queue's rules get ``min_exchanges`` = ``exchanges``, so the autoscaler
         keeps what was asked for (lower it with :meth:`set_rules` to let the queue shrink).

@@ -31,8 +31,8 @@ MAX_AT_ONCE = 64  # most exchanges one request may add
 
 
 def create(view: View, msg: m.CreateQueue | m.CreateQueueAnywhere, now: float) -> Outcome:
-    """Create ``msg.QName`` with its monitor and ``msg.Exchanges`` exchanges, on ``msg.Host`` (CreateQueue) or
-    the host with most headroom that has room for all of them (CreateQueueAnywhere).
+    """Create ``msg.QName`` with its monitor and ``msg.Exchanges`` exchanges, all on ``msg.Host`` (CreateQueue),
+    or spread over the hosts with most headroom, the monitor beside the first (CreateQueueAnywhere).
 
     Raises:
         BadRequestError: a bad name or count. NotFoundError: no host manager at ``Host``. UnavailableError:
@@ -57,11 +57,13 @@ def create(view: View, msg: m.CreateQueue | m.CreateQueueAnywhere, now: float) -
         why = placer.room(view.hosts[host], None, count)
         if why:
             raise UnavailableError(f"queue {name!r} not created: {host}: {why}")
+        hosts = [host] * count
     else:
-        host = placer.choose(count=count) or ""
-        if not host:
-            raise UnavailableError(f"no host can take a new queue of {count} exchange(s): {placer.explain(count=count)}")
-    placement = {f"x{i}": host for i in range(1, count + 1)}
+        spread = placer.spread(name, count)
+        if not spread:
+            raise UnavailableError(f"no room for a new queue of {count} exchange(s): exchange slots {placer.slots()}")
+        hosts, host = spread, spread[0]
+    placement = {f"x{i}": h for i, h in enumerate(hosts, 1)}
     doc = QueueDoc(state=RUNNING, host=host, placement=placement, next_exchange=count + 1, created=now)
     # asked for N exchanges, the operator keeps at least N: the autoscaler must not take back what was asked
     # for (the rule shows in GetRules and can be lowered); otherwise only what an operator sets is stored, so
@@ -77,11 +79,17 @@ def create(view: View, msg: m.CreateQueue | m.CreateQueueAnywhere, now: float) -
         Create(paths.exchanges(name)),
         Create(paths.events(name)),
         Create(paths.events(name, "gcm"), EventsDoc().encode()),
-        *(Create(paths.assignment(host, name, slot)) for slot in (MONITOR, *placement)
-          if not view.has_assignment(host, name, slot)),  # one left by a queue of that name is taken over
+        *(Create(paths.assignment(h, name, slot)) for h, slot in ((host, MONITOR), *((h, x) for x, h in placement.items()))
+          if not view.has_assignment(h, name, slot)),  # one left by a queue of that name is taken over
     ]
-    event = Event(name, "queue_created", f"created on {host} with {count} exchange(s)", {"host": host, "exchanges": count})
-    return Outcome(ops=tuple(ops), ensure=(paths.host_assignments(host),), events=(event,), wait=_ready(name, "created"))
+    fields: dict[str, str | int] = {"host": host, "exchanges": count}
+    where = host
+    if len(set(hosts)) > 1:
+        where = ", ".join(f"{x}@{h}" for x, h in placement.items())
+        fields["hosts"] = ",".join(sorted(set(hosts)))
+    event = Event(name, "queue_created", f"created on {where} with {count} exchange(s)", fields)
+    return Outcome(ops=tuple(ops), ensure=tuple(paths.host_assignments(h) for h in sorted({host, *hosts})),
+                   events=(event,), wait=_ready(name, "created"))
 
 
 def stop(view: View, msg: m.StopQueue, now: float) -> Outcome:

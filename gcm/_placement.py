@@ -2,17 +2,20 @@
 
 A host can take an exchange of queue ``q`` when it is registered, has a free slot (its ``max_exchanges``
 over every queue), holds fewer than ``q``'s ``max_exchanges_per_host``, and its CPU and memory are within
-``q``'s ``host_cpu_percent`` / ``host_memory_percent``. Among those the choice spreads the queue over hosts
-first, then takes the most free slots, the lowest CPU %, the lowest memory %, the lowest address. A new queue
-(an operator's explicit request, with no rules yet) only prefers hosts within the default limits: a
-cluster whose every host is busy still creates it, on the least busy host with a free slot. A
+``q``'s ``host_cpu_percent`` / ``host_memory_percent`` (a host's CPU % is of its own budget: the cores of its
+cgroup's quota or container, else of the machine). Among those the choice spreads the queue over hosts first,
+then takes the most headroom (the cores of its budget it does not use, in tenths of a core, so that equal
+hosts a few percent apart count as equal), the most free slots, the lowest memory %, the lowest address. A
+new queue (an operator's explicit request, with no rules yet) only prefers hosts within the default limits:
+a cluster whose every host is busy still creates it, on the least busy host with a free slot. A
 :class:`Placer` counts every placement it decided for the next choice, so several exchanges placed in one
-decision spread as if placed one after the other.
+decision spread as if placed one after the other: a queue created anywhere with N exchanges goes to N
+hosts when N hosts have room (:meth:`Placer.spread`), its monitor beside its first exchange.
 
 A placement an operator asks for on a named host (create on a host, create an exchange on a host) is not
 held to the CPU and memory limits, but it cannot exceed the host's ``max_exchanges`` (nor, for one more
 exchange of an existing queue, the queue's ``max_exchanges_per_host``): :meth:`Placer.room` says why not.
-A new queue of N exchanges placed on the host with most headroom needs room for all N there.
+A new queue created on a named host takes all its exchanges there and needs room for all N.
 """
 
 from __future__ import annotations
@@ -85,17 +88,49 @@ class Placer:
         """The best host for one more exchange of ``queue`` (None: for the ``count`` exchanges of a new
         queue), or None if none can."""
         skip = set(exclude)
-        best: tuple[bool, int, int, float, float, str] | None = None
+        best: tuple[bool, int, float, int, float, str] | None = None
         for host in self.view.hosts.values():
             if host.address in skip or self.refusal(host, queue, count):
                 continue
             mine = self.of_queue(queue.name, host.address) if queue is not None else 0
-            free = host.max_exchanges - self.assigned.get(host.address, 0)
             over = queue is None and bool(self.overloaded(host, DEFAULT_RULES))
-            key = (over, mine, -free, host.cpu_percent, host.memory_percent, host.address)
+            key = (over, mine, *self._capacity(host))
             if best is None or key < best:
                 best = key
         return best[-1] if best else None
+
+    def spread(self, name: str, count: int) -> list[str] | None:
+        """The hosts of the ``count`` exchanges of a new queue ``name``, spread over as many hosts as have a
+        free slot (each placement counted); None if the free slots of every host together are fewer."""
+        if sum(max(0, h.max_exchanges - self.assigned.get(a, 0)) for a, h in self.view.hosts.items()) < count:
+            return None
+        hosts = []
+        for _ in range(count):
+            best: tuple[bool, int, float, int, float, str] | None = None
+            for host in self.view.hosts.values():
+                if self.room(host, None):
+                    continue
+                over = bool(self.overloaded(host, DEFAULT_RULES))
+                key = (over, self.of_queue(name, host.address), *self._capacity(host))
+                if best is None or key < best:
+                    best = key
+            assert best is not None  # there were enough free slots
+            hosts.append(best[-1])
+            self.place(name, best[-1])
+        return hosts
+
+    def slots(self) -> str:
+        """Every host's exchange slots in use: ``"5 free in all (127.0.0.11: 3/8 placed; 127.0.0.12: 4/4 placed)"``."""
+        if not self.view.hosts:
+            return "no host manager is registered"
+        free = sum(max(0, h.max_exchanges - self.assigned.get(a, 0)) for a, h in self.view.hosts.items())
+        each = "; ".join(f"{a}: {self.assigned.get(a, 0)}/{h.max_exchanges} placed" for a, h in sorted(self.view.hosts.items()))
+        return f"{free} free in all ({each})"
+
+    def _capacity(self, host: HostView) -> tuple[float, int, float, str]:
+        """The rest of a host's rank: most headroom (tenths of a core), most free slots, least memory, address."""
+        free = host.max_exchanges - self.assigned.get(host.address, 0)
+        return (-round(host.headroom, 1), -free, host.memory_percent, host.address)
 
     def explain(self, queue: QueueView | None = None, *, exclude: Iterable[str] = (), count: int = 1) -> str:
         """Why no host can take an exchange: ``"127.0.0.11: full (4/4); 127.0.0.12: CPU 97% > 90%"``."""

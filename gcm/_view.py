@@ -131,6 +131,11 @@ class HostView:
     def memory_percent(self) -> float:
         return self.doc.kpis.memory_percent
 
+    @property
+    def headroom(self) -> float:
+        """The cores of its budget it does not use (its CPU budget less its use over the last few periods)."""
+        return max(0.0, self.doc.cpus * (100.0 - self.cpu_percent) / 100.0)
+
 
 @dataclasses.dataclass(frozen=True)
 class View:

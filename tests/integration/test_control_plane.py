@@ -110,6 +110,13 @@ def test_queue_lifecycle_on_three_hosts(make_embedded, kz):
     assert err.value.code == Result.NOT_FOUND
     assert qm.exists("audit")  # the other queue was left alone
 
+    # created anywhere, N exchanges go to N hosts (the monitor beside the first), whatever the CPU reads
+    wide = qm.create("wide", exchanges=3)
+    assert sorted(x["Host"] for x in wide["Exchanges"]) == cluster.addresses
+    assert wide["Host"] == next(x["Host"] for x in wide["Exchanges"] if x["Id"] == "x1")
+    with cluster.connect("wide") as conn:
+        assert traffic(conn, 1000) == 1000
+
 
 def test_host_manager_killed_vanishes_and_leaves_no_orphans(make_embedded, kz):
     cluster = make_embedded(hosts=3, session_timeout=4.0)

@@ -108,12 +108,17 @@ def test_an_explicit_host_cannot_take_more_than_its_maximum():
         create(_view([], [_host("h", 0)]), m.CreateQueue(QName="q", Host="h"), NOW)
 
 
-def test_a_queue_created_anywhere_goes_where_all_its_exchanges_fit():
+def test_a_queue_created_anywhere_is_spread_over_hosts_its_monitor_beside_the_first_exchange():
     view = _view([_queue("other", {"x1": "a", "x2": "a", "x3": "a"})], [_host("a", 8), _host("b", 4)])
     out = create(view, m.CreateQueueAnywhere(QName="q", Exchanges=4), NOW)
-    assert Create("/roq/assignments/a/q@x4") in out.ops  # b has 4 free slots but a has 5
-    with pytest.raises(UnavailableError, match="no host can take a new queue of 6 exchange"):
-        create(view, m.CreateQueueAnywhere(QName="q", Exchanges=6), NOW)
+    assigned = {op.path for op in out.ops if op.path.startswith("/roq/assignments/")}
+    assert assigned == {"/roq/assignments/a/q@monitor", "/roq/assignments/a/q@x1", "/roq/assignments/b/q@x2",
+                        "/roq/assignments/a/q@x3", "/roq/assignments/b/q@x4"}
+    assert set(out.ensure) == {"/roq/assignments/a", "/roq/assignments/b"}
+    assert out.events[0].text == "created on x1@a, x2@b, x3@a, x4@b with 4 exchange(s)"
+    with pytest.raises(UnavailableError, match=r"no room for a new queue of 10 exchange\(s\): exchange slots 9 free "
+                                               r"in all \(a: 3/8 placed; b: 0/4 placed\)"):
+        create(view, m.CreateQueueAnywhere(QName="q", Exchanges=10), NOW)
 
 
 @pytest.mark.parametrize("name", ["", "../etc", "a b", "x" * 65, "x" * 2_000_000])

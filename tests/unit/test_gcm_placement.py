@@ -8,9 +8,9 @@ from roq.documents import HostDoc, HostKpis, QueueDoc
 from roq.rules import DEFAULT_RULES
 
 
-def _host(address: str, max_exchanges: int = 4, cpu: float = 10.0, memory: float = 10.0) -> HostView:
+def _host(address: str, max_exchanges: int = 4, cpu: float = 10.0, memory: float = 10.0, cpus: float = 1.0) -> HostView:
     kpis = HostKpis(cpu_percent=cpu, memory_percent=memory)
-    return HostView(address, HostDoc(address=address, max_exchanges=max_exchanges, kpis=kpis))
+    return HostView(address, HostDoc(address=address, max_exchanges=max_exchanges, kpis=kpis, cpus=cpus))
 
 
 def _queue(name: str, placement: dict[str, str], *, host: str = "", state: str = "running", **rules) -> QueueView:
@@ -33,17 +33,29 @@ def test_a_queue_is_spread_before_free_slots_count():
     assert choose_host(view) == "a"  # a new queue: most free slots
 
 
-def test_most_free_slots_then_cpu_then_memory_then_address():
+def test_most_headroom_then_free_slots_then_memory_then_address():
     q = _queue("q", {})
     assert choose_host(_view([q], [_host("a", 3), _host("b", 4)]), q) == "b"
     assert choose_host(_view([q], [_host("a", cpu=30.0), _host("b", cpu=20.0)]), q) == "b"
     assert choose_host(_view([q], [_host("a", memory=30.0), _host("b", memory=20.0)]), q) == "b"
     assert choose_host(_view([q], [_host("b"), _host("a")]), q) == "a"
+    # a few percent apart is equal headroom (tenths of a core): the free slots decide
+    assert choose_host(_view([q], [_host("a", 4, cpu=20.0), _host("b", 3, cpu=17.0)]), q) == "a"
 
 
-def test_a_new_queue_goes_to_the_most_free_slots_then_lower_cpu_then_lower_address():
+def test_headroom_is_counted_in_cores_of_each_hosts_own_budget():
+    q = _queue("q", {})
+    small, big = _host("a", cpus=0.25, cpu=10.0), _host("b", cpus=1.0, cpu=50.0)
+    assert (small.headroom, big.headroom) == (0.225, 0.5)
+    assert choose_host(_view([q], [small, big]), q) == "b"  # busier, but it has more cores left
+    assert choose_host(_view([], [small, big])) == "b"
+    assert choose_host(_view([q], [small, _host("b", cpus=1.0, cpu=85.0)]), q) == "a"
+
+
+def test_a_new_queue_goes_to_the_most_headroom_then_most_free_slots_then_lower_address():
     full = _queue("q", {"x1": "a", "x2": "a", "x3": "a"})
-    assert choose_host(_view([full], [_host("a", 4, cpu=1.0), _host("b", 2, cpu=90.0)])) == "b"
+    assert choose_host(_view([full], [_host("a", 4, cpu=1.0), _host("b", 2, cpu=80.0)])) == "a"
+    assert choose_host(_view([full], [_host("a", 4, cpu=10.0), _host("b", 2, cpu=10.0)])) == "b"
     assert choose_host(_view([], [_host("a", cpu=50.0), _host("b", cpu=10.0)])) == "b"
     assert choose_host(_view([], [_host("c"), _host("a"), _host("b")])) == "a"
 
@@ -140,13 +152,23 @@ def test_room_for_one_more_of_a_queue_counts_its_per_host_maximum_but_not_cpu_or
     assert placer.refusal(view.hosts["b"], q) == "CPU 99% > 10%"  # an automatic one does not
 
 
-def test_a_new_queue_of_several_exchanges_needs_room_for_all_of_them_on_one_host():
+def test_a_new_queue_of_several_exchanges_is_spread_over_the_hosts_with_room():
+    hosts = [_host("a", 4), _host("b", 4), _host("c", 4, cpus=2.0)]
+    assert Placer(_view([], hosts)).spread("q", 3) == ["c", "a", "b"]  # the most headroom first
+    assert Placer(_view([], hosts)).spread("q", 5) == ["c", "a", "b", "c", "a"]
     view = _view([_queue("other", {"x1": "a", "x2": "a", "x3": "b"})], [_host("a", 4), _host("b", 4)])
     placer = Placer(view)
-    assert placer.choose(count=3) == "b"
-    assert placer.choose(count=4) is None
-    assert placer.explain(count=4) == ("a: has room for 2 of the 4 exchanges asked (2/4 placed); "
-                                       "b: has room for 3 of the 4 exchanges asked (1/4 placed)")
+    assert placer.spread("q", 4) == ["b", "a", "b", "a"]  # the most free slots first
+    assert placer.spread("q", 1) == ["b"]  # counted: b has the one free slot left
+    assert placer.spread("q", 1) is None
+    assert Placer(view).spread("q", 6) is None
+    assert Placer(view).slots() == "5 free in all (a: 2/4 placed; b: 1/4 placed)"
+
+
+def test_a_new_queue_goes_to_hosts_within_the_default_limits_before_it_is_spread_further():
+    hosts = [_host("a", cpu=99.0), _host("b", cpu=10.0, cpus=0.5), _host("c", cpu=10.0, cpus=0.5)]
+    assert Placer(_view([], hosts)).spread("q", 3) == ["b", "c", "b"]
+    assert Placer(_view([], hosts[:1])).spread("q", 2) == ["a", "a"]  # a busy cluster still takes it
 
 
 # =========================================================================== host loss
