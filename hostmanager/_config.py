@@ -15,7 +15,7 @@ from typing import Any
 
 from roq.config import ExchangeConfig, MonitorConfig
 from roq.errors import ConfigError
-from roq.settings import parse_assignments
+from roq.settings import parse_assignments, parse_rate
 from roq.zk import Paths, check_hosts
 
 __all__ = ["HostManagerConfig", "ChildSettings", "MODULES"]
@@ -39,6 +39,10 @@ class HostManagerConfig:
         port: the host manager's control port (Ping, Status); 0 = any free port.
         root: ZooKeeper root of the cluster.
         max_exchanges: how many exchanges this host accepts (capacity published in ZooKeeper).
+        cpus: the host's CPU budget in cores, which its CPU % is of (0 = the quota of the host manager's cgroup,
+            as in a container run with --cpus or on an emulated host; else the machine's cores).
+        link_rate: the rate of the host's link, as tc writes it (100mbit, 1gbit; "" = unknown): its network
+            use is reported against it.
         kpi_period: seconds between host KPI updates in ZooKeeper.
         session_timeout: ZooKeeper session timeout: this host vanishes this long after a crash.
         port_low, port_high: the port range for children (both 0 = any free port).
@@ -56,6 +60,8 @@ class HostManagerConfig:
     port: int = 0
     root: str = "/roq"
     max_exchanges: int = 4
+    cpus: float = 0.0
+    link_rate: str = ""
     kpi_period: float = 1.0
     session_timeout: float = 6.0
     port_low: int = 0
@@ -70,6 +76,10 @@ class HostManagerConfig:
         Paths(self.root)
         if self.max_exchanges < 0:
             raise ConfigError(f"max_exchanges must be 0 or more, got {self.max_exchanges}")
+        if not 0 <= self.cpus <= 4096:
+            raise ConfigError(f"cpus must be between 0 (its cgroup's quota or the machine's) and 4096, got {self.cpus}")
+        if self.link_rate:
+            parse_rate(self.link_rate)
         if self.kpi_period <= 0 or self.session_timeout <= 0:
             raise ConfigError("kpi_period and session_timeout must be positive")
 

@@ -1,6 +1,7 @@
 """This host in the cluster: its KPIs, and the ephemeral znodes its host manager keeps in ZooKeeper.
 
-* :class:`HostSampler` measures the host (psutil: CPU over the last few periods, memory, network), makes
+* :class:`HostSampler` measures the host (its CPU against its own budget over the last few periods, see
+  :mod:`hostmanager._cpu`; memory and network with psutil), makes
   the :class:`~roq.documents.HostDoc` the GCM places by, and appends a
   :class:`~roq.kpi.records.HostRecord` to the KPI archive if there is one.
 * :class:`Registration` writes the nodes of the host manager's session: ``hosts/<address>`` (capacity and
@@ -18,6 +19,7 @@ import time
 
 import psutil
 
+from hostmanager._cpu import CpuMeter
 from roq.documents import Assignment, Document, HostDoc, HostKpis
 from roq.errors import NodeExistsError, NodeMissingError, VersionConflictError, ZooKeeperError
 from roq.kpi.archive import ArchiveWriter
@@ -38,42 +40,57 @@ class HostSampler:
         address: the host's address.
         max_exchanges: the capacity published.
         archive: where host KPIs are archived (None = nowhere); closed by :meth:`close`.
+        cpus: the host's CPU budget in cores (0 = its cgroup's quota, else the machine's cores).
+        link: the rate of the host's link in bytes/s (0 = unknown); with one, the network counted is that of
+            its interfaces but loopback, and ``net_percent`` is the busier direction's share of the rate.
     """
 
-    def __init__(self, address: str, max_exchanges: int, archive: ArchiveWriter | None = None) -> None:
+    def __init__(self, address: str, max_exchanges: int, archive: ArchiveWriter | None = None, cpus: float = 0.0,
+                 link: float = 0.0) -> None:
         self.address = address
         self.max_exchanges = max_exchanges
         self.archive = archive
+        self.cpu = CpuMeter(cpus)
+        self.link = link
         self.endpoint = ""  # the host manager's control endpoint, once bound
         self.started = time.time()
-        self._net_last: tuple[float, int] | None = None
+        self._net_last: tuple[float, int, int] | None = None  # when, bytes sent, bytes received
         # placement acts on the CPU of the last few reports, not on one busy second (a process starting)
         self._cpu: collections.deque[float] = collections.deque(maxlen=CPU_WINDOW)
-        psutil.cpu_percent(None)  # the first reading counts from here
 
     def kpis(self) -> HostKpis:
         """This period's KPIs (and its archive record)."""
         now = time.monotonic()
-        net = psutil.net_io_counters()
-        total = net.bytes_sent + net.bytes_recv
-        rate = 0.0
+        sent, received = self._net_counters()
+        out = into = 0.0
         if self._net_last is not None and now > self._net_last[0]:
-            rate = max(0.0, (total - self._net_last[1]) / (now - self._net_last[0]))
-        self._net_last = (now, total)
-        self._cpu.append(psutil.cpu_percent(None))
+            then, sent0, received0 = self._net_last
+            out, into = max(0.0, (sent - sent0) / (now - then)), max(0.0, (received - received0) / (now - then))
+        self._net_last = (now, sent, received)
+        self._cpu.append(round(self.cpu.percent(), 1))
         kpis = HostKpis(cpu_percent=round(sum(self._cpu) / len(self._cpu), 1),
-                        memory_percent=psutil.virtual_memory().percent, net_bytes_per_s=round(rate, 1))
+                        memory_percent=psutil.virtual_memory().percent, net_bytes_per_s=round(out + into, 1),
+                        net_percent=round(100.0 * max(out, into) / self.link, 1) if self.link else 0.0)
         if self.archive is not None:
             self.archive.append(HostRecord(host=self.address, cpu_percent_now=self._cpu[-1],
                                            cpu_percent=kpis.cpu_percent, memory_percent=kpis.memory_percent,
-                                           net_bytes_per_s=kpis.net_bytes_per_s))
+                                           net_bytes_per_s=kpis.net_bytes_per_s, cpus=self.cpu.cores,
+                                           link_bytes_per_s=self.link))
             self.archive.tick()
         return kpis
+
+    def _net_counters(self) -> tuple[int, int]:
+        """Bytes sent and received so far: on every interface, or (with a link) on all but loopback."""
+        if not self.link:
+            net = psutil.net_io_counters()
+            return net.bytes_sent, net.bytes_recv
+        nics = [c for name, c in psutil.net_io_counters(pernic=True).items() if name != "lo"]
+        return sum(c.bytes_sent for c in nics), sum(c.bytes_recv for c in nics)
 
     def doc(self, *, exchanges: int, monitors: int) -> HostDoc:
         """The host's node: where its host manager answers, its capacity, this period's KPIs."""
         return HostDoc(address=self.address, endpoint=self.endpoint, pid=os.getpid(),
-                       max_exchanges=self.max_exchanges, cpus=psutil.cpu_count() or 1,
+                       max_exchanges=self.max_exchanges, cpus=self.cpu.cores, link_bytes_per_s=self.link,
                        memory_bytes=psutil.virtual_memory().total, started=self.started, kpis=self.kpis(),
                        exchanges=exchanges, monitors=monitors)
 

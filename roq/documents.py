@@ -109,9 +109,13 @@ class GcmDoc(Document):
 
 @dataclasses.dataclass(frozen=True)
 class HostKpis(Document):
-    cpu_percent: float = 0.0  # mean of the last few KPI periods
+    """A host's load: CPU against its own budget (``HostDoc.cpus``), memory, network bytes/s (and against its
+    link's rate, when the host knows it)."""
+
+    cpu_percent: float = 0.0  # mean of the last few KPI periods, of the host's budget (100 = all of it)
     memory_percent: float = 0.0
     net_bytes_per_s: float = 0.0
+    net_percent: float = 0.0  # of ``HostDoc.link_bytes_per_s`` (0 when the link's rate is unknown)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +126,9 @@ class HostDoc(Document):
     endpoint: str = ""
     pid: int = 0
     max_exchanges: int = 0
-    cpus: int = 1
+    cpus: float = 1.0  # the CPU budget: cores (a cgroup's quota, a container's --cpus, or the machine's cores)
     memory_bytes: int = 0
+    link_bytes_per_s: float = 0.0  # the rate of the host's link (0 = unknown: not limited)
     started: float = 0.0
     kpis: HostKpis = HostKpis()
     exchanges: int = 0  # exchanges it runs now

@@ -116,7 +116,7 @@ class GetRules(Message):
 
 @message(2010)
 class CreateQueueAnywhere(Message):
-    """Create ``QName`` on the host with most headroom."""
+    """Create ``QName`` with ``Exchanges`` exchanges spread over the hosts with most headroom."""
 
     QName: str
     Exchanges: int = 1
@@ -263,9 +263,12 @@ class HostSummary(_Summary):
     AssignedExchanges: int = 0  # exchanges placed on it by the GCM, of every queue not being removed
     Exchanges: int = 0  # exchanges its host manager runs now
     Monitors: int = 0
+    Cpus: float = 0.0  # its CPU budget in cores, which CpuPercent is of
     CpuPercent: float = 0.0
     MemoryPercent: float = 0.0
     NetBytesPerS: float = 0.0
+    LinkBytesPerS: float = 0.0  # the rate of its link, which NetPercent is of (0 = unknown)
+    NetPercent: float = 0.0
 
     @classmethod
     def of(cls, address: str, host: HostDoc, assigned: int) -> HostSummary:
@@ -277,9 +280,12 @@ class HostSummary(_Summary):
             AssignedExchanges=assigned,
             Exchanges=host.exchanges,
             Monitors=host.monitors,
+            Cpus=host.cpus,
             CpuPercent=host.kpis.cpu_percent,
             MemoryPercent=host.kpis.memory_percent,
             NetBytesPerS=host.kpis.net_bytes_per_s,
+            LinkBytesPerS=host.link_bytes_per_s,
+            NetPercent=host.kpis.net_percent,
         )
 
 

@@ -23,10 +23,30 @@ from typing import Any, TypeVar
 
 from roq.errors import ConfigError
 
-__all__ = ["read_toml", "read_text", "parse_toml", "build", "from_args", "check_table", "missing_keys",
+__all__ = ["parse_rate", "read_toml", "read_text", "parse_toml", "build", "from_args", "check_table", "missing_keys",
            "parser_for", "add_options", "to_args", "field_docs", "flag_of", "parse_assignments"]
 
 T = TypeVar("T")
+
+
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)?$", re.IGNORECASE)
+_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "bps": 1, "kbps": 1e3, "mbps": 1e6,
+          "gbps": 1e9}
+
+
+def parse_rate(text: str) -> float:
+    """Bytes/s of a rate as ``tc`` writes it: ``100mbit`` (bits/s), ``12mbps`` (bytes/s), a plain number of bits/s.
+
+    Raises:
+        ConfigError: not a rate, or not above 8 kbit/s.
+    """
+    match = _RATE.match(text.strip())
+    if not match:
+        raise ConfigError(f"bandwidth {text!r} is not a rate such as 100mbit, 1gbit or 12mbps")
+    rate = float(match.group(1)) * _UNITS[(match.group(2) or "bit").lower()]
+    if rate < 1000:
+        raise ConfigError(f"bandwidth {text!r} is below 8kbit")
+    return rate
 
 
 def read_toml(path: str) -> dict[str, Any]:
@@ -66,6 +86,9 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
 def _check(value: Any, hint: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
     if origin is tuple:
+        item = typing.get_args(hint)[0]
+        if item is float and isinstance(value, (list, tuple)):
+            return tuple(_check(v, float, f"{where} values") for v in value)
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} must be a list of strings, got {value!r}")
         return tuple(value)

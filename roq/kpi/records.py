@@ -81,6 +81,8 @@ class HostRecord(Record):
     cpu_percent: float  # the mean the host reports for placement
     memory_percent: float
     net_bytes_per_s: float
+    cpus: float = 0.0  # the CPU budget (cores) the percentages are of; 0 = unknown (older archives)
+    link_bytes_per_s: float = 0.0  # the rate of the host's link; 0 = unknown or not limited
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,8 @@ def test_the_topology_is_sent_once_until_it_changes_or_the_period_forces_it():
     queues, hosts = parse_broadcast(pub.sent[-1])
     assert [(q["Name"], q["State"]) for q in queues] == [("q", "running")]
     assert hosts == [{"Address": "h", "Endpoint": "", "MaxExchanges": 8, "AssignedExchanges": 0, "Exchanges": 0,
-                      "Monitors": 0, "CpuPercent": 70.0, "MemoryPercent": 0.0, "NetBytesPerS": 0.0}]
+                      "Monitors": 0, "Cpus": 1.0, "CpuPercent": 70.0, "MemoryPercent": 0.0, "NetBytesPerS": 0.0,
+                     "LinkBytesPerS": 0.0, "NetPercent": 0.0}]
     assert len(pub.sent) == broadcaster.sent == 4
 
 

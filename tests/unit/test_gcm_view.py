@@ -118,7 +118,7 @@ def test_summaries_are_sorted_and_shaped():
     assert [h["Address"] for h in hosts] == ["a:1", "b:1"]
     assert all(
         set(h) == {"Address", "Endpoint", "MaxExchanges", "AssignedExchanges", "Exchanges", "Monitors",
-                   "CpuPercent", "MemoryPercent", "NetBytesPerS"}
+                   "Cpus", "CpuPercent", "MemoryPercent", "NetBytesPerS", "LinkBytesPerS", "NetPercent"}
         for h in hosts
     )
     a, b = hosts

@@ -119,12 +119,13 @@ def test_a_queue_summary_is_made_from_its_documents_with_the_live_exchanges_by_s
 def test_a_host_summary_is_made_from_its_document_and_the_exchanges_placed_on_it():
     from roq.documents import HostDoc, HostKpis
 
-    doc = HostDoc(address="ignored", endpoint="tcp://h:1", max_exchanges=4, exchanges=2, monitors=1,
-                  kpis=HostKpis(cpu_percent=12.5, memory_percent=40.0, net_bytes_per_s=1e6))
+    doc = HostDoc(address="ignored", endpoint="tcp://h:1", max_exchanges=4, exchanges=2, monitors=1, cpus=0.5,
+                  link_bytes_per_s=12.5e6,
+                  kpis=HostKpis(cpu_percent=12.5, memory_percent=40.0, net_bytes_per_s=1e6, net_percent=4.0))
     summary = management.HostSummary.of("h", doc, 3)
     assert summary.document() == {"Address": "h", "Endpoint": "tcp://h:1", "MaxExchanges": 4, "AssignedExchanges": 3,
-                                  "Exchanges": 2, "Monitors": 1, "CpuPercent": 12.5, "MemoryPercent": 40.0,
-                                  "NetBytesPerS": 1e6}
+                                  "Exchanges": 2, "Monitors": 1, "Cpus": 0.5, "CpuPercent": 12.5, "MemoryPercent": 40.0,
+                                  "NetBytesPerS": 1e6, "LinkBytesPerS": 12.5e6, "NetPercent": 4.0}
     assert management.HostSummary.read(summary.document()) == summary
 
 

@@ -1,0 +1,69 @@
+"""The host's CPU budget and its use of it.
+
+The budget is what the host can give its processes, in cores: the ``cpus`` setting if given, else the quota of
+the host manager's cgroup (a container run with ``--cpus``, an emulated host of the local cluster), else the
+machine's cores. The use is measured where it is counted best: the cgroup's own CPU time when the host
+manager runs under a quota (nothing outside the group adds to it, however busy the machine), the CPU time of
+its process tree when only the setting gives a budget, the machine's CPU otherwise (a host of its own).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from roq.cgroups import CpuGroup
+
+__all__ = ["CpuMeter"]
+
+
+class CpuMeter:
+    """Reads the host's CPU use as a percentage of its budget, since the previous reading.
+
+    Args:
+        cpus: the budget in cores (0 = the cgroup's quota, else the machine's cores).
+    """
+
+    def __init__(self, cpus: float = 0.0) -> None:
+        group = CpuGroup.of()
+        quota = group.cores if group is not None else None
+        self.cores = cpus if cpus > 0 else quota if quota else float(psutil.cpu_count() or 1)
+        self._group = group if quota and group is not None and group.usage_ns() is not None else None
+        if self._group is not None:
+            self.source = f"cgroup {self._group.where} (quota {quota:g} cores)"
+        elif cpus > 0:
+            self.source = "the host manager's processes"
+        else:
+            self.source = "the machine"
+        self._last = (time.monotonic(), self._used())
+        psutil.cpu_percent(None)  # the machine's reading counts from here
+
+    def percent(self) -> float:
+        """The CPU used since the last call, in % of the budget (may exceed 100 briefly: a quota is enforced
+        per period of the kernel's, and a process tree is read at two instants)."""
+        if self._group is None and self.source == "the machine":
+            return psutil.cpu_percent(None)
+        now, used = time.monotonic(), self._used()
+        then, before = self._last
+        self._last = (now, used)
+        if now <= then:
+            return 0.0
+        return max(0.0, 100.0 * (used - before) / (now - then) / self.cores)
+
+    def _used(self) -> float:
+        """CPU seconds used so far by the group or the process tree."""
+        if self._group is not None:
+            return (self._group.usage_ns() or 0) / 1e9
+        if self.source == "the machine":
+            return 0.0
+        total = 0.0
+        me = psutil.Process(os.getpid())
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue  # gone since listed: its time is now its parent's children_*
+            total += t.user + t.system + t.children_user + t.children_system
+        return total
