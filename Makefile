@@ -46,6 +46,10 @@ $(STAMP): pyproject.toml
 		echo "== installing Debian packages: zookeeper (with a Java runtime)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null; \
 	fi
+	@if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then \
+		echo "== installing Debian packages: iproute2 (network namespaces, veth and tc for emulated hosts)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; \
+	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,sim,kpi,deploy]'

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import IO, Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
 from roq import pipe
 from roq.control import Message
@@ -214,6 +214,7 @@ def spawn(
     stderr: IO[Any] | int | None = None,
     env: dict[str, str] | None = None,
     commands: bool = False,
+    enter: Callable[[], None] | None = None,
 ) -> Child:
     """Start ``python -m module args...`` as a child that dies with this process.
 
@@ -224,14 +225,22 @@ def spawn(
         stderr: where its log goes (default: this process's stderr).
         env: environment of the child (default: this process's).
         commands: give the child a pipe on its standard input for :meth:`Child.send` (default: none).
+        enter: called in the child before it runs (e.g. to join a cgroup or a network namespace); what it
+            raises makes the start fail.
     """
     parent = os.getpid()
+
+    def prepare() -> None:
+        die_with_parent(parent)
+        if enter is not None:
+            enter()
+
     popen = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         stdout=subprocess.PIPE,
         stderr=stderr,
         stdin=subprocess.PIPE if commands else subprocess.DEVNULL,
         env=env,
-        preexec_fn=lambda: die_with_parent(parent),
+        preexec_fn=prepare,
     )
     return Child(name, popen)

@@ -32,12 +32,15 @@ class ClusterSettings:
     broadcast_port: int = 5005
     log_dir: str = ""
     kpi_archive: str = ""  # "" = LOG_DIR/kpi-archive
+    host_cpus: str = ""  # each host's CPU budget in cores: one for all (0.5) or one per host (0.5,1,2); "" = none
+    host_bandwidth: str = ""  # each host's link rate (100mbit), one for all or one per host; "" = loopback hosts
 
 
 def cluster_up(s: ClusterSettings) -> int:
     import tempfile
 
     from roqcli.embedded import EmbeddedCluster
+    from roqcli.emulation import parse_budgets
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -45,12 +48,13 @@ def cluster_up(s: ClusterSettings) -> int:
     # Ctrl-C and SIGTERM both stop everything (SIGINT may arrive ignored when started in the background)
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
+    budgets = parse_budgets(s.hosts, s.host_cpus, s.host_bandwidth) if s.host_cpus or s.host_bandwidth else None
     log_dir = s.log_dir or tempfile.mkdtemp(prefix="roq-cluster-")
     archive = os.path.abspath(s.kpi_archive or os.path.join(log_dir, "kpi-archive"))
     cluster = EmbeddedCluster(
         hosts=s.hosts, first_host=s.first_host, zk=s.zk or None, zk_port=s.zk_port, gcms=s.gcms, root=s.root,
         session_timeout=s.session_timeout, max_exchanges=s.max_exchanges, log_dir=log_dir,
-        gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port), kpi_archive=archive,
+        gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port), kpi_archive=archive, budgets=budgets,
     )  # fmt: skip
     print(f"starting: {s.hosts} host(s) from {s.first_host}, {s.gcms} GCM(s); logs in {log_dir}; "
           f"KPI archive {archive}", flush=True)
@@ -62,8 +66,9 @@ def cluster_up(s: ClusterSettings) -> int:
             info = child.info
             print(f"gcm         {gid} pid {child.pid}: look-up {info['lookup']}, management {info['management']}, "
                   f"broadcast {info['broadcast']}{' (leader)' if gid == leader['id'] else ''}")
-        for address, child in cluster.hostmanagers.items():
-            print(f"hostmanager {address} pid {child.pid}")
+        hosts = cluster.emulation.describe() if cluster.emulation is not None else cluster.addresses
+        for line, child in zip(hosts, cluster.hostmanagers.values()):
+            print(f"hostmanager {line} pid {child.pid}")
         print(f"ready. try: roq queue create demo --zk {cluster.zk}    (Ctrl-C stops everything)",
               flush=True)
         _status_loop(cluster)

@@ -3,6 +3,11 @@
 Used by ``roq cluster up``, ``make demo`` (through the scenario runner), the benchmark and the tests. Each "host" is a loopback alias
 (127.0.0.11, 127.0.0.12, ...) with its own host manager; queues are then created through the management
 API. Every process it starts it stops, by pid; all of them also die with it (``PR_SET_PDEATHSIG``).
+
+Given budgets, the hosts are emulated (:mod:`roqcli.emulation`): each host manager and its children run in
+a cgroup with the host's CPU quota and, with a bandwidth, in a network namespace of its own behind a rate
+limited link (the hosts then have addresses in 198.18.0.0/15, and ZooKeeper and the GCMs bind the
+bridge's).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import client
 from roq.errors import BrokerTimeoutError, ConfigError
 from roq.process import Child, spawn
 from roq.zk import DEFAULT_ROOT
+from roqcli.emulation import Emulation, HostBudget, sweep
 from roqcli.zkserver import ZooKeeperServer
 
 log = logging.getLogger(__name__)
@@ -67,6 +73,8 @@ class EmbeddedCluster:
             setting of every exchange it starts).
         gcm_args: extra flags of every GCM.
         kpi_archive: KPI archive directory of the host managers and their monitors (None = no archive).
+        budgets: each host's CPU and network budget (one for all, or one per host; None = plain loopback
+            hosts sharing the machine).
     """
 
     def __init__(
@@ -85,8 +93,14 @@ class EmbeddedCluster:
         hostmanager_args: Sequence[str] = (),
         gcm_args: Sequence[str] = (),
         kpi_archive: str | None = None,
+        budgets: Sequence[HostBudget] | None = None,
     ) -> None:
         self.addresses = host_addresses(hosts, first_host)
+        if budgets is not None and len(budgets) not in (1, hosts):
+            raise ConfigError(f"{len(budgets)} host budgets for {hosts} hosts (give one, or one per host)")
+        each = list(budgets or []) * (hosts if budgets is not None and len(budgets) == 1 else 1)
+        self.emulation = Emulation(dict(zip(self.addresses, each))) if any(b.cpus or b.bandwidth for b in each) else None
+        self.bind = "127.0.0.1"  # where ZooKeeper and the GCMs listen
         self.zk = zk or ""
         self.zk_port = zk_port
         self.n_gcms = gcms
@@ -116,11 +130,19 @@ class EmbeddedCluster:
             BrokerTimeoutError: the cluster was not whole within ``timeout``.
         """
         try:
+            sweep()  # what a cluster killed before its stop left
+            if self.emulation is not None:
+                if self.emulation.networked and self.zk:
+                    raise ConfigError("hosts with links of their own need the cluster's own ZooKeeper (no zk given): "
+                                      "it must listen where their namespaces reach it")
+                self.emulation.start()
+                self.addresses = [self.emulation.addresses[a] for a in self.addresses]
+                self.bind = self.emulation.gateway or self.bind
             if not self.zk:
                 log_path = os.path.join(self.log_dir, "zookeeper.log") if self.log_dir else None
                 if self.log_dir:
                     os.makedirs(self.log_dir, exist_ok=True)
-                self.zookeeper = ZooKeeperServer(port=self.zk_port, log_path=log_path).start(timeout)
+                self.zookeeper = ZooKeeperServer(address=self.bind, port=self.zk_port, log_path=log_path).start(timeout)
                 self.zk = self.zookeeper.hosts
             for i in range(self.n_gcms):
                 self.add_gcm(ports=self.gcm_ports if i == 0 else (0, 0, 0), timeout=timeout)
@@ -156,6 +178,8 @@ class EmbeddedCluster:
         for f in self._logs:
             f.close()
         self._logs.clear()
+        if self.emulation is not None:
+            self.emulation.stop()
 
     def __enter__(self) -> EmbeddedCluster:
         return self.start()
@@ -172,7 +196,7 @@ class EmbeddedCluster:
         lookup, management, broadcast = ports
         self._gcm_ports[gid] = ports
         child = self._spawn(gid, "gcm", [
-            "--zk", self.zk, "--root", self.root, "--id", gid, "--address", "127.0.0.1",
+            "--zk", self.zk, "--root", self.root, "--id", gid, "--address", self.bind,
             "--lookup-port", str(lookup), "--management-port", str(management), "--broadcast-port", str(broadcast),
             "--session-timeout", str(self.session_timeout), *self.gcm_args,
         ])  # fmt: skip
@@ -189,7 +213,13 @@ class EmbeddedCluster:
         ]  # fmt: skip
         if self.log_dir:
             args += ["--log-dir", os.path.join(self.log_dir, address)]
-        child = self._spawn(f"hostmanager-{address}", "hostmanager", args)
+        enter = None
+        if self.emulation is not None:
+            named = self._named(address)
+            enter = self.emulation.enter(named)
+            if self.emulation.budgets[named].bandwidth:
+                args += ["--link-rate", self.emulation.budgets[named].bandwidth]
+        child = spawn_logged(f"hostmanager-{address}", "hostmanager", args, self.log_dir, self._logs, enter)
         self.hostmanagers[address] = child
         if wait:
             child.wait_ready()
@@ -274,16 +304,27 @@ class EmbeddedCluster:
         """:func:`wait_for`."""
         return wait_for(condition, timeout, what, interval)
 
+    def address_of(self, host: str) -> str:
+        """The address of the host named ``host`` (its loopback address; an emulated host with a link of its
+        own has another, in 198.18.0.0/15)."""
+        return self.emulation.addresses.get(host, host) if self.emulation is not None else host
+
+    def _named(self, address: str) -> str:
+        """The name an emulated host was given (its loopback address) from its address."""
+        assert self.emulation is not None
+        return next((h for h, a in self.emulation.addresses.items() if a == address), address)
+
     def _spawn(self, name: str, module: str, args: list[str]) -> Child:
         return spawn_logged(name, module, args, self.log_dir, self._logs)
 
 
-def spawn_logged(name: str, module: str, args: list[str], log_dir: str | None, files: list[IO[Any]]) -> Child:
+def spawn_logged(name: str, module: str, args: list[str], log_dir: str | None, files: list[IO[Any]],
+                 enter: Callable[[], None] | None = None) -> Child:
     """Start ``python -m module args`` logging to ``log_dir/<name>.log`` (None: this process's stderr);
-    the opened file is appended to ``files`` for the caller to close."""
+    the opened file is appended to ``files`` for the caller to close. ``enter``: see :func:`roq.process.spawn`."""
     stderr: IO[Any] | None = None
     if log_dir is not None:
         os.makedirs(log_dir, exist_ok=True)
         stderr = open(os.path.join(log_dir, name.replace(" ", "-") + ".log"), "ab")
         files.append(stderr)
-    return spawn(name, module, args, stderr=stderr)
+    return spawn(name, module, args, stderr=stderr, enter=enter)

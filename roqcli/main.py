@@ -69,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--log-dir", help="directory for every process's log (default: a temporary directory)")
     up.add_argument("--kpi-archive", help="directory of the KPI archive the host managers and monitors append to, "
                     "read by 'roq kpi' (default LOG_DIR/kpi-archive)")
+    up.add_argument("--host-cpus", help="emulated hosts: each host's CPU budget in cores, a cgroup quota on its "
+                    "host manager and everything it runs: one value for all (0.5) or one per host (0.25,0.5,1); "
+                    "needs root")
+    up.add_argument("--host-bandwidth", help="emulated hosts: each host in a network namespace of its own with a "
+                    "link of this rate (tc tbf both ways; 100mbit, 1gbit), one for all or one per host; the hosts "
+                    "then have addresses in 198.18.0.0/15; needs root")
 
     queue = sub.add_parser("queue", help="manage queues")
     qsub = queue.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -49,6 +49,7 @@ class GivenCluster:
     removes only the queues it created."""
 
     zookeeper = None
+    emulation = None
 
     def __init__(self, zk: str, root: str = DEFAULT_ROOT) -> None:
         self.zk, self.root = zk, root
@@ -63,6 +64,9 @@ class GivenCluster:
 
     def connect(self, queue: str) -> client.Connection:
         return client.connect(zk=self.zk, queue=queue, root=self.root)
+
+    def address_of(self, host: str) -> str:
+        return host
 
     def stop(self) -> None:
         self.manager.close()
@@ -136,7 +140,8 @@ class Runner:
             cluster = self.cluster = GivenCluster(self.zk, self.root)
         else:
             cluster = self.cluster = EmbeddedCluster(hosts=s.info.hosts, gcms=s.info.gcms, log_dir=logs,
-                                                     hostmanager_args=[f"--exchange-option=backend_hwm={hwm}"] if hwm else [])
+                                                     hostmanager_args=[f"--exchange-option=backend_hwm={hwm}"] if hwm else [],
+                                                     budgets=s.budgets or None)
         loads = Loads(logs)
         pending = [_Pending(g, i, group.queue, join, leave)
                    for g, group in enumerate(s.publishers)
@@ -150,11 +155,12 @@ class Runner:
                 self.progress(f"using the cluster at {cluster.zk} (root {cluster.root}): hosts {', '.join(cluster.addresses)} "
                               f"(its hosts, GCMs and exchange settings, not the scenario's)")
             else:
-                self.progress(f"cluster up: ZooKeeper {cluster.zk}, {s.info.gcms} GCM(s), hosts {', '.join(cluster.addresses)}")
+                hosts = cluster.emulation.describe() if cluster.emulation is not None else cluster.addresses
+                self.progress(f"cluster up: ZooKeeper {cluster.zk}, {s.info.gcms} GCM(s), hosts {'; '.join(hosts)}")
             for q in s.queues:
                 if self.zk:
                     self._created.append(q.name)
-                cluster.manager.create(q.name, q.host or None, exchanges=q.exchanges)
+                cluster.manager.create(q.name, cluster.address_of(q.host) if q.host else None, exchanges=q.exchanges)
                 if q.rules:
                     cluster.manager.set_rules(q.name, q.rules)
                 self._connections[q.name] = cluster.connect(q.name)
@@ -260,7 +266,7 @@ class Runner:
                 record.update(queue=fault.queue, pid=status["pid"])
                 self._hit(status["pid"], fault, ("monitor", "--queue", fault.queue))
             elif fault.kind == "kill_host":
-                record.update(host=fault.host, pids=cluster.crash_host(fault.host))
+                record.update(host=fault.host, pids=cluster.crash_host(cluster.address_of(fault.host)))
             elif fault.kind == "kill_gcm_leader":
                 leader = cluster.leader()
                 record.update(gcm=leader, pid=cluster.kill_gcm(leader))

@@ -8,6 +8,10 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     hosts = 3                  # host managers on 127.0.0.11, .12, ...
     exchange_backend_hwm = 0   # at most this many batches an exchange queues for one subscriber (0 = default; its byte bound may hold fewer)
 
+    [hosts]                    # emulated hosts (optional; needs root): each its own CPU budget and link
+    cpus = 0.5                 # cores, a cgroup quota: one for all, or a list of one per host ([0.25, 0.5, 1])
+    bandwidth = "100mbit"      # its link's rate (tc tbf), one for all or a list: the hosts get namespaces
+
     [[queue]]
     name = "ramp"
     exchanges = 1              # at creation; the autoscaler takes it from there
@@ -56,8 +60,9 @@ from roq.rules import merge_rules
 from roq.settings import check_table, missing_keys, parse_toml, read_text
 from roq.zk import check_queue_name
 from roqcli.embedded import host_addresses
+from roqcli.emulation import HostBudget, parse_budgets
 
-__all__ = ["Scenario", "Info", "Reference", "QueueSpec", "PublisherGroup", "SubscriberGroup", "Fault", "FAULT_KINDS",
+__all__ = ["Scenario", "Info", "Reference", "HostsSpec", "QueueSpec", "PublisherGroup", "SubscriberGroup", "Fault", "FAULT_KINDS",
            "load_scenario", "parse_scenario"]
 
 #: Faults a scenario can inject, and what each needs: ``queue`` (its exchange or monitor), ``host``, ``for_s``.
@@ -82,6 +87,14 @@ class Info:
     hosts: int = 3
     gcms: int = 1
     exchange_backend_hwm: int = 0  # at most this many batches an exchange queues for one subscriber (0 = its default)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostsSpec:
+    """``[hosts]``: the emulated hosts' budgets (a value for all, or one per host)."""
+
+    cpus: tuple[float, ...] = ()
+    bandwidth: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +170,7 @@ class Scenario:
     faults: tuple[Fault, ...]
     source: str = ""
     reference: Reference | None = None
+    budgets: tuple[HostBudget, ...] = ()  # from [hosts]; () = plain loopback hosts
 
     @property
     def hosts(self) -> list[str]:
@@ -247,7 +261,7 @@ class _Checker:
         return value
 
     def scenario(self) -> Scenario:
-        known = ("scenario", "queue", "publishers", "subscribers", "faults", "reference")
+        known = ("scenario", "hosts", "queue", "publishers", "subscribers", "faults", "reference")
         for key in self.doc:
             if key not in known:
                 raise ConfigError(f"{self.source}:{self.lines.of(key, 0, '') or self.lines.of('', 0, key)}: "
@@ -280,7 +294,23 @@ class _Checker:
             if "reference" in self.doc else None
         if reference is not None:
             self.positive("reference", 0, "delivered_records_per_minute", reference.delivered_records_per_minute, zero=True)
-        return Scenario(info, tuple(queues), tuple(pubs), tuple(subs), tuple(faults), self.source, reference)
+        budgets = self.budgets(self.doc["hosts"], info.hosts) if "hosts" in self.doc else ()
+        return Scenario(info, tuple(queues), tuple(pubs), tuple(subs), tuple(faults), self.source, reference, budgets)
+
+    def budgets(self, value: Any, hosts: int) -> tuple[HostBudget, ...]:
+        if not isinstance(value, dict):
+            raise self.fail("hosts", 0, "", "must be a table (cpus, bandwidth)")
+        lists = {k: v if isinstance(v, list) else [v] for k, v in value.items()}  # one value for all, or a list
+        spec = HostsSpec(**self.table(HostsSpec, "hosts", 0, lists))
+        for key in ("cpus", "bandwidth"):
+            n = len(getattr(spec, key))
+            if n not in (0, 1, hosts):
+                raise self.fail("hosts", 0, key, f"{n} values for {hosts} hosts (give one, or one per host)")
+        try:
+            return tuple(parse_budgets(hosts, list(spec.cpus) or "", list(spec.bandwidth) or ""))
+        except ConfigError as exc:
+            key = "bandwidth" if "bandwidth" in str(exc) else "cpus"
+            raise self.fail("hosts", 0, key, str(exc)) from None
 
     def positive(self, table: str, index: int, key: str, value: float, zero: bool = False) -> None:
         if value < 0 or (value == 0 and not zero):

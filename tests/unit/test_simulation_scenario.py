@@ -7,6 +7,8 @@ import pathlib
 import pytest
 
 from roq.errors import ConfigError
+from roq.settings import parse_rate
+from roqcli.emulation import HostBudget, parse_budgets
 from simulation.scenario import load_scenario, parse_scenario
 
 SHIPPED = sorted((pathlib.Path(__file__).parents[2] / "simulation" / "scenarios").glob("*.toml"))
@@ -32,7 +34,8 @@ def test_the_eqs_experiment_is_the_papers():
     s = load_scenario(str(next(p for p in SHIPPED if p.stem == "eqs-2011")))
     (pubs,), (subs,) = s.publishers, s.subscribers
     assert (pubs.count, pubs.rate, pubs.size, subs.count) == (16, 57, 5120, 20)
-    assert s.queues[0].rules["max_exchanges"] == 4
+    assert s.queues[0].rules["max_exchanges"] == 4 and "host_cpu_percent" not in s.queues[0].rules
+    assert s.budgets == (HostBudget(0.4, "300mbit"),) * 4  # small instances, the host checks as they are
     assert s.reference.delivered_records_per_minute == 1_000_000 and "2011" in s.reference.source
     joins = pubs.joins()
     assert joins == sorted(joins) and len(set(joins)) == 16  # one after another
@@ -127,3 +130,34 @@ def test_buffer_sizes_are_read_and_checked():
         parse_scenario(HEAD.replace("duration_s = 30", "duration_s = 30\nexchange_backend_hwm = -1"), "s.toml")
     with pytest.raises(ConfigError, match=r"s.toml:10: \[\[subscribers\]\] #1 key 'rcvhwm': must be 0 or more"):
         parse_scenario(HEAD + "[[publishers]]\nrate = 10\n[[subscribers]]\nrcvhwm = -5\n", "s.toml")
+
+
+def test_emulated_hosts_take_one_budget_for_all_or_one_per_host():
+    plain = parse_scenario(HEAD)
+    assert plain.budgets == ()
+    one = parse_scenario(HEAD.replace("[[queue]]", '[hosts]\ncpus = 0.5\nbandwidth = "100mbit"\n\n[[queue]]'))
+    assert one.budgets == (HostBudget(0.5, "100mbit"),) * 3
+    each = parse_scenario(HEAD.replace("[[queue]]", "[hosts]\ncpus = [0.25, 0.5, 1]\n\n[[queue]]"))
+    assert [b.cpus for b in each.budgets] == [0.25, 0.5, 1.0] and all(not b.bandwidth for b in each.budgets)
+
+
+@pytest.mark.parametrize("table, words", [
+    ("cpus = [0.5, 1]", r"s.toml:6: \[hosts\] key 'cpus': 2 values for 3 hosts"),
+    ('bandwidth = "fast"', r"s.toml:6: \[hosts\] key 'bandwidth': bandwidth 'fast' is not a rate such as 100mbit"),
+    ("cpus = -1", r"s.toml:6: \[hosts\] key 'cpus': cpus must be 0 \(no quota\) or between 0.01 and 1024, got -1"),
+    ('cpus = ["x"]', r"s.toml:6: \[hosts\] key 'cpus': values must be a number, got str 'x'"),
+    ("memory = 5", r"s.toml:6: \[hosts\] key 'memory': unknown key"),
+])
+def test_bad_host_budgets_name_the_line_and_the_key(table, words):
+    with pytest.raises(ConfigError, match=words):
+        parse_scenario(HEAD.replace("[[queue]]", f"[hosts]\n{table}\n\n[[queue]]"), "s.toml")
+
+
+def test_rates_are_read_as_tc_writes_them():
+    assert parse_rate("100mbit") == 12.5e6 and parse_rate("1gbit") == 125e6 and parse_rate("12mbps") == 12e6
+    assert parse_rate("800000") == 1e5
+    with pytest.raises(ConfigError, match="below 8kbit"):
+        parse_rate("10bit")
+    assert parse_budgets(2, "0.5,1", "") == [HostBudget(0.5), HostBudget(1.0)]
+    with pytest.raises(ConfigError, match="not a number of cores"):
+        parse_budgets(2, "half")
