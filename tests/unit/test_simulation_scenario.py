@@ -34,8 +34,7 @@ def test_the_eqs_experiment_is_the_papers():
     s = load_scenario(str(next(p for p in SHIPPED if p.stem == "eqs-2011")))
     (pubs,), (subs,) = s.publishers, s.subscribers
     assert (pubs.count, pubs.rate, pubs.size, subs.count) == (16, 57, 5120, 20)
-    assert s.queues[0].rules["max_exchanges"] == 4 and "host_cpu_percent" not in s.queues[0].rules
-    assert s.budgets == (HostBudget(0.4, "300mbit"),) * 4  # small instances, the host checks as they are
+    assert s.queues[0].rules["max_exchanges"] == 4
     assert s.reference.delivered_records_per_minute == 1_000_000 and "2011" in s.reference.source
     joins = pubs.joins()
     assert joins == sorted(joins) and len(set(joins)) == 16  # one after another
