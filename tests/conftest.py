@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+import subprocess
+import sys
 import time
 from typing import Any
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 
 from kazoo.client import KazooClient
 
+from roq.process import die_with_parent
 from roqcli.zkserver import ZooKeeperServer
 from simulation.cluster import LocalCluster
 from roqcli.embedded import EmbeddedCluster
@@ -93,6 +97,22 @@ def no_process_left_behind():
             break
         time.sleep(0.05)
     assert not left, f"processes left behind: {left}"
+
+
+@pytest.fixture
+def burner():
+    """Processes burning CPU outside the cluster's groups (as any other work on the machine); stopped by pid."""
+    procs: list[subprocess.Popen] = []
+
+    def start(n: int) -> None:
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                          preexec_fn=functools.partial(die_with_parent, os.getpid())))
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
 
 
 _roots = itertools.count(1)

@@ -12,13 +12,16 @@ from typing import Any
 import psutil
 import pytest
 
+from roqcli.emulation import HostBudget
 from tests.integration.queues import Queue
 from tests.integration.zkhelp import gone, wait_until
 
-# Every loopback host reads this machine's CPU as its own, and the tests' own load keeps it busy: the
+# Every plain loopback host reads this machine's CPU as its own, and the tests' own load keeps it busy: the
 # placement's CPU limit (unit-tested in test_gcm_placement) is lifted here so that these tests are about
-# elasticity, not about how busy the machine running them is.
-FAST = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5, "host_cpu_percent": 100}
+# elasticity, not about how busy the machine running them is. The ramp runs on emulated hosts instead,
+# each with a CPU budget of its own, and keeps the limit as it is.
+CHECKS = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5}
+FAST = {**CHECKS, "host_cpu_percent": 100}
 
 
 def hosts_of(status: dict[str, Any], cluster: Any, queue: str) -> set[str]:
@@ -28,10 +31,13 @@ def hosts_of(status: dict[str, Any], cluster: Any, queue: str) -> set[str]:
     return {x["Host"] for x in info if x["Name"] in live}
 
 
-def test_ramp_scales_out_to_three_exchanges_over_two_hosts_and_back(make_embedded, loads):
-    cluster = make_embedded(hosts=3)
+def test_ramp_scales_out_to_three_exchanges_over_two_hosts_and_back(make_embedded, loads, burner):
+    # emulated hosts of half a core each, and a core's worth of other work outside them: a busy machine
+    # does not stop the hosts from taking exchanges (their CPU is of their own budget)
+    cluster = make_embedded(hosts=3, budgets=[HostBudget(0.5)])
+    burner(1)
     q = Queue(cluster, loads, "ramp", exchange_records_per_s=1500, min_exchanges=1, max_exchanges=4,
-              cooldown_s=3.0, **FAST)
+              cooldown_s=3.0, **CHECKS)
     q.subscribe("")
     q.subscribe("k3")
     # six publishers of 600 records/s: two fit in an exchange (1200 < 1500), three do not; 3600 in all
@@ -45,8 +51,9 @@ def test_ramp_scales_out_to_three_exchanges_over_two_hosts_and_back(make_embedde
     status = q.wait(lambda s: len([x for x in s["exchanges"] if not x["draining"]]) >= 3
                     and not s["scaling"]["starting"] and not s["relocations"], 40, "at least 3 exchanges")
     hosts = hosts_of(status, cluster, "ramp")
-    print(f"grown to {len(status['exchanges'])} exchanges on hosts {sorted(hosts)}")
-    assert len(hosts) >= 2
+    print(f"grown to {len(status['exchanges'])} exchanges on hosts {sorted(hosts)}; host CPU: "
+          + ", ".join(f"{h['Address']} {h['CpuPercent']:.0f}% of {h['Cpus']:g}" for h in cluster.manager.hosts()))
+    assert len(hosts) >= 2 and all(h["Cpus"] == 0.5 for h in cluster.manager.hosts())
     outs = q.events("scale_out")
     first_exchange = status["exchanges"][0]["id"]
     moved = [e for e in q.events("relocated") if e["reason"] == "rule" and e["target"] != first_exchange]

@@ -1,28 +1,23 @@
 """Emulated hosts: each host manager and everything it runs in a cgroup with its own CPU quota and, with a
 bandwidth, in a network namespace behind a rate-limited link. Hosts report CPU against their own budget
-(a process burning CPU outside the cluster does not count), placement follows the headroom of each, a ramp
-scales out and in while the machine is busy, and everything made is removed, also after a ``kill -9`` of
-the launcher."""
+(a process burning CPU outside the cluster does not count), placement follows the headroom of each, and
+everything made is removed, also after a ``kill -9`` of the launcher. (The ramp that scales out and in
+while the machine is busy is in test_elasticity.py, on emulated hosts.)"""
 
 from __future__ import annotations
 
-import json
+import functools
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import psutil
-import pytest
 
 from roq.process import die_with_parent
 from roqcli.emulation import CGROUP_BASE, STATE_DIR, HostBudget, sweep
-from tests.integration.queues import Queue
 from tests.integration.zkhelp import wait_until
 
 CPU_MOUNT = "/sys/fs/cgroup/cpu"  # v1 here; the checks below look at whichever hierarchy holds the groups
-FAST = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5}  # and the host checks as they are: no 100%
 
 
 def made_by(tag: str) -> dict[str, list[str]]:
@@ -34,22 +29,6 @@ def made_by(tag: str) -> dict[str, list[str]]:
     return {"netns": [n for n in netns if n.startswith(f"roq{tag}n")],
             "links": [name for name in links if name.startswith(f"rq{tag}")],
             "cgroups": groups, "state": os.listdir(STATE_DIR) if os.path.isdir(STATE_DIR) else []}
-
-
-@pytest.fixture
-def burner():
-    """Processes burning CPU outside the cluster's groups (as any other work on the machine); stopped by pid."""
-    procs: list[subprocess.Popen] = []
-
-    def start(n: int) -> None:
-        for _ in range(n):
-            procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                          preexec_fn=lambda parent=os.getpid(): die_with_parent(parent)))
-
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
 
 
 def hosts_settled(cluster, budgets: dict[str, float], below: float):
@@ -84,33 +63,6 @@ def test_hosts_measure_their_own_budget_and_placement_goes_where_the_headroom_is
     for pid in pids:
         with open(f"/proc/{pid}/cgroup") as f:
             assert f"/{CGROUP_BASE}/" in f.read()
-
-
-def test_a_ramp_on_emulated_hosts_scales_out_and_in_while_the_machine_is_busy(make_embedded, loads, burner):
-    cluster = make_embedded(hosts=3, budgets=[HostBudget(0.5)])
-    burner(1)  # a core's worth of other work, outside the cluster's groups
-    q = Queue(cluster, loads, "ramp", exchange_records_per_s=1500, min_exchanges=1, max_exchanges=4,
-              cooldown_s=3.0, **FAST)
-    q.subscribe("")
-    for i in range(6):  # 600 records/s each: two fit in an exchange (1200 < 1500), three do not
-        q.publish(600, f"k{i}")
-        q.wait(lambda s, n=i + 1: len(s["publishers"]) == n, 15, f"{i + 1} publishers")
-        time.sleep(2.0)  # the ramp: one more publisher every 2 s (a rate of arrival, not a wait)
-    status = q.wait(lambda s: len([x for x in s["exchanges"] if not x["draining"]]) >= 3
-                    and not s["scaling"]["starting"] and not s["relocations"], 40, "at least 3 exchanges")
-    hosts = cluster.manager.hosts()
-    print(f"grown to {len(status['exchanges'])} exchanges; hosts: "
-          + ", ".join(f"{h['Address']} {h['CpuPercent']:.0f}% of {h['Cpus']:g}" for h in hosts))
-    assert all(h["Cpus"] == 0.5 for h in hosts)
-    assert not [e for e in q.events("scale_blocked")]  # no host refused for the machine's CPU
-    for pub in list(q.pubs):
-        q.stop_publisher(pub)
-        time.sleep(1.0)
-    q.wait(lambda s: len(s["exchanges"]) == 1 and not s["scaling"]["retiring"], 60,
-           "the queue to shrink back to 1 exchange")
-    assert len(q.events("scale_in")) >= 2
-    q.audit()  # 0 lost, 0 duplicated, 0 reordered
-    q.close()
 
 
 LAUNCHER = """
@@ -152,7 +104,7 @@ def test_links_carry_traffic_and_everything_made_goes_on_stop_and_after_kill_9(m
     script = tmp_path / "launcher.py"
     script.write_text(LAUNCHER.format(root=os.getcwd(), logs=str(tmp_path / "killed")))
     launcher = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                                preexec_fn=lambda parent=os.getpid(): die_with_parent(parent))
+                                preexec_fn=functools.partial(die_with_parent, os.getpid()))
     try:
         line = launcher.stdout.readline().split()  # type: ignore[union-attr]
         assert line and line[0] == "READY", line
