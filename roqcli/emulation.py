@@ -83,8 +83,9 @@ def parse_budgets(hosts: int, cpus: str | float | Sequence[float] = "", bandwidt
             raise ConfigError(f"{what}: {len(items)} values for {hosts} hosts (give one, or one per host)")
         return items
 
+    values = each(cpus, "host cpus")
     try:
-        cores = [float(c) if c else 0.0 for c in each(cpus, "host cpus")]
+        cores = [float(c) if c else 0.0 for c in values]
     except ValueError:
         raise ConfigError(f"host cpus {cpus!r}: not a number of cores (such as 0.5, or 0.5,1,2 for each host)") from None
     return [HostBudget(c, b) for c, b in zip(cores, each(bandwidth, "host bandwidth"))]

@@ -85,8 +85,11 @@ def _queue_line(q: dict[str, Any]) -> str:
 
 
 def _host_line(h: dict[str, Any]) -> str:
+    link = h.get("LinkBytesPerS", 0.0)
+    net = f"net {h['NetBytesPerS'] / 1e3:.1f} kB/s" + (f" ({h.get('NetPercent', 0.0):.0f}% of {link * 8 / 1e6:g} Mbit/s)"
+                                                       if link else "")
     return (f"{h['Address']:<15} exchanges {h['AssignedExchanges']}/{h['MaxExchanges']}  "
-            f"cpu {h['CpuPercent']:.0f}%  memory {h['MemoryPercent']:.0f}%  net {h['NetBytesPerS'] / 1e3:.1f} kB/s")
+            f"cpu {h['CpuPercent']:.0f}% of {h.get('Cpus', 0.0):g} cores  memory {h['MemoryPercent']:.0f}%  {net}")
 
 
 def _event_line(e: dict[str, Any]) -> str:

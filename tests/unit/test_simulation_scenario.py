@@ -160,3 +160,5 @@ def test_rates_are_read_as_tc_writes_them():
     assert parse_budgets(2, "0.5,1", "") == [HostBudget(0.5), HostBudget(1.0)]
     with pytest.raises(ConfigError, match="not a number of cores"):
         parse_budgets(2, "half")
+    with pytest.raises(ConfigError, match="host cpus: 3 values for 2 hosts"):
+        parse_budgets(2, "0.5,1,2")
