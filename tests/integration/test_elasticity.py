@@ -200,13 +200,13 @@ def test_steady_load_at_the_threshold_does_not_flap(make_embedded, loads):
     q.wait(lambda s: sum(x["records_per_s"] for x in s["exchanges"]) > 900, 20, "the load up")
     started = time.monotonic()
     samples = []
-    while time.monotonic() - started < 60:
+    while time.monotonic() - started < 40:  # eight cool-downs
         s = q.status()
         samples.append(sum(x["records_per_s"] for x in s["exchanges"]))
         assert s["counters"]["flaps"] == 0, [e["text"] for e in s["events"]]
-        time.sleep(1.0)  # one look per second for 60 s
+        time.sleep(1.0)  # one look per second for 40 s
     s = q.status()
-    print(f"60 s at {min(samples):.0f}..{max(samples):.0f} rec/s for a mark of 1200: counters {s['counters']}")
+    print(f"40 s at {min(samples):.0f}..{max(samples):.0f} rec/s for a mark of 1200: counters {s['counters']}")
     assert s["counters"]["flaps"] == 0 and s["counters"]["scale_ins"] == 0 and s["counters"]["scale_outs"] <= 1
     # bad rules change nothing, in the GCM and in the monitor
     rules = q.status()["rules"]

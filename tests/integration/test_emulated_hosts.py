@@ -59,7 +59,8 @@ def test_hosts_measure_their_own_budget_and_placement_goes_where_the_headroom_is
     one = cluster.manager.stats("one")["Queue"]
     assert one["Host"] == "127.0.0.12"
     # their processes run in their host's group: the host manager's children are in it
-    pids = [x["pid"] for x in cluster.connect("spread").status(timeout=10)["exchanges"]]
+    with cluster.connect("spread") as conn:
+        pids = [x["pid"] for x in conn.status(timeout=10)["exchanges"]]
     for pid in pids:
         with open(f"/proc/{pid}/cgroup") as f:
             assert f"/{CGROUP_BASE}/" in f.read()
