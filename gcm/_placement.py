@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from gcm._view import HostView, QueueView, View
 from roq.documents import MONITOR, REMOVING, RUNNING
@@ -56,11 +56,14 @@ class Placer:
     def of_queue(self, queue: str, host: str) -> int:
         return self._of_queue.get((queue, host), 0)
 
+    def free(self, host: HostView) -> int:
+        """Exchange slots of ``host`` not placed yet (over every queue); below 0 when over-placed."""
+        return host.max_exchanges - self.assigned.get(host.address, 0)
+
     def room(self, host: HostView, queue: QueueView | None, count: int = 1) -> str:
         """Why ``host`` has no room for ``count`` more exchanges of ``queue`` (None: of a new queue) by
         capacity alone: its ``max_exchanges``, and ``queue``'s ``max_exchanges_per_host``; "" if it has."""
-        used, most = self.assigned.get(host.address, 0), host.max_exchanges
-        free = most - used
+        used, most, free = self.assigned.get(host.address, 0), host.max_exchanges, self.free(host)
         if free <= 0:
             return f"full ({used}/{most})"
         if free < count:
@@ -71,9 +74,9 @@ class Placer:
                 return f"holds {mine} of {queue.name}'s exchanges (max_exchanges_per_host {per_host})"
         return ""
 
-    def refusal(self, host: HostView, queue: QueueView | None, count: int = 1) -> str:
-        """Why ``host`` cannot take ``count`` more exchanges of ``queue`` (None: a new queue); "" if it can."""
-        return self.room(host, queue, count) or (self.overloaded(host, queue.rules) if queue is not None else "")
+    def refusal(self, host: HostView, queue: QueueView | None) -> str:
+        """Why ``host`` cannot take one more exchange of ``queue`` (None: a new queue); "" if it can."""
+        return self.room(host, queue) or (self.overloaded(host, queue.rules) if queue is not None else "")
 
     @staticmethod
     def overloaded(host: HostView, rules: Mapping[str, Any]) -> str:
@@ -84,58 +87,47 @@ class Placer:
             return f"memory {host.memory_percent:.0f}% > {float(rules['host_memory_percent']):.0f}%"
         return ""
 
-    def choose(self, queue: QueueView | None = None, *, exclude: Iterable[str] = (), count: int = 1) -> str | None:
-        """The best host for one more exchange of ``queue`` (None: for the ``count`` exchanges of a new
-        queue), or None if none can."""
+    def choose(self, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str | None:
+        """The best host for one more exchange of ``queue`` (None: the first of a new queue), or None if none
+        can."""
         skip = set(exclude)
-        best: tuple[bool, int, float, int, float, str] | None = None
-        for host in self.view.hosts.values():
-            if host.address in skip or self.refusal(host, queue, count):
-                continue
-            mine = self.of_queue(queue.name, host.address) if queue is not None else 0
-            over = queue is None and bool(self.overloaded(host, DEFAULT_RULES))
-            key = (over, mine, *self._capacity(host))
-            if best is None or key < best:
-                best = key
-        return best[-1] if best else None
+        return self._pick(queue.name if queue is not None else "", queue is None,
+                          lambda h: h.address not in skip and not self.refusal(h, queue))
 
     def spread(self, name: str, count: int) -> list[str] | None:
         """The hosts of the ``count`` exchanges of a new queue ``name``, spread over as many hosts as have a
         free slot (each placement counted); None if the free slots of every host together are fewer."""
-        if sum(max(0, h.max_exchanges - self.assigned.get(a, 0)) for a, h in self.view.hosts.items()) < count:
+        if sum(max(0, self.free(h)) for h in self.view.hosts.values()) < count:
             return None
         hosts = []
         for _ in range(count):
-            best: tuple[bool, int, float, int, float, str] | None = None
-            for host in self.view.hosts.values():
-                if self.room(host, None):
-                    continue
-                over = bool(self.overloaded(host, DEFAULT_RULES))
-                key = (over, self.of_queue(name, host.address), *self._capacity(host))
-                if best is None or key < best:
-                    best = key
-            assert best is not None  # there were enough free slots
-            hosts.append(best[-1])
-            self.place(name, best[-1])
+            host = self._pick(name, True, lambda h: not self.room(h, None))
+            assert host is not None  # there were enough free slots
+            hosts.append(host)
+            self.place(name, host)
         return hosts
+
+    def _pick(self, name: str, new: bool, eligible: Callable[[HostView], bool]) -> str | None:
+        """The best of the ``eligible`` hosts for an exchange of queue ``name``: (a new queue: within the default
+        limits first) the fewest of ``name``'s exchanges, the most headroom (tenths of a core), the most free
+        slots, the least memory, the lowest address."""
+        ranked = [((new and bool(self.overloaded(h, DEFAULT_RULES))), self.of_queue(name, h.address),
+                   -round(h.headroom, 1), -self.free(h), h.memory_percent, h.address)
+                  for h in self.view.hosts.values() if eligible(h)]
+        return min(ranked)[-1] if ranked else None
 
     def slots(self) -> str:
         """Every host's exchange slots in use: ``"5 free in all (127.0.0.11: 3/8 placed; 127.0.0.12: 4/4 placed)"``."""
         if not self.view.hosts:
             return "no host manager is registered"
-        free = sum(max(0, h.max_exchanges - self.assigned.get(a, 0)) for a, h in self.view.hosts.items())
+        free = sum(max(0, self.free(h)) for h in self.view.hosts.values())
         each = "; ".join(f"{a}: {self.assigned.get(a, 0)}/{h.max_exchanges} placed" for a, h in sorted(self.view.hosts.items()))
         return f"{free} free in all ({each})"
 
-    def _capacity(self, host: HostView) -> tuple[float, int, float, str]:
-        """The rest of a host's rank: most headroom (tenths of a core), most free slots, least memory, address."""
-        free = host.max_exchanges - self.assigned.get(host.address, 0)
-        return (-round(host.headroom, 1), -free, host.memory_percent, host.address)
-
-    def explain(self, queue: QueueView | None = None, *, exclude: Iterable[str] = (), count: int = 1) -> str:
+    def explain(self, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str:
         """Why no host can take an exchange: ``"127.0.0.11: full (4/4); 127.0.0.12: CPU 97% > 90%"``."""
         skip = set(exclude)
-        reasons = [f"{a}: {self.refusal(h, queue, count) or 'excluded'}"
+        reasons = [f"{a}: {self.refusal(h, queue) or 'excluded'}"
                    for a, h in sorted(self.view.hosts.items()) if a not in skip]
         return "; ".join(reasons) if reasons else "no host manager is registered"
 
