@@ -71,6 +71,11 @@ class HostManagerConfig:
     monitor_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--monitor-option"})
     kpi_archive: str = ""
 
+    @property
+    def link_bytes_per_s(self) -> float:
+        """The rate of ``link_rate`` in bytes/s (0 = unknown)."""
+        return parse_rate(self.link_rate) if self.link_rate else 0.0
+
     def __post_init__(self) -> None:
         check_hosts(self.zk)
         Paths(self.root)
@@ -78,8 +83,7 @@ class HostManagerConfig:
             raise ConfigError(f"max_exchanges must be 0 or more, got {self.max_exchanges}")
         if not 0 <= self.cpus <= 4096:
             raise ConfigError(f"cpus must be between 0 (its cgroup's quota or the machine's) and 4096, got {self.cpus}")
-        if self.link_rate:
-            parse_rate(self.link_rate)
+        self.link_bytes_per_s  # a bad rate is refused here
         if self.kpi_period <= 0 or self.session_timeout <= 0:
             raise ConfigError("kpi_period and session_timeout must be positive")
 

@@ -31,19 +31,18 @@ class CpuMeter:
         quota = group.cores if group is not None else None
         self.cores = cpus if cpus > 0 else quota if quota else float(psutil.cpu_count() or 1)
         self._group = group if quota and group is not None and group.usage_ns() is not None else None
+        self._machine = self._group is None and cpus <= 0  # the machine's CPU is the host's
         if self._group is not None:
             self.source = f"cgroup {self._group.where} (quota {quota:g} cores)"
-        elif cpus > 0:
-            self.source = "the host manager's processes"
         else:
-            self.source = "the machine"
-        self._last = (time.monotonic(), self._used())
+            self.source = "the machine" if self._machine else "the host manager's processes"
+        self._last = (time.monotonic(), 0.0 if self._machine else self._used())
         psutil.cpu_percent(None)  # the machine's reading counts from here
 
     def percent(self) -> float:
         """The CPU used since the last call, in % of the budget (may exceed 100 briefly: a quota is enforced
         per period of the kernel's, and a process tree is read at two instants)."""
-        if self._group is None and self.source == "the machine":
+        if self._machine:
             return psutil.cpu_percent(None)
         now, used = time.monotonic(), self._used()
         then, before = self._last
@@ -53,11 +52,9 @@ class CpuMeter:
         return max(0.0, 100.0 * (used - before) / (now - then) / self.cores)
 
     def _used(self) -> float:
-        """CPU seconds used so far by the group or the process tree."""
+        """CPU seconds used so far by the group, or else by the host manager's process tree."""
         if self._group is not None:
             return (self._group.usage_ns() or 0) / 1e9
-        if self.source == "the machine":
-            return 0.0
         total = 0.0
         me = psutil.Process(os.getpid())
         for p in [me, *me.children(recursive=True)]:

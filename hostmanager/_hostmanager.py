@@ -34,7 +34,6 @@ from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
 from roq.runtime import DropCounter, SignalWakeup
 from roq.server import Dispatcher, Request, RouterServer
 from roq.sockets import bind, check_endpoint, poll_ms
-from roq.settings import parse_rate
 from roq.zk import Paths, Session
 
 __all__ = ["HostManager"]
@@ -57,8 +56,7 @@ class HostManager:
         self.session = Session(config.zk, timeout=config.session_timeout)
         archive = (ArchiveWriter(config.kpi_archive, HOSTS_PARTITION, f"host-{config.address}-{os.getpid()}")
                    if config.kpi_archive else None)
-        self.host = HostSampler(config.address, config.max_exchanges, archive, config.cpus,
-                                parse_rate(config.link_rate) if config.link_rate else 0.0)
+        self.host = HostSampler(config.address, config.max_exchanges, archive, config.cpus, config.link_bytes_per_s)
         self.registration = Registration(self.session, self.paths, config.address)
         ports = PortAllocator(config.address, config.port_low, config.port_high)
         self.children = Children(settings, ports, self.registration, config.log_dir)

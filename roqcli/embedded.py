@@ -130,8 +130,9 @@ class EmbeddedCluster:
             BrokerTimeoutError: the cluster was not whole within ``timeout``.
         """
         try:
-            sweep()  # what a cluster killed before its stop left
-            if self.emulation is not None:
+            if self.emulation is None:
+                sweep()  # what a cluster killed before its stop left (an emulation's start sweeps too)
+            else:
                 if self.emulation.networked and self.zk:
                     raise ConfigError("hosts with links of their own need the cluster's own ZooKeeper (no zk given): "
                                       "it must listen where their namespaces reach it")

@@ -189,7 +189,7 @@ class Emulation:
     # ------------------------------------------------------------------ network
 
     def _namespace_names(self) -> list[str]:
-        return [f"roq{self.tag}n{i}" for i in range(len(self.budgets))] if self.networked else []
+        return [_netns(self.tag, i) for i in range(len(self.budgets))] if self.networked else []
 
     def _record(self) -> None:
         os.makedirs(STATE_DIR, exist_ok=True)
@@ -201,13 +201,13 @@ class Emulation:
     def _network(self) -> None:
         subnet = _free_subnet()
         base = subnet.network_address
-        bridge = f"rq{self.tag}b"
+        bridge = _bridge(self.tag)
         self.gateway = str(base + 1)
         _run("ip", "link", "add", bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.gateway}/24", "dev", bridge)
         _run("ip", "link", "set", bridge, "up")
         for i, (host, b) in enumerate(self.budgets.items()):
-            ns, outside = f"roq{self.tag}n{i}", f"rq{self.tag}v{i}"
+            ns, outside = _netns(self.tag, i), _veth(self.tag, i)
             address = str(base + 11 + i)
             _run("ip", "netns", "add", ns)
             self.namespaces[host] = ns
@@ -220,6 +220,19 @@ class Emulation:
                 _tbf(["ip", "netns", "exec", ns], "eth0", b.rate)
                 _tbf([], outside, b.rate)
             self.addresses[host] = address
+
+
+def _netns(tag: str, i: int) -> str:
+    return f"roq{tag}n{i}"
+
+
+def _veth(tag: str, i: int) -> str:
+    """The bridge's end of host ``i``'s link (the other end is eth0 in its namespace)."""
+    return f"rq{tag}v{i}"
+
+
+def _bridge(tag: str) -> str:
+    return f"rq{tag}b"
 
 
 def _tbf(prefix: list[str], dev: str, rate: float) -> None:
@@ -284,12 +297,12 @@ def _remove(name: str, tag: str, namespaces: list[str], cpu: Controller | None) 
         except OSError as exc:
             log.warning("could not remove cgroup %s/%s: %s", CGROUP_BASE, name, exc)
     for i, ns in enumerate(namespaces):
-        if tag and _run("ip", "link", "del", f"rq{tag}v{i}", check=False).returncode == 0:  # both ends of the pair
-            done.append(f"link rq{tag}v{i}")
+        if tag and _run("ip", "link", "del", _veth(tag, i), check=False).returncode == 0:  # both ends of the pair
+            done.append(f"link {_veth(tag, i)}")
         if _run("ip", "netns", "del", ns, check=False).returncode == 0:
             done.append(f"netns {ns}")
-    if tag and _run("ip", "link", "del", f"rq{tag}b", check=False).returncode == 0:
-        done.append(f"bridge rq{tag}b")
+    if tag and _run("ip", "link", "del", _bridge(tag), check=False).returncode == 0:
+        done.append(f"bridge {_bridge(tag)}")
     return done
 
 
