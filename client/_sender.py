@@ -5,12 +5,17 @@ freed bytes, assignment and errors out). Sending is the :class:`~client._stream.
 runs the loop, talks to the monitor and carries out its moves:
 
 * ``assign``: the first exchange.
-* ``relocate`` (make before break): connect to the new exchange B; send everything sealed so far
-  through the old exchange A, then a MARKER (epoch e ends after seq m); hold new batches until A has
-  acknowledged up to m; then switch to B with epoch e+1. Holding the handful of new batches until A's
-  acknowledgement means B never gets a batch older than one it already has, even if A dies mid-move.
+* ``relocate`` (make before break): connect to the new exchange B; end the epoch on the old exchange A
+  with a MARKER right after what A was sent (epoch e ends after seq m); hold every batch not sent yet
+  until A has acknowledged up to m; then switch to B with epoch e+1 and send them there. Holding them until
+  A's acknowledgement means B never gets a batch older than one it already has, even if A dies mid-move.
+  A saturated A acknowledges slowly, and the move waits for at most the ``max_in_flight`` batches A was
+  sent; only an A that acknowledges nothing for ``max(2 * ack_timeout, 2 s)`` is failed over from.
 * ``failover``: the old exchange is dead. Switch to B with a new epoch and resend the whole window
   (unacknowledged batches and those still in their grace), then continue.
+
+The publisher asks the monitor for another exchange (a Panic) when its exchange has acknowledged nothing
+for ``ack_timeout`` while batches wait: not when acknowledgements merely lag behind a busy exchange.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ class Sender(threading.Thread):
         self._who = f"publisher {self._hex[:8]}"
         self._channel: MonitorChannel | None = None
         self._poller = zmq.Poller()
-        self._stream = Stream(context, self._poller, identity, config.ack_grace, self._who)
+        self._stream = Stream(context, self._poller, identity, config.ack_grace, config.max_in_flight, self._who)
         self._moving: _Move | None = None
         self._next_hello = 0.0
         self._next_check = 0.0
@@ -152,11 +157,12 @@ class Sender(threading.Thread):
     # ------------------------------------------------------------------ sending and acknowledgements
 
     def _send(self, now: float) -> None:
-        """Send what waits; once a planned move has sent everything through the old link, end its epoch."""
-        if not self._stream.send(now):
-            return
+        """Send what waits; during a planned move, end the epoch on the old link after what it was sent: what
+        waits goes to the new one (its seqs are all newer)."""
         move = self._moving
-        if move is not None and not move.marker_sent and self._stream.end_epoch():
+        if move is None:
+            self._stream.send(now)
+        elif not move.marker_sent and self._stream.end_epoch():
             move.marker_last = self._stream.last_sent
             move.marker_sent = True
             self._maybe_switch()
@@ -175,26 +181,20 @@ class Sender(threading.Thread):
         freed = stream.window.trim(now)
         if freed:
             self._outbox.forget(freed)
+        stalled = stream.window.stalled_for(now)
         move = self._moving
-        if move is not None and now - move.started > max(2 * self._cfg.ack_timeout, 2.0):
-            log.warning("%s: old exchange %s never acknowledged the marker; failing over to %s",
-                        self._who, self.exchange, move.target.exchange)
+        if move is not None and stalled > max(2 * self._cfg.ack_timeout, 2.0):
+            # a saturated exchange still acknowledges, slowly, and the move waits for it; a silent one is dead
+            log.warning("%s: old exchange %s acknowledged nothing for %.1fs; failing over to %s",
+                        self._who, self.exchange, stalled, move.target.exchange)
             self._failover(move.target.exchange, move.target.frontend, move.relocation, now)
             return
-        oldest = stream.window.oldest_unacked()
-        if (
-            oldest is not None
-            and stream.link is not None
-            and move is None
-            and now - oldest.sent_at > self._cfg.ack_timeout
-            and now >= self._next_panic
-        ):
+        if stream.link is not None and move is None and stalled > self._cfg.ack_timeout and now >= self._next_panic:
             self._next_panic = now + self._cfg.ack_timeout
             self.counters["panics"] += 1
-            age = now - oldest.sent_at
-            log.warning("%s: no ack from %s for %.1fs; asking the monitor", self._who, self.exchange, age)
+            log.warning("%s: no ack from %s for %.1fs; asking the monitor", self._who, self.exchange, stalled)
             self._tell(control.Panic(publisher=self._hex, exchange=self.exchange,
-                                     reason=f"no acknowledgement for {age:.1f}s"))
+                                     reason=f"no acknowledgement for {stalled:.1f}s"))
 
     # ------------------------------------------------------------------ the monitor's orders
 

@@ -45,6 +45,7 @@ class Stream:
         poller: the sender's poller; links are registered in it.
         identity: the publisher's id (routing id at the exchanges, and in every header).
         grace: seconds an acknowledged batch stays in the window.
+        max_in_flight: batches sent and not acknowledged, at most; then sending waits for acknowledgements.
         who: how log lines name the publisher.
 
     Attributes:
@@ -52,13 +53,16 @@ class Stream:
         epoch: the publisher's move counter, in every header.
         last_sent: the highest seq handed to a link.
         blocked: the link's queue is full; the poller watches it for room.
+        waiting: :attr:`max_in_flight` batches are not acknowledged yet: sending waits for the exchange.
         held: the epoch's marker is out: batches wait for the next link (:meth:`switch`).
         window: batches sent and not yet safe to forget.
         dropped: malformed acknowledgements dropped.
     """
 
-    def __init__(self, context: zmq.Context, poller: zmq.Poller, identity: bytes, grace: float, who: str) -> None:
+    def __init__(self, context: zmq.Context, poller: zmq.Poller, identity: bytes, grace: float, max_in_flight: int,
+                 who: str) -> None:
         self._ctx = context
+        self.max_in_flight = max_in_flight
         self._poller = poller
         self._id = identity
         self._who = who
@@ -68,6 +72,7 @@ class Stream:
         self.epoch = 0
         self.last_sent = 0
         self.blocked = False
+        self.waiting = False
         self.held = False
         self.dropped = 0
 
@@ -82,8 +87,8 @@ class Stream:
                         s.flags, 0.0))
 
     def send(self, now: float) -> bool:
-        """Send what is queued through the link; True once the queue is empty (False: no link, held, or the
-        link's queue is full)."""
+        """Send what is queued through the link; True once the queue is empty (False: no link, held, the
+        link's queue is full, or :attr:`max_in_flight` batches wait for their acknowledgement)."""
         link = self.link
         if link is None or self.held:
             return False
@@ -93,8 +98,15 @@ class Stream:
         pid = self._id
         epoch = self.epoch
         queue = self._queue
-        add = self.window.add
+        window = self.window
+        add = window.add
+        cap = self.max_in_flight
+        self.waiting = False
         while queue:
+            if window.in_flight >= cap:
+                self.waiting = True
+                self._block(False)
+                return False
             e = queue[0]
             header = pack(data, pid, e.first, e.count, epoch=epoch, key_prev=e.key_prev, timestamp_ns=e.timestamp_ns,
                           flags=e.flags | retransmit if e.sent_at else e.flags)
@@ -111,9 +123,10 @@ class Stream:
 
     def end_epoch(self, flags: int = 0) -> bool:
         """Send the epoch's MARKER (the stream through this link ends after :attr:`last_sent`) and hold
-        further batches until :meth:`switch`; False if the link cannot take it now."""
+        further batches until :meth:`switch`; False if the link cannot take it now (the poller then watches
+        it for room)."""
         link = self.link
-        if link is None or self.blocked:
+        if link is None:
             return False
         marker = batch.pack_header(batch.MARKER, self._id, self.last_sent + 1, 0, epoch=self.epoch,
                                    timestamp_ns=time.time_ns(), flags=flags)
@@ -122,6 +135,7 @@ class Stream:
         except zmq.Again:
             self._block(True)
             return False
+        self._block(False)
         self.held = True
         return True
 

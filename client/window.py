@@ -33,22 +33,51 @@ class Sent(NamedTuple):
 
 
 class Window:
+    """The batches sent and not yet safe to forget, in seq order.
+
+    Attributes:
+        acked: the highest seq acknowledged.
+        progress_at: when the exchange last acknowledged something new, or when a batch was sent while
+            nothing was waiting (the start of the current wait).
+    """
+
     def __init__(self, grace: float) -> None:
         self.grace = grace
         self.entries: collections.deque[Sent] = collections.deque()
-        self.acked = 0  # highest seq acknowledged
+        self.acked = 0
+        self.progress_at = 0.0
+        self._waiting: collections.deque[int] = collections.deque()  # last seq of each batch not acknowledged
         self._acks: collections.deque[tuple[float, int]] = collections.deque()  # (when, seq), seq increasing
 
     def add(self, entry: Sent) -> None:
+        if not self._waiting:
+            self.progress_at = entry.sent_at
         self.entries.append(entry)
+        self._waiting.append(entry.last)
 
     def ack(self, seq: int, now: float) -> bool:
         """Record an acknowledgement; True if it acknowledged something new."""
         if seq <= self.acked:
             return False
         self.acked = seq
+        self.progress_at = now
         self._acks.append((now, seq))
+        waiting = self._waiting
+        while waiting and waiting[0] <= seq:
+            waiting.popleft()
         return True
+
+    @property
+    def in_flight(self) -> int:
+        """Batches sent and not acknowledged yet."""
+        return len(self._waiting)
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds the exchange has acknowledged nothing while batches wait for it (0: none waits).
+
+        A saturated exchange still acknowledges, slowly: only a silent one stalls.
+        """
+        return now - self.progress_at if self._waiting else 0.0
 
     def trim(self, now: float) -> int:
         """Forget batches acknowledged at least ``grace`` ago; return the payload bytes freed."""
@@ -80,6 +109,7 @@ class Window:
         entries = list(self.entries)
         self.entries.clear()
         self._acks.clear()
+        self._waiting.clear()
         if entries:
             self.acked = min(self.acked, entries[0].first - 1)
         return entries

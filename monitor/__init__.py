@@ -15,7 +15,7 @@ from monitor._monitor import Monitor
 from monitor._moves import Mover
 from monitor._operators import MAX_STATUS_BYTES, fit
 from monitor._outbox import Event, GcmRequest, Outbox, Outgoing
-from monitor._rule import Ewma, ExchangeLoad, LimitCase, Move, evaluate
+from monitor._rule import Ewma, ExchangeLoad, LimitCase, Move, evaluate, saturation_mark
 from monitor._rules import Rules
 from monitor._topology import (
     MAX_EXCHANGES,
@@ -67,6 +67,7 @@ __all__ = [
     "LimitCase",
     "Move",
     "evaluate",
+    "saturation_mark",
     "Scaler",
     "QueueLoad",
     "Decision",

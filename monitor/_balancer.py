@@ -52,7 +52,7 @@ class Balancer:
                 for pub, ewma in x.rates.items()
                 if (p := publishers.get(pub)) is not None and p.exchange == x.id and p.relocation is None
             }
-            views.append(ExchangeLoad(x.id, x.load.value, x.hot_since, rates, accepts=x.id in heard))
+            views.append(ExchangeLoad(x.id, x.load.value, x.hot_since, rates, accepts=x.id in heard, mark=x.mark))
         moved_at = {p.id: p.moved_at for p in publishers.values()}
         stuck: list[str] = []
         moves, limits = evaluate(views, now=now, high=rules.high, sustain=rules.sustain, cooldown=rules.cooldown,

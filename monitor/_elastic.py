@@ -5,7 +5,8 @@ Evaluated with the relocation rule, on the same smoothed loads (records/s) and t
 * **out** (one more exchange) when the queue has fewer than ``max_exchanges`` and:
 
   - it has fewer than ``min_exchanges`` (at once); or
-  - some exchange is *stuck*: hot (above ``exchange_records_per_s``) for ``sustain_s`` already, and the
+  - some exchange is *stuck*: hot (above its mark: ``exchange_records_per_s``, or less when it is
+    saturated, see :func:`monitor._rule.saturation_mark`) for ``sustain_s`` already, and the
     relocation rule found no exchange that can absorb any of its movable publishers (a publisher alone
     above the mark is a limit case: a new exchange would not help it); at once, as the relocation rule
     has counted the sustain; or, for ``sustain_s``,
@@ -14,7 +15,8 @@ Evaluated with the relocation rule, on the same smoothed loads (records/s) and t
 
 * **in** (drain the least loaded exchange) when the queue has more than ``min_exchanges`` and either more
   than ``max_exchanges`` (at once: an operator lowered it), or, for ``sustain_s``, its whole load fits in
-  one exchange fewer at ``scale_in_ratio`` of the mark each (and of ``scale_out_records_per_s``, and within
+  one exchange fewer at ``scale_in_ratio`` of the mark each (the exchanges' own marks on average, which are
+  lower than the queue's where they saturate first; and of ``scale_out_records_per_s``, and within
   ``publishers_per_exchange``, when those are set).
 
 Hysteresis keeps the two apart: out above the mark, in only well below it (0.6 of it by default), each
@@ -39,12 +41,19 @@ class QueueLoad:
         publishers: publishers on each of those exchanges, by id.
         stuck: hot exchanges (for ``sustain_s``) whose movable publishers no other exchange can absorb.
         placed: exchanges the queue has placed (running or starting); defaults to ``len(loads)``.
+        marks: each exchange's own mark, records/s, where it is below the queue's (it saturates first).
     """
 
     loads: Mapping[str, float]
     publishers: Mapping[str, int] = field(default_factory=dict)
     stuck: Sequence[str] = ()
     placed: int | None = None
+    marks: Mapping[str, float] = field(default_factory=dict)
+
+    def mark(self, exchange: str, high: float) -> float:
+        """The mark of ``exchange``: its own, or the queue's ``high``."""
+        own = self.marks.get(exchange, 0.0)
+        return min(own, high) if own > 0 else high
 
     @property
     def count(self) -> int:
@@ -122,8 +131,8 @@ class Scaler:
         if n < least:
             return f"{n} exchange{'s' if n != 1 else ''}, below min_exchanges {least}"
         if q.stuck:
-            hot = ", ".join(f"{x} ({q.loads.get(x, 0.0):,.0f} rec/s)" for x in q.stuck)
-            return f"{hot} above the mark {high:,.0f} rec/s and no other exchange can take its publishers"
+            hot = ", ".join(f"{x} ({q.loads.get(x, 0.0):,.0f} rec/s, mark {q.mark(x, high):,.0f})" for x in q.stuck)
+            return f"{hot} above its mark and no other exchange can take its publishers"
         per_exchange = float(rules["scale_out_records_per_s"])
         if per_exchange and n and total / n > per_exchange:
             return f"average load {total / n:,.0f} rec/s per exchange above scale_out_records_per_s {per_exchange:,.0f}"
@@ -143,7 +152,9 @@ class Scaler:
             return ""  # something is hot
         ratio = float(rules["scale_in_ratio"])
         fewer = n - 1
-        room = ratio * float(rules["exchange_records_per_s"]) * fewer
+        high = float(rules["exchange_records_per_s"])
+        mark = sum(q.mark(x, high) for x in q.loads) / len(q.loads)
+        room = ratio * mark * fewer
         per_exchange = float(rules["scale_out_records_per_s"])
         if per_exchange:
             room = min(room, ratio * per_exchange * fewer)
@@ -152,5 +163,6 @@ class Scaler:
             return ""
         return (
             f"load {total:,.0f} rec/s fits in {fewer} exchange{'s' if fewer > 1 else ''} at "
-            f"{ratio:.0%} of the mark (room {room:,.0f} rec/s)"
+            f"{ratio:.0%} of the mark{' (the exchanges saturate first)' if mark < high else ''} "
+            f"(room {room:,.0f} rec/s)"
         )

@@ -1,9 +1,11 @@
 """KPI ingestion: exchanges' KPI reports become smoothed loads, and every KPI goes to the archive.
 
 An exchange reports every KPI period its records and bytes in and out, its publishers' shares, CPU, RSS,
-busy fraction and drops. The monitor smooths records/s and bytes/s per exchange and records/s per publisher
-(EWMA, weight ``smoothing``) and marks an exchange *hot* while its smoothed load is above the mark, the
-sustain counting from the first report whose raw load went over (see docs/design.md, "Elasticity").
+busy fraction and drops. The monitor smooths records/s, bytes/s and the busy fraction per exchange and
+records/s per publisher (EWMA, weight ``smoothing``), gives each exchange its own mark (the queue's, or less
+when it saturates first: :func:`monitor._rule.saturation_mark`) and marks it *hot* while its smoothed load is
+above that mark, the sustain counting from the first report whose raw load went over (see docs/design.md,
+"Elasticity").
 
 With a KPI archive, each report is an :class:`~roq.kpi.records.ExchangeRecord` plus one
 :class:`~roq.kpi.records.PublisherRecord` per publisher, and each subscriber's hello with KPIs a
@@ -17,7 +19,7 @@ Numbers come from peers: negative counts are read as 0, an exchange's running to
 from __future__ import annotations
 
 from monitor._outbox import Outbox
-from monitor._rule import Ewma
+from monitor._rule import Ewma, saturation_mark
 from monitor._rules import Rules
 from monitor._topology import MAX_PREFIX, MAX_RATES, ExchangeEntry, Topology
 from roq import control
@@ -56,13 +58,15 @@ class Kpis:
         x.load.add(raw)
         x.bytes_load.add(max(kpi.bytes_in, 0) / period)
         x.cpu_percent, x.rss_bytes, x.busy = kpi.cpu_percent, kpi.rss_bytes, kpi.busy
+        x.busy_load.add(min(max(kpi.busy, 0.0), 1.0))
         x.dropped = min(x.dropped + max(kpi.dropped, 0), MAX_TOTAL)
         if self.archiving:
             self._archive(x, kpi)
         self._rates(x, kpi, period)
         # smoothing decides *whether* the exchange is hot; the sustain counts from when the raw load went over,
         # so smoothing does not delay the reaction to a real overload a second time
-        high = self.rules.high
+        rules = self.rules
+        high = x.mark = saturation_mark(rules.high, x.load.value, x.busy_load.value, rules.busy)
         x.over_since = (now if x.over_since is None else x.over_since) if raw > high else None
         if x.load.value > high:
             x.hot_since = x.hot_since if x.hot_since is not None else x.over_since if x.over_since is not None else now

@@ -73,6 +73,22 @@ class Mover:
         self.events.count("failovers")
         self.start(p, target, "failover", why, now)
 
+    def relieve(self, p: PublisherEntry, source: ExchangeEntry, why: str, now: float) -> None:
+        """``p`` waits for acknowledgements from ``source``, which is alive: move it make-before-break to an
+        exchange with room for it (below its own mark with it), unless it moved within the cool-down.
+        Otherwise it stays: back-pressure holds it, and the scaling rule sees the saturation."""
+        if now - p.moved_at < self.rules.cooldown:
+            log.info("publisher %s waits for %s, alive; it moved %.1fs ago: it stays (%s)", p.id[:8], source.id,
+                     now - p.moved_at, why)
+            return
+        rate = self.topology.publisher_rate(p)
+        target = self.least_loaded({source.id}, now)
+        if target is None or target.load.value + rate >= (target.mark or self.rules.high):
+            log.info("publisher %s waits for %s, alive; no other exchange has room for it (%s)", p.id[:8], source.id,
+                     why)
+            return
+        self.start(p, target, "backlog", f"{why}; {source.id} is alive (busy {source.busy:.0%})", now)
+
     def place_orphans(self, now: float) -> None:
         """Give an exchange to publishers whose exchange is gone (or who never had one).
 
@@ -105,7 +121,7 @@ class Mover:
     # ------------------------------------------------------------------ one move
 
     def start(self, p: PublisherEntry, target: ExchangeEntry, reason: str, why: str, now: float) -> Relocation:
-        """Begin moving ``p`` to ``target``; ``reason`` is rule, forced, drain, failover or panic."""
+        """Begin moving ``p`` to ``target``; ``reason`` is rule, forced, drain, backlog or failover."""
         if p.relocation is not None:  # never two moves of one publisher: there are never more moves than publishers
             log.warning("relocation %s of publisher %s replaced by a new one", p.relocation, p.id[:8])
             self.relocations.pop(p.relocation, None)

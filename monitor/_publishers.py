@@ -2,7 +2,10 @@
 
 A publisher says hello at start (no exchange yet: it is assigned one) and every second (with the exchange it
 sends to: the publisher knows best, and a restarted monitor learns it this way). A publisher whose exchange
-stops acknowledging *panics* and is moved elsewhere at once, resending its window.
+stops acknowledging *panics*. If the monitor still hears that exchange, it is alive (saturated, or cut off from
+this publisher): the publisher is moved make-before-break to an exchange with room, if one has and the
+publisher is not cooling down, and nothing is resent (it fails over by itself if the old exchange never
+acknowledges its marker). Only a panic about an exchange the monitor does not hear is a failover.
 """
 
 from __future__ import annotations
@@ -73,12 +76,13 @@ class Publishers:
             return
         p.exchange = panic.exchange or p.exchange
         reason = panic.reason[:MAX_REASON]
-        log.warning("publisher %s reports exchange %s unresponsive: %s", p.id[:8], panic.exchange, reason)
-        target = self.mover.least_loaded({panic.exchange}, now)
-        if target is None:
-            self.outbox.send(p.identity, control.NoExchange(publisher=p.id, comment="no other live exchange"))
+        x = self.topology.exchanges.get(p.exchange) if p.exchange else None
+        if x is not None:
+            self.mover.relieve(p, x, f"publisher reports {x.id} unresponsive: {reason}", now)
             return
-        self.mover.start(p, target, "panic", f"publisher reports {panic.exchange} unresponsive: {reason}", now)
+        log.warning("publisher %s reports exchange %s unresponsive: %s", p.id[:8], panic.exchange, reason)
+        self.mover.failover(p, f"publisher reports {panic.exchange} unresponsive, and the monitor does not hear it: "
+                               f"{reason}", now)
 
     def bye(self, bye: control.PublisherBye, identity: bytes, now: float) -> None:
         p = self.topology.publishers.pop(bye.publisher, None)

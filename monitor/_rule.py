@@ -2,13 +2,16 @@
 
 Evaluated every KPI period on smoothed loads (records/s):
 
-* an exchange is *hot* when its load is above ``high``; it must stay hot for ``sustain`` seconds;
+* every exchange has its own *mark*: the queue's ``high``, or less when the exchange is saturated first
+  (:func:`saturation_mark`: the records/s it forwards at the queue's ``exchange_busy`` fraction of its time,
+  estimated from its load and its busy fraction), as on a host with a small CPU budget;
+* an exchange is *hot* when its load is above its mark; it must stay hot for ``sustain`` seconds;
 * from a hot exchange, move the most productive publisher that is not cooling down (moved less than
   ``cooldown`` seconds ago) and that the least loaded accepting exchange can take while staying below
-  ``high``; if the most productive one does not fit, the next one down is tried; at most one move per
+  its own mark; if the most productive one does not fit, the next one down is tried; at most one move per
   hot exchange per evaluation (the next evaluation sees the effect);
-* a publisher whose own rate is above ``high`` cannot be helped by moving it: it is reported as a
-  *limit case* and left where it is.
+* a publisher whose own rate is above its exchange's mark cannot be helped by moving it: it is reported
+  as a *limit case* and left where it is.
 """
 
 from __future__ import annotations
@@ -16,7 +19,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-__all__ = ["Ewma", "ExchangeLoad", "Move", "LimitCase", "evaluate"]
+__all__ = ["Ewma", "ExchangeLoad", "Move", "LimitCase", "evaluate", "saturation_mark", "MIN_BUSY"]
+
+#: Below this busy fraction an exchange's capacity is not estimated: fixed costs (heartbeats,
+#: acknowledgements) dominate, and load / busy would say little.
+MIN_BUSY = 0.1
+
+
+def saturation_mark(high: float, load: float, busy: float, limit: float) -> float:
+    """An exchange's own mark: ``high``, or the records/s it forwards when busy for ``limit`` of its time.
+
+    Forwarding costs the exchange about the same time per record, so at ``busy`` (smoothed, 0..1) and
+    ``load`` (smoothed records/s) it would forward ``limit * load / busy`` at ``limit``. ``limit`` = 1 leaves
+    the mark at ``high`` until the exchange is busy all the time, and its load then stays at its mark.
+    """
+    if busy < MIN_BUSY or load <= 0:
+        return high
+    return min(high, limit * load / busy)
 
 
 class Ewma:
@@ -42,9 +61,10 @@ class ExchangeLoad:
     Attributes:
         exchange: its id.
         load: smoothed records/s.
-        hot_since: monotonic time since when ``load`` has been above the mark (None: not hot).
+        hot_since: monotonic time since when ``load`` has been above its mark (None: not hot).
         publishers: smoothed records/s of each publisher that sends through it (and is not moving).
         accepts: whether it may receive publishers (alive, not draining, heard by every subscriber).
+        mark: its own mark, records/s (0: the queue's ``high``; see :func:`saturation_mark`).
     """
 
     exchange: str
@@ -52,6 +72,7 @@ class ExchangeLoad:
     hot_since: float | None = None
     publishers: Mapping[str, float] = field(default_factory=dict)
     accepts: bool = True
+    mark: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -62,12 +83,13 @@ class Move:
     publisher_rate: float
     source_load: float
     target_load: float
-    high: float
+    high: float  # the source's mark
+    saturated: bool = False  # the source's mark is below the queue's: it is saturated
 
     def describe(self) -> str:
         return (
             f"publisher {self.publisher[:8]} ({self.publisher_rate:,.0f} rec/s) from {self.source} "
-            f"({self.source_load:,.0f} rec/s > high {self.high:,.0f}) to {self.target} "
+            f"({self.source_load:,.0f} rec/s > {_mark(self.high, self.saturated)}) to {self.target} "
             f"({self.target_load:,.0f} -> {self.target_load + self.publisher_rate:,.0f} rec/s)"
         )
 
@@ -77,13 +99,18 @@ class LimitCase:
     exchange: str
     publisher: str
     publisher_rate: float
-    high: float
+    high: float  # the exchange's mark
+    saturated: bool = False
 
     def describe(self) -> str:
         return (
             f"limit case: publisher {self.publisher[:8]} alone sends {self.publisher_rate:,.0f} rec/s "
-            f"through {self.exchange}, above the high mark {self.high:,.0f}; not moved"
+            f"through {self.exchange}, above {_mark(self.high, self.saturated)}; not moved"
         )
+
+
+def _mark(mark: float, saturated: bool) -> str:
+    return f"its saturation mark {mark:,.0f}" if saturated else f"high {mark:,.0f}"
 
 
 def evaluate(
@@ -101,7 +128,7 @@ def evaluate(
     Args:
         exchanges: every live exchange of the queue.
         now: the current monotonic time.
-        high: the high-water mark, records/s.
+        high: the queue's high-water mark, records/s (an exchange's own mark may be lower).
         sustain: seconds an exchange must have been hot.
         cooldown: seconds a moved publisher stays put.
         moved_at: when each publisher was last moved (monotonic).
@@ -112,29 +139,34 @@ def evaluate(
         The moves to make (at most one per hot exchange) and the limit cases seen.
     """
     loads = {x.exchange: x.load for x in exchanges}
+    marks = {x.exchange: min(x.mark, high) if x.mark > 0 else high for x in exchanges}
     moves: list[Move] = []
     limits: list[LimitCase] = []
     moving: set[str] = set()
-    hot = [x for x in exchanges if x.hot_since is not None and now - x.hot_since >= sustain and x.load > high]
+    hot = [x for x in exchanges
+           if x.hot_since is not None and now - x.hot_since >= sustain and x.load > marks[x.exchange]]
     for x in sorted(hot, key=lambda e: e.load, reverse=True):
+        mark = marks[x.exchange]
+        saturated = mark < high
         ranked = sorted(x.publishers.items(), key=lambda item: item[1], reverse=True)
         for pub, rate in ranked:
-            if rate > high:
-                limits.append(LimitCase(x.exchange, pub, rate, high))
+            if rate > mark:
+                limits.append(LimitCase(x.exchange, pub, rate, mark, saturated))
         movable = [
             (pub, rate)
             for pub, rate in ranked
-            if rate <= high and pub not in moving and now - moved_at.get(pub, float("-inf")) >= cooldown
+            if rate <= mark and pub not in moving and now - moved_at.get(pub, float("-inf")) >= cooldown
         ]
         targets = [y for y in exchanges if y.exchange != x.exchange and y.accepts]
         if not targets:
             if movable and stuck is not None:
                 stuck.append(x.exchange)
             continue
-        target = min(targets, key=lambda y: loads[y.exchange])
+        target = min(targets, key=lambda y: (loads[y.exchange] / marks[y.exchange], loads[y.exchange]))
         for pub, rate in movable:
-            if loads[target.exchange] + rate < high:
-                moves.append(Move(pub, x.exchange, target.exchange, rate, loads[x.exchange], loads[target.exchange], high))
+            if loads[target.exchange] + rate < marks[target.exchange]:
+                moves.append(Move(pub, x.exchange, target.exchange, rate, loads[x.exchange], loads[target.exchange],
+                                  mark, saturated))
                 loads[x.exchange] -= rate
                 loads[target.exchange] += rate
                 moving.add(pub)

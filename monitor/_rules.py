@@ -26,13 +26,14 @@ class Rules:
     Attributes:
         values: every rule in force (:data:`roq.rules.DEFAULT_RULES`' keys).
         high: relocation mark, records/s (``exchange_records_per_s``).
+        busy: the busy fraction above which an exchange is saturated (``exchange_busy``).
         kpi_period, smoothing, sustain, cooldown: from ``kpi_period_s``, ``smoothing``, ``sustain_s``,
             ``cooldown_s``.
     """
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         self.values: dict[str, Any] = {}
-        self.high = self.kpi_period = self.smoothing = self.sustain = self.cooldown = 0.0
+        self.high = self.busy = self.kpi_period = self.smoothing = self.sustain = self.cooldown = 0.0
         self.replace(values)
 
     @classmethod
@@ -52,6 +53,7 @@ class Rules:
         changed = {k: v for k, v in values.items() if self.values.get(k) != v}
         self.values = dict(values)
         self.high = float(self.values["exchange_records_per_s"])
+        self.busy = float(self.values["exchange_busy"])
         self.kpi_period = float(self.values["kpi_period_s"])
         self.smoothing = float(self.values["smoothing"])
         self.sustain = float(self.values["sustain_s"])

@@ -126,6 +126,7 @@ class Scaling:
             publishers={x.id: counts[x.id] for x in live},
             stuck=[x for x in stuck if x in exchanges],
             placed=len(placement),
+            marks={x.id: x.mark for x in live},
         )
         decision = self.scaler.evaluate(load, self.rules.values, now)
         if decision is not None:

@@ -76,7 +76,9 @@ class ExchangeEntry:
     rates: dict[str, Ewma] = field(default_factory=dict)  # known publisher -> records/s through this exchange
     cpu_percent: float = 0.0
     rss_bytes: int = 0
-    busy: float = 0.0
+    busy: float = 0.0  # as last reported
+    busy_load: Ewma = field(default_factory=lambda: Ewma(0.5))  # smoothed busy fraction
+    mark: float = 0.0  # its own mark, records/s (0 until its first KPI: the queue's; see monitor._rule)
     dropped: int = 0
 
     def describe(self) -> dict[str, Any]:
@@ -91,6 +93,7 @@ class ExchangeEntry:
             "cpu_percent": self.cpu_percent,
             "rss_bytes": self.rss_bytes,
             "busy": round(self.busy, 3),
+            "mark_records_per_s": round(self.mark, 1),
             "dropped": self.dropped,
         }
 
@@ -140,7 +143,7 @@ class Relocation:
     publisher: str
     source: str | None
     target: str
-    reason: str  # rule, forced, drain, failover, panic
+    reason: str  # rule, forced, drain, backlog (its exchange is alive but does not acknowledge), failover
     started: float
     waiting: set[str]
     phase: str = "preparing"
@@ -149,8 +152,8 @@ class Relocation:
 
     @property
     def resends(self) -> bool:
-        """Whether the publisher must resend its window (the source is gone or not acknowledging)."""
-        return self.reason in ("failover", "panic")
+        """Whether the publisher must resend its window (the source is gone)."""
+        return self.reason == "failover"
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,7 @@ class Peers:
         self.exchanges = list(exchanges)
         self.subscribers = list(subscribers)
         self.rates: dict[str, dict[str, int]] = {}  # exchange -> publisher -> records/s it reports
+        self.busy: dict[str, float] = {}  # exchange -> the busy fraction it reports (default 0.1)
         self.silent: set[str] = set()  # exchanges that stopped (crashed)
         self.sending: dict[str, str] = {}  # publisher -> the exchange it sends to ("" before it has one)
         self.beat()
@@ -176,7 +177,7 @@ class Peers:
             total = sum(rates.values())
             self.d.send(control.ExchangeKpi(x, 1.0, total, 100 * total, total, 100 * total,
                                             [control.PublisherRate(p, r, 100 * r) for p, r in rates.items()],
-                                            20.0, 50 << 20, 0.1, 0), x.encode())
+                                            20.0, 50 << 20, self.busy.get(x, 0.1), 0), x.encode())
 
     def live(self, seconds: float, *, answer_ready: bool = True) -> None:
         """``seconds`` of a live queue: beats, hellos and KPIs; subscribers answer Prepare at once."""

@@ -214,7 +214,11 @@ class PublisherConfig:
         send_timeout: longest wait in ``send`` under "block"; None = no limit.
         ack_grace: seconds an acknowledged batch is still kept for resending, so that batches an
             exchange acknowledged but had not yet written to its subscribers when it died are resent.
-        ack_timeout: unacknowledged data older than this makes the publisher ask for another exchange.
+        ack_timeout: an exchange that acknowledges nothing for this long while batches wait for it makes the
+            publisher ask for another exchange (one that acknowledges slowly is busy, not dead).
+        max_in_flight: batches sent and not yet acknowledged, at most; then sending waits for the exchange.
+            It bounds the backlog a saturated exchange holds of each publisher, so the latency behind it
+            and the time a move off it takes.
         connect_timeout: how long ``publisher()`` waits for the monitor to assign an exchange.
         heartbeat_interval: seconds between hellos to the monitor.
         max_pending_batches: batches handed to the sender thread and not yet sent, before ``send`` waits.
@@ -228,6 +232,7 @@ class PublisherConfig:
     send_timeout: float | None = 30.0
     ack_grace: float = 0.25
     ack_timeout: float = 1.5
+    max_in_flight: int = 256
     connect_timeout: float = 5.0
     heartbeat_interval: float = 1.0
     max_pending_batches: int = 8
@@ -240,6 +245,7 @@ class PublisherConfig:
             "batch_bytes",
             "buffer_bytes",
             "ack_timeout",
+            "max_in_flight",
             "connect_timeout",
             "heartbeat_interval",
             "max_pending_batches",

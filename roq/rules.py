@@ -25,6 +25,10 @@ _SPEC: dict[str, tuple[type, Any, float, float, str]] = {
     "max_exchanges": (int, 4, 1, 256, "most exchanges the queue may have"),
     "max_exchanges_per_host": (int, 4, 1, 64, "most exchanges of this queue on one host"),
     "exchange_records_per_s": (float, 200_000.0, 10.0, 1e9, "high-water mark of one exchange, records/s (smoothed)"),
+    "exchange_busy": (float, 0.85, 0.1, 1.0,
+                      "an exchange busy for more than this fraction of its time is saturated: its own mark comes "
+                      "down to what it forwards at this fraction, so it counts as hot and takes no more publishers "
+                      "(1 = records/s only)"),
     "publishers_per_exchange": (int, 0, 1, 100_000,
                                 "the queue scales out when it has more publishers per exchange than this (0 = no limit)"),
     "scale_out_records_per_s": (float, 0.0, 10.0, 1e9,

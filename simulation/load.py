@@ -123,6 +123,8 @@ def publish(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.linger is not None:
         options["linger"] = args.linger
+    if args.buffer_bytes:
+        options["buffer_bytes"] = args.buffer_bytes
     with _connect(args) as conn:
         pub = conn.publisher(**options)
         announce_ready("publisher", publisher=pub.name)
@@ -262,6 +264,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     pp.add_argument("--keys", default="load", help="comma-separated keys, used in turn (default 'load')")
     pp.add_argument("--key-run", type=int, default=100, help="records per key before the next key (default 100)")
     pp.add_argument("--linger", type=float, default=None, help="publisher linger in seconds (default: the library's)")
+    pp.add_argument("--buffer-bytes", type=int, default=0,
+                    help="the publisher's buffer of records not yet acknowledged, bytes (default 0 = the library's)")
     pp.add_argument("--flush-timeout", type=float, default=30.0, help="seconds to wait for the last acks (default 30)")
     sp = sub.add_parser("subscribe", help="receive and audit records")
     sp.add_argument("--prefix", default="", help="key prefix (default '' = everything)")

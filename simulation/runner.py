@@ -409,7 +409,7 @@ class Runner:
             "scale_outs": kinds.count("scale_out_done"),  # exchanges that joined, not decisions
             "scale_outs_refused": kinds.count("scale_out_refused"),
             "scale_ins": kinds.count("scale_in") - kinds.count("scale_in_refused"),
-            "failovers": sum(1 for e in events if e.get("kind") == "relocated" and e.get("reason") in ("failover", "panic")),
+            "failovers": sum(1 for e in events if e.get("kind") == "relocated" and e.get("reason") == "failover"),
             "faults": self.faults,
             "keep_up_audit": {"lost": lost, "duplicated": dup, "reordered": reordered,
                               "clean": bool(keep_up) and lost == dup == reordered == 0

@@ -42,12 +42,14 @@ class Queue:
 
         return wait_until(check, timeout, what, interval=0.1)
 
-    def subscribe(self, prefix: str = "") -> None:
+    def subscribe(self, prefix: str = "", *options: str) -> None:
         # it stops 5 s after the last record: once every publisher has flushed, it has everything
-        self.subs.append(self.loads.start("subscribe", *self.where, "--prefix", prefix, "--idle-exit", "5"))
+        self.subs.append(self.loads.start("subscribe", *self.where, "--prefix", prefix, "--idle-exit", "5", *options))
 
-    def publish(self, rate: float, keys: str) -> Any:
-        pub = self.loads.start("publish", *self.where, "--rate", str(rate), "--duration", "600", "--keys", keys)
+    def publish(self, rate: float, keys: str, *options: str) -> Any:
+        """A publisher of ``rate`` records/s (0: as fast as the queue takes them) over ``keys`` (comma-separated)."""
+        pub = self.loads.start("publish", *self.where, "--rate", str(rate), "--duration", "600", "--keys", keys,
+                               *options)
         self.pubs.append(pub)
         return pub
 
@@ -68,7 +70,9 @@ class Queue:
         for sub in self.subs:
             report = self.loads.report(sub)
             audit = compare(report["audit"], self.sent, report["prefix"].encode())
-            print(f"subscriber {report['prefix']!r}: {audit}")
+            print(f"subscriber {report['prefix']!r}: {audit}; its library's counts: {report['stats']}")
+            if report.get("timeline"):
+                print("  timeline: " + ", ".join(f"{p['received']}/{p['gaps']}" for p in report["timeline"]))
             assert (audit["lost"], audit["duplicated"], audit["reordered"]) == (0, 0, 0), audit
             assert audit["expected"] > 0 and (report["prefix"] or audit["expected"] == expected), audit
             audits.append(audit)

@@ -26,3 +26,19 @@ def test_take_all_resets_acknowledgements():
     assert [e.first for e in entries] == [1, 6]
     assert w.acked == 0 and not w.entries
     assert w.trim(10.0) == 0  # the dead exchange's acks no longer free anything
+
+
+def test_in_flight_counts_unacknowledged_batches_and_a_slow_exchange_is_not_a_stalled_one():
+    w = Window(grace=1.0)
+    assert w.stalled_for(100.0) == 0.0  # nothing waits
+    for i in range(4):
+        w.add(sent(1 + 10 * i, 10, at=10.0 + i))
+    assert w.in_flight == 4 and w.stalled_for(12.0) == 2.0  # since the first batch that waits
+    w.ack(20, now=12.5)  # slow, but progress
+    assert w.in_flight == 2 and w.stalled_for(13.0) == 0.5
+    w.ack(40, now=14.0)
+    assert w.in_flight == 0 and w.stalled_for(20.0) == 0.0
+    w.add(sent(41, 5, at=30.0))
+    assert w.stalled_for(31.0) == 1.0  # the wait starts with the batch, not with the last ack
+    w.take_all()
+    assert w.in_flight == 0

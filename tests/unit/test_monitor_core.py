@@ -198,3 +198,39 @@ def test_every_table_a_peer_fills_is_bounded_and_the_status_stays_under_a_megaby
     assert status["truncated"]["subscribers"]["total"] == MAX_SUBSCRIBERS
     assert status["refused"] == {"exchanges": 0, "publishers": 2, "subscribers": 1}
     assert status["exchanges"][0]["id"] == "x1" and status["events"]  # the short lists are whole
+
+
+def test_a_saturated_exchange_far_below_the_mark_sheds_publishers_make_before_break():
+    q = Queue(exchanges=("x1", "x2"), subscribers=("s1",))
+    for name in ("p1", "p2", "p3"):
+        q.publisher(name, "x1")
+    q.rates["x1"] = {"p1": 150, "p2": 100, "p3": 50}  # 300 rec/s, a third of the mark...
+    q.busy["x1"] = 1.0  # ...but busy all the time: a small host
+    q.live(3.0)
+    [relocate] = q.d.to(b"p1", control.Relocate)
+    assert (relocate.exchange, relocate.reason) == ("x2", "relocate")  # make-before-break: nothing resent
+    q.moved("p1")
+    q.live(0.5)
+    [done] = q.d.events("relocated")
+    assert done["reason"] == "rule" and "300 rec/s > its saturation mark 255" in done["detail"]
+    assert q.d.core.events.counters.get("failovers", 0) == 0
+
+
+def test_a_panic_about_a_live_exchange_is_no_failover_and_one_about_a_silent_exchange_is():
+    q = Queue(exchanges=("x1", "x2"), subscribers=("s1",))
+    for name in ("p1", "p2"):
+        q.publisher(name, "x1")
+    q.rates = {"x1": {"p1": 300, "p2": 300}, "x2": {"p0": 500}}
+    q.busy = {"x1": 1.0, "x2": 1.0}  # both saturated: nowhere to go
+    q.live(1.0)
+    q.d.send(control.Panic("p1", "x1", "no acknowledgement for 1.6s"), b"p1")
+    assert q.d.to(b"p1", control.Relocate) == []  # x1 still beats: p1 waits for it (back-pressure)
+    q.busy["x2"] = 0.2  # x2 has room now
+    q.live(1.0)
+    q.d.send(control.Panic("p1", "x1", "no acknowledgement for 1.6s"), b"p1")
+    q.ready()  # planned: subscribers note the move first
+    [relocate] = q.d.to(b"p1", control.Relocate)
+    assert (relocate.exchange, relocate.reason) == ("x2", "relocate")
+    q.d.send(control.Panic("p2", "x-gone", "no acknowledgement for 1.6s"), b"p2")  # an exchange nobody hears
+    assert q.d.to(b"p2", control.Relocate)[-1].reason == "failover"
+    assert q.d.core.events.counters["failovers"] == 1

@@ -136,3 +136,14 @@ def test_rule_single_exchange_with_two_publishers_is_stuck():
     found: list[str] = []
     evaluate(xs, now=5.0, high=1000.0, sustain=1.0, cooldown=5.0, moved_at={}, stuck=found)
     assert found == ["a"]
+
+
+def test_scale_in_counts_the_exchanges_own_marks_where_they_saturate_first():
+    # 2 exchanges at 300 rec/s, each busy 60%: far below the queue's mark (1000), but each forwards about 500
+    # at most; 600 would not fit in one
+    marks = {"a": 425.0, "b": 425.0}
+    assert run(Scaler(), QueueLoad({"a": 300.0, "b": 300.0}, marks=marks), [0, 1, 2, 10])[1] is None
+    t, d = run(Scaler(), QueueLoad({"a": 300.0, "b": 300.0}), [0, 1, 2])
+    assert d.kind == "in"  # with the queue's mark alone it would have scaled in
+    t, d = run(Scaler(), QueueLoad({"a": 500.0}, {"a": 3}, stuck=["a"], marks={"a": 425.0}), [0.0])
+    assert d.kind == "out" and "mark 425" in d.reason

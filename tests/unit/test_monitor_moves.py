@@ -174,3 +174,30 @@ def test_least_loaded_counts_publishers_while_cold_and_load_once_warm(loads, wan
         w.topology.exchanges[name].load.add(load)
     w.publisher("a", "x2")
     assert w.topology.least_loaded(set(), T0, 1000).id == want
+
+
+def test_a_publisher_waiting_for_a_live_exchange_moves_make_before_break_only_where_there_is_room():
+    w = World(exchanges=("x1", "x2", "x3"))
+    x1, x2, x3 = (w.topology.exchanges[n] for n in ("x1", "x2", "x3"))
+    x1.busy, x1.load.value, x1.mark = 1.0, 900.0, 760.0
+    x2.load.value, x2.mark = 800.0, 850.0  # saturated too: no room for p's 300 rec/s
+    x3.load.value, x3.mark = 700.0, 1000.0
+    x1.rates["p"] = Ewma(0.5)
+    x1.rates["p"].add(300.0)
+    p = w.publisher("p", "x1")
+    w.mover.relieve(p, x1, "no acknowledgement for 1.6s", T0)
+    assert w.outbox.sends == []  # x3 is the least loaded but 700 + 300 reaches its mark
+    x3.load.value = 600.0
+    w.mover.relieve(p, x1, "no acknowledgement for 1.6s", T0)
+    rel = w.mover.relocations[p.relocation]
+    assert (rel.target, rel.reason, rel.resends) == ("x3", "backlog", False)
+    assert [m.source for m in w.to(b"s1", control.Prepare)] == ["x1"]  # planned: subscribers note the move
+    for s in ("s1", "s2"):
+        w.mover.ready(rel.id, s, T0)
+    [relocate] = w.to(b"p", control.Relocate)
+    assert relocate.reason == "relocate"  # make before break: nothing is resent
+    w.mover.moved(control.Moved("p", "x3", rel.id, 1), T0 + 0.5)
+    assert w.log.counters.get("failovers", 0) == 0
+    w.outbox.sends.clear()
+    w.mover.relieve(p, x3, "no acknowledgement for 1.6s", T0 + 5)  # within its cool-down: it stays
+    assert w.outbox.sends == [] and p.relocation is None

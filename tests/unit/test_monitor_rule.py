@@ -1,4 +1,4 @@
-from monitor import Ewma, ExchangeLoad, evaluate
+from monitor import Ewma, ExchangeLoad, evaluate, saturation_mark
 
 HIGH = 100.0
 
@@ -55,3 +55,33 @@ def test_ewma_smooths_and_starts_at_the_first_sample():
     assert e.add(100) == 100
     assert e.add(0) == 50
     assert e.add(0) == 25
+
+
+def test_an_exchange_saturated_below_the_mark_is_hot_and_its_publishers_go_where_there_is_room():
+    # a hosts' small budget: "a" forwards 60 rec/s busy all the time, far below the queue's mark of 100
+    a = ExchangeLoad("a", 60, hot_since=0.0, publishers={"p": 30, "q": 20, "r": 10}, mark=51)
+    b = ExchangeLoad("b", 20, mark=40)  # busy half its time at 20 rec/s: room for 20 more
+    c = ExchangeLoad("c", 10, mark=12)  # the least loaded, but saturated already
+    moves, limits = run([a, b, c])
+    assert limits == []
+    assert [(m.publisher, m.target) for m in moves] == [("r", "b")]  # relative load: b has room, c none
+    assert "its saturation mark 51" in moves[0].describe()
+
+
+def test_a_lone_publisher_that_saturates_its_exchange_is_a_limit_case_and_a_full_target_takes_nobody():
+    a = ExchangeLoad("a", 60, hot_since=0.0, publishers={"big": 60}, mark=51)
+    stuck: list[str] = []
+    moves, limits = evaluate([a, ExchangeLoad("b", 0)], now=10.0, high=HIGH, sustain=2.0, cooldown=5.0, moved_at={},
+                             stuck=stuck)
+    assert moves == [] and stuck == [] and "above its saturation mark 51" in limits[0].describe()
+    both = [ExchangeLoad("a", 60, hot_since=0.0, publishers={"p": 30, "q": 30}, mark=51),
+            ExchangeLoad("b", 60, hot_since=0.0, publishers={"r": 60}, mark=51)]
+    moves, _ = evaluate(both, now=10.0, high=HIGH, sustain=2.0, cooldown=5.0, moved_at={}, stuck=stuck)
+    assert moves == [] and stuck == ["a"]  # saturated everywhere: the scaling rule asks for an exchange
+
+
+def test_saturation_mark_estimates_what_an_exchange_forwards_at_the_busy_limit():
+    assert saturation_mark(1000.0, 400.0, 0.5, 0.85) == 680.0  # 800 rec/s at busy 1, 85% of it
+    assert saturation_mark(1000.0, 400.0, 0.2, 0.85) == 1000.0  # room beyond the queue's mark
+    assert saturation_mark(1000.0, 400.0, 0.05, 0.85) == 1000.0  # too idle to say
+    assert saturation_mark(1000.0, 400.0, 1.0, 1.0) == 400.0  # busy all the time: at its mark, not above
