@@ -7,6 +7,9 @@
         pub.flush()
         sub = conn.subscriber(prefix=b"orders.")
         msg = sub.recv(timeout=1.0)
+        pub.send_many(b"orders.eu", payloads)          # many records of one key, no call per record
+        for batch in sub.recv_many(timeout=1.0):       # what is ready, a list of records per batch
+            handle(batch.payloads)
 
 Applications import from ``client`` itself (:data:`__all__`). The pure cores have public modules of their
 own for tests and tools, outside that surface: :mod:`client.ordering` (a subscriber's per-publisher
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from client._connection import Connection, connect
 from client._management import QueueManager
-from client._message import Message, SubscriberStats
+from client._message import Batch, Message, SubscriberStats
 from client._publisher import Publisher
 from client._subscriber import Subscriber
 from roq.config import PublisherConfig, SubscriberConfig
@@ -52,6 +55,7 @@ __all__ = [
     "Subscriber",
     "SubscriberConfig",
     "Message",
+    "Batch",
     "SubscriberStats",
     # errors
     "RoQError",

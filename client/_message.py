@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import count, repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, Iterator
 
 
 class Message(tuple):
@@ -28,6 +29,51 @@ class Message(tuple):
             f"Message(key={self[0]!r}, payload=<{len(self[1])} bytes>, publisher={self[2][:8]}, "
             f"seq={self[3]}, timestamp={self[4]:.6f})"
         )
+
+
+class Batch:
+    """Records of one publisher, in its order, as :meth:`client.Subscriber.recv_many` returns them.
+
+    Attributes:
+        key: the key every record of the batch shares.
+        payloads: the records' payloads, in order (a list the application may keep).
+        publisher: the publisher's id (hex).
+        first_seq: the sequence number of ``payloads[0]``; the others follow one by one.
+        timestamp: when the publisher sent the batch's first record (seconds since the epoch).
+
+    ``len(batch)`` is its number of records; iterating over it yields a :class:`Message` per record.
+    """
+
+    __slots__ = ("key", "payloads", "publisher", "first_seq", "timestamp")
+
+    def __init__(self, key: bytes, payloads: list[bytes], publisher: str, first_seq: int, timestamp: float) -> None:
+        self.key = key
+        self.payloads = payloads
+        self.publisher = publisher
+        self.first_seq = first_seq
+        self.timestamp = timestamp
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the batch's last record."""
+        return self.first_seq + len(self.payloads) - 1
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def __iter__(self) -> Iterator[Message]:
+        return map(Message, zip(repeat(self.key), self.payloads, repeat(self.publisher), count(self.first_seq),
+                                repeat(self.timestamp)))
+
+    def split(self, n: int) -> tuple[Batch, Batch]:
+        """The first ``n`` records and the rest, as two batches."""
+        p = self.payloads
+        return (Batch(self.key, p[:n], self.publisher, self.first_seq, self.timestamp),
+                Batch(self.key, p[n:], self.publisher, self.first_seq + n, self.timestamp))
+
+    def __repr__(self) -> str:
+        return (f"Batch(key={self.key!r}, records={len(self.payloads)}, publisher={self.publisher[:8]}, "
+                f"seqs={self.first_seq}..{self.last_seq}, timestamp={self.timestamp:.6f})")
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ class Sender(threading.Thread):
         try:
             self._channel = MonitorChannel(self._ctx, self._locator, self._id, self._who)
             self._poller.register(self._channel.socket, zmq.POLLIN)
-            self._poller.register(self._outbox.wake_fd, zmq.POLLIN)
+            self._poller.register(self._outbox.wakeup.fd, zmq.POLLIN)
             self._loop()
             self._channel.send(control.PublisherBye(publisher=self._hex))
         except Exception as exc:  # the application learns it on its next call
@@ -116,7 +116,7 @@ class Sender(threading.Thread):
     def _loop(self) -> None:
         outbox, stream, channel = self._outbox, self._stream, self._channel
         assert channel is not None
-        monitor, wake_fd = channel.socket, outbox.wake_fd
+        monitor, wake_fd = channel.socket, outbox.wakeup.fd
         while True:
             now = time.monotonic()
             sealed = outbox.take(now)
@@ -139,7 +139,7 @@ class Sender(threading.Thread):
                 if sock is monitor:
                     self._on_monitor()
                 elif sock == wake_fd:
-                    outbox.drain()
+                    outbox.wakeup.drain()
                 else:
                     self._on_exchange(sock)
 
@@ -203,7 +203,7 @@ class Sender(threading.Thread):
         for msg in self._channel.receive():
             if isinstance(msg, control.Relocate) and msg.publisher == self._hex:
                 self._on_relocate(msg)
-            elif isinstance(msg, control.NoExchange) and self._outbox.refused(msg.comment):
+            elif isinstance(msg, control.NoExchange) and self._outbox.assignment.refused(msg.comment):
                 log.warning("%s: %s; buffering until an exchange appears", self._who, msg.comment)
 
     def _on_relocate(self, msg: control.Relocate) -> None:
@@ -265,7 +265,7 @@ class Sender(threading.Thread):
 
     def _adopted(self, exchange: str) -> None:
         self.exchange = exchange
-        self._outbox.assigned()
+        self._outbox.assignment.assigned()
 
     def _links(self) -> list[Link]:
         links = [self._stream.link] if self._stream.link is not None else []

@@ -11,15 +11,14 @@ import collections
 import logging
 import time
 import uuid
-from itertools import count as counting
-from itertools import islice, repeat
+from itertools import islice
 from typing import Iterator
 
 import zmq
 
 from client._channel import MonitorChannel
 from client._feeds import Feeds
-from client._message import Message, SubscriberStats
+from client._message import Batch, Message, SubscriberStats
 from client.locator import MonitorLocator
 from client.ordering import Reassembler
 from roq import control
@@ -35,6 +34,8 @@ __all__ = ["Subscriber"]
 _JOIN_TURN = 0.05
 #: Planned moves remembered until their target exchange is heard (the oldest is forgotten beyond).
 MAX_PREPARES = 1024
+#: Records ``recv_many`` returns at most by default.
+MAX_RECORDS = 65536
 
 
 class Subscriber:
@@ -55,7 +56,10 @@ class Subscriber:
         self.name = self.id.hex()
         self._who = f"subscriber {self.name[:8]}"
         self._closed = False
-        self._ready: collections.deque[Message] = collections.deque()
+        # what the reassembler released, batch by batch; ``recv`` and iteration turn the head batch into
+        # messages (``_records``) only when they reach it, so that ``recv_many`` never builds one per record
+        self._batches: collections.deque[Batch] = collections.deque()
+        self._records: collections.deque[Message] = collections.deque()
         self._order = Reassembler(filtered=bool(prefix), hold_timeout=config.hold_timeout, max_held=config.max_held_batches)
         self._prepares: dict[int, str] = {}  # relocation -> target exchange, until we hear it
         self._names: dict[bytes, str] = {}
@@ -96,26 +100,65 @@ class Subscriber:
         Raises:
             ClosedError: the subscriber is closed.
         """
-        if self._ready:
-            return self._ready.popleft()
+        records = self._records
+        if records:
+            return records.popleft()
         if self._closed:
             raise ClosedError("subscriber is closed")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            self._pump(1.0 if left is None else max(0.0, min(left, 1.0)))
-            if self._ready:
-                return self._ready.popleft()
-            if left is not None and left <= 0:
-                return None
+        if not self._batches and not self._wait(timeout):
+            return None
+        records.extend(self._batches.popleft())
+        return records.popleft()
+
+    def recv_many(self, max_records: int = MAX_RECORDS, timeout: float | None = None) -> list[Batch]:
+        """The records ready now, at most ``max_records``, as batches (each one publisher's records in order);
+        if none is ready, the first to arrive within ``timeout`` seconds (None = wait forever); ``[]`` if
+        none arrived.
+
+        No object is made per record: each :class:`Batch` holds its payloads in one list. Records come in
+        the same order, once each, as from :meth:`recv`, and the two may be mixed.
+
+        Raises:
+            ClosedError: the subscriber is closed.
+            ValueError: ``max_records`` is below 1.
+        """
+        if max_records < 1:
+            raise ValueError(f"max_records must be at least 1, got {max_records}")
+        out: list[Batch] = []
+        records = self._records
+        if records:  # the rest of a batch that recv() began
+            head = records[0]
+            out.append(Batch(head[0], [m[1] for m in records], head[2], head[3], head[4]))
+            records.clear()
+            if len(out[0]) > max_records:
+                out[0], rest = out[0].split(max_records)
+                self._batches.appendleft(rest)
+            return out
+        if self._closed:
+            raise ClosedError("subscriber is closed")
+        batches = self._batches
+        if not batches and not self._wait(timeout):
+            return out
+        left = max_records
+        while batches and left:
+            head = batches.popleft()
+            if len(head) > left:
+                head, rest = head.split(left)
+                batches.appendleft(rest)
+            out.append(head)
+            left -= len(head)
+        return out
 
     def __iter__(self) -> Iterator[Message]:
         """Yield records as they arrive, forever (until ``close()`` or ``break``)."""
-        ready = self._ready
+        records, batches = self._records, self._batches
         while not self._closed:
-            while ready:
-                yield ready.popleft()
-            self._pump(1.0)
+            while records:
+                yield records.popleft()
+            if batches:
+                records.extend(batches.popleft())
+            else:
+                self._pump(1.0)
 
     def stats(self) -> SubscriberStats:
         """Counters and a latency summary (see :class:`SubscriberStats`)."""
@@ -158,6 +201,17 @@ class Subscriber:
 
     # ------------------------------------------------------------------ the loop, run from recv
 
+    def _wait(self, timeout: float | None) -> bool:
+        """Run the loop until a batch is ready (True) or ``timeout`` seconds passed (False; None = forever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            self._pump(1.0 if left is None else max(0.0, min(left, 1.0)))
+            if self._batches:
+                return True
+            if left is not None and left <= 0:
+                return False
+
     def _pump(self, timeout: float) -> None:
         now = time.monotonic()
         if self._monitor.follow():  # the monitor moved to another host
@@ -179,7 +233,7 @@ class Subscriber:
 
     def _deliver(self, out: list) -> None:
         now = time.time()
-        ready = self._ready
+        ready = self._batches
         names = self._names
         for (key, payloads, pub, first, ts), skip in out:
             name = names.get(pub)
@@ -189,7 +243,7 @@ class Subscriber:
                 payloads = payloads[skip:]
                 first += skip
             stamp = ts / 1e9
-            ready.extend(map(Message, zip(repeat(key), payloads, repeat(name), counting(first), repeat(stamp))))
+            ready.append(Batch(key, payloads, name, first, stamp))
             self._received += len(payloads)
             self._latency.append(now - stamp)
             self._latency_count += 1

@@ -9,14 +9,14 @@ knows nothing else of the publisher. Everything the two threads share is here, u
   waits on a condition (handing the GIL over) instead of starving the sender;
 * the **counters** both sides read: the highest seq acknowledged and the payload bytes buffered (not yet
   safe to forget), against ``buffer_bytes``;
-* the sender's **error**, raised to the application on its next call; the **assigned** event (the first
-  exchange, or the error) the publisher's constructor waits for; the monitor's "no exchange" comment;
+* the sender's **error**, raised to the application on its next call; the :class:`Assignment` (the first
+  exchange, or the error) the publisher's constructor waits for, with the monitor's "no exchange" comment;
 * the **wake-up pipe**: written only when the sender sleeps in its poll (``idle``).
 
-Application side: :meth:`Outbox.put`, :meth:`Outbox.flush`, :meth:`Outbox.begin_close`, :meth:`Outbox.close`.
-Sender side: :meth:`Outbox.take`, :meth:`Outbox.idle_until`, :meth:`Outbox.awake`, :meth:`Outbox.drain`,
-:meth:`Outbox.acknowledged`, :meth:`Outbox.forget`, :meth:`Outbox.assigned`, :meth:`Outbox.refused`,
-:meth:`Outbox.fail`.
+Application side: :meth:`Outbox.put`, :meth:`Outbox.put_many`, :meth:`Outbox.flush`, :meth:`Outbox.begin_close`,
+:meth:`Outbox.close`.
+Sender side: :meth:`Outbox.take`, :meth:`Outbox.idle_until`, :meth:`Outbox.awake`, its :class:`WakePipe`,
+:meth:`Outbox.acknowledged`, :meth:`Outbox.forget`, :meth:`Outbox.fail`, its :class:`Assignment`.
 
 A core without sockets, public for tests and tools (``from client.outbox import Outbox``); not part of the
 application API (:data:`client.__all__`).
@@ -28,13 +28,15 @@ import collections
 import os
 import threading
 import time
-from typing import Any, NamedTuple
+from bisect import bisect_right
+from itertools import accumulate
+from typing import Any, Iterable, NamedTuple
 
 from roq import batch
 from roq.config import PublisherConfig
 from roq.errors import BrokerConnectionError, BrokerTimeoutError, BufferFullError, ClosedError, ProtocolError
 
-__all__ = ["Outbox", "Sealed", "MAX_KEYS", "MAX_RECORD_BYTES", "as_bytes"]
+__all__ = ["Outbox", "Assignment", "Sealed", "WakePipe", "MAX_KEYS", "MAX_RECORD_BYTES", "as_bytes", "measured"]
 
 #: Largest record accepted, so that a one-record batch stays within an exchange's default bound.
 MAX_RECORD_BYTES = (4 << 20) - 4
@@ -55,6 +57,77 @@ def as_bytes(value: Any, what: str) -> bytes:
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     raise TypeError(f"{what} must be bytes, got {type(value).__name__}")
+
+
+def measured(payloads: Iterable[bytes]) -> tuple[list[bytes], list[int]]:
+    """``payloads`` as a list of bytes and the running total of their sizes, checked as a whole.
+
+    Raises:
+        TypeError: a payload is not bytes-like (a bytearray or memoryview is copied).
+        ProtocolError: a payload is larger than :data:`MAX_RECORD_BYTES`.
+    """
+    payloads = payloads if type(payloads) is list else list(payloads)
+    if payloads and set(map(type, payloads)) != {bytes}:  # checked without a Python step per record
+        payloads = [as_bytes(p, "payload") for p in payloads]
+    sizes = list(map(len, payloads))
+    if sizes and max(sizes) > MAX_RECORD_BYTES:
+        raise ProtocolError(f"record of {max(sizes)} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes")
+    return payloads, list(accumulate(sizes))
+
+
+class WakePipe:
+    """A pipe the application writes to wake the sender sleeping in its poll on :attr:`fd`."""
+
+    def __init__(self) -> None:
+        self.fd, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def ring(self) -> None:
+        try:
+            os.write(self._write, b"\x01")
+        except BlockingIOError:  # the pipe is full of wake-ups already
+            pass
+
+    def drain(self) -> None:
+        """Empty the pipe (the sender, once woken)."""
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self.fd, self._write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class Assignment:
+    """Whether the sender has its first exchange (or failed: the publisher's constructor waits for either), and
+    the monitor's comment while it has no exchange for the publisher ("" otherwise)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.no_exchange = ""
+
+    def wait(self, timeout: float) -> bool:
+        """False if the sender neither got an exchange nor failed within ``timeout`` seconds."""
+        return self._done.wait(timeout)
+
+    def assigned(self) -> None:
+        """The sender sends through an exchange."""
+        self.no_exchange = ""
+        self._done.set()
+
+    def refused(self, comment: str) -> bool:
+        """The monitor has no exchange for the publisher now (``comment`` says why); True if that is news."""
+        news = not self.no_exchange
+        self.no_exchange = comment or "no exchange"
+        return news
+
+    def failed(self) -> None:
+        self._done.set()
 
 
 class Sealed(NamedTuple):
@@ -100,9 +173,8 @@ class Outbox:
         self._error: BaseException | None = None
         self._accepting = True  # none of the three above
         self._idle = False  # the sender sleeps in poll and must be woken
-        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._assigned = threading.Event()
-        self._no_exchange = ""
+        self.wakeup = WakePipe()  # the sender polls its fd while it sleeps; closed once the sender stopped
+        self.assignment = Assignment()
 
     # ------------------------------------------------------------------ application side
 
@@ -134,15 +206,35 @@ class Outbox:
                 self._size += size
                 self._buffered += size
                 return
-            self._make_room(key, size)
-            if not self._payloads:
-                self._key = key
-                self._opened = time.monotonic()
-                self._opened_ns = time.time_ns()
-                self._wake()
-            self._payloads.append(payload)
-            self._size += size
-            self._buffered += size
+            self._append(key, payload, size)
+
+    def put_many(self, key: bytes, payloads: Iterable[bytes]) -> None:
+        """Append records of one key, as :meth:`put` would one by one, filling each batch with one slice of
+        ``payloads`` instead of a call per record. Either every record is checked before any is taken, or
+        a :class:`TypeError` or :class:`ProtocolError` takes none; a wait that fails (buffer full, closed)
+        leaves the records before it taken.
+
+        Raises:
+            As :meth:`put`.
+        """
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        payloads, ends = measured(payloads)  # ends[i]: payload bytes of records 0..i
+        n, i = len(payloads), 0
+        with self._lock:
+            while i < n:
+                if self._accepting and key == self._key and self._payloads:
+                    before = ends[i - 1] if i else 0
+                    room = min(self._batch_bytes - self._size, self._buffer_bytes - self._buffered)
+                    j = min(n, i + self._batch_records - len(self._payloads), bisect_right(ends, before + room, i))
+                    if j > i:  # records i..j-1 fit the open batch
+                        self._payloads.extend(payloads[i:j])
+                        self._size += ends[j - 1] - before
+                        self._buffered += ends[j - 1] - before
+                        i = j
+                        continue
+                self._append(key, payloads[i], ends[i] - (ends[i - 1] if i else 0))  # seals or waits as put()
+                i += 1
 
     def flush(self, timeout: float | None) -> None:
         """Seal the open batch (its acknowledgement asked for at once) and wait until every record put so
@@ -189,27 +281,10 @@ class Outbox:
             self._wake()
             self._changed.notify_all()
 
-    def release(self) -> None:
-        """Close the wake-up pipe, once the sender has stopped."""
-        for fd in (self._wake_read, self._wake_write):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def wait_assigned(self, timeout: float) -> bool:
-        """Wait until the sender has an exchange or failed; False if neither happened within ``timeout``."""
-        return self._assigned.wait(timeout)
-
     @property
     def error(self) -> BaseException | None:
         """What stopped the sender thread, or None."""
         return self._error
-
-    @property
-    def no_exchange(self) -> str:
-        """The monitor's comment while it has no exchange for the publisher ("" otherwise)."""
-        return self._no_exchange
 
     def counts(self) -> tuple[int, int, int]:
         """(records sealed, records acknowledged, payload bytes buffered)."""
@@ -217,11 +292,6 @@ class Outbox:
             return self._next_seq - 1, self._acked, self._buffered
 
     # ------------------------------------------------------------------ sender side
-
-    @property
-    def wake_fd(self) -> int:
-        """Readable when the sender, sleeping in its poll, has something to do (then :meth:`drain` it)."""
-        return self._wake_read
 
     def take(self, now: float) -> list[Sealed] | None:
         """The sealed batches (the open batch sealed first if it lingered long enough); None once closed."""
@@ -240,7 +310,7 @@ class Outbox:
     def idle_until(self, now: float, deadline: float) -> tuple[float, bool]:
         """The sender will sleep until ``deadline`` unless there is work sooner: the time to wake up (``now``
         if batches wait or the outbox is closed, the end of the open batch's linger if earlier) and whether
-        that is the linger. When it sleeps, wake-ups come through :attr:`wake_fd` until :meth:`awake`."""
+        that is the linger. When it sleeps, wake-ups come through :attr:`wakeup` until :meth:`awake`."""
         lingering = False
         with self._lock:
             if self._sealed or self._closed:
@@ -256,14 +326,6 @@ class Outbox:
         with self._lock:
             self._idle = False
 
-    def drain(self) -> None:
-        """Empty the wake-up pipe."""
-        try:
-            while os.read(self._wake_read, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
     def acknowledged(self, seq: int) -> None:
         """An exchange acknowledged every record up to ``seq``."""
         with self._lock:
@@ -276,26 +338,27 @@ class Outbox:
             self._buffered -= size
             self._changed.notify_all()
 
-    def assigned(self) -> None:
-        """The sender sends through an exchange."""
-        self._no_exchange = ""
-        self._assigned.set()
-
-    def refused(self, comment: str) -> bool:
-        """The monitor has no exchange for the publisher now (``comment`` says why); True if that is news."""
-        news = not self._no_exchange
-        self._no_exchange = comment or "no exchange"
-        return news
-
     def fail(self, exc: BaseException) -> None:
         """The sender thread failed with ``exc``: every call of the application raises it from now on."""
         with self._lock:
             self._error = exc
             self._accepting = False
             self._changed.notify_all()
-        self._assigned.set()
+        self.assignment.failed()
 
     # ------------------------------------------------------------------ internals (lock held)
+
+    def _append(self, key: bytes, payload: bytes, size: int) -> None:
+        """Append one record the open batch may not take: seal it or wait first as needed."""
+        self._make_room(key, size)
+        if not self._payloads:
+            self._key = key
+            self._opened = time.monotonic()
+            self._opened_ns = time.time_ns()
+            self._wake()
+        self._payloads.append(payload)
+        self._size += size
+        self._buffered += size
 
     def _make_room(self, key: bytes, size: int) -> None:
         """Seal the open batch if the record does not belong in it, and wait for room in the buffer."""
@@ -365,7 +428,4 @@ class Outbox:
     def _wake(self) -> None:
         if self._idle:
             self._idle = False
-            try:
-                os.write(self._wake_write, b"\x01")
-            except BlockingIOError:  # the pipe is full of wake-ups already
-                pass
+            self.wakeup.ring()

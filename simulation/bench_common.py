@@ -29,8 +29,9 @@ def padding(size: int) -> bytes:
     return b"\x00" * max(0, size - STAMP.size)
 
 
-def paced(rate: float, duration: float, send_one: Any) -> int:
-    """Call ``send_one()`` ``rate`` times a second for ``duration`` seconds; return the count."""
+def paced(rate: float, duration: float, send: Any) -> int:
+    """Send ``rate`` records a second for ``duration`` seconds, ``send(k)`` sending the ``k`` records due
+    each tick; return the count."""
     sent = 0
     started = time.monotonic()
     while True:
@@ -38,9 +39,9 @@ def paced(rate: float, duration: float, send_one: Any) -> int:
         if elapsed >= duration:
             return sent
         due = int(elapsed * rate) - sent
-        for _ in range(due):
-            send_one()
-        sent += max(due, 0)
+        if due > 0:
+            send(due)
+            sent += due
         time.sleep(TICK / 2)
 
 

@@ -1,4 +1,5 @@
-"""The data-plane benchmarks: (a) raw pyzmq PUB -> SUB, (b) and (c) RoQ through its client API.
+"""The data-plane benchmarks: (a) raw pyzmq PUB -> SUB, (b) and (c) RoQ through its client API, (g) as (b)
+through its batch API (``send_many``, ``recv_many``).
 
 Every publisher and subscriber is a process of its own (``multiprocessing``, spawned); see
 :mod:`simulation.bench` for what each configuration measures.
@@ -34,7 +35,7 @@ def _raw_publisher(endpoint: str, mode: str, n: int, rate: float, duration: floa
         for _ in range(n):
             send((key, payload))
     else:
-        paced(rate, duration, lambda: sock.send_multipart((key, stamp(time.time_ns()) + pad)))
+        paced(rate, duration, lambda k: [sock.send_multipart((key, stamp(time.time_ns()) + pad)) for _ in range(k)])
     sock.send_multipart((END, b""))
     sock.close(linger=10_000)
     ctx.term()
@@ -87,8 +88,12 @@ def bench_raw(mode: str, n: int, rate: float, duration: float, size: int) -> dic
     return out
 
 
+#: Records per ``send_many`` call of the batch API's publisher.
+MANY = 1000
+
+
 def _roq_publisher(monitor: str, mode: str, n: int, rate: float, duration: float, size: int, key: bytes,
-                   go: Any, done: Any) -> None:
+                   go: Any, done: Any, many: bool = False) -> None:
     import client
 
     with client.connect(monitor) as conn:
@@ -96,19 +101,28 @@ def _roq_publisher(monitor: str, mode: str, n: int, rate: float, duration: float
         done.put(("ready", pub.name))
         go.wait()
         pad, stamp = padding(size), STAMP.pack
-        if mode == "throughput":
+        started = time.perf_counter()
+        if mode == "throughput" and many:
+            chunk = [stamp(0) + pad] * MANY
+            for _ in range(n // MANY):
+                pub.send_many(key, chunk)
+            pub.send_many(key, chunk[:n % MANY])
+        elif mode == "throughput":
             payload = stamp(0) + pad
             send = pub.send
             for _ in range(n):
                 send(key, payload)
+        elif many:  # each paced tick's records in one call
+            paced(rate, duration, lambda k: pub.send_many(key, [stamp(time.time_ns()) + pad] * k))
         else:
-            paced(rate, duration, lambda: pub.send(key, stamp(time.time_ns()) + pad))
+            paced(rate, duration, lambda k: [pub.send(key, stamp(time.time_ns()) + pad) for _ in range(k)])
+        sending = time.perf_counter() - started
         pub.send(END, b"")
         pub.flush(60)
-        done.put(("done", pub.stats()))
+        done.put(("done", {**pub.stats(), "send_seconds": sending}))
 
 
-def _roq_subscriber(monitor: str, mode: str, publishers: int, results: Any, ready: Any) -> None:
+def _roq_subscriber(monitor: str, mode: str, publishers: int, results: Any, ready: Any, many: bool = False) -> None:
     import client
 
     with client.connect(monitor) as conn:
@@ -117,26 +131,36 @@ def _roq_subscriber(monitor: str, mode: str, publishers: int, results: Any, read
         count, first, last, ends, latency = 0, 0.0, 0.0, 0, []
         unpack = STAMP.unpack_from
         while ends < publishers:
-            msg = sub.recv(timeout=10)
-            if msg is None:
-                break
-            if msg[0] == END:
-                ends += 1
-                continue
-            last = time.perf_counter()
-            if not count:
-                first = last
-            count += 1
-            if mode == "latency":
-                latency.append((time.time_ns() - unpack(msg[1])[0]) / 1e6)
+            if many:
+                batches = sub.recv_many(timeout=10)
+                if not batches:
+                    break
+            else:
+                msg = sub.recv(timeout=10)
+                if msg is None:
+                    break
+                batches = ((msg[0], (msg[1],)),)
+            for b in batches:
+                key, payloads = (b.key, b.payloads) if many else b
+                if key == END:
+                    ends += 1
+                    continue
+                last = time.perf_counter()
+                if not count:
+                    first = last
+                count += len(payloads)
+                if mode == "latency":
+                    now = time.time_ns()
+                    latency += [(now - unpack(p)[0]) / 1e6 for p in payloads]
         results.put({"count": count, "elapsed": last - first, "latency": latency, "stats": sub.stats().as_dict()})
 
 
 def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int, rate: float, duration: float,
-              size: int) -> dict[str, Any]:
+              size: int, many: bool = False) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     results, ready, go, done = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Queue()
-    subs = [ctx.Process(target=_roq_subscriber, args=(cluster.monitor_endpoint, mode, publishers, results, ready))
+    subs = [ctx.Process(target=_roq_subscriber,
+                        args=(cluster.monitor_endpoint, mode, publishers, results, ready, many))
             for _ in range(subscribers)]
     for p in subs:
         p.start()
@@ -146,7 +170,7 @@ def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int
         ctx.Process(
             target=_roq_publisher,
             args=(cluster.monitor_endpoint, mode, n // publishers, rate / publishers, duration, size,
-                  f"bench.{i}".encode(), go, done),
+                  f"bench.{i}".encode(), go, done, many),
         )
         for i in range(publishers)
     ]
@@ -185,20 +209,23 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
         progress("(a) raw pyzmq latency")
         r.latency_ms = percentiles(bench_raw("latency", 0, args.rate, args.latency_seconds, size)["latency"])
         results.append(r)
-    for label, pubs, subs, exchanges in (("b", 1, 1, 1), ("c", 4, 2, 2)):
+    for label, pubs, subs, exchanges in (("b", 1, 1, 1), ("g", 1, 1, 1), ("c", 4, 2, 2)):
         if label not in args.only:
             continue
+        many = label == "g"
         name = (f"({label}) RoQ {pubs} publisher{'s' * (pubs > 1)} -> {exchanges} exchange{'s' * (exchanges > 1)} "
-                f"-> {subs} subscriber{'s' * (subs > 1)}")
+                f"-> {subs} subscriber{'s' * (subs > 1)}{', batch API' * many}")
         log_dir = tempfile.mkdtemp(prefix="roq-bench-")
         with LocalCluster(address="127.0.0.11", exchanges=exchanges, log_dir=log_dir,
                           monitor_args=["--no-relocation-rule"]) as cluster:
             progress(f"({label}) RoQ throughput")
-            raw = bench_roq(cluster, "throughput", pubs, subs, n, 0, 0, size)
+            raw = bench_roq(cluster, "throughput", pubs, subs, n, 0, 0, size, many)
             r = throughput(name, raw, n * subs)
             r.notes["subscriber_stats"] = raw["subscriber_stats"]
+            r.notes["publisher_records_per_s"] = round(
+                sum(n // pubs / p["send_seconds"] for p in raw["publisher_stats"] if p["send_seconds"]))
             progress(f"({label}) RoQ latency")
-            lat = bench_roq(cluster, "latency", pubs, subs, 0, args.rate, args.latency_seconds, size)
+            lat = bench_roq(cluster, "latency", pubs, subs, 0, args.rate, args.latency_seconds, size, many)
             r.latency_ms = percentiles(lat["latency"])
             status = cluster.status()
             r.notes["exchange_rss_mb"] = [round(x["rss_bytes"] / 2**20, 1) for x in status["exchanges"]]

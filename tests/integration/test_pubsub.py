@@ -60,6 +60,30 @@ def test_prefix_filtering_with_several_publishers_and_subscribers(make_cluster):
         assert subs[b""].stats().latency["count"] > 0
 
 
+def test_the_batch_api_moves_every_record_once_in_order_beside_the_per_record_api(cluster):
+    with client.connect(cluster.monitor_endpoint) as conn:
+        many, one = conn.subscriber(prefix=b"b."), conn.subscriber(prefix=b"b.")
+        pub = conn.publisher()
+        sent = []
+        for i in range(40):  # keys change between calls; calls of up to 5,000 records fill several batches
+            key = b"b.%d" % (i % 3)
+            payloads = [b"%d.%d" % (i, j) for j in range(i * 125)]
+            pub.send_many(key, payloads)
+            pub.send(key, b"one %d" % i)
+            sent += [(key, p) for p in payloads] + [(key, b"one %d" % i)]
+        pub.flush()
+        batches, deadline = [], time.monotonic() + 15
+        while sum(map(len, batches)) < len(sent) and time.monotonic() < deadline:
+            batches += many.recv_many(max_records=7000, timeout=0.2)
+        assert [(b.key, p) for b in batches for p in b.payloads] == sent
+        seqs = [s for b in batches for s in range(b.first_seq, b.last_seq + 1)]
+        assert seqs == list(range(1, len(sent) + 1))
+        assert {b.publisher for b in batches} == {pub.name} and max(map(len, batches)) > 1
+        assert [(m.key, m.payload) for m in drain(one, len(sent))] == sent  # the same, record by record
+        assert many.recv_many(timeout=0.3) == [] and quiet(one, 0.1) == []
+        assert (many.stats().received, many.stats().gaps, one.stats().received) == (len(sent), 0, len(sent))
+
+
 def test_late_subscriber_sees_only_what_is_published_after_it_joined(cluster):
     with client.connect(cluster.monitor_endpoint) as conn:
         early = conn.subscriber()

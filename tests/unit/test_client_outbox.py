@@ -26,7 +26,7 @@ def make():
     yield make
     for outbox in made:
         outbox.close()
-        outbox.release()
+        outbox.wakeup.close()
 
 
 def put(outbox, key, payload):
@@ -94,11 +94,11 @@ def test_a_sleeping_sender_is_woken_through_the_pipe_and_only_then(make):
     now = time.monotonic()
     assert o.idle_until(now, now + 5.0) == (now + 5.0, False)
     put(o, b"k", b"x")  # opens a batch: the sender must learn its linger
-    assert select.select([o.wake_fd], [], [], 5.0)[0]
-    o.drain()
+    assert select.select([o.wakeup.fd], [], [], 5.0)[0]
+    o.wakeup.drain()
     o.awake()
     put(o, b"j", b"y")  # seals the first batch, opens another: the sender is awake, no wake-up
-    assert not select.select([o.wake_fd], [], [], 0.05)[0]
+    assert not select.select([o.wakeup.fd], [], [], 0.05)[0]
     assert o.idle_until(now, now + 5.0) == (now, False)  # a sealed batch waits: no sleep at all
 
 
@@ -170,7 +170,7 @@ def test_a_failed_sender_fails_every_call_of_the_application(make):
     put(o, b"k", b"x")
     boom = RuntimeError("socket gone")
     o.fail(boom)
-    assert o.wait_assigned(0) and o.error is boom
+    assert o.assignment.wait(0) and o.error is boom
     with pytest.raises(BrokerConnectionError, match="socket gone") as raised:
         put(o, b"k", b"y")
     assert raised.value.__cause__ is boom
@@ -192,8 +192,45 @@ def test_closing_refuses_records_and_stops_the_sender(make):
 
 def test_assignment_and_the_monitors_refusal(make):
     o = make()
-    assert not o.wait_assigned(0.01)
-    assert o.refused("no live exchange") and not o.refused("still none")
-    assert o.no_exchange == "still none"
-    o.assigned()
-    assert o.wait_assigned(0) and o.no_exchange == ""
+    assert not o.assignment.wait(0.01)
+    assert o.assignment.refused("no live exchange") and not o.assignment.refused("still none")
+    assert o.assignment.no_exchange == "still none"
+    o.assignment.assigned()
+    assert o.assignment.wait(0) and o.assignment.no_exchange == ""
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_put_many_seals_the_same_batches_as_put_one_by_one(make, seed):
+    import random
+
+    rng = random.Random(seed)
+    bounds = {"batch_records": rng.randint(1, 20), "batch_bytes": rng.randint(1, 60), "buffer_bytes": 10_000,
+              "max_pending_batches": 10_000}  # nobody takes the sealed batches until the end
+    one, many = make(**bounds), make(**bounds)
+    for _ in range(rng.randint(1, 12)):
+        key = rng.choice([b"a", b"b"])
+        payloads = [bytes(rng.randint(0, 9)) for _ in range(rng.randint(0, 40))]
+        for p in payloads:
+            one.put(key, p)
+        many.put_many(key, iter(payloads) if rng.random() < 0.3 else payloads)
+    assert summary(many.take(later())) == summary(one.take(later()))
+    assert many.counts() == one.counts()
+
+
+def test_put_many_checks_every_record_before_it_takes_any(make):
+    o = make()
+    with pytest.raises(TypeError, match="payload must be bytes"):
+        o.put_many(b"k", [b"a", "b"])
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        o.put_many(b"k", [b"a", bytes(MAX_RECORD_BYTES + 1)])
+    assert o.counts() == (0, 0, 0)
+    o.put_many(b"k", [b"a", bytearray(b"b"), memoryview(b"c")])  # bytes-like records are copied, as by put
+    assert summary(o.take(later())) == [(b"k", [b"a", b"b", b"c"], 1, 0, 3, 0)]
+
+
+def test_put_many_stops_where_the_buffer_is_full(make):
+    o = make(batch_bytes=4, buffer_bytes=10, full_policy="raise")
+    with pytest.raises(BufferFullError, match="10 of 10 bytes"):
+        o.put_many(b"k", [b"12", b"34", b"56", b"78", b"90", b"x"])
+    assert o.counts()[2] == 10  # the five records before the full buffer were taken
+    assert [s.payloads for s in o.take(later())] == [[b"12", b"34"], [b"56", b"78"], [b"90"]]

@@ -126,3 +126,35 @@ def test_a_prepared_move_is_ready_once_the_target_is_heard(peers):
     finally:
         sub.close()
         target.close()
+
+
+def test_recv_many_returns_batches_in_order_split_at_max_records_and_mixes_with_recv(peers):
+    ctx, monitor, backend = peers
+    sub = join(ctx, monitor, backend)
+    try:
+        assert sub.recv_many(timeout=0.05) == []
+        backend.send_multipart(data(1, [b"a", b"b", b"c"]))
+        backend.send_multipart(data(4, [b"d", b"e"], key=b"j"))
+        backend.send_multipart(data(6, [b"f"]))
+        assert receive(sub, 1)[0].payload == b"a"  # recv takes the first record of the first batch
+        got = []
+        deadline = time.monotonic() + 5
+        while sum(map(len, got)) < 5 and time.monotonic() < deadline:
+            got += sub.recv_many(max_records=3, timeout=0.1)
+        assert [(b.key, b.payloads, b.publisher, b.first_seq, b.last_seq) for b in got] == [
+            (b"k", [b"b", b"c"], PUB.hex(), 2, 3),  # the rest of the batch recv began
+            (b"j", [b"d", b"e"], PUB.hex(), 4, 5), (b"k", [b"f"], PUB.hex(), 6, 6)]
+        assert [m.seq for b in got for m in b] == [2, 3, 4, 5, 6]  # a batch iterates as messages
+        backend.send_multipart(data(7, [b"g", b"h", b"i"]))
+        first = []
+        while not first and time.monotonic() < deadline:
+            first = sub.recv_many(max_records=2, timeout=0.1)
+        assert [(b.payloads, b.first_seq) for b in first] == [([b"g", b"h"], 7)]
+        assert [(m.payload, m.seq) for m in receive(sub, 1)] == [(b"i", 9)]  # what recv_many left, recv takes
+        assert sub.stats().received == 9
+        with pytest.raises(ValueError):
+            sub.recv_many(max_records=0)
+    finally:
+        sub.close()
+    with pytest.raises(client.ClosedError):
+        sub.recv_many()
