@@ -15,7 +15,9 @@ Configurations (100-byte payloads unless ``--size``):
     a moved publisher beside one not moved; then records/s from 4 publishers through 1, 2, 3 exchanges;
 (f) the KPI pipeline (:mod:`simulation.bench_kpi`): archive write cost per record beside decoding the KPI
     message, and ``roq kpi report`` over a 1,000,000-record archive beside parsing it in one process;
-(g) as (b), through the client's batch API: ``send_many`` of 1,000 records a call, ``recv_many``.
+(g) as (b), through the client's batch API: ``send_many`` of 1,000 records a call, ``recv_many``;
+(h) capacity on emulated hosts (:mod:`simulation.bench_capacity`; root: cgroups and namespaces): records/s
+    of a queue held at 1, 2, 3, 4 exchanges on hosts of a tenth of a core each.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -32,7 +34,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from simulation import bench_control, bench_dataplane, bench_elastic, bench_kpi
+from simulation import bench_capacity, bench_control, bench_dataplane, bench_elastic, bench_kpi
 from simulation.bench_common import STAMP, Result
 
 
@@ -47,6 +49,8 @@ def run(args: argparse.Namespace) -> list[Result]:
         results += bench_elastic.run(args, progress)
     if "f" in args.only:
         results += bench_kpi.run(args, progress)
+    if "h" in args.only:
+        results += bench_capacity.run(args, progress)
     return results
 
 
@@ -63,7 +67,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     ]
     for r in results:
         lat = r.latency_ms
-        if r.name.startswith(("(d)", "(e)", "(f)")):
+        if r.name.startswith(("(d)", "(e)", "(f)", "(h)")):
             continue
         lines.append(
             f"{r.name:62} {r.records_per_s:11,.0f} {r.mb_per_s:7.1f} {r.lost:6d} "
@@ -97,6 +101,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
             lines.append(f"{r.name[:3]} exchange RSS after the runs (MB): {r.notes['exchange_rss_mb']}")
     lines += bench_elastic.render(results)
     lines += bench_kpi.render(results)
+    lines += bench_capacity.render(results)
     return "\n".join(lines)
 
 
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--rate", type=float, default=20_000, help="records/s in all for the latency runs (default 20,000)")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
-    p.add_argument("--only", default="abcdefg", help="which configurations to run (default abcdefg)")
+    p.add_argument("--only", default="abcdefgh", help="which configurations to run (default abcdefgh)")
     p.add_argument("--kpi-records", type=int, default=1_000_000,
                    help="records in the synthetic KPI archive of (f) (default 1,000,000)")
     p.add_argument("--trials", type=int, default=10,
