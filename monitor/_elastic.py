@@ -16,8 +16,8 @@ Evaluated with the relocation rule, on the same smoothed loads (records/s) and t
 * **in** (drain the least loaded exchange) when the queue has more than ``min_exchanges`` and either more
   than ``max_exchanges`` (at once: an operator lowered it), or, for ``sustain_s``, its whole load fits in
   one exchange fewer at ``scale_in_ratio`` of the mark each (the exchanges' own marks on average, which are
-  lower than the queue's where they saturate first; and of ``scale_out_records_per_s``, and within
-  ``publishers_per_exchange``, when those are set).
+  lower than the queue's where they saturate first, an exchange without one counted at the average of those
+  known; and of ``scale_out_records_per_s``, and within ``publishers_per_exchange``, when those are set).
 
 Hysteresis keeps the two apart: out above the mark, in only well below it (0.6 of it by default), each
 condition sustained, nothing decided while an earlier decision is being carried out, and a decision that
@@ -153,7 +153,11 @@ class Scaler:
         ratio = float(rules["scale_in_ratio"])
         fewer = n - 1
         high = float(rules["exchange_records_per_s"])
-        mark = sum(q.mark(x, high) for x in q.loads) / len(q.loads)
+        # an exchange that has not saturated yet (no mark of its own: a new one, or one lightly loaded) is taken
+        # to saturate like those that have, not at the queue's mark, which may be far out of reach
+        known = [q.mark(x, high) for x in q.loads if q.marks.get(x, 0.0) > 0]
+        unknown = min(high, sum(known) / len(known)) if known else high
+        mark = (sum(known) + unknown * (len(q.loads) - len(known))) / len(q.loads)
         room = ratio * mark * fewer
         per_exchange = float(rules["scale_out_records_per_s"])
         if per_exchange:

@@ -147,3 +147,13 @@ def test_scale_in_counts_the_exchanges_own_marks_where_they_saturate_first():
     assert d.kind == "in"  # with the queue's mark alone it would have scaled in
     t, d = run(Scaler(), QueueLoad({"a": 500.0}, {"a": 3}, stuck=["a"], marks={"a": 425.0}), [0.0])
     assert d.kind == "out" and "mark 425" in d.reason
+
+
+def test_scale_in_takes_an_exchange_not_saturated_yet_to_saturate_like_the_others():
+    # 3 exchanges, two saturating near 400 rec/s and a new one without a mark of its own: 900 rec/s in all does
+    # not fit in 2 at 0.6 x 400 each, although the queue's mark (1000) would leave room for it
+    marks = {"a": 400.0, "b": 400.0}
+    load = QueueLoad({"a": 400.0, "b": 400.0, "c": 100.0}, marks=marks)
+    assert run(Scaler(), load, [0, 1, 2, 10])[1] is None
+    t, d = run(Scaler(), QueueLoad({"a": 200.0, "b": 200.0, "c": 50.0}, marks=marks), [0, 1, 2])
+    assert d.kind == "in" and "room 480" in d.reason  # 0.6 x 400 x 2
