@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from roq.cgroups import Hierarchy, parse_cfs_quota, parse_cpu_max, parse_membership, parse_mounts
+from roq.cgroups import Hierarchy, parse_cfs_quota, parse_cpu_max, parse_membership, parse_mounts, quota_period
 
 V1 = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -48,3 +48,11 @@ def test_quotas_are_cores_and_no_quota_is_none():
     assert parse_cpu_max("max 100000") is None
     assert parse_cfs_quota("25000\n", "100000\n") == 0.25
     assert parse_cfs_quota("-1", "100000") is None
+
+
+def test_quotas_are_written_over_a_short_period_where_the_kernel_takes_it():
+    assert quota_period(0.1) == (1000, 10_000)
+    assert quota_period(0.5) == (5000, 10_000)
+    assert quota_period(2) == (20_000, 10_000)
+    assert quota_period(0.05) == (1000, 20_000)  # a 1 ms quota at least: a longer period
+    assert quota_period(0.01) == (1000, 100_000)
