@@ -4,6 +4,8 @@ Made from the ``summary.json`` and ``timeline.json`` that :class:`~simulation.ru
 ``python -m simulation report DIR`` can render a run again. Plots (matplotlib, no display needed):
 
 * ``throughput.png``: records/s of every exchange, as its queue's monitor saw them;
+* ``offered.png``: records/s the publishers of each queue were sending (their scenario's rates) beside what
+  each subscriber group received;
 * ``exchanges.png``: how many exchanges each queue had;
 * ``latency.png``: end-to-end latency p50 and p99 of every subscriber, per second;
 * ``gaps.png``: records every subscriber group found missing in gaps (dropped on the way), cumulative.
@@ -23,7 +25,7 @@ from roq.errors import ConfigError
 
 __all__ = ["render", "latency_by_exchanges", "PLOTS"]
 
-PLOTS = ("throughput.png", "exchanges.png", "latency.png", "gaps.png")
+PLOTS = ("throughput.png", "offered.png", "exchanges.png", "latency.png", "gaps.png")
 _MARKS = {"relocated": ("grey", 0.4), "scale_out": ("green", 0.8), "scale_in": ("orange", 0.8)}
 
 
@@ -136,6 +138,16 @@ def render(out_dir: str) -> list[str]:
         ax.plot(ts, rs, label=label, linewidth=1.2)
     finish(fig, ax, "throughput.png")
 
+    fig, ax = figure("records/s offered by the publishers and delivered to each subscriber", "records/s")
+    for queue in sorted({q for s in samples for q in (s.get("queues") or {})}):
+        points = [(float(s["t"]), s["queues"][queue].get("offered")) for s in samples if queue in s.get("queues", {})]
+        if any(isinstance(r, (int, float)) and r > 0 for _, r in points):
+            ax.step([t for t, _ in points], [r for _, r in points], where="post", label=f"{queue} offered",
+                    linewidth=2.0, alpha=0.5)
+    for name, points in _delivered(timeline.get("subscribers") or []).items():
+        ax.plot([t - started for t, _ in points], [r for _, r in points], label=f"{name} delivered", linewidth=1.0)
+    finish(fig, ax, "offered.png")
+
     fig, ax = figure("exchanges per queue", "exchanges")
     for queue in sorted({q for s in samples for q in (s.get("queues") or {})}):
         points = [(float(s["t"]), len(s["queues"][queue]["exchanges"])) for s in samples if queue in s.get("queues", {})]
@@ -186,6 +198,20 @@ def _groups(curves: list[dict[str, Any]]) -> dict[str, list[tuple[float, float |
             rows.append((sum(float(p["time"]) for p in at) / len(at), p50s[len(p50s) // 2] if p50s else None,
                          max(p99s) if p99s else None, sum(int(p.get("dropped") or 0) for p in at)))
         out[f"{name}, {len(lists)} subscriber{'s' if len(lists) > 1 else ''}"] = rows
+    return out
+
+
+def _delivered(curves: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Each subscriber group's delivered rate, records/s per member: (time, rate) between its points."""
+    out = {}
+    for c in curves:
+        name = f"{c.get('queue')}/{c.get('prefix')!r} (group {int(c.get('group', 0)) + 1})"
+        if name in out:
+            continue  # one member shows its group's
+        points = [(float(p["time"]), float(p["received"])) for p in c.get("points") or []
+                  if isinstance(p, dict) and isinstance(p.get("time"), (int, float))
+                  and isinstance(p.get("received"), (int, float))]
+        out[name] = [(t1, (r1 - r0) / (t1 - t0)) for (t0, r0), (t1, r1) in zip(points, points[1:]) if t1 > t0]
     return out
 
 

@@ -135,12 +135,11 @@ class Runner:
         os.makedirs(self.out_dir, exist_ok=True)
         logs = os.path.join(self.out_dir, "logs")
         os.makedirs(logs, exist_ok=True)
-        hwm = s.info.exchange_backend_hwm
         if self.zk:
             cluster = self.cluster = GivenCluster(self.zk, self.root)
         else:
             cluster = self.cluster = EmbeddedCluster(hosts=s.info.hosts, gcms=s.info.gcms, log_dir=logs,
-                                                     hostmanager_args=[f"--exchange-option=backend_hwm={hwm}"] if hwm else [],
+                                                     hostmanager_args=s.info.exchange_options(),
                                                      budgets=s.budgets or None)
         loads = Loads(logs)
         pending = [_Pending(g, i, group.queue, join, leave)
@@ -324,6 +323,9 @@ class Runner:
                 "exchanges": {x["id"]: x["records_per_s"] for x in s["exchanges"] if x.get("silent_s", 0) <= SILENT_S},
                 "silent": [x["id"] for x in s["exchanges"] if x.get("silent_s", 0) > SILENT_S],
                 "publishers": len(s["publishers"]),
+                # what the scenario's running publishers of the queue send, records/s (0: as fast as they can)
+                "offered": sum(self.scenario.publishers[p.group].rate for p in pending
+                               if p.queue == name and p.child is not None and p.report is None),
                 "subscribers": len(s["subscribers"]),
                 "counters": s["counters"],
             }

@@ -7,6 +7,7 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     duration_s = 60            # the load runs this long; faults and schedules fall inside it
     hosts = 3                  # host managers on 127.0.0.11, .12, ...
     exchange_backend_hwm = 0   # at most this many batches an exchange queues for one subscriber (0 = default; its byte bound may hold fewer)
+    exchange_subscriber_queue_bytes = 0  # the byte bound of that queue (0 = default, 64 MiB)
 
     [hosts]                    # emulated hosts (optional; needs root): each its own CPU budget and link
     cpus = 0.5                 # cores, a cgroup quota: one for all, or a list of one per host ([0.25, 0.5, 1])
@@ -87,6 +88,13 @@ class Info:
     hosts: int = 3
     gcms: int = 1
     exchange_backend_hwm: int = 0  # at most this many batches an exchange queues for one subscriber (0 = its default)
+    exchange_subscriber_queue_bytes: int = 0  # the bytes of batches it holds for one subscriber (0 = its default)
+
+    def exchange_options(self) -> list[str]:
+        """The host managers' flags that give their exchanges these settings."""
+        return ([f"--exchange-option=backend_hwm={self.exchange_backend_hwm}"] * bool(self.exchange_backend_hwm)
+                + [f"--exchange-option=subscriber_queue_bytes={self.exchange_subscriber_queue_bytes}"]
+                * bool(self.exchange_subscriber_queue_bytes))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +283,7 @@ class _Checker:
         if not 1 <= info.gcms <= 3:
             raise self.fail("scenario", 0, "gcms", f"must be between 1 and 3, got {info.gcms}")
         self.positive("scenario", 0, "exchange_backend_hwm", info.exchange_backend_hwm, zero=True)
+        self.positive("scenario", 0, "exchange_subscriber_queue_bytes", info.exchange_subscriber_queue_bytes, zero=True)
         hosts = host_addresses(info.hosts)
         queues = [self.queue(i, q, hosts) for i, q in enumerate(self.entries("queue"))]
         if not queues:

@@ -122,9 +122,12 @@ def test_an_unreadable_file_is_a_clear_error(tmp_path):
 
 
 def test_buffer_sizes_are_read_and_checked():
-    s = parse_scenario(HEAD.replace("duration_s = 30", "duration_s = 30\nexchange_backend_hwm = 500")
+    s = parse_scenario(HEAD.replace("duration_s = 30", "duration_s = 30\nexchange_backend_hwm = 500\n"
+                                                       "exchange_subscriber_queue_bytes = 1000000")
                        + "[[publishers]]\nrate = 10\n[[subscribers]]\ndelay_us = 100\nrcvhwm = 20\n")
     assert s.info.exchange_backend_hwm == 500 and s.subscribers[0].rcvhwm == 20
+    assert s.info.exchange_options() == ["--exchange-option=backend_hwm=500",
+                                         "--exchange-option=subscriber_queue_bytes=1000000"]
     with pytest.raises(ConfigError, match=r"s.toml:4: \[scenario\] key 'exchange_backend_hwm': must be 0 or more"):
         parse_scenario(HEAD.replace("duration_s = 30", "duration_s = 30\nexchange_backend_hwm = -1"), "s.toml")
     with pytest.raises(ConfigError, match=r"s.toml:10: \[\[subscribers\]\] #1 key 'rcvhwm': must be 0 or more"):
