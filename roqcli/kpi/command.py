@@ -1,4 +1,5 @@
-"""``roq kpi report`` and ``roq kpi tune``: the command line of the Spark jobs (:mod:`roqcli.kpi.job`)."""
+"""``roq kpi report`` and ``roq kpi tune``: the command line of the Spark jobs (:mod:`roqcli.kpi.report`,
+:mod:`roqcli.kpi.job`)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None
     tune = ksub.add_parser(
         "tune", help="estimate each exchange's capacity from the archive and write the thresholds derived from "
         "it, with the evidence, to the cluster (the queue's explicit rules still win)",
-        description="Capacity: where CPU against throughput, fitted below 80% CPU, reaches saturation. "
+        description="Capacity: the throughput of the exchanges when seen saturated (busy 90% of a period), "
+        "else where their CPU against throughput, fitted below 80% of their host's CPU budget, reaches that "
+        "budget (a lower bound); the lower of that and what the host's link carries. "
         "exchange_records_per_s = MARGIN x capacity, scale_out_records_per_s = SCALE_OUT_MARGIN x capacity "
         "(see roqcli.kpi.capacity).")
     common(tune)
@@ -53,13 +56,14 @@ def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None
     tune.add_argument("--scale-out-margin", type=float, default=TuneRule.scale_out_margin,
                       help=f"scale-out mark as a fraction of capacity (default {TuneRule.scale_out_margin})")
     tune.add_argument("--saturation-cpu", type=float, default=TuneRule.saturation_cpu,
-                      help=f"CPU %% at which an exchange is saturated (default {TuneRule.saturation_cpu:g}: one core)")
+                      help=f"CPU %% at which an exchange is saturated (default {TuneRule.saturation_cpu:g}: one core; "
+                      "a host's smaller budget lowers it)")
     client_flags(tune)
 
 
 def run(args: argparse.Namespace, client: Any) -> int:
     """Run ``roq kpi ACTION``; ``client`` holds the cluster's address (for ``tune``)."""
-    from roqcli.kpi import job
+    from roqcli.kpi import job, report
 
     archive = args.archive or os.environ.get(ARCHIVE_ENV)
     if not archive:
@@ -90,7 +94,7 @@ def run(args: argparse.Namespace, client: Any) -> int:
     try:
         if args.action == "report":
             assert out is not None
-            job.report(spark, archive, out, queue=args.queue, since=since, progress=lambda s: print(s, flush=True))
+            report.report(spark, archive, out, queue=args.queue, since=since, progress=lambda s: print(s, flush=True))
             return 0
         if not args.follow:
             print(f"reading {archive}...", flush=True)
@@ -135,13 +139,21 @@ class _Writer:
         if only_changed and queue in self._last and abs(mark / self._last[queue] - 1) < 0.01:
             return False
         e = hosts[decision["from_host"]]
+        how = (f"seen saturated in {e['saturated_samples']:,} of {e['samples']:,} samples"
+               if e["cpu_method"] == "saturated" else f"extrapolated, a lower bound: {e['linear_samples']:,} of "
+               f"{e['samples']:,} samples fitted, r^2 {e['r2']}")
+        budget = e["budget"]
         print(f"queue {queue}: capacity {decision['capacity_records_per_s']:,.0f} records/s per exchange (host "
-              f"{decision['from_host']}, {e['linear_samples']:,} of {e['samples']:,} samples fitted, r^2 {e['r2']}) -> "
+              f"{decision['from_host']}, {e['binds']} binds; CPU {how}; an exchange saturated at "
+              f"{budget['saturation_cpu']:g}% of a core"
+              + (f", on a budget of {budget['cpus']:g} cores" if budget["cpus"] else "")
+              + (f"; link {e['link_capacity']:,.0f} records/s" if "link_capacity" in e else "") + ") -> "
               + ", ".join(f"{k} = {v:,.0f}" for k, v in thresholds.items()), flush=True)
         if self.dry_run:
             return True
         evidence = {**decision["evidence"], "capacity_records_per_s": decision["capacity_records_per_s"],
-                    "from_host": decision["from_host"], "skipped": counts, "written": time.time()}
+                    "binds": decision["binds"], "from_host": decision["from_host"], "skipped": counts,
+                    "written": time.time()}
         try:
             self.manager().set_thresholds(queue, thresholds, evidence)
         except NotFoundError:

@@ -12,16 +12,16 @@ stays a name). What cannot be used is skipped and counted, never fatal:
 * ``files_being_written``: hidden files (``.name.part``) a writer has not put in place yet (or a crashed
   one left, until the next writer recovers their complete lines): not read.
 
-:func:`report` writes ``report.json`` (every figure, with units), PNG plots and ``index.html``;
-:func:`tune` estimates capacities with the rule of :mod:`roqcli.kpi.capacity` and returns the thresholds
-with their evidence; :func:`follow` keeps doing so with Structured Streaming as the archive grows.
+:func:`tune` estimates capacities with the rule of :mod:`roqcli.kpi.capacity`, each exchange's samples judged
+on its host's budget (from the host records), and returns the thresholds with their evidence; :func:`follow`
+keeps doing so with Structured Streaming as the archive grows. ``roq kpi report`` is
+:mod:`roqcli.kpi.report`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-import html
-import json
 import logging
 import math
 import os
@@ -32,16 +32,16 @@ from typing import Any, Callable
 from roq.errors import ConfigError, RoQError
 from roq.kpi.archive import HOSTS_PARTITION
 from roq.kpi.records import KINDS, columns
-from roqcli.kpi.capacity import Evidence, Moments, TuneRule, estimate, thresholds_for
+from roqcli.kpi.capacity import Budget, Evidence, HostMoments, Moments, TuneRule, estimate, fanout, thresholds_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["spark_session", "stop_session", "load", "report", "tune", "follow", "parse_since", "FIELDS", "Loaded"]
+__all__ = ["spark_session", "stop_session", "load", "tune", "tune_frame", "follow", "parse_since", "FIELDS",
+           "Loaded"]
 
 #: every column a record may have (a record has the ones of its kind); partition columns come on top
 FIELDS: tuple[tuple[str, str], ...] = columns()
 CORRUPT = "_corrupt"
-PLOTS = ("throughput.png", "latency.png", "capacity.png", "hosts.png")
 
 
 class Loaded:
@@ -195,14 +195,31 @@ def load(spark: Any, archive: str, *, queue: str | None = None, since: float | N
 # ---------------------------------------------------------------------- tune
 
 
-def _moments_columns(F: Any, rule: TuneRule) -> list[Any]:
+def _moments_columns(F: Any, rule: TuneRule, limit: Any) -> list[Any]:
+    """The sums of :class:`~roqcli.kpi.capacity.Moments`; ``limit`` is the column of each sample's linear
+    region's bound (its host's, see :func:`_limit`): below it a sample is fitted, at or above it and busy it
+    is saturated."""
     x = F.col("records_in") / F.col("period")
     y = F.col("cpu_percent")
-    lin = (y < F.lit(rule.linear_limit * rule.saturation_cpu)).cast("double")
+    lin = (y < limit).cast("double")
+    sat = ((F.coalesce(F.col("busy"), F.lit(0.0)) >= F.lit(rule.saturated_busy)) & (y >= limit)).cast("double")
     return [F.sum(lin).alias("n"), F.sum(x * lin).alias("sx"), F.sum(y * lin).alias("sy"),
             F.sum(x * x * lin).alias("sxx"), F.sum(x * y * lin).alias("sxy"), F.sum(y * y * lin).alias("syy"),
             F.count(F.lit(1)).alias("samples"), F.max(x).alias("max_x"), F.max(y).alias("max_y"),
-            F.min("time").alias("first"), F.max("time").alias("last")]
+            F.min("time").alias("first"), F.max("time").alias("last"),
+            F.sum(sat).alias("saturated"), F.sum(x * sat).alias("saturated_sx"),
+            F.sum("records_in").alias("records"), F.sum(F.coalesce(F.col("bytes_in"), F.lit(0))).alias("bytes_in"),
+            F.sum(F.coalesce(F.col("bytes_out"), F.lit(0))).alias("bytes_out")]
+
+
+def _limit(F: Any, rule: TuneRule, budgets: dict[str, Budget]) -> Any:
+    """Each sample's linear-region limit: its host's (a literal map: hosts are few), else the rule's."""
+    default = F.lit(Budget().linear_limit(rule))
+    known = [(host, b.linear_limit(rule)) for host, b in sorted(budgets.items()) if b.cpus > 0]
+    if not known:
+        return default
+    table = F.create_map(*[F.lit(v) for pair in known for v in pair])
+    return F.coalesce(table[F.coalesce(F.col("host"), F.lit(""))], default)
 
 
 def _exchange_samples(F: Any, frame: Any) -> Any:
@@ -210,21 +227,55 @@ def _exchange_samples(F: Any, frame: Any) -> Any:
                        & F.col("cpu_percent").isNotNull())
 
 
+def _host_moments(F: Any, frame: Any) -> dict[str, tuple[float, HostMoments]]:
+    """host -> (its latest record's time, its budget and the CPU it spent beyond its exchanges).
+
+    The latter is the host's mean use (its records are % of its budget) while its exchanges reported, less
+    their CPU over that span; exchanges not in ``frame`` (other queues', with ``--queue``) count as the
+    host's other use.
+    """
+    hosts = frame.where((F.col("kind") == "host") & F.col("host").isNotNull())
+    out = {r["host"]: (r["last"], HostMoments(r["cpus"] or 0.0, r["link"] or 0.0)) for r in hosts.groupBy("host").agg(
+        F.max("time").alias("last"), F.min(F.when(F.col("cpus") > 0, F.col("cpus"))).alias("cpus"),
+        F.min(F.when(F.col("link_bytes_per_s") > 0, F.col("link_bytes_per_s"))).alias("link")).collect()}
+    exchanges = frame.where((F.col("kind") == "exchange") & (F.col("period") > 0) & F.col("cpu_percent").isNotNull())
+    spans = exchanges.groupBy("host").agg(F.min(F.col("time") - F.col("period")).alias("a"), F.max("time").alias("b"),
+                                          F.sum(F.col("cpu_percent") * F.col("period")).alias("cpu_s"))
+    use = (hosts.where((F.col("cpus") > 0) & F.col("cpu_percent_now").isNotNull()).join(spans, "host")
+           .where((F.col("time") > F.col("a")) & (F.col("time") <= F.col("b")))
+           .groupBy("host", "a", "b", "cpu_s").agg(F.avg(F.col("cpu_percent_now") * F.col("cpus")).alias("use")))
+    for r in use.collect():
+        seconds = r["b"] - r["a"]
+        if seconds > 0 and r["host"] in out:
+            last, h = out[r["host"]]
+            other = r["use"] - r["cpu_s"] / seconds
+            out[r["host"]] = (last, h.merge(HostMoments(other_cpu_s=other * seconds, seconds=seconds)))
+    return out
+
+
 def _moments(row: Any) -> Moments:
-    return Moments(int(row["n"] or 0), row["sx"] or 0.0, row["sy"] or 0.0, row["sxx"] or 0.0, row["sxy"] or 0.0,
-                   row["syy"] or 0.0, int(row["samples"] or 0), row["max_x"] or 0.0, row["max_y"] or 0.0,
-                   row["first"] if row["first"] is not None else math.inf,
-                   row["last"] if row["last"] is not None else -math.inf)
+    return Moments(n=int(row["n"] or 0), sx=row["sx"] or 0.0, sy=row["sy"] or 0.0, sxx=row["sxx"] or 0.0,
+                   sxy=row["sxy"] or 0.0, syy=row["syy"] or 0.0, samples=int(row["samples"] or 0),
+                   max_x=row["max_x"] or 0.0, max_y=row["max_y"] or 0.0,
+                   first=row["first"] if row["first"] is not None else math.inf,
+                   last=row["last"] if row["last"] is not None else -math.inf,
+                   saturated=int(row["saturated"] or 0), saturated_sx=row["saturated_sx"] or 0.0,
+                   records=float(row["records"] or 0), bytes_in=float(row["bytes_in"] or 0),
+                   bytes_out=float(row["bytes_out"] or 0))
 
 
-def _decide(groups: dict[str, dict[str, Moments]], rule: TuneRule) -> dict[str, dict[str, Any]]:
-    """queue -> {thresholds, host, capacity, evidence per host}."""
+def _decide(groups: dict[str, dict[str, Moments]], rule: TuneRule, budgets: dict[str, Budget],
+            delivered: dict[str, float | None]) -> dict[str, dict[str, Any]]:
+    """queue -> {thresholds, host, capacity, what binds, evidence per host}."""
     out = {}
     for queue, hosts in sorted(groups.items()):
-        estimates = {host: estimate(m, rule) for host, m in sorted(hosts.items())}
+        spread = fanout(delivered.get(queue), sum(m.records for m in hosts.values()))
+        estimates = {host: estimate(m, rule, dataclasses.replace(budgets.get(host, Budget()), fanout=spread))
+                     for host, m in sorted(hosts.items())}
         thresholds, host = thresholds_for(estimates, rule)
+        chosen = estimates[host] if host else {}
         out[queue] = {"thresholds": thresholds, "from_host": host,
-                      "capacity_records_per_s": estimates[host]["capacity"] if host else None,
+                      "capacity_records_per_s": chosen.get("capacity"), "binds": chosen.get("binds"),
                       "evidence": {"rule": _rule_doc(rule), "hosts": estimates}}
     return out
 
@@ -233,21 +284,32 @@ def _rule_doc(rule: TuneRule) -> dict[str, Any]:
     return {**vars(rule), "documented_in": "roqcli.kpi.capacity"}
 
 
+def tune_frame(frame: Any, rule: TuneRule = TuneRule()) -> dict[str, dict[str, Any]]:
+    """The decisions of every queue with exchange samples in ``frame`` (a :class:`Loaded` archive's)."""
+    from pyspark.sql import functions as F
+
+    budgets = {host: h.budget() for host, (_, h) in _host_moments(F, frame).items()}
+    rows = (_exchange_samples(F, frame).groupBy("queue", "host")
+            .agg(*_moments_columns(F, rule, _limit(F, rule, budgets))).collect())
+    groups: dict[str, dict[str, Moments]] = {}
+    for row in rows:
+        groups.setdefault(row["queue"], {})[row["host"] or "?"] = _moments(row)
+    delivered = {r["queue"]: float(r["records"] or 0) for r in frame.where(F.col("kind") == "subscriber")
+                 .groupBy("queue").agg(F.sum("records").alias("records")).collect()}
+    return _decide(groups, rule, budgets, delivered)
+
+
 def tune(spark: Any, archive: str, *, queue: str | None = None, since: float | None = None,
          rule: TuneRule = TuneRule()) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
     """Estimate every queue's capacity and thresholds from the archive: (queue -> decision, skipped counts).
 
+    Each host's budget comes from its host records (read with ``queue`` too).
+
     Raises:
         ConfigError: as :func:`load`.
     """
-    from pyspark.sql import functions as F
-
     loaded = load(spark, archive, queue=queue, since=since)
-    rows = _exchange_samples(F, loaded.frame).groupBy("queue", "host").agg(*_moments_columns(F, rule)).collect()
-    groups: dict[str, dict[str, Moments]] = {}
-    for row in rows:
-        groups.setdefault(row["queue"], {})[row["host"] or "?"] = _moments(row)
-    return _decide(groups, rule), loaded.counts
+    return tune_frame(loaded.frame, rule), loaded.counts
 
 
 def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, Any]]], None], *,
@@ -258,30 +320,48 @@ def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, 
     :class:`~roqcli.kpi.capacity.Evidence`) and ``on_decision`` gets the decisions of every queue with new
     samples.
 
+    The hosts' budgets come from the host records as they arrive (with ``queue`` too): each micro-batch's
+    host records are folded in before its exchange samples, which are then judged by the budgets known so
+    far (a sample that arrived before its host's first record is judged as on a host of unknown budget).
+
     Runs until ``stop()`` returns True (checked about once a second).
     """
     from pyspark.sql import functions as F
 
     _paths(archive, queue)
+    # one queue: its partition and the hosts' (a glob; a queue's name has no glob characters)
+    where = os.path.join(archive, f"queue={{{queue},{HOSTS_PARTITION}}}") if queue else archive
     source = (spark.readStream.schema(_schema()).option("mode", "PERMISSIVE")
-              .option("columnNameOfCorruptRecord", CORRUPT).option("basePath", archive)
-              .json(os.path.join(archive, f"queue={queue}") if queue else archive))
+              .option("columnNameOfCorruptRecord", CORRUPT).option("basePath", archive).json(where))
     if "queue" not in source.columns:  # partition columns of a stream: from the path when not discovered
         source = source.withColumn("queue", F.regexp_extract(F.input_file_name(), r"queue=([^/]+)/", 1))
-    samples = _exchange_samples(F, source.where(F.col(CORRUPT).isNull()))
+    records = source.where(F.col(CORRUPT).isNull() & F.col("kind").isin("exchange", "host", "subscriber")
+                           & F.col("time").isNotNull())
     evidence = Evidence(window_s)
 
     def batch(frame: Any, batch_id: int) -> None:
-        hour = (F.floor(F.col("time") / evidence.bucket_s) * evidence.bucket_s).alias("bucket")
-        rows = frame.groupBy("queue", "host", hour).agg(*_moments_columns(F, rule)).collect()
-        for row in rows:
-            evidence.add(row["queue"], row["host"] or "?", row["bucket"], _moments(row))
-        touched = {row["queue"] for row in rows}
-        if touched:
+        frame = frame.persist()
+        try:
+            hour = (F.floor(F.col("time") / evidence.bucket_s) * evidence.bucket_s).alias("bucket")
+            for host, (last, h) in _host_moments(F, frame).items():
+                evidence.add_host(host, last, h)
+            for row in (frame.where(F.col("kind") == "subscriber").groupBy("queue", hour)
+                        .agg(F.sum("records").alias("records")).collect()):
+                evidence.add_delivered(row["queue"], row["bucket"], float(row["records"] or 0))
             now = time.time()
-            on_decision(_decide({q: evidence.moments(q, now) for q in touched}, rule))
+            budgets = evidence.budgets(now)
+            rows = (_exchange_samples(F, frame).groupBy("queue", "host", hour)
+                    .agg(*_moments_columns(F, rule, _limit(F, rule, budgets))).collect())
+            for row in rows:
+                evidence.add(row["queue"], row["host"] or "?", row["bucket"], _moments(row))
+            touched = {row["queue"] for row in rows}
+            if touched:
+                on_decision(_decide({q: evidence.moments(q, now) for q in touched}, rule, budgets,
+                                    {q: evidence.delivered_to(q, now) for q in touched}))
+        finally:
+            frame.unpersist()
 
-    query = samples.writeStream.foreachBatch(batch).trigger(processingTime=f"{every_s:g} seconds").start()
+    query = records.writeStream.foreachBatch(batch).trigger(processingTime=f"{every_s:g} seconds").start()
     try:
         while query.isActive and not stop():
             query.awaitTermination(1.0)
@@ -289,228 +369,3 @@ def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, 
             raise RoQError(f"the tuning stream failed: {query.exception()}")
     finally:
         query.stop()
-
-
-# ---------------------------------------------------------------------- report
-
-
-def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, since: float | None = None,
-           progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Write ``report.json``, the plots and ``index.html`` to ``out_dir``; return the report.
-
-    Raises:
-        ConfigError: as :func:`load`.
-    """
-    from pyspark.sql import functions as F
-
-    started = time.monotonic()
-    progress(f"reading {archive}{f' (queue {queue})' if queue else ''}...")
-    loaded = load(spark, archive, queue=queue, since=since)
-    frame, counts = loaded.frame, loaded.counts
-    progress(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines, "
-             f"{counts['unknown_kind']:,} of unknown kind and {counts['files_being_written']} files being written")
-    ex = frame.where((F.col("kind") == "exchange") & (F.col("period") > 0))
-    span = ex.agg(F.min("time").alias("a"), F.max("time").alias("b")).collect()[0]
-    first, last = span["a"], span["b"]
-    bucket = max(1, math.ceil(((last or 0) - (first or 0)) / 200))  # at most about 200 points a curve
-
-    progress("throughput...")
-    rate = F.col("records_in") / F.col("period")
-    exchanges = [r.asDict() for r in ex.groupBy("queue", "exchange", "host").agg(
-        F.count(F.lit(1)).alias("periods"), F.min("time").alias("from"), F.max("time").alias("to"),
-        F.sum("records_in").alias("records_in"), F.sum("bytes_in").alias("bytes_in"),
-        F.avg(rate).alias("mean_records_per_s"), F.max(rate).alias("max_records_per_s"),
-        F.avg("cpu_percent").alias("mean_cpu_percent"),
-        F.percentile_approx("cpu_percent", 0.95).alias("p95_cpu_percent"),
-        F.max("rss_bytes").alias("max_rss_bytes"), F.sum("dropped").alias("dropped"),
-    ).orderBy("queue", "exchange").collect()]
-    slot = (F.floor(F.col("time") / bucket) * bucket).alias("t")
-    over_time = ex.groupBy("queue", slot).agg(
-        (F.sum("records_in") / F.lit(bucket)).alias("records_per_s"),
-        F.countDistinct("exchange").alias("exchanges")).orderBy("queue", "t").collect()
-    per_exchange = ex.groupBy("queue", "exchange", slot).agg(
-        (F.sum("records_in") / F.sum("period")).alias("records_per_s")).orderBy("queue", "exchange", "t").collect()
-
-    progress("latency and gaps...")
-    sub = frame.where((F.col("kind") == "subscriber") & (F.col("latency_p50_ms") >= 0))
-    latency = {r["queue"]: r.asDict() for r in sub.groupBy("queue").agg(
-        F.count(F.lit(1)).alias("periods"),
-        F.percentile_approx("latency_p50_ms", 0.5).alias("median_p50_ms"),
-        F.percentile_approx("latency_p99_ms", 0.5).alias("median_p99_ms"),
-        F.percentile_approx("latency_p99_ms", 0.99).alias("p99_of_p99_ms"),
-        F.max("latency_p99_ms").alias("max_p99_ms")).collect()}
-    latency_time = sub.groupBy("queue", (F.floor(F.col("time") / bucket) * bucket).alias("t")).agg(
-        F.percentile_approx("latency_p50_ms", 0.5).alias("p50_ms"),
-        F.max("latency_p99_ms").alias("p99_ms")).orderBy("queue", "t").collect()
-    gaps = {r["queue"]: r.asDict() for r in frame.where(F.col("kind") == "subscriber")
-            .groupBy("queue", "subscriber").agg((F.max("gaps") - F.min("gaps")).alias("gaps"),
-                                                (F.max("lost") - F.min("lost")).alias("lost"))
-            .groupBy("queue").agg(F.countDistinct("subscriber").alias("subscribers"), F.sum("gaps").alias("gaps"),
-                                  F.sum("lost").alias("records_lost_in_gaps")).collect()}
-
-    progress("events and hosts...")
-    events: dict[str, dict[str, int]] = {}
-    for r in frame.where(F.col("kind") == "event").groupBy("queue", "event").count().collect():
-        events.setdefault(r["queue"], {})[r["event"] or "?"] = r["count"]
-    host_time = frame.where(F.col("kind") == "host").groupBy("host", slot).agg(
-        F.avg("cpu_percent").alias("cpu_percent")).orderBy("host", "t").collect()
-    hosts = [r.asDict() for r in frame.where(F.col("kind") == "host").groupBy("host").agg(
-        F.count(F.lit(1)).alias("periods"), F.avg("cpu_percent").alias("mean_cpu_percent"),
-        F.max("cpu_percent").alias("max_cpu_percent"), F.avg("memory_percent").alias("mean_memory_percent"),
-        F.max("net_bytes_per_s").alias("max_net_bytes_per_s")).orderBy("host").collect()]
-    scatter = ex.select("queue", rate.alias("x"), F.col("cpu_percent").alias("y")).where(F.col("y").isNotNull())
-    total = scatter.count()
-    points = scatter.sample(fraction=min(1.0, 5000 / total), seed=1).collect() if total else []
-
-    queues = sorted({e["queue"] for e in exchanges} | set(latency) | set(gaps) | set(events))
-    doc: dict[str, Any] = {
-        "archive": os.path.abspath(archive), "queue": queue, "since": since, "from": first, "to": last,
-        "bucket_s": bucket, "skipped": counts,
-        "units": {"records_per_s": "records/s", "cpu_percent": "% of one core", "ms": "ms", "bytes": "bytes",
-                  "time": "s since the epoch", "bucket_s": "s"},
-        "queues": {q: {
-            "exchanges": [_clean(e) for e in exchanges if e["queue"] == q],
-            "throughput": [{"t": r["t"], "records_per_s": round(r["records_per_s"], 1), "exchanges": r["exchanges"]}
-                           for r in over_time if r["queue"] == q],
-            "exchange_throughput": _series(((r["exchange"], r["t"], r["records_per_s"]) for r in per_exchange
-                                            if r["queue"] == q), "records_per_s"),
-            "latency": _clean(latency.get(q, {})),
-            "latency_over_time": [{"t": r["t"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
-                                  for r in latency_time if r["queue"] == q],
-            "gaps": _clean(gaps.get(q, {})),
-            "events": events.get(q, {}),
-            "relocations": events.get(q, {}).get("relocated", 0),
-            "scale_outs": events.get(q, {}).get("scale_out_done", 0),
-            "scale_ins": events.get(q, {}).get("scale_in", 0),
-            "exchanges_lost": events.get(q, {}).get("exchange_lost", 0),
-        } for q in queues if q != HOSTS_PARTITION},
-        "hosts": [_clean(h) for h in hosts],
-        "host_cpu": _series(((r["host"], r["t"], r["cpu_percent"]) for r in host_time), "cpu_percent"),
-        "seconds": None,
-    }
-    progress("plots...")
-    os.makedirs(out_dir, exist_ok=True)
-    _plots(doc, [(p["queue"], p["x"], p["y"]) for p in points], out_dir)
-    doc["seconds"] = round(time.monotonic() - started, 1)
-    _write(os.path.join(out_dir, "report.json"), json.dumps(doc, indent=1, sort_keys=True, default=str))
-    _write(os.path.join(out_dir, "index.html"), _page(doc))
-    progress(f"report written to {os.path.join(out_dir, 'index.html')} in {doc['seconds']:g} s")
-    return doc
-
-
-def _series(rows: Any, field: str) -> dict[str, list[dict[str, Any]]]:
-    """(name, t, value) rows -> name: [{t, field}] in time order."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for name, t, value in rows:
-        out.setdefault(str(name), []).append({"t": t, field: round(value, 1) if value is not None else None})
-    return out
-
-
-def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if k != "queue"}
-
-
-def _write(path: str, text: str) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-
-
-def _plots(doc: dict[str, Any], points: list[tuple[str, float, float]], out_dir: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def save(fig: Any, ax: Any, name: str) -> None:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper left")
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, name))
-        plt.close(fig)
-
-    origin = doc["from"] or 0.0
-    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
-    ax.set_title(f"records/s per queue (thick) and per exchange ({doc['bucket_s']} s buckets)")
-    ax.set_xlabel("seconds since the first record")
-    for q, d in doc["queues"].items():
-        line, = ax.plot([p["t"] - origin for p in d["throughput"]], [p["records_per_s"] for p in d["throughput"]],
-                        linewidth=2, label=q)
-        for curve in d["exchange_throughput"].values():
-            ax.plot([p["t"] - origin for p in curve], [p["records_per_s"] for p in curve], linewidth=0.6,
-                    alpha=0.6, color=line.get_color())
-    save(fig, ax, "throughput.png")
-
-    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
-    ax.set_title("host CPU %")
-    ax.set_xlabel("seconds since the first record")
-    for host, curve in doc["host_cpu"].items():
-        ax.plot([p["t"] - origin for p in curve], [p["cpu_percent"] for p in curve], label=host)
-    save(fig, ax, "hosts.png")
-
-    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
-    ax.set_title("subscriber latency per queue (median p50, worst p99 per bucket)")
-    ax.set_xlabel("seconds since the first record")
-    ax.set_ylabel("ms")
-    for q, d in doc["queues"].items():
-        curve = [p for p in d["latency_over_time"] if p["p50_ms"] is not None]
-        if curve:
-            line, = ax.plot([p["t"] - origin for p in curve], [p["p50_ms"] for p in curve], label=f"{q} p50")
-            ax.plot([p["t"] - origin for p in curve], [p["p99_ms"] for p in curve], linestyle="--",
-                    color=line.get_color(), label=f"{q} p99")
-    save(fig, ax, "latency.png")
-
-    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
-    ax.set_title("exchange CPU against throughput (the tuner's evidence; a sample of the KPI periods)")
-    ax.set_xlabel("records/s")
-    ax.set_ylabel("CPU % of one core")
-    for q in sorted({p[0] for p in points}):
-        mine = [p for p in points if p[0] == q]
-        ax.scatter([p[1] for p in mine], [p[2] for p in mine], s=3, alpha=0.5, label=q)
-    save(fig, ax, "capacity.png")
-
-
-def _page(doc: dict[str, Any]) -> str:
-    e = html.escape
-
-    def when(t: Any) -> str:
-        return (datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-                if isinstance(t, (int, float)) else "-")
-
-    sections = []
-    for q, d in doc["queues"].items():
-        rows = "".join(
-            f"<tr><td>{e(str(x['exchange']))}</td><td>{e(str(x['host']))}</td><td>{x['periods']}</td>"
-            f"<td>{x['mean_records_per_s']:,.0f}</td><td>{x['max_records_per_s']:,.0f}</td>"
-            f"<td>{(x['mean_cpu_percent'] or 0):.1f}</td><td>{(x['p95_cpu_percent'] or 0):.1f}</td></tr>"
-            for x in d["exchanges"])
-        lat, gaps = d["latency"], d["gaps"]
-        sections.append(
-            f"<h2>queue {e(q)}</h2><p>relocations {d['relocations']}, scale-outs {d['scale_outs']}, scale-ins "
-            f"{d['scale_ins']}, exchanges lost {d['exchanges_lost']}; subscriber latency: median p50 "
-            f"{lat.get('median_p50_ms', '-')} ms, median p99 {lat.get('median_p99_ms', '-')} ms, worst p99 "
-            f"{lat.get('max_p99_ms', '-')} ms; gaps {gaps.get('gaps', 0)} ({gaps.get('records_lost_in_gaps', 0)} "
-            f"records) over {gaps.get('subscribers', 0)} subscribers</p>"
-            f"<table><tr><th>exchange</th><th>host</th><th>periods</th><th>mean records/s</th>"
-            f"<th>max records/s</th><th>mean CPU %</th><th>p95 CPU %</th></tr>{rows}</table>")
-    hosts = "".join(f"<tr><td>{e(str(h['host']))}</td><td>{h['periods']}</td><td>{(h['mean_cpu_percent'] or 0):.1f}</td>"
-                    f"<td>{(h['max_cpu_percent'] or 0):.1f}</td><td>{(h['mean_memory_percent'] or 0):.1f}</td></tr>"
-                    for h in doc["hosts"])
-    skipped = doc["skipped"]
-    images = "".join(f'<p><img src="{name}" alt="{name}"></p>' for name in PLOTS)
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>RoQ-Py KPI report</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}img{{max-width:100%}}</style></head>
-<body><h1>RoQ-Py KPI report</h1>
-<p>{e(doc['archive'])}: {skipped['records']:,} records from {when(doc['from'])} to {when(doc['to'])};
-skipped {skipped['corrupt']:,} corrupt lines, {skipped['unknown_kind']:,} records of unknown kind and
-{skipped['files_being_written']} files still being written.</p>
-{''.join(sections)}
-<h2>hosts</h2><table><tr><th>host</th><th>periods</th><th>mean CPU %</th><th>max CPU %</th><th>mean memory %</th></tr>
-{hosts}</table>
-{images}
-<p>Every figure is in <a href="report.json">report.json</a>.</p>
-</body></html>
-"""
