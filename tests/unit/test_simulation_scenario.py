@@ -35,6 +35,8 @@ def test_the_eqs_experiment_is_the_papers():
     (pubs,), (subs,) = s.publishers, s.subscribers
     assert (pubs.count, pubs.rate, pubs.size, subs.count) == (16, 57, 5120, 20)
     assert s.queues[0].rules["max_exchanges"] == 4
+    assert "host_cpu_percent" not in s.queues[0].rules  # on hosts of their own budgets, the host checks as they are
+    assert {b.cpus for b in s.budgets} == {0.5} and len(s.budgets) == 4
     assert s.reference.delivered_records_per_minute == 1_000_000 and "2011" in s.reference.source
     joins = pubs.joins()
     assert joins == sorted(joins) and len(set(joins)) == 16  # one after another
