@@ -1,4 +1,4 @@
-"""Saturated exchanges on emulated hosts (a tenth of a core each): a slow exchange is not a dead one.
+"""Saturated exchanges on emulated hosts (a twentieth of a core each): a slow exchange is not a dead one.
 
 Publishers send as fast as the queue takes them, one record per batch, so that the exchanges' CPU budget is
 what limits the queue. Their acknowledgements lag behind a saturated exchange, yet nobody fails over: the
@@ -19,6 +19,11 @@ from tests.integration.zkhelp import wait_until
 # 10,000 of the largest batch an exchange accepts (its default max_batch_bytes, the longest key, a header)
 PIPES = f"--exchange-option=subscriber_queue_bytes={10_000 * ((4 << 20) + MAX_KEY + HEADER_SIZE)}"
 RULES = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5, "cooldown_s": 4.0}
+PUBLISHERS = 6  # three for each of two exchanges: the publishers, not the exchanges, must never be the limit
+# A saturated exchange's busy fraction: the share of its time in its loop's work, throttled time within it
+# included. Under a quota over a short period (10-20 ms) it reads 0.6-0.9 at saturation, as the throttling
+# falls in the loop's work or in its wait for the next batch.
+BUSY = 0.6
 
 
 def forwarded(q: Queue, seconds: float) -> float:
@@ -35,15 +40,15 @@ def test_saturated_exchanges_shed_load_without_failing_over_and_two_deliver_twic
     # Each subscriber's pipe at an exchange holds 10,000 batches here, not the default 512: starved of CPU by
     # its quota, a saturated exchange drops for subscribers that keep up when its pipes are that short (a
     # known limit, see docs/design.md; measured: 11 to 399 records lost in 6 to 10 gaps with 512).
-    cluster = make_embedded(hosts=2, budgets=[HostBudget(0.1)], hostmanager_args=[PIPES])
+    cluster = make_embedded(hosts=2, budgets=[HostBudget(0.05)], hostmanager_args=[PIPES])
     first, second = cluster.addresses
     q = Queue(cluster, loads, "sat", first, min_exchanges=1, max_exchanges=1, **RULES)
     q.subscribe("", "--timeline-every", "1")
-    for i in range(4):
+    for i in range(PUBLISHERS):
         # a small buffer: what the queue cannot take waits in the application, not in minutes of backlog
         q.publish(0, f"a{i},b{i}", "--key-run", "1", "--buffer-bytes", str(256 << 10))
-    q.wait(lambda s: len(s["publishers"]) == 4 and s["exchanges"][0]["busy"] > 0.9, 30,
-           "4 publishers saturating one exchange")
+    q.wait(lambda s: len(s["publishers"]) == PUBLISHERS and s["exchanges"][0]["busy"] > BUSY, 30,
+           f"{PUBLISHERS} publishers saturating one exchange")
     one = forwarded(q, 5.0)
     status = q.status()
     print(f"1 exchange: {one:,.0f} rec/s, busy {status['exchanges'][0]['busy']:.2f}, "
@@ -54,7 +59,7 @@ def test_saturated_exchanges_shed_load_without_failing_over_and_two_deliver_twic
                     and not s["relocations"], 40, "2 exchanges, each with publishers")
     where = {x["id"]: x["publishers"] for x in status["exchanges"]}
     hosts = {x["Host"] for x in cluster.manager.stats("sat")["Queue"]["Exchanges"]}
-    q.wait(lambda s: all(x["busy"] > 0.8 for x in s["exchanges"]), 20, "both exchanges busy")
+    q.wait(lambda s: all(x["busy"] > BUSY for x in s["exchanges"]), 30, "both exchanges busy")
     two = forwarded(q, 5.0)
     print(f"2 exchanges on {sorted(hosts)}: {two:,.0f} rec/s ({two / one:.2f}x), publishers {where}")
     assert hosts == {first, second}
