@@ -1,11 +1,12 @@
 """Where exchanges and monitors go, and where the slots of a lost host go. Pure logic on a :class:`View`.
 
 A host can take an exchange of queue ``q`` when it is registered, has a free slot (its ``max_exchanges``
-over every queue), holds fewer than ``q``'s ``max_exchanges_per_host``, and its CPU and memory are within
-``q``'s ``host_cpu_percent`` / ``host_memory_percent`` (a host's CPU % is of its own budget: the cores of its
-cgroup's quota or container, else of the machine). Among those the choice spreads the queue over hosts first,
-then takes the most headroom (the cores of its budget it does not use, in tenths of a core, so that equal
-hosts a few percent apart count as equal), the most free slots, the lowest memory %, the lowest address. A
+over every queue), holds fewer than ``q``'s ``max_exchanges_per_host``, and its CPU, memory and link are within
+``q``'s ``host_cpu_percent`` / ``host_memory_percent`` / ``host_net_percent`` (a host's CPU % is of its own
+budget: the cores of its cgroup's quota or container, else of the machine; its network % is of its link's rate,
+0 when unknown). Among those the choice spreads the queue over hosts first, then takes the most headroom (the
+cores of its budget it does not use, in tenths of a core, so that equal hosts a few percent apart count as
+equal), the least busy link (in tenths), the most free slots, the lowest memory %, the lowest address. A
 new queue (an operator's explicit request, with no rules yet) only prefers hosts within the default limits:
 a cluster whose every host is busy still creates it, on the least busy host with a free slot. A
 :class:`Placer` counts every placement it decided for the next choice, so several exchanges placed in one
@@ -80,11 +81,13 @@ class Placer:
 
     @staticmethod
     def overloaded(host: HostView, rules: Mapping[str, Any]) -> str:
-        """Why ``host`` is above the CPU or memory limit of ``rules``; "" if it is not."""
+        """Why ``host`` is above the CPU, memory or network limit of ``rules``; "" if it is not."""
         if host.cpu_percent > float(rules["host_cpu_percent"]):
             return f"CPU {host.cpu_percent:.0f}% > {float(rules['host_cpu_percent']):.0f}%"
         if host.memory_percent > float(rules["host_memory_percent"]):
             return f"memory {host.memory_percent:.0f}% > {float(rules['host_memory_percent']):.0f}%"
+        if host.net_percent > float(rules["host_net_percent"]):
+            return f"link {host.net_percent:.0f}% > {float(rules['host_net_percent']):.0f}%"
         return ""
 
     def choose(self, queue: QueueView | None = None, *, exclude: Iterable[str] = ()) -> str | None:
@@ -109,10 +112,10 @@ class Placer:
 
     def _pick(self, name: str, new: bool, eligible: Callable[[HostView], bool]) -> str | None:
         """The best of the ``eligible`` hosts for an exchange of queue ``name``: (a new queue: within the default
-        limits first) the fewest of ``name``'s exchanges, the most headroom (tenths of a core), the most free
-        slots, the least memory, the lowest address."""
+        limits first) the fewest of ``name``'s exchanges, the most headroom (tenths of a core), the least busy
+        link (tenths), the most free slots, the least memory, the lowest address."""
         ranked = [((new and bool(self.overloaded(h, DEFAULT_RULES))), self.of_queue(name, h.address),
-                   -round(h.headroom, 1), -self.free(h), h.memory_percent, h.address)
+                   -round(h.headroom, 1), round(h.net_percent, -1), -self.free(h), h.memory_percent, h.address)
                   for h in self.view.hosts.values() if eligible(h)]
         return min(ranked)[-1] if ranked else None
 

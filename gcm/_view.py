@@ -132,6 +132,11 @@ class HostView:
         return self.doc.kpis.memory_percent
 
     @property
+    def net_percent(self) -> float:
+        """Its network bytes/s as a % of its link's rate (0 when the rate is unknown)."""
+        return self.doc.kpis.net_percent
+
+    @property
     def headroom(self) -> float:
         """The cores of its budget it does not use (its CPU budget less its use over the last few periods)."""
         return max(0.0, self.doc.cpus * (100.0 - self.cpu_percent) / 100.0)

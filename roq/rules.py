@@ -39,6 +39,8 @@ _SPEC: dict[str, tuple[type, Any, float, float, str]] = {
                        "exchange_records_per_s each"),
     "host_cpu_percent": (float, 90.0, 10.0, 100.0, "a host above this CPU % takes no new exchange"),
     "host_memory_percent": (float, 90.0, 10.0, 100.0, "a host above this memory % takes no new exchange"),
+    "host_net_percent": (float, 90.0, 10.0, 100.0,
+                         "a host whose link is busier than this % of its rate takes no new exchange"),
     "kpi_period_s": (float, 1.0, 0.25, 60.0, "seconds between KPI reports and rule evaluations"),
     "smoothing": (float, 0.5, 0.01, 1.0, "EWMA weight of the newest KPI sample"),
     "sustain_s": (float, 2.0, 0.5, 3600.0, "seconds a condition must hold before the monitor acts"),

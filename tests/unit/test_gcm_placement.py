@@ -8,8 +8,9 @@ from roq.documents import HostDoc, HostKpis, QueueDoc
 from roq.rules import DEFAULT_RULES
 
 
-def _host(address: str, max_exchanges: int = 4, cpu: float = 10.0, memory: float = 10.0, cpus: float = 1.0) -> HostView:
-    kpis = HostKpis(cpu_percent=cpu, memory_percent=memory)
+def _host(address: str, max_exchanges: int = 4, cpu: float = 10.0, memory: float = 10.0, cpus: float = 1.0,
+          net: float = 0.0) -> HostView:
+    kpis = HostKpis(cpu_percent=cpu, memory_percent=memory, net_percent=net)
     return HostView(address, HostDoc(address=address, max_exchanges=max_exchanges, kpis=kpis, cpus=cpus))
 
 
@@ -95,6 +96,14 @@ def test_every_refusal_reason_is_named():
     assert explain_no_host(view, q) == (
         "a: full (2/2); b: holds 2 of q's exchanges (max_exchanges_per_host 2); c: CPU 97% > 80%; d: memory 76% > 70%"
     )
+
+
+def test_a_host_whose_link_is_busy_takes_no_exchange_and_a_quieter_link_is_preferred():
+    q = _queue("q", {}, host_net_percent=80)
+    view = _view([q], [_host("a", net=85.0), _host("b", net=40.0), _host("c", net=10.0)])
+    assert choose_host(view, q) == "c"  # equal headroom in cores: the least busy link
+    view = _view([q], [_host("a", net=85.0)])
+    assert choose_host(view, q) is None and explain_no_host(view, q) == "a: link 85% > 80%"
 
 
 def test_a_host_at_the_limit_is_accepted():
