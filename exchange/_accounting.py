@@ -32,6 +32,15 @@ class Accounting:
         self.started = now
         self.max_publishers = max_publishers
 
+    def count_publisher(self, publisher: bytes, records: int, size: int) -> None:
+        """Count one batch of ``publisher`` (off the hot path, which does the same inline)."""
+        stat = self.publishers.get(publisher)
+        if stat is not None:
+            stat[0] += records
+            stat[1] += size
+        elif len(self.publishers) < self.max_publishers:
+            self.publishers[publisher] = [records, size]
+
     def report(self, exchange: str, now: float, *, cpu_percent: float, rss_bytes: int, dropped: int) -> ExchangeKpi:
         """Build the KPI record of the period that ends at ``now`` and reset the counters."""
         period = max(now - self.started, 1e-6)

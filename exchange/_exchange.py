@@ -21,7 +21,7 @@ import psutil
 import zmq
 
 from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
-from exchange._forwarder import Forwarder
+from exchange._forwarder import RETRY_S, Forwarder
 from roq import control
 from roq.config import ExchangeConfig
 from roq.errors import ProtocolError
@@ -124,6 +124,8 @@ class Exchange:
         fwd = self.forwarder
         poller = zmq.Poller()
         poller.register(fwd.frontend, zmq.POLLIN)
+        poller.register(fwd.backend, zmq.POLLIN)  # subscriptions
+        reading = True  # the frontend is polled: no batch is held
         poller.register(self.monitor.socket, zmq.POLLIN)
         for watch in self._watches:
             poller.register(watch.socket, zmq.POLLIN)
@@ -139,10 +141,22 @@ class Exchange:
         next_kpi = now + self._kpi_period
         while not self._stopping:
             timeout = max(0.0, min(next_beat, next_kpi, fwd.ack_due) - time.monotonic())
+            holding = not reading
+            if holding:
+                timeout = min(timeout, RETRY_S)
+            polled = time.monotonic()
             events = dict(poller.poll(poll_ms(timeout)))
-            started = time.monotonic()
-            if fwd.frontend in events:
+            # time spent holding a batch back for a full pipe is busy time: the exchange forwards no faster
+            started = polled if holding else time.monotonic()
+            if fwd.backend in events:
+                fwd.read_subscriptions()
+            if not reading and fwd.retry(started):
                 fwd.forward()
+            elif fwd.frontend in events:
+                fwd.forward()
+            if reading != (fwd.held is None):  # a full pipe holds the publishers back, or let them go again
+                reading = fwd.held is None
+                poller.modify(fwd.frontend, zmq.POLLIN if reading else 0)
             if self.monitor.socket in events:
                 self.monitor.readable()
             if wakeup is not None and wakeup.fd in events and wakeup.consume():

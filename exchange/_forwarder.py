@@ -3,8 +3,20 @@
 * frontend, ROUTER, bound: publishers' DEALERs send ``[key, header, body]``; every batch is checked by
   :func:`roq.batch.check_incoming` (a bad one is dropped and counted under its reason) and its publisher
   gets a cumulative acknowledgement, coalesced over ``ack_interval`` unless the batch asks for it now.
-* backend, PUB, bound: the same three frames go out untouched; subscribers filter on the key prefix.
-  Every heartbeat the exchange also publishes a beacon on :data:`~roq.batch.CONTROL_TOPIC`.
+* backend, XPUB, bound: the same three frames go out untouched; subscribers filter on the key prefix.
+  Every heartbeat the exchange also publishes a beacon on :data:`~roq.batch.CONTROL_TOPIC`. The
+  subscriptions the XPUB hands up are read and dropped (:meth:`Forwarder.read_subscriptions`).
+
+**Back-pressure, not loss, for subscribers that keep up.** The backend does not drop (``XPUB_NODROP``): a
+batch that a subscriber's full pipe cannot take now is *held*, the forward loop stops reading publishers
+(whose acknowledgements then wait, and whose ``max_in_flight`` stops them) and retries every
+:data:`RETRY_S` until the pipe has room. A pipe fills when its subscriber or ZeroMQ's I/O thread falls behind
+a burst: an exchange starved of CPU by a quota forwards what piled up while it was stopped faster than its
+I/O thread writes it out, and ZeroMQ learns that a subscriber read its pipe only every half a pipe. Only a
+subscriber whose pipe stays full for ``subscriber_grace`` is dropped for: that batch goes out lossy (to the
+subscribers with room; the full one sees a gap), and so does every batch that finds a pipe full until none
+has for ``subscriber_grace`` again (:data:`LOSSY_HOLD` graces), so a subscriber that stays behind costs the
+others one wait, not one per batch.
 
 Memory is bounded in bytes although ZeroMQ bounds its pipes in messages, and fixes a pipe's bound when the
 peer connects (so the bounds are set once, before binding):
@@ -29,6 +41,7 @@ bounded too: a flood of identities cannot grow them.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import zmq
@@ -41,8 +54,10 @@ from roq.errors import ProtocolError
 from roq.runtime import DropCounter
 from roq.sockets import bind
 
+log = logging.getLogger(__name__)
+
 __all__ = ["Forwarder", "BURST", "MAX_PENDING_ACKS", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
-           "SYNC_MASK"]
+           "SYNC_MASK", "RETRY_S", "LOSSY_HOLD", "MAX_SUBSCRIPTIONS_READ"]
 
 #: Batches forwarded before the loop looks at its timers and other sockets again.
 BURST = 256
@@ -54,6 +69,13 @@ PUBLISHER_QUEUE_BYTES = 64 << 20
 MIN_PUBLISHER_HWM = BURST
 #: The forward loop catches up with the subscribers' reads every SYNC_MASK + 1 batches.
 SYNC_MASK = 63
+#: How often a held batch is tried again, seconds.
+RETRY_S = 0.001
+#: Once a subscriber was dropped for, batches that find a pipe full go out lossy until none has for this many
+#: ``subscriber_grace``.
+LOSSY_HOLD = 2.0
+#: Subscription messages read at most per turn of the loop.
+MAX_SUBSCRIPTIONS_READ = 1000
 
 
 class Forwarder:
@@ -76,6 +98,11 @@ class Forwarder:
         self.max_pending_acks = MAX_PENDING_ACKS
         self.ack_due = float("inf")
         self.last_data = 0.0
+        self.held: tuple[list[bytes], batch.Header] | None = None  # a batch a full pipe could not take yet
+        self.held_since = 0.0
+        self.lossy_until = 0.0  # until then, a batch that finds a pipe full goes out lossy at once
+        self.lossy_sends = 0  # batches sent while some subscriber's pipe was full (it missed them)
+        self.stalls = 0  # times a pipe stayed full for subscriber_grace
         self.frontend_endpoint = ""
         self.backend_endpoint = ""
 
@@ -85,7 +112,8 @@ class Forwarder:
         self.frontend.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_batch_bytes + batch.MAX_KEY + 4096)
         self.frontend.setsockopt(zmq.RCVHWM, self.publisher_hwm)
         self.frontend.setsockopt(zmq.LINGER, 0)
-        self.backend = context.socket(zmq.PUB)
+        self.backend = context.socket(zmq.XPUB)
+        self.backend.setsockopt(zmq.XPUB_NODROP, 1)
         self.backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)
         self.backend.setsockopt(zmq.LINGER, 2000)
         self.backend.setsockopt(zmq.MAXMSGSIZE, 1 << 16)  # subscribers only send subscriptions
@@ -115,7 +143,10 @@ class Forwarder:
     # ------------------------------------------------------------------ the hot path
 
     def forward(self) -> None:
-        """Forward up to :data:`BURST` batches; their acknowledgements go out within ``ack_interval``."""
+        """Forward up to :data:`BURST` batches; their acknowledgements go out within ``ack_interval``. Nothing
+        while a batch is held (see :meth:`retry`)."""
+        if self.held is not None and not self.retry(time.monotonic()):
+            return
         recv = self.frontend.recv_multipart
         send = self.backend.send_multipart
         events = self.backend.getsockopt
@@ -129,11 +160,12 @@ class Forwarder:
         acks = self.acks
         urgent = False
         records = size_in = 0
+        nowait = zmq.NOBLOCK
         for i in range(BURST):
             if not i & SYNC_MASK:  # learn how far the subscribers' pipes were read (see the module's doc)
                 events(zmq.EVENTS)
             try:
-                frames = recv(zmq.NOBLOCK)
+                frames = recv(nowait)
             except zmq.Again:
                 break
             if len(frames) != 4:
@@ -148,7 +180,11 @@ class Forwarder:
             if h.publisher != ident:
                 self.drops.drop("bad header", "publisher id does not match the connection's identity")
                 continue
-            send(frames[1:])
+            try:
+                send(frames[1:], nowait)
+            except zmq.Again:  # a subscriber's pipe is full
+                if not self._full(frames[1:], h):
+                    break  # held: no more reading until it is out
             if h.kind == data_kind:
                 count = h.count
                 size = len(body)
@@ -166,16 +202,83 @@ class Forwarder:
             else:  # a marker: check_incoming lets nothing else through
                 acks[ident] = h.first_seq - 1
                 urgent = True  # the publisher holds its new batches until this one is acknowledged
+        self._counted(records, size_in, urgent)
+
+    def _counted(self, records: int, size: int, urgent: bool) -> None:
+        """Count what went out and schedule its acknowledgements."""
+        acct = self.acct
+        acks = self.acks
         acct.records_in += records
         acct.records_out += records
-        acct.bytes_in += size_in
-        acct.bytes_out += size_in
+        acct.bytes_in += size
+        acct.bytes_out += size
         if acks:
             self.last_data = time.monotonic()
             if urgent or len(acks) >= self.max_pending_acks:
                 self.send_acks()
             elif self.ack_due == float("inf"):
                 self.ack_due = self.last_data + self.config.ack_interval
+
+    # ------------------------------------------------------------------ back-pressure
+
+    def _full(self, frames: list[bytes], h: batch.Header) -> bool:
+        """A subscriber's pipe could not take ``frames``: send them lossy if one was found stuck lately (True),
+        else hold them (False)."""
+        now = time.monotonic()
+        if now < self.lossy_until:
+            self._send_lossy(frames, now)
+            return True
+        self.held = (frames, h)
+        self.held_since = now
+        return False
+
+    def _send_lossy(self, frames: list[bytes], now: float) -> None:
+        """Send to the subscribers with room; a full pipe misses it (its subscriber sees a gap)."""
+        backend = self.backend
+        backend.setsockopt(zmq.XPUB_NODROP, 0)
+        try:
+            backend.send_multipart(frames)
+        finally:
+            backend.setsockopt(zmq.XPUB_NODROP, 1)
+        self.lossy_sends += 1
+        self.lossy_until = now + LOSSY_HOLD * self.config.subscriber_grace
+
+    def retry(self, now: float) -> bool:
+        """Try the held batch again (lossy once a pipe has stayed full for ``subscriber_grace``); True once it
+        is out, and the loop may read publishers again."""
+        if self.held is None:
+            return True
+        frames, h = self.held
+        self.backend.getsockopt(zmq.EVENTS)  # take in the subscribers' reads
+        try:
+            self.backend.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:
+            if now - self.held_since < self.config.subscriber_grace:
+                return False
+            self.stalls += 1
+            self._send_lossy(frames, now)
+            if self.stalls <= 10 or self.stalls % 100 == 0:
+                log.warning("a subscriber's pipe stayed full for %.1fs: the exchange sends past it (it misses "
+                            "batches) until no pipe is full for %.1fs (%d times in all)", now - self.held_since,
+                            LOSSY_HOLD * self.config.subscriber_grace, self.stalls)
+        self.held = None
+        if h.kind != batch.DATA:  # a marker
+            self.acks[h.publisher] = h.first_seq - 1
+            self._counted(0, 0, True)
+            return True
+        self.acks[h.publisher] = h.last_seq
+        self.acct.count_publisher(h.publisher, h.count, len(frames[2]))
+        self._counted(h.count, len(frames[2]), bool(h.flags & batch.FLAG_ACK_NOW))
+        return True
+
+    def read_subscriptions(self) -> None:
+        """Read what subscribers sent the backend (their subscriptions; the XPUB keeps its own table)."""
+        recv = self.backend.recv
+        for _ in range(MAX_SUBSCRIPTIONS_READ):
+            try:
+                recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
 
     def send_acks(self) -> None:
         """Acknowledge every publisher owed one, without blocking."""
@@ -191,7 +294,10 @@ class Forwarder:
     def beacon(self, exchange_id: str, number: int, beacon_id: bytes) -> None:
         """Tell subscribers their subscription is live (and which exchange this is)."""
         header = batch.pack_header(batch.BEACON, beacon_id, number, 0, timestamp_ns=time.time_ns())
+        frames = [batch.CONTROL_TOPIC, header, exchange_id.encode()]
         try:
-            self.backend.send_multipart((batch.CONTROL_TOPIC, header, exchange_id.encode()), zmq.NOBLOCK)
-        except zmq.ZMQError:  # pragma: no cover - a PUB drops rather than block
-            pass
+            self.backend.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:  # a pipe is full: past it if it is known stuck, else at the next heartbeat
+            now = time.monotonic()
+            if now < self.lossy_until:
+                self._send_lossy(frames, now)

@@ -90,6 +90,8 @@ class ExchangeConfig:
             further behind loses batches (it sees them as gaps), the exchange's memory does not grow. Exact for
             batches up to a 512th of it (see subscriber_hwm).
         backend_hwm: most batches held for one subscriber, whatever their size (see subscriber_hwm).
+        subscriber_grace: how long the exchange waits for a subscriber's full pipe (holding the batch, reading
+            no publisher meanwhile) before it sends past that subscriber, which then misses batches.
         drain_timeout: on SIGTERM, how long to keep forwarding while the monitor moves publishers away.
         ack_interval: acknowledgements to a publisher are coalesced over this many seconds (they only
             free its buffer and complete its flush(); fewer of them save wake-ups on both sides).
@@ -106,6 +108,7 @@ class ExchangeConfig:
     max_batch_bytes: int = 4 << 20
     subscriber_queue_bytes: int = DEFAULT_SUBSCRIBER_QUEUE_BYTES
     backend_hwm: int = 10_000
+    subscriber_grace: float = 0.5
     drain_timeout: float = 5.0
     ack_interval: float = 0.002
     commands: bool = field(default=False, metadata={"flag": "--commands-on-stdin"})
@@ -114,7 +117,8 @@ class ExchangeConfig:
         _text(self, "monitor", "address", "exchange_id")
         _endpoint(self, "monitor")
         _port(self, "frontend_port", "backend_port")
-        _positive(self, "heartbeat_interval", "kpi_period", "max_batch_bytes", "backend_hwm", "subscriber_queue_bytes")
+        _positive(self, "heartbeat_interval", "kpi_period", "max_batch_bytes", "backend_hwm", "subscriber_queue_bytes",
+                  "subscriber_grace")
         _positive(self, "drain_timeout", "ack_interval", allow_zero=True)
 
     @property

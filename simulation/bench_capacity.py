@@ -21,7 +21,6 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from roq.batch import HEADER_SIZE, MAX_KEY
 from roqcli.embedded import wait_for
 from simulation.audit import compare
 from simulation.bench_common import Result
@@ -39,9 +38,6 @@ SAMPLE_S = 8.0
 SETTLE_S = 90.0
 TARGET = 3.2
 RULES = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5, "cooldown_s": 4.0}
-# Each subscriber's pipe at an exchange holds 10,000 of the largest batch: an exchange starved of CPU by its
-# quota drops for subscribers that keep up when its pipes are the default 512 batches (docs/design.md).
-PIPES = f"--exchange-option=subscriber_queue_bytes={10_000 * ((4 << 20) + MAX_KEY + HEADER_SIZE)}"
 
 
 def _forwarded(status: Callable[[], dict[str, Any]], seconds: float) -> tuple[float, list[float]]:
@@ -64,8 +60,7 @@ def bench_capacity(progress: Callable[[str], None], *, cpus: float = CPUS, sampl
 
     log_dir = tempfile.mkdtemp(prefix="roq-bench-")
     rows = []
-    with EmbeddedCluster(hosts=HOSTS, budgets=[HostBudget(cpus)], hostmanager_args=[PIPES],
-                         log_dir=log_dir) as cluster, Loads(log_dir) as loads:
+    with EmbeddedCluster(hosts=HOSTS, budgets=[HostBudget(cpus)], log_dir=log_dir) as cluster, Loads(log_dir) as loads:
         qm = cluster.manager
         qm.create("capacity", cluster.addresses[0], exchanges=1)
         qm.set_rules("capacity", {**RULES, "min_exchanges": 1, "max_exchanges": 1})

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import time
 
-from roq.batch import HEADER_SIZE, MAX_KEY
 from roqcli.emulation import HostBudget
 from tests.integration.queues import Queue
 from tests.integration.zkhelp import wait_until
 
-# 10,000 of the largest batch an exchange accepts (its default max_batch_bytes, the longest key, a header)
-PIPES = f"--exchange-option=subscriber_queue_bytes={10_000 * ((4 << 20) + MAX_KEY + HEADER_SIZE)}"
 RULES = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5, "cooldown_s": 4.0}
 PUBLISHERS = 6  # three for each of two exchanges: the publishers, not the exchanges, must never be the limit
 # A saturated exchange's busy fraction: the share of its time in its loop's work, throttled time within it
@@ -37,10 +34,9 @@ def forwarded(q: Queue, seconds: float) -> float:
 
 
 def test_saturated_exchanges_shed_load_without_failing_over_and_two_deliver_twice_one(make_embedded, loads):
-    # Each subscriber's pipe at an exchange holds 10,000 batches here, not the default 512: starved of CPU by
-    # its quota, a saturated exchange drops for subscribers that keep up when its pipes are that short (a
-    # known limit, see docs/design.md; measured: 11 to 399 records lost in 6 to 10 gaps with 512).
-    cluster = make_embedded(hosts=2, budgets=[HostBudget(0.05)], hostmanager_args=[PIPES])
+    # The exchanges' default pipes (512 batches per subscriber): a saturated exchange holds its batches back
+    # rather than drop them for a subscriber that keeps up (until 2026-11-25 it lost 11 to 399 records here).
+    cluster = make_embedded(hosts=2, budgets=[HostBudget(0.05)])
     first, second = cluster.addresses
     q = Queue(cluster, loads, "sat", first, min_exchanges=1, max_exchanges=1, **RULES)
     q.subscribe("", "--timeline-every", "1")
