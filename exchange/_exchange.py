@@ -125,7 +125,6 @@ class Exchange:
         poller = zmq.Poller()
         poller.register(fwd.frontend, zmq.POLLIN)
         poller.register(fwd.backend, zmq.POLLIN)  # subscriptions
-        reading = True  # the frontend is polled: no batch is held
         poller.register(self.monitor.socket, zmq.POLLIN)
         for watch in self._watches:
             poller.register(watch.socket, zmq.POLLIN)
@@ -141,7 +140,7 @@ class Exchange:
         next_kpi = now + self._kpi_period
         while not self._stopping:
             timeout = max(0.0, min(next_beat, next_kpi, fwd.ack_due) - time.monotonic())
-            holding = not reading
+            holding = fwd.held is not None  # then the frontend is not polled: retry every RETRY_S
             if holding:
                 timeout = min(timeout, RETRY_S)
             polled = time.monotonic()
@@ -150,13 +149,10 @@ class Exchange:
             started = polled if holding else time.monotonic()
             if fwd.backend in events:
                 fwd.read_subscriptions()
-            if not reading and fwd.retry(started):
-                fwd.forward()
-            elif fwd.frontend in events:
-                fwd.forward()
-            if reading != (fwd.held is None):  # a full pipe holds the publishers back, or let them go again
-                reading = fwd.held is None
-                poller.modify(fwd.frontend, zmq.POLLIN if reading else 0)
+            if holding or fwd.frontend in events:
+                fwd.forward()  # the held batch first
+            if holding != (fwd.held is not None):  # a full pipe holds the publishers back, or lets them go again
+                poller.modify(fwd.frontend, 0 if fwd.held is not None else zmq.POLLIN)
             if self.monitor.socket in events:
                 self.monitor.readable()
             if wakeup is not None and wakeup.fd in events and wakeup.consume():

@@ -224,13 +224,19 @@ class Forwarder:
     def _full(self, frames: list[bytes], h: batch.Header) -> bool:
         """A subscriber's pipe could not take ``frames``: send them lossy if one was found stuck lately (True),
         else hold them (False)."""
-        now = time.monotonic()
-        if now < self.lossy_until:
-            self._send_lossy(frames, now)
+        if self._send_past(frames):
             return True
         self.held = (frames, h)
-        self.held_since = now
+        self.held_since = time.monotonic()
         return False
+
+    def _send_past(self, frames: list[bytes]) -> bool:
+        """Send ``frames`` lossy if a subscriber was found stuck lately (True); False: not now."""
+        now = time.monotonic()
+        if now >= self.lossy_until:
+            return False
+        self._send_lossy(frames, now)
+        return True
 
     def _send_lossy(self, frames: list[bytes], now: float) -> None:
         """Send to the subscribers with room; a full pipe misses it (its subscriber sees a gap)."""
@@ -298,6 +304,4 @@ class Forwarder:
         try:
             self.backend.send_multipart(frames, zmq.NOBLOCK)
         except zmq.Again:  # a pipe is full: past it if it is known stuck, else at the next heartbeat
-            now = time.monotonic()
-            if now < self.lossy_until:
-                self._send_lossy(frames, now)
+            self._send_past(frames)
