@@ -132,7 +132,8 @@ class Sender(threading.Thread):
                 self._next_hello = now
             if now >= self._next_hello:
                 self._next_hello = now + self._cfg.heartbeat_interval
-                channel.send(control.PublisherHello(publisher=self._hex, exchange=self.exchange, epoch=stream.epoch))
+                channel.send(control.PublisherHello(publisher=self._hex, exchange=self.exchange, epoch=stream.epoch,
+                                                    pressure=round(stream.pressure.fraction(now), 3)))
             for sock, _ in self._wait(now):
                 if isinstance(sock, zmq.Socket) and sock.closed:
                     continue  # closed by a failover handled earlier in this round

@@ -16,7 +16,7 @@ import time
 import zmq
 
 from client.outbox import Sealed
-from client.window import Sent, Window
+from client.window import Pressure, Sent, Window
 from roq import batch
 from roq.errors import ProtocolError
 
@@ -56,6 +56,7 @@ class Stream:
         waiting: :attr:`max_in_flight` batches are not acknowledged yet: sending waits for the exchange.
         held: the epoch's marker is out: batches wait for the next link (:meth:`switch`).
         window: batches sent and not yet safe to forget.
+        pressure: how much of its time batches wait for the exchange (the window full, or the link's queue).
         dropped: malformed acknowledgements dropped.
     """
 
@@ -75,6 +76,7 @@ class Stream:
         self.waiting = False
         self.held = False
         self.dropped = 0
+        self.pressure = Pressure()
 
     # ------------------------------------------------------------------ sending
 
@@ -91,7 +93,13 @@ class Stream:
         link's queue is full, or :attr:`max_in_flight` batches wait for their acknowledgement)."""
         link = self.link
         if link is None or self.held:
+            self.pressure.waiting(now, False)  # a move: not the exchange's doing
             return False
+        done = self._send(link, now)
+        self.pressure.waiting(now, not done)
+        return done
+
+    def _send(self, link: Link, now: float) -> bool:
         send = link.socket.send_multipart
         pack = batch.pack_header
         data, retransmit = batch.DATA, batch.FLAG_RETRANSMIT

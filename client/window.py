@@ -4,8 +4,11 @@ A batch becomes safe ``grace`` seconds after an exchange acknowledged it. The gr
 exchange had acknowledged (handed to its PUB socket) but not yet written to its subscribers when it was
 killed: after a failover they are resent, and subscribers drop the copies they already have.
 
-A pure core, public for tests and tools (``from client.window import Sent, Window``); not part of the
-application API (:data:`client.__all__`).
+Beside it, :class:`Pressure`: how much of its time the stream's batches waited for the exchange (the window
+full, or the exchange's pipe).
+
+A pure core, public for tests and tools (``from client.window import Pressure, Sent, Window``); not part of
+the application API (:data:`client.__all__`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import collections
 from typing import NamedTuple
 
-__all__ = ["Sent", "Window"]
+__all__ = ["Pressure", "Sent", "Window"]
 
 
 class Sent(NamedTuple):
@@ -113,3 +116,33 @@ class Window:
         if entries:
             self.acked = min(self.acked, entries[0].first - 1)
         return entries
+
+
+class Pressure:
+    """The fraction of its time a stream's batches wait for the exchange.
+
+    The stream says, each time it has sent what it could, whether batches still wait (:meth:`waiting`);
+    :meth:`fraction` reads the share of the time since its previous call that they did. A publisher offering
+    more than its exchange forwards waits all the time; the monitor hears it (``PublisherHello.pressure``).
+    """
+
+    __slots__ = ("_waited", "_since", "_measured_at")
+
+    def __init__(self) -> None:
+        self._waited = 0.0  # seconds waited since the last fraction(), up to _since
+        self._since: float | None = None  # batches wait since then (None: they do not)
+        self._measured_at: float | None = None
+
+    def waiting(self, now: float, waiting: bool) -> None:
+        if self._since is not None:
+            self._waited += max(0.0, now - self._since)
+        self._since = now if waiting else None
+
+    def fraction(self, now: float) -> float:
+        """The share (0..1) of the time since the previous call that batches waited; 0 on the first call."""
+        self.waiting(now, self._since is not None)
+        waited, since = self._waited, self._measured_at
+        self._waited, self._measured_at = 0.0, now
+        if since is None or now <= since:
+            return 0.0
+        return min(1.0, waited / (now - since))

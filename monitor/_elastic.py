@@ -17,7 +17,15 @@ Evaluated with the relocation rule, on the same smoothed loads (records/s) and t
   than ``max_exchanges`` (at once: an operator lowered it), or, for ``sustain_s``, its whole load fits in
   one exchange fewer at ``scale_in_ratio`` of the mark each (the exchanges' own marks on average, which are
   lower than the queue's where they saturate first, an exchange without one counted at the average of those
-  known; and of ``scale_out_records_per_s``, and within ``publishers_per_exchange``, when those are set).
+  known; and of ``scale_out_records_per_s``, and within ``publishers_per_exchange``, when those are set), and
+  no exchange's publishers wait for it (their mean *pressure*, the share of their time their batches waited
+  for its acknowledgements or its pipe, below :data:`PRESSED`): demand the queue does not meet is not shown by
+  what it forwards, and a queue whose publishers wait gives no capacity back.
+
+Pressure does not scale out by itself: a publisher that sends as fast as it can waits on any exchange (its
+window of unacknowledged batches is always full), so its waiting says that demand is unmet, not which
+resource binds. What binds shows in the exchange's busy fraction, measured in wall-clock time (a quota's
+throttling, or a host's CPU taken by others, makes the same work take longer).
 
 Hysteresis keeps the two apart: out above the mark, in only well below it (0.6 of it by default), each
 condition sustained, nothing decided while an earlier decision is being carried out, and a decision that
@@ -29,7 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-__all__ = ["QueueLoad", "Decision", "Scaler"]
+__all__ = ["QueueLoad", "Decision", "Scaler", "PRESSED"]
+
+#: Publishers whose batches wait for their exchange this share of their time: the queue does not meet demand.
+PRESSED = 0.5
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,7 @@ class QueueLoad:
         stuck: hot exchanges (for ``sustain_s``) whose movable publishers no other exchange can absorb.
         placed: exchanges the queue has placed (running or starting); defaults to ``len(loads)``.
         marks: each exchange's own mark, records/s, where it is below the queue's (it saturates first).
+        pressure: the mean pressure of each exchange's publishers (0..1).
     """
 
     loads: Mapping[str, float]
@@ -49,6 +61,7 @@ class QueueLoad:
     stuck: Sequence[str] = ()
     placed: int | None = None
     marks: Mapping[str, float] = field(default_factory=dict)
+    pressure: Mapping[str, float] = field(default_factory=dict)
 
     def mark(self, exchange: str, high: float) -> float:
         """The mark of ``exchange``: its own, or the queue's ``high``."""
@@ -148,8 +161,8 @@ class Scaler:
         most = int(rules["max_exchanges"])
         if n > most:
             return f"{n} exchanges, above max_exchanges {most}"
-        if q.stuck:
-            return ""  # something is hot
+        if q.stuck or any(p >= PRESSED for p in q.pressure.values()):
+            return ""  # something is hot, or publishers wait
         ratio = float(rules["scale_in_ratio"])
         fewer = n - 1
         high = float(rules["exchange_records_per_s"])

@@ -53,6 +53,7 @@ class Publishers:
             check_name(hello.exchange, "exchange")
         p = self._entry(name, identity, now)
         p.identity, p.last_seen, p.epoch = identity, now, hello.epoch
+        p.pressure = min(max(hello.pressure, 0.0), 1.0)
         if p.relocation is not None:
             return
         if hello.exchange:

@@ -127,6 +127,7 @@ class Scaling:
             stuck=[x for x in stuck if x in exchanges],
             placed=len(placement),
             marks={x.id: x.mark for x in live},
+            pressure={x.id: x.pressure for x in live},
         )
         decision = self.scaler.evaluate(load, self.rules.values, now)
         if decision is not None:

@@ -148,6 +148,7 @@ class Peers:
         self.subscribers = list(subscribers)
         self.rates: dict[str, dict[str, int]] = {}  # exchange -> publisher -> records/s it reports
         self.busy: dict[str, float] = {}  # exchange -> the busy fraction it reports (default 0.1)
+        self.pressure: dict[str, float] = {}  # publisher -> the pressure it says in its hellos (default 0)
         self.silent: set[str] = set()  # exchanges that stopped (crashed)
         self.sending: dict[str, str] = {}  # publisher -> the exchange it sends to ("" before it has one)
         self.beat()
@@ -167,7 +168,7 @@ class Peers:
         for s in self.subscribers:
             self.d.send(control.SubscriberHello(s, b"", heard), s.encode())
         for p, x in self.sending.items():
-            self.d.send(control.PublisherHello(p, x), p.encode())
+            self.d.send(control.PublisherHello(p, x, pressure=self.pressure.get(p, 0.0)), p.encode())
 
     def kpis(self) -> None:
         for x in self.exchanges:

@@ -223,11 +223,17 @@ class KpiPeriod(Message):
 
 @message(2)
 class PublisherHello(Message):
-    """Publisher -> monitor at start and every heartbeat; ``exchange`` is "" until one is assigned."""
+    """Publisher -> monitor at start and every heartbeat; ``exchange`` is "" until one is assigned.
+
+    ``pressure``: the fraction of the time since the previous hello (0..1) that its batches waited for the
+    exchange (its pipe full, or every batch it may have in flight unacknowledged): the demand the exchange
+    does not serve, which its forwarded records/s cannot show.
+    """
 
     publisher: str
     exchange: str = ""
     epoch: int = 0
+    pressure: float = 0.0
 
 
 @message(1)

@@ -1,4 +1,6 @@
-from client.window import Sent, Window
+import pytest
+
+from client.window import Pressure, Sent, Window
 
 
 def sent(first, count, at=0.0, size=10):
@@ -42,3 +44,18 @@ def test_in_flight_counts_unacknowledged_batches_and_a_slow_exchange_is_not_a_st
     assert w.stalled_for(31.0) == 1.0  # the wait starts with the batch, not with the last ack
     w.take_all()
     assert w.in_flight == 0
+
+
+def test_pressure_is_the_share_of_the_time_batches_waited_for_the_exchange():
+    p = Pressure()
+    assert p.fraction(10.0) == 0.0  # the first call starts the measure
+    p.waiting(10.0, False)
+    p.waiting(10.2, True)  # the window fills at 10.2...
+    p.waiting(10.5, True)  # ...is still full at 10.5...
+    p.waiting(10.6, False)  # ...and has room at 10.6
+    assert p.fraction(11.0) == pytest.approx(0.4)
+    p.waiting(11.5, True)  # waiting across a reading counts on both sides of it
+    assert p.fraction(12.0) == pytest.approx(0.5)
+    assert p.fraction(13.0) == pytest.approx(1.0)  # still waiting: a saturated exchange
+    p.waiting(13.0, False)
+    assert p.fraction(13.0) == 0.0 and p.fraction(14.0) == 0.0  # no time, then no waiting

@@ -83,6 +83,23 @@ def test_below_the_minimum_asks_at_once_and_a_stopped_queue_never_scales():
     assert not q.d.requests
 
 
+def test_no_scale_in_while_publishers_wait_for_their_exchange():
+    # the load would fit in one exchange, but x1's publishers wait for it most of the time: demand the queue
+    # does not meet, which records/s cannot show (its link may bind); their pressure shows in the status
+    q = queue(("x1-aaaa", "x2-bbbb"), view("x1", "x2"))
+    for p in ("p1", "p2", "p3"):
+        q.publisher(p)
+    q.rates = {"x1-aaaa": {"p1": 100, "p3": 100}, "x2-bbbb": {"p2": 50}}
+    q.pressure = {"p1": 0.9, "p3": 0.7}
+    q.live(4.0)
+    assert q.d.events("scale_in") == [] and not q.d.requests
+    assert {x["id"]: x["publisher_pressure"] for x in q.d.status()["exchanges"]} == {"x1-aaaa": 0.8, "x2-bbbb": 0.0}
+    q.pressure = {"p1": 0.3, "p3": 0.2}  # waiting now and then is no unmet demand
+    q.live(3.0)
+    [scale_in] = q.d.events("scale_in")
+    assert scale_in["exchange"] == "x2-bbbb"
+
+
 def test_scale_in_drains_the_least_loaded_then_asks_to_remove_its_slot():
     q = queue(("x1-aaaa", "x2-bbbb"), view("x1", "x2"))
     for p in ("p1", "p2", "p3"):
