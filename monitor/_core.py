@@ -77,7 +77,8 @@ class Core:
         self.adoption = Adoption(self.rules, t, out)
         self.scaling = (Scaling(config.queue, t, self.rules, self.mover, self.exchanges, self.subscribers, events, out)
                         if clustered else None)
-        self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state)
+        self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state,
+                                   totals=self.kpis.totals)
         self._settled = False
 
     def handlers(self) -> dict[type[control.Message], Handler]:

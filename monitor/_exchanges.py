@@ -61,7 +61,8 @@ class Exchanges:
             self.topology.admit("exchanges", name)
             alpha = self.rules.smoothing
             x = joined = ExchangeEntry(name, hb.frontend, hb.backend, hb.pid, identity, now, Ewma(alpha), Ewma(alpha),
-                                       joined=now, busy_load=Ewma(alpha))
+                                       joined=now, busy_load=Ewma(alpha), out_load=Ewma(alpha),
+                                       out_bytes_load=Ewma(alpha))
             exchanges[name] = x
             self.outbox.event("exchange_joined", f"exchange {x.id} joined: frontend {x.frontend}, backend {x.backend}",
                               exchange=x.id)

@@ -1,7 +1,8 @@
 """KPI ingestion: exchanges' KPI reports become smoothed loads, and every KPI goes to the archive.
 
 An exchange reports every KPI period its records and bytes in and out, its publishers' shares, CPU, RSS,
-busy fraction and drops. The monitor smooths records/s, bytes/s and the busy fraction per exchange and
+busy fraction and drops. The monitor counts the traffic (per exchange and for the queue: ``totals``, the
+metrics' counters), smooths records/s and bytes/s in and out and the busy fraction per exchange and
 records/s per publisher (EWMA, weight ``smoothing``), gives each exchange its own mark (the queue's, or less
 when it saturates first: :func:`monitor._rule.saturation_mark`) and marks it *hot* while its smoothed load is
 above that mark, the sustain counting from the first report whose raw load went over (see docs/design.md,
@@ -21,7 +22,7 @@ from __future__ import annotations
 from monitor._outbox import Outbox
 from monitor._rule import Ewma, saturation_mark
 from monitor._rules import Rules
-from monitor._topology import MAX_PREFIX, MAX_RATES, ExchangeEntry, Topology
+from monitor._topology import MAX_PREFIX, MAX_RATES, TOTALS, ExchangeEntry, Topology
 from roq import control
 from roq.kpi.records import ExchangeRecord, PublisherRecord, SubscriberRecord
 
@@ -46,6 +47,7 @@ class Kpis:
         self.rules = rules
         self.outbox = outbox
         self.archiving = archiving
+        self.totals = dict.fromkeys(TOTALS, 0)  # the queue's traffic since this monitor started
 
     def exchange(self, kpi: control.ExchangeKpi, identity: bytes, now: float) -> None:
         """An exchange's KPI report (ignored until its first heartbeat, which carries its endpoints)."""
@@ -57,6 +59,12 @@ class Kpis:
         raw = max(kpi.records_in, 0) / period
         x.load.add(raw)
         x.bytes_load.add(max(kpi.bytes_in, 0) / period)
+        x.out_load.add(max(kpi.records_out, 0) / period)
+        x.out_bytes_load.add(max(kpi.bytes_out, 0) / period)
+        for name, n in zip(TOTALS, (kpi.records_in, kpi.bytes_in, kpi.records_out, kpi.bytes_out)):
+            n = min(max(n, 0), MAX_TOTAL)
+            x.totals[name] = min(x.totals[name] + n, MAX_TOTAL)
+            self.totals[name] = min(self.totals[name] + n, MAX_TOTAL)
         x.cpu_percent, x.rss_bytes, x.busy = kpi.cpu_percent, kpi.rss_bytes, kpi.busy
         x.busy_load.add(min(max(kpi.busy, 0.0), 1.0))
         x.dropped = min(x.dropped + max(kpi.dropped, 0), MAX_TOTAL)
@@ -66,12 +74,18 @@ class Kpis:
         # smoothing decides *whether* the exchange is hot; the sustain counts from when the raw load went over,
         # so smoothing does not delay the reaction to a real overload a second time
         rules = self.rules
+        x.pressure = self._pressure(x)
         high = x.mark = saturation_mark(rules.high, x.load.value, x.busy_load.value, rules.busy)
         x.over_since = (now if x.over_since is None else x.over_since) if raw > high else None
         if x.load.value > high:
             x.hot_since = x.hot_since if x.hot_since is not None else x.over_since if x.over_since is not None else now
         else:
             x.hot_since = None
+
+    def _pressure(self, x: ExchangeEntry) -> float:
+        """The mean pressure of the publishers settled on ``x`` (not moving): 0 without any."""
+        said = [p.pressure for p in self.topology.publishers.values() if p.exchange == x.id and p.relocation is None]
+        return sum(said) / len(said) if said else 0.0
 
     def _rates(self, x: ExchangeEntry, kpi: control.ExchangeKpi, period: float) -> None:
         publishers = self.topology.publishers
@@ -104,7 +118,18 @@ class Kpis:
                                                records=rate.records, bytes=rate.bytes))
 
     def subscriber(self, hello: control.SubscriberHello, identity: bytes, now: float) -> None:
-        """A subscriber's KPIs, which ride on its hello (``period`` 0 = none)."""
+        """A subscriber's KPIs, which ride on its hello (``period`` 0 = none): kept on its entry for the
+        status, and archived."""
+        s = self.topology.subscribers.get(hello.subscriber)
+        if s is not None and hello.period > 0:
+            s.kpis = {
+                "records_per_s": round(max(hello.records, 0) / max(hello.period, MIN_PERIOD), 1),
+                "latency_p50_ms": hello.latency_p50_ms,
+                "latency_p99_ms": hello.latency_p99_ms,
+                "gaps": max(hello.gaps, 0),
+                "lost": max(hello.lost, 0),
+                "duplicates": max(hello.duplicates, 0),
+            }
         if self.archiving and hello.period > 0:
             self.outbox.record(SubscriberRecord(
                 subscriber=hello.subscriber, prefix=hello.prefix[:MAX_PREFIX].decode("utf-8", "backslashreplace"),

@@ -8,7 +8,7 @@ which, with how many were shown out of how many.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import bson
 
@@ -38,10 +38,13 @@ class Operators:
         topology, mover, rules, events: what the status shows and a forced move uses.
         drops: the shell's count of dropped input (shown in the status).
         scaling: the scaling state to show (placement, starting, retiring, asking_gcm).
+        totals: the queue's traffic counted since the monitor started (records and bytes in and out).
     """
 
     def __init__(self, queue: str, pid: int, topology: Topology, mover: Mover, rules: Rules, events: EventLog,
-                 drops: DropCounter, scaling: Callable[[], dict[str, Any]]) -> None:
+                 drops: DropCounter, scaling: Callable[[], dict[str, Any]], *,
+                 totals: Mapping[str, int] | None = None) -> None:
+        self.totals = totals if totals is not None else {}
         self.queue = queue
         self.pid = pid
         self.topology = topology
@@ -64,6 +67,7 @@ class Operators:
             "scaling": self.scaling(),
             "relocations": self.mover.describe(),
             "counters": {**self.events.counters, "dropped_messages": self.drops.total},
+            "totals": dict(self.totals),
             "dropped": dict(self.drops.by_reason),
             "refused": dict(self.topology.refused),
             "events": self.events.recent(STATUS_EVENTS),

@@ -23,6 +23,7 @@ from roq.errors import ProtocolError, UnavailableError
 from roq.rules import DEFAULT_RULES
 
 __all__ = [
+    "TOTALS",
     "ExchangeEntry",
     "PublisherEntry",
     "SubscriberEntry",
@@ -46,6 +47,8 @@ MAX_RATES = 10_000  # publishers' rates kept per exchange
 MAX_NAME = 256  # characters of a peer's name or endpoint
 MAX_UNKNOWN_HEARD = 16  # exchanges a subscriber hears that the monitor does not know yet, kept by name
 MAX_PREFIX = 1024  # bytes of a subscriber's prefix kept (shown in the status and the archive)
+#: the traffic counted since start, per exchange and for the queue (the status's ``totals``; metrics' counters)
+TOTALS = ("records_in", "bytes_in", "records_out", "bytes_out")
 
 
 def check_name(value: str, what: str) -> str:
@@ -67,9 +70,12 @@ class ExchangeEntry:
     pid: int
     identity: bytes
     last_seen: float
-    load: Ewma  # records/s
-    bytes_load: Ewma  # bytes/s
+    load: Ewma  # records/s in
+    bytes_load: Ewma  # bytes/s in
     joined: float
+    out_load: Ewma = field(default_factory=lambda: Ewma(0.5))  # records/s out (to every subscriber)
+    out_bytes_load: Ewma = field(default_factory=lambda: Ewma(0.5))  # bytes/s out
+    totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOTALS, 0))  # since it joined
     draining: bool = False
     hot_since: float | None = None  # the smoothed load is above the mark (since the raw load went over)
     over_since: float | None = None  # the raw load has been above the mark in every report since
@@ -79,6 +85,7 @@ class ExchangeEntry:
     busy: float = 0.0  # as last reported
     busy_load: Ewma = field(default_factory=lambda: Ewma(0.5))  # smoothed busy fraction
     mark: float = 0.0  # its own mark, records/s (0 until its first KPI: the queue's; see monitor._rule)
+    pressure: float = 0.0  # its settled publishers' mean pressure (their batches wait for it), at its last KPI
     dropped: int = 0
 
     def describe(self) -> dict[str, Any]:
@@ -90,10 +97,14 @@ class ExchangeEntry:
             "draining": self.draining,
             "records_per_s": round(self.load.value, 1),
             "bytes_per_s": round(self.bytes_load.value, 1),
+            "records_out_per_s": round(self.out_load.value, 1),
+            "bytes_out_per_s": round(self.out_bytes_load.value, 1),
+            "totals": dict(self.totals),
             "cpu_percent": self.cpu_percent,
             "rss_bytes": self.rss_bytes,
             "busy": round(self.busy, 3),
             "mark_records_per_s": round(self.mark, 1),
+            "publisher_pressure": round(self.pressure, 3),
             "dropped": self.dropped,
         }
 
@@ -107,6 +118,7 @@ class PublisherEntry:
     relocation: int | None = None  # move in flight
     epoch: int = 0
     moved_at: float = float("-inf")
+    pressure: float = 0.0  # the fraction of its time its batches waited for its exchange, as last said (0..1)
     left: dict[str, float] = field(default_factory=dict)  # exchange -> when the rule moved it off there
 
 
@@ -118,6 +130,7 @@ class SubscriberEntry:
     last_seen: float
     confirmed: set[str] = field(default_factory=set)  # exchanges it hears (known ones, a few unknown)
     overflow: bool = False  # it hears more exchanges unknown to the monitor than are kept in ``confirmed``
+    kpis: dict[str, float] = field(default_factory=dict)  # its last KPIs (records/s, latency, gaps...)
 
     def hears(self, names: Iterable[str], known: Mapping[str, Any]) -> None:
         """Take the exchanges it says it hears: every one the monitor knows, up to
@@ -271,7 +284,7 @@ class Topology:
                 for p in self.publishers.values()
             ],
             "subscribers": [
-                {"id": s.id, "prefix": s.prefix, "confirmed": sorted(s.confirmed), "live": s.id in live}
+                {"id": s.id, "prefix": s.prefix, "confirmed": sorted(s.confirmed), "live": s.id in live, **s.kpis}
                 for s in self.subscribers.values()
             ],
         }

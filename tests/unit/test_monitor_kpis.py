@@ -80,3 +80,20 @@ def test_no_records_without_an_archive():
     q = Peers(Driver(CONFIG), ("x1",), ())
     q.d.send(kpi("x1", 300, {}), b"x1")
     assert q.d.records == []
+
+
+def test_traffic_is_counted_per_exchange_and_for_the_queue_and_subscribers_kpis_show_in_the_status():
+    q = Peers(Driver(CONFIG), ("x1", "x2"), ("s1",))
+    d = q.d
+    d.send(control.ExchangeKpi("x1", 1.0, 100, 1000, 300, 3000, [], 1.0, 1, 0.1, 0), b"x1")
+    d.send(control.ExchangeKpi("x1", 0.5, 50, 500, 150, 1500, [], 1.0, 1, 0.1, 0), b"x1")
+    d.send(control.ExchangeKpi("x2", 1.0, 7, 70, -5, 10, [], 1.0, 1, 0.1, 0), b"x2")  # a negative count: 0
+    status = d.status()
+    x1 = next(x for x in status["exchanges"] if x["id"] == "x1")
+    assert x1["totals"] == {"records_in": 150, "bytes_in": 1500, "records_out": 450, "bytes_out": 4500}
+    assert x1["records_out_per_s"] == 300.0  # 300 rec/s in both periods
+    assert status["totals"] == {"records_in": 157, "bytes_in": 1570, "records_out": 450, "bytes_out": 4510}
+    d.send(control.SubscriberHello("s1", b"", ["x1", "x2"], period=2.0, records=500, latency_p50_ms=1.5,
+                                   latency_p99_ms=9.0, gaps=1, lost=3, duplicates=2), b"s1")
+    [s1] = d.status()["subscribers"]
+    assert (s1["records_per_s"], s1["latency_p50_ms"], s1["latency_p99_ms"], s1["lost"]) == (250.0, 1.5, 9.0, 3)
