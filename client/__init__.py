@@ -33,6 +33,7 @@ from roq.errors import (
     BufferFullError,
     ClosedError,
     ConfigError,
+    ConflictError,
     ManagementError,
     NoExchangeError,
     NotFoundError,
@@ -71,4 +72,5 @@ __all__ = [
     "NotLeaderError",
     "BadRequestError",
     "UnavailableError",
+    "ConflictError",
 ]

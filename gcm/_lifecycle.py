@@ -20,7 +20,7 @@ from gcm._view import QueueView, View, checked_name, echo
 from roq import management as m
 from roq.control import Reply
 from roq.documents import REMOVING, RUNNING, STOPPED, MONITOR, EventsDoc, QueueDoc, RulesDoc
-from roq.errors import BadRequestError, NotFoundError, UnavailableError
+from roq.errors import BadRequestError, ConflictError, NotFoundError, UnavailableError
 from roq.rules import DEFAULT_RULES
 from roq.shape import to_document
 from roq.zk import Create, Delete, Op, SetData
@@ -44,7 +44,7 @@ def create(view: View, msg: m.CreateQueue | m.CreateQueueAnywhere, now: float) -
     existing = view.queues.get(name)
     if existing is not None:
         if existing.state == REMOVING:
-            raise UnavailableError(f"queue {name!r} is being removed; retry")
+            raise ConflictError(f"queue {name!r} is being removed; retry")
         if existing.state == STOPPED:
             return Outcome.answer(f"queue {name!r} already exists and is stopped", **existing.summary().document())
         return Outcome(wait=_ready(name, "already exists"))  # a retry, perhaps after a GCM crash
@@ -175,7 +175,7 @@ def create_exchange(view: View, msg: m.CreateExchange, now: float) -> Outcome:
     """
     q = view.queue(msg.QName)
     if q.state != RUNNING:
-        raise UnavailableError(f"queue {q.name!r} is {q.state}")
+        raise ConflictError(f"queue {q.name!r} is {q.state}")
     placer = Placer(view)
     if msg.Host:
         host = msg.Host
@@ -240,7 +240,7 @@ def _ready(name: str, comment: str) -> Wait:
 def _changeable(view: View, name: str) -> QueueView:
     q = view.queue(name)
     if q.state == REMOVING:
-        raise UnavailableError(f"queue {q.name!r} is being removed")
+        raise ConflictError(f"queue {q.name!r} is being removed")
     return q
 
 

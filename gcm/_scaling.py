@@ -17,7 +17,7 @@ from gcm._view import View, echo
 from roq import management as m
 from roq.control import Reply
 from roq.documents import REMOVING, RUNNING
-from roq.errors import BadRequestError, UnavailableError
+from roq.errors import BadRequestError, ConflictError, UnavailableError
 from roq.zk import Create, Delete, SetData, exchange_slot
 
 __all__ = ["scale_out", "remove_exchange", "MAX_REASON"]
@@ -39,7 +39,7 @@ def scale_out(view: View, msg: m.ScaleOut, now: float) -> Outcome:
         raise BadRequestError(f"Exchanges must be at least 1, got {wanted}")
     have = len(q.placement)
     if q.state != RUNNING:
-        raise UnavailableError(f"queue {q.name!r} is {q.state}")
+        raise ConflictError(f"queue {q.name!r} is {q.state}")
     if wanted <= have:
         return Outcome.answer(f"already {have} placed", Placed=[], Exchanges=have)
     most = int(q.rules["max_exchanges"])
@@ -90,7 +90,7 @@ def remove_exchange(view: View, msg: m.RemoveExchange, now: float) -> Outcome:
     """
     q = view.queue(msg.QName)
     if q.state == REMOVING:
-        raise UnavailableError(f"queue {q.name!r} is being removed")
+        raise ConflictError(f"queue {q.name!r} is being removed")
     slot = exchange_slot(msg.Exchange.strip())
     if not slot or len(slot) > 64:
         raise BadRequestError(f"Exchange must name an exchange slot such as 'x3', got {echo(msg.Exchange)}")

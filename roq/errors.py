@@ -31,6 +31,7 @@ __all__ = [
     "NotFoundError",
     "BadRequestError",
     "UnavailableError",
+    "ConflictError",
     "ZooKeeperError",
     "NodeMissingError",
     "NodeExistsError",
@@ -48,6 +49,7 @@ class Result(enum.IntEnum):
     UNKNOWN_COMMAND = 1103
     NOT_FOUND = 1104
     UNAVAILABLE = 1105
+    CONFLICT = 1106  # the request contradicts the object's state (a queue being removed)
 
 
 class RoQError(Exception):
@@ -134,6 +136,13 @@ class UnavailableError(ManagementError):
     CODE = Result.UNAVAILABLE
 
 
+class ConflictError(UnavailableError):
+    """The request contradicts the state of what it names (a queue being removed, a stopped queue asked to
+    scale); it may succeed once that state has changed. An :class:`UnavailableError`, for callers that retry."""
+
+    CODE = Result.CONFLICT
+
+
 class ZooKeeperError(UnavailableError):
     """ZooKeeper could not be reached, or refused an operation. Every request is idempotent: retry it."""
 
@@ -159,6 +168,7 @@ _BY_CODE: dict[int, type[ManagementError]] = {
     Result.UNKNOWN_COMMAND: BadRequestError,
     Result.NOT_FOUND: NotFoundError,
     Result.UNAVAILABLE: UnavailableError,
+    Result.CONFLICT: ConflictError,
 }
 
 
