@@ -50,6 +50,12 @@ $(STAMP): pyproject.toml
 		echo "== installing Debian packages: iproute2 (network namespaces, veth and tc for emulated hosts)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; \
 	fi
+	@# The tests run their own Prometheus on loopback: stop the system service the package may have started.
+	@if ! command -v prometheus >/dev/null 2>&1; then \
+		echo "== installing Debian packages: prometheus (a real server scraping /metrics in the integration tests)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+		&& { service prometheus stop >/dev/null 2>&1 || true; }; \
+	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,sim,kpi,deploy]'

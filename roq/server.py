@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import time
 import traceback
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import zmq
 from kazoo.exceptions import KazooException
@@ -42,7 +42,7 @@ from roq.errors import (
 )
 from roq.runtime import DropCounter
 
-__all__ = ["Request", "Handler", "Dispatcher", "RouterServer", "PendingReplies", "reply_for", "MAX_PENDING"]
+__all__ = ["Request", "Replier", "Handler", "Dispatcher", "RouterServer", "PendingReplies", "reply_for", "MAX_PENDING"]
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +50,18 @@ log = logging.getLogger(__name__)
 MAX_PENDING = 1000
 
 
+class Replier(Protocol):
+    """What answers a request that came in by some way: a :class:`RouterServer`, or the HTTP API's adapter."""
+
+    def send(self, envelope: tuple[bytes, ...], reply: Reply) -> None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Request:
     """Where a message came from: the server it arrived on and the envelope to answer on (empty when the
     input has no envelope, e.g. a DEALER's or a pipe's)."""
 
-    server: RouterServer | None
+    server: Replier | None
     envelope: tuple[bytes, ...]
 
     @property
