@@ -29,6 +29,15 @@ class GcmConfig:
         host_grace: seconds a host holding exchanges or monitors of running queues may be unregistered (as
             seen by the leader) before they are moved to other hosts
         gcm_id: a name for this GCM in logs, replies and the election ("" = generated)
+        http_address: address of the HTTP API, metrics and health checks (loopback by default: exposing
+            them is a decision, see docs/http.md)
+        http_port: its port (0 = any free port, -1 = no HTTP server)
+        api_token_file: a file holding the bearer token that writes over HTTP need (readable by its owner
+            only); "" = writes over HTTP are refused
+        census_period: seconds between the leader's rounds of asking every running queue's monitor for its
+            status (what the metrics, the queue list and the dashboard show)
+        metrics_top: series kept per queue for publishers and for subscribers in the metrics (the busiest;
+            the others are summed into one series labelled ``other``)
     """
 
     zk: str
@@ -43,6 +52,11 @@ class GcmConfig:
     stop_timeout: float = 15.0
     host_grace: float = 2.0
     gcm_id: str = dataclasses.field(default="", metadata={"flag": "--id"})
+    http_address: str = "127.0.0.1"
+    http_port: int = 5080
+    api_token_file: str = ""
+    census_period: float = 1.0
+    metrics_top: int = 10
 
     def __post_init__(self) -> None:
         check_hosts(self.zk)
@@ -50,6 +64,11 @@ class GcmConfig:
         for name in ("lookup_port", "management_port", "broadcast_port"):
             if not 0 <= getattr(self, name) < 65536:
                 raise ConfigError(f"{name} must be between 0 and 65535, got {getattr(self, name)}")
-        for name in ("session_timeout", "broadcast_period", "ready_timeout", "stop_timeout", "host_grace"):
+        if not -1 <= self.http_port < 65536:
+            raise ConfigError(f"http_port must be between -1 (no HTTP server) and 65535, got {self.http_port}")
+        if not 0 <= self.metrics_top <= 1000:
+            raise ConfigError(f"metrics_top must be between 0 and 1000, got {self.metrics_top}")
+        for name in ("session_timeout", "broadcast_period", "ready_timeout", "stop_timeout", "host_grace",
+                     "census_period"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")

@@ -27,7 +27,9 @@ from gcm._api import Api
 from gcm._broadcast import Broadcaster
 from gcm._config import GcmConfig
 from gcm._election import Election
+from gcm._census import Census
 from gcm._events import EventLog
+from gcm._http import HttpApi, read_token
 from gcm._hostloss import HostLoss
 from gcm._lifecycle import finish_removals
 from gcm._outcome import READY, REMOVED, STOPPED, Outcome, Wait
@@ -39,6 +41,7 @@ from roq.documents import GcmDoc
 from roq.errors import (BrokerConnectionError, NodeExistsError, NodeMissingError, Result, VersionConflictError,
                         ZooKeeperError)
 from roq.runtime import DropCounter, SignalWakeup
+from roq.http import HttpServer
 from roq.server import Dispatcher, PendingReplies, Request, RouterServer
 from roq.sockets import bind, poll_ms
 from roq.zk import Paths, Session
@@ -76,6 +79,15 @@ class Gcm:
         self.broadcaster.socket.setsockopt(zmq.LINGER, 0)
         self.pending = PendingReplies()
         self.stats = StatsAsks(self._ctx)
+        self.census = Census(self._ctx, config.census_period)
+        self.http: HttpServer | None = None
+        if config.http_port >= 0:
+            dispatcher = Dispatcher(f"gcm {self.id} http", api.handlers("http"), self.drops,
+                                    max_bytes=m.MAX_REQUEST_BYTES)
+            self.http_api = HttpApi(self, dispatcher, token=read_token(config.api_token_file),
+                                    top=config.metrics_top)
+            self.http = HttpServer(self.http_api.handle, where=f"gcm {self.id} http", drops=self.drops,
+                                   max_body=m.MAX_REQUEST_BYTES)
         self.events = EventLog(self.session, self.paths)
         self.host_loss = HostLoss(config.host_grace)
         self.view = View(paths=self.paths)
@@ -95,6 +107,8 @@ class Gcm:
         endpoints = {"lookup": bind(self.lookup.socket, c.address, c.lookup_port),
                      "management": bind(self.management.socket, c.address, c.management_port),
                      "broadcast": bind(self.broadcaster.socket, c.address, c.broadcast_port)}
+        if self.http is not None:
+            endpoints["http"] = self.http.bind(c.http_address, c.http_port)
         self.election.me = dataclasses.replace(self.election.me, **endpoints)
         self.session.start()
         try:
@@ -107,7 +121,15 @@ class Gcm:
         """The ready line's fields: this GCM's id, whether it leads, its endpoints."""
         me = self.election.me
         return {"id": self.id, "leader": self.leading, "lookup": me.lookup, "management": me.management,
-                "broadcast": me.broadcast}
+                "broadcast": me.broadcast, "http": me.http}
+
+    @property
+    def me(self) -> GcmDoc:
+        return self.election.me
+
+    @property
+    def connected(self) -> bool:
+        return self.session.connected
 
     @property
     def leading(self) -> bool:
@@ -128,15 +150,19 @@ class Gcm:
             poller.register(item, zmq.POLLIN)
         asking: set[zmq.Socket] = set()
         while True:
-            for sock in asking - self.stats.sockets():  # stats asks answered since the last turn
+            wanted = self.stats.sockets() | self.census.sockets()
+            for sock in asking - wanted:  # stats asks answered since the last turn
                 poller.unregister(sock)
-            for sock in self.stats.sockets() - asking:
+            for sock in wanted - asking:
                 poller.register(sock, zmq.POLLIN)
-            asking = self.stats.sockets()
+            asking = wanted
+            if self.http is not None:
+                self.http.sync(poller)
             now = time.monotonic()
             wake = now + 0.25  # a standby wakes only to notice signals; a leader also for its timers
             if self.leading:
-                wake = min(wake, self.broadcaster.next_at, self.host_loss.next_deadline(now) or wake)
+                wake = min(wake, self.broadcaster.next_at, self.census.next_at,
+                           self.host_loss.next_deadline(now) or wake)
             timeout = max(0.02, self._retry_at - now) if self._dirty else max(0.0, wake - now)
             events = dict(poller.poll(poll_ms(timeout)))
             if wakeup.fd in events and wakeup.consume():
@@ -150,10 +176,18 @@ class Gcm:
                 if server.socket in events:
                     server.readable()
             for sock in asking & set(events):
-                self._guarded("a monitor's status", self.stats.readable, sock)
+                answered = self.census.readable if sock in self.census.sockets() else self.stats.readable
+                self._guarded("a monitor's status", answered, sock)
+            if self.http is not None:
+                self._guarded("HTTP", self.http.ready, events)
             now = time.monotonic()
             self.pending.expire(now)
             self._guarded("stats deadlines", self.stats.expire, now)
+            self._guarded("census deadlines", self.census.expire, now)
+            if self.http is not None:
+                self.http.expire(now)
+            if self.leading and not self._dirty:
+                self._guarded("the census", self.census.round, self.view, now)
             if self.leading and not self._dirty:
                 self._guarded("host loss and removals", self._maintain, now)
             if self.leading and now >= self.broadcaster.next_at:
@@ -161,6 +195,9 @@ class Gcm:
 
     def close(self) -> None:
         self.stats.close()
+        self.census.close()
+        if self.http is not None:
+            self.http.close()
         self.session.close()
         for sock in (self.lookup.socket, self.management.socket, self.broadcaster.socket):
             sock.close()

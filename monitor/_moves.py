@@ -202,6 +202,7 @@ class Mover:
         p.epoch = msg.epoch
         p.moved_at = now
         self.events.count("relocations")
+        self.events.count(f"relocations_by_{rel.reason}")  # the metrics' reason label
         cooldown = self.rules.cooldown
         flap = rel.reason == "rule" and now - p.left.get(rel.target, float("-inf")) < 2 * cooldown
         if rel.source and rel.reason == "rule":

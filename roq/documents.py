@@ -101,10 +101,12 @@ class GcmDoc(Document):
     lookup: str = ""
     management: str = ""
     broadcast: str = ""
+    http: str = ""  # the base URL of its HTTP API ("" = none)
 
     def endpoint(self, port: str) -> str:
-        """The endpoint of ``port`` ("lookup", "management" or "broadcast")."""
-        return {"lookup": self.lookup, "management": self.management, "broadcast": self.broadcast}.get(port, "")
+        """The endpoint of ``port`` ("lookup", "management", "broadcast" or "http")."""
+        return {"lookup": self.lookup, "management": self.management, "broadcast": self.broadcast,
+                "http": self.http}.get(port, "")
 
 
 @dataclasses.dataclass(frozen=True)

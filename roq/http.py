@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 MAX_HEADER_BYTES = 16 << 10  # request line and headers, at most
 READ_BYTES = 64 << 10
+LINGER_S = 2.0  # after a refusal, what the client still sends is read and dropped this long before closing...
+LINGER_BYTES = 64 << 20  # ...or up to this much: closing at once would reset the connection, and the client
+#                          would lose the answer it was sent
 SERVER = "roq"
 
 STATUS_TEXT = {200: "OK", 201: "Created", 202: "Accepted", 204: "No Content", 301: "Moved Permanently",
@@ -88,6 +91,9 @@ class HttpResponse:
     @classmethod
     def text(cls, status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> HttpResponse:
         return cls(status, text.encode("utf-8"), content_type)
+
+    def with_headers(self, *headers: tuple[str, str]) -> HttpResponse:
+        return dataclasses.replace(self, headers=self.headers + headers)
 
     @classmethod
     def error(cls, status: int, message: str, **fields: Any) -> HttpResponse:
@@ -167,6 +173,8 @@ class _Connection:
         self.waiting = False  # a request is being answered later
         self.stream: EventStream | None = None
         self.closing = False  # close once everything is written
+        self.lingering = 0.0  # once written: until when what the client sends is dropped (0: not lingering)
+        self.discarded = 0
         self.closed = False
 
     # ------------------------------------------------------------------ input
@@ -181,9 +189,10 @@ class _Connection:
             return
         self.active = now
         if self.stream is not None or self.closing:
-            if not data:
+            self.discarded += len(data)
+            if not data or self.discarded > LINGER_BYTES:
                 self.close()
-            return  # what a stream's client sends is not read
+            return  # what a stream's client sends is not read, nor what follows a refusal
         try:
             self.h11.receive_data(data)
             if self.waiting and len(self.h11.trailing_data[0]) > self.server.max_body + MAX_HEADER_BYTES:
@@ -276,7 +285,7 @@ class _Connection:
             self.cycle += 1
             self._events()  # a pipelined request may wait in h11's buffer
         if self.closing and not self.out:
-            self.close()
+            self.linger()
 
     def _start_stream(self, stream: EventStream) -> None:
         self.waiting = False
@@ -316,8 +325,6 @@ class _Connection:
         self.waiting = False
         self.closing = True
         self.write()
-        if not self.out:
-            self.close()
 
     def write(self) -> None:
         """Write what waits, as far as the socket takes it now; cut off a client that stopped reading."""
@@ -334,6 +341,17 @@ class _Connection:
             self.server.drops.drop("HTTP client not reading", f"{self.peer}: {len(self.out)} bytes waiting")
             self.close()
         elif self.closing and not self.out:
+            self.linger()
+
+    def linger(self) -> None:
+        """Everything is written: end our side, and drop what the client still sends until it closes its side
+        or :data:`LINGER_S` passes (see :meth:`HttpServer.expire`)."""
+        if self.lingering or self.closed:
+            return
+        self.lingering = time.monotonic() + LINGER_S
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
             self.close()
 
     def close(self) -> None:
@@ -460,7 +478,12 @@ class HttpServer:
         """Close connections idle for ``idle_timeout`` (a stream or a request being answered is not idle)."""
         now = time.monotonic() if now is None else now
         for conn in list(self._conns.values()):
-            if not conn.closed and not conn.waiting and conn.stream is None and now - conn.active > self.idle_timeout:
+            if conn.closed:
+                continue
+            if conn.lingering:
+                if now >= conn.lingering:
+                    conn.close()
+            elif not conn.waiting and conn.stream is None and now - conn.active > self.idle_timeout:
                 conn.close()
 
     def close(self) -> None:

@@ -225,6 +225,16 @@ class Session:
         timeout: the session timeout in seconds: ephemeral nodes vanish this long after the process dies.
     """
 
+    @contextlib.contextmanager
+    def _mapped(self, what: str) -> Iterator[None]:
+        """A call to ZooKeeper: refused at once while the session is not connected (kazoo would queue it until
+        a server answers, and with none reachable the caller's loop would wait for ever: the GCM stopped
+        serving even its health checks), and its errors mapped."""
+        if not self._zk.connected:
+            raise ZooKeeperError(f"{what}: not connected to ZooKeeper; retry")
+        with _mapped(what):
+            yield
+
     def __init__(self, hosts: str, *, timeout: float = 6.0) -> None:
         self.hosts = check_hosts(hosts)
         self.timeout = timeout
@@ -295,7 +305,7 @@ class Session:
     def get(self, path: str, *, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
         """The data and stat of ``path``, None if it does not exist (with ``watch``, the loop wakes when it
         changes, appears or goes)."""
-        with _mapped(f"reading {path}"):
+        with self._mapped(f"reading {path}"):
             try:
                 return self._zk.get(path, watch=self.watch if watch else None)
             except kz.NoNodeError:
@@ -319,7 +329,7 @@ class Session:
 
     def children(self, path: str, *, watch: bool = False) -> list[str]:
         """The children of ``path`` ([] if it does not exist)."""
-        with _mapped(f"listing {path}"):
+        with self._mapped(f"listing {path}"):
             try:
                 return self._zk.get_children(path, watch=self.watch if watch else None)
             except kz.NoNodeError:
@@ -328,13 +338,13 @@ class Session:
                 return []
 
     def exists(self, path: str, *, watch: bool = False) -> ZnodeStat | None:
-        with _mapped(f"looking for {path}"):
+        with self._mapped(f"looking for {path}"):
             return self._zk.exists(path, watch=self.watch if watch else None)
 
     def watch_data(self, path: str, callback: Callable[[bytes | None], None]) -> None:
         """Call ``callback(data)`` (None: no node) now and whenever ``path`` changes, on kazoo's thread:
         the callback must not block."""
-        with _mapped(f"watching {path}"):
+        with self._mapped(f"watching {path}"):
             DataWatch(self._zk, path, lambda data, _stat: callback(data))
 
     # ------------------------------------------------------------------ writes
@@ -346,7 +356,7 @@ class Session:
         Raises:
             NodeExistsError: it exists. NodeMissingError: its parent does not (and not ``makepath``).
         """
-        with _mapped(f"creating {path}"):
+        with self._mapped(f"creating {path}"):
             return self._zk.create(path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
 
     def set(self, path: str, data: bytes, *, version: int = -1) -> int:
@@ -355,7 +365,7 @@ class Session:
         Raises:
             NodeMissingError: no such node. VersionConflictError: not at ``version``.
         """
-        with _mapped(f"writing {path}"):
+        with self._mapped(f"writing {path}"):
             return self._zk.set(path, data, version=version).version
 
     def put(self, path: str, data: bytes, *, ephemeral: bool = False) -> None:
@@ -371,7 +381,7 @@ class Session:
         Raises:
             VersionConflictError: not at ``version`` (or not empty, without ``recursive``).
         """
-        with _mapped(f"deleting {path}"):
+        with self._mapped(f"deleting {path}"):
             try:
                 self._zk.delete(path, version=version, recursive=recursive)
                 return True
@@ -381,7 +391,7 @@ class Session:
     def ensure(self, *paths: str) -> None:
         """Create each of ``paths`` and its parents if missing."""
         for path in paths:
-            with _mapped(f"creating {path}"):
+            with self._mapped(f"creating {path}"):
                 self._zk.ensure_path(path)
 
     def commit(self, ops: Sequence[Op]) -> None:
@@ -393,7 +403,7 @@ class Session:
         """
         if not ops:
             return
-        with _mapped("a transaction"):
+        with self._mapped("a transaction"):
             t = self._zk.transaction()
             for op in ops:
                 if isinstance(op, Create):
@@ -405,7 +415,7 @@ class Session:
             results = t.commit()
         for op, r in zip(ops, results):
             if isinstance(r, Exception) and not isinstance(r, kz.RolledBackError):
-                with _mapped(f"{type(op).__name__} {op.path}"):
+                with self._mapped(f"{type(op).__name__} {op.path}"):
                     raise r
 
     # ------------------------------------------------------------------ the poll loop's side

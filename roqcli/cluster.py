@@ -30,6 +30,7 @@ class ClusterSettings:
     lookup_port: int = 5000
     management_port: int = 5003
     broadcast_port: int = 5005
+    http_port: int = 5080  # the first GCM's HTTP API, metrics and dashboard (on 127.0.0.1); -1 = none
     log_dir: str = ""
     kpi_archive: str = ""  # "" = LOG_DIR/kpi-archive
     host_cpus: str = ""  # each host's CPU budget in cores: one for all (0.5) or one per host (0.5,1,2); "" = none
@@ -55,6 +56,7 @@ def cluster_up(s: ClusterSettings) -> int:
         hosts=s.hosts, first_host=s.first_host, zk=s.zk or None, zk_port=s.zk_port, gcms=s.gcms, root=s.root,
         session_timeout=s.session_timeout, max_exchanges=s.max_exchanges, log_dir=log_dir,
         gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port), kpi_archive=archive, budgets=budgets,
+        http_port=s.http_port,
     )  # fmt: skip
     print(f"starting: {s.hosts} host(s) from {s.first_host}, {s.gcms} GCM(s); logs in {log_dir}; "
           f"KPI archive {archive}", flush=True)
@@ -65,7 +67,10 @@ def cluster_up(s: ClusterSettings) -> int:
         for gid, child in cluster.gcms.items():
             info = child.info
             print(f"gcm         {gid} pid {child.pid}: look-up {info['lookup']}, management {info['management']}, "
-                  f"broadcast {info['broadcast']}{' (leader)' if gid == leader['id'] else ''}")
+                  f"broadcast {info['broadcast']}, http {info.get('http') or '-'}"
+                  f"{' (leader)' if gid == leader['id'] else ''}")
+        print(f"http api    dashboard and API at {cluster.http_url()}/ (writes need the bearer token in "
+              f"{cluster.api_token_file})")
         hosts = cluster.emulation.describe() if cluster.emulation is not None else cluster.addresses
         for line, child in zip(hosts, cluster.hostmanagers.values()):
             print(f"hostmanager {line} pid {child.pid}")

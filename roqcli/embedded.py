@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
+import shutil
 import signal
+import tempfile
 import time
 from typing import IO, Any, Callable, Sequence
 
@@ -75,6 +78,10 @@ class EmbeddedCluster:
         kpi_archive: KPI archive directory of the host managers and their monitors (None = no archive).
         budgets: each host's CPU and network budget (one for all, or one per host; None = plain loopback
             hosts sharing the machine).
+        http_port: the HTTP port of the first GCM (0 = any free port; the others always take a free one;
+            -1 = no HTTP API).
+        api_token_file: the bearer token of writes over HTTP (None = a new token in a file of its own, readable
+            by its owner only, removed on stop).
     """
 
     def __init__(
@@ -94,7 +101,12 @@ class EmbeddedCluster:
         gcm_args: Sequence[str] = (),
         kpi_archive: str | None = None,
         budgets: Sequence[HostBudget] | None = None,
+        http_port: int = 0,
+        api_token_file: str | None = None,
     ) -> None:
+        self.http_port = http_port
+        self.api_token_file = api_token_file or ""
+        self._token_dir = ""
         self.addresses = host_addresses(hosts, first_host)
         if budgets is not None and len(budgets) not in (1, hosts):
             raise ConfigError(f"{len(budgets)} host budgets for {hosts} hosts (give one, or one per host)")
@@ -116,6 +128,7 @@ class EmbeddedCluster:
         self.gcms: dict[str, Child] = {}
         self.hostmanagers: dict[str, Child] = {}
         self._gcm_ports: dict[str, tuple[int, int, int]] = {}  # the ports each GCM was started with
+        self._gcm_http: dict[str, int] = {}  # and its HTTP port
         self._logs: list[IO[Any]] = []
         self._manager: client.QueueManager | None = None
         self._gcm_count = 0
@@ -145,8 +158,15 @@ class EmbeddedCluster:
                     os.makedirs(self.log_dir, exist_ok=True)
                 self.zookeeper = ZooKeeperServer(address=self.bind, port=self.zk_port, log_path=log_path).start(timeout)
                 self.zk = self.zookeeper.hosts
+            if not self.api_token_file:
+                self._token_dir = tempfile.mkdtemp(prefix="roq-api-")
+                self.api_token_file = os.path.join(self._token_dir, "api-token")
+                fd = os.open(self.api_token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(secrets.token_urlsafe(32) + "\n")
             for i in range(self.n_gcms):
-                self.add_gcm(ports=self.gcm_ports if i == 0 else (0, 0, 0), timeout=timeout)
+                self.add_gcm(ports=self.gcm_ports if i == 0 else (0, 0, 0), timeout=timeout,
+                             http_port=self.http_port if i == 0 else min(self.http_port, 0))
             started = [self.add_host(a, wait=False) for a in self.addresses]
             for address in started:
                 self.hostmanagers[address].wait_ready(timeout)
@@ -181,6 +201,21 @@ class EmbeddedCluster:
         self._logs.clear()
         if self.emulation is not None:
             self.emulation.stop()
+        if self._token_dir:
+            shutil.rmtree(self._token_dir, ignore_errors=True)
+            self._token_dir = self.api_token_file = ""
+
+    @property
+    def api_token(self) -> str:
+        """The bearer token of writes over the HTTP API."""
+        with open(self.api_token_file, encoding="utf-8") as f:
+            return f.read().strip()
+
+    def http_url(self, gid: str | None = None) -> str:
+        """The base URL of the HTTP API of GCM ``gid`` (the first running one by default; a standby redirects
+        to the leader)."""
+        child = self.gcms[gid] if gid is not None else next(iter(self.gcms.values()))
+        return str(child.info.get("http", ""))
 
     def __enter__(self) -> EmbeddedCluster:
         return self.start()
@@ -190,16 +225,18 @@ class EmbeddedCluster:
 
     # ------------------------------------------------------------------ processes
 
-    def add_gcm(self, *, ports: tuple[int, int, int] = (0, 0, 0), timeout: float = 30.0) -> str:
-        """Start one more GCM on 127.0.0.1; return its id."""
+    def add_gcm(self, *, ports: tuple[int, int, int] = (0, 0, 0), timeout: float = 30.0, http_port: int = 0) -> str:
+        """Start one more GCM on 127.0.0.1 (its HTTP API always on 127.0.0.1); return its id."""
         self._gcm_count += 1
         gid = f"gcm{self._gcm_count}"
         lookup, management, broadcast = ports
         self._gcm_ports[gid] = ports
+        self._gcm_http[gid] = http_port
         child = self._spawn(gid, "gcm", [
             "--zk", self.zk, "--root", self.root, "--id", gid, "--address", self.bind,
             "--lookup-port", str(lookup), "--management-port", str(management), "--broadcast-port", str(broadcast),
-            "--session-timeout", str(self.session_timeout), *self.gcm_args,
+            "--session-timeout", str(self.session_timeout), "--http-port", str(http_port),
+            "--api-token-file", self.api_token_file, *self.gcm_args,
         ])  # fmt: skip
         self.gcms[gid] = child
         child.wait_ready(timeout)
@@ -238,7 +275,7 @@ class EmbeddedCluster:
                 continue
             code = child.wait(0)
             del self.gcms[gid]
-            new = self.add_gcm(ports=self._gcm_ports.pop(gid, (0, 0, 0)))
+            new = self.add_gcm(ports=self._gcm_ports.pop(gid, (0, 0, 0)), http_port=self._gcm_http.pop(gid, 0))
             done.append(f"gcm {gid} (pid {child.pid}) exited with code {code}: started {new} "
                         f"(pid {self.gcms[new].pid})")
         for address, child in list(self.hostmanagers.items()):

@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--lookup-port", type=int, help="first GCM's look-up port (default 5000; 0 = any free)")
     up.add_argument("--management-port", type=int, help="first GCM's management port (default 5003)")
     up.add_argument("--broadcast-port", type=int, help="first GCM's broadcast port (default 5005)")
+    up.add_argument("--http-port", type=int, help="first GCM's HTTP API, metrics and dashboard, on 127.0.0.1 "
+                    "(default 5080; 0 = any free; -1 = none); writes need the bearer token it prints the path of")
     up.add_argument("--log-dir", help="directory for every process's log (default: a temporary directory)")
     up.add_argument("--kpi-archive", help="directory of the KPI archive the host managers and monitors append to, "
                     "read by 'roq kpi' (default LOG_DIR/kpi-archive)")

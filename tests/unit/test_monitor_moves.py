@@ -67,6 +67,7 @@ def test_a_planned_move_prepares_every_subscriber_before_telling_the_publisher()
     assert (relocate.exchange, relocate.reason, relocate.relocation) == ("x2", "relocate", rel.id)
     w.mover.moved(control.Moved("p", "x2", rel.id, 1), T0 + 0.05)
     assert p.exchange == "x2" and p.relocation is None and w.log.counters["relocations"] == 1
+    assert w.log.counters["relocations_by_forced"] == 1
     [event] = w.outbox.events
     assert event.kind == "relocated" and event.fields["duration_ms"] == 50.0 and event.fields["reason"] == "forced"
 

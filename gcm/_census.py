@@ -1,0 +1,96 @@
+"""The leader's census: every running queue's monitor asked for its status, every ``census_period``.
+
+What the metrics, the queue list of the HTTP API and the dashboard show comes from here, so that a scrape
+or a page never waits for a hundred monitors. The asks go through their own :class:`~gcm._stats.StatsAsks`
+(polled by the GCM's loop beside the operators' stats asks), at most one per queue at a time; a monitor that
+does not answer within the ask's timeout leaves its queue's last status in place, marked by its age.
+A queue that is no longer running is forgotten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import zmq
+
+from gcm._stats import StatsAsks
+from gcm._view import View
+from roq.control import Reply
+from roq.documents import RUNNING
+from roq.server import Request
+
+__all__ = ["Census", "Snapshot", "MAX_QUEUES"]
+
+MAX_QUEUES = 1000  # queues asked in one round, at most
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """A queue's monitor status (``status``, {} before the first answer) as of ``at`` (wall clock, 0: never)."""
+
+    queue: str
+    status: dict[str, Any]
+    at: float
+
+
+class Census:
+    """Asks every running queue's monitor for its status, in rounds.
+
+    Args:
+        ctx: the ZeroMQ context of the loop's thread.
+        period: seconds between rounds.
+        clock: wall clock, for the snapshots' times.
+        on_status: called with each new snapshot (the dashboard's stream listens).
+    """
+
+    def __init__(self, ctx: zmq.Context, period: float, *, clock: Callable[[], float] = time.time,
+                 on_status: Callable[[Snapshot], None] | None = None) -> None:
+        self.period = period
+        self.asks = StatsAsks(ctx, limit=MAX_QUEUES, timeout=max(0.5, min(period, 2.0)))
+        self.snapshots: dict[str, Snapshot] = {}
+        self.next_at = 0.0
+        self._asking: set[str] = set()
+        self._clock = clock
+        self._on_status = on_status
+
+    def sockets(self) -> set[zmq.Socket]:
+        return self.asks.sockets()
+
+    def round(self, view: View, now: float) -> None:
+        """Ask the monitors whose answer is not awaited, if a round is due (``now``: monotonic)."""
+        if now < self.next_at:
+            return
+        self.next_at = now + self.period
+        running = {name: q for name, q in view.queues.items() if q.state == RUNNING}
+        for name in [n for n in self.snapshots if n not in running]:
+            del self.snapshots[name]
+        for name, q in list(running.items())[:MAX_QUEUES]:
+            if name in self._asking:
+                continue
+            self._asking.add(name)
+            reply = self.asks.ask(q, Request(self, (name.encode(),)), now)
+            if reply is not None:  # no monitor to ask
+                self.send((name.encode(),), reply)
+
+    def readable(self, sock: zmq.Socket) -> None:
+        self.asks.readable(sock)
+
+    def expire(self, now: float) -> None:
+        self.asks.expire(now)
+
+    def send(self, envelope: tuple[bytes, ...], reply: Reply) -> None:
+        """A monitor's answer (the :class:`~roq.server.Replier` of the asks)."""
+        name = envelope[0].decode()
+        self._asking.discard(name)
+        status = reply.data.get("Monitor")
+        if not isinstance(status, dict):
+            return  # no monitor, or it did not answer: the last status stays, with its age
+        snapshot = Snapshot(name, status, self._clock())
+        self.snapshots[name] = snapshot
+        if self._on_status is not None:
+            self._on_status(snapshot)
+
+    def close(self) -> None:
+        self.asks.close()

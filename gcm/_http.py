@@ -1,0 +1,469 @@
+"""The GCM's HTTP API: the management API as a versioned model tree, the metrics and the health checks.
+
+Every route that reads or changes a queue is the BSON API's request of the same meaning (:mod:`roq.management`)
+handed to the same :class:`~roq.server.Dispatcher` (so the same validation, decisions and RESULT codes), its
+reply turned into JSON with the HTTP status that fits (:data:`STATUS`). A request that waits for the cluster
+(create, start, stop, remove, a queue's monitor asked for its status) is answered when its reply comes, through
+the connection's :class:`~roq.http.Later`. Field names are the BSON API's in snake case (``MaxExchanges`` is
+``max_exchanges``). A standby answers every ``/api`` request with a redirect to the leader (307; 503 while no
+leader is elected). Write methods need ``Authorization: Bearer <token>``, the token of the GCM's
+``api_token_file``. The routes, with their parameters and the shapes of their answers, are
+:data:`gcm._openapi.ROUTES`; docs/http.md describes them for people.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hmac
+import os
+import re
+import stat
+import time
+from typing import Any, Callable, Mapping, Protocol
+
+from gcm._census import Census
+from gcm._events import MAX_LIMIT
+from gcm._metrics import CONTENT_TYPE, families, render
+from gcm._openapi import API, ROUTES, document
+from gcm._view import View
+from roq import management as m
+from roq.control import Message, Reply
+from roq.documents import GcmDoc
+from roq.errors import ConfigError, Result
+from roq.http import EventStream, HttpRequest, HttpResponse, Later
+from roq.rules import DEFAULT_RULES
+from roq.server import Dispatcher, Request
+
+__all__ = ["HttpApi", "HttpShell", "STATUS", "snake", "read_token", "MIN_TOKEN"]
+
+#: RESULT code -> HTTP status (NOT_LEADER is a redirect to the leader)
+STATUS = {Result.OK: 200, Result.BAD_REQUEST: 400, Result.UNKNOWN_COMMAND: 400, Result.NOT_FOUND: 404,
+          Result.CONFLICT: 409, Result.UNAVAILABLE: 503, Result.FAIL: 500, Result.NOT_LEADER: 503}
+WRITES = ("POST", "PUT", "DELETE", "PATCH")
+MIN_TOKEN = 16  # characters of a bearer token, at least
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def snake(value: Any) -> Any:
+    """``value`` with the keys of its documents in snake case where they are in camel case (``NetBytesPerS``
+    -> ``net_bytes_per_s``); lower-case keys (rules, ids, addresses) are left as they are."""
+    if isinstance(value, Mapping):
+        return {(_CAMEL.sub("_", k).lower() if isinstance(k, str) and k[:1].isupper() else k): snake(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [snake(v) for v in value]
+    return value
+
+
+class HttpShell(Protocol):
+    """What the HTTP API needs of the GCM."""
+
+    id: str
+    view: View
+    census: Census
+
+    @property
+    def leading(self) -> bool: ...
+
+    @property
+    def leader(self) -> GcmDoc | None: ...
+
+    @property
+    def me(self) -> GcmDoc: ...
+
+    @property
+    def connected(self) -> bool: ...
+
+
+class _Answer:
+    """The :class:`~roq.server.Replier` of one HTTP request: the reply, when it comes, as its response."""
+
+    def __init__(self, later: Later, respond: Callable[[Reply], HttpResponse]) -> None:
+        self.later = later
+        self.respond = respond
+
+    def send(self, envelope: tuple[bytes, ...], reply: Reply) -> None:
+        self.later.respond(self.respond(reply))
+
+
+class HttpApi:
+    """Routes HTTP requests (see the module).
+
+    Args:
+        shell: the GCM.
+        dispatcher: the management API's dispatcher (the handlers of the "http" port: a standby's refusal
+            names the leader's HTTP URL).
+        token: the bearer token of write methods ("" = writes are refused).
+        top: publishers and subscribers per queue with series of their own in the metrics.
+        clock: wall clock.
+    """
+
+    def __init__(self, shell: HttpShell, dispatcher: Dispatcher, *, token: str, top: int,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.shell = shell
+        self.dispatcher = dispatcher
+        self.token = token
+        self.top = top
+        self.clock = clock
+        self.streams: list[EventStream] = []  # the dashboard's live feeds
+        self._routes = [(re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + "/?$"), r) for r in ROUTES]
+        self._openapi = document()
+
+    # ------------------------------------------------------------------ routing
+
+    def handle(self, req: HttpRequest, later: Later) -> HttpResponse | EventStream | None:
+        for pattern, route in self._routes:
+            match = pattern.match(req.path)
+            if match is None:
+                continue
+            method = "GET" if req.method == "HEAD" else req.method
+            handler = route.handlers.get(method)
+            if handler is None:
+                allow = ", ".join(sorted(route.handlers))
+                return HttpResponse.error(405, f"{req.method} is not allowed on {route.path} (allowed: {allow})",
+                                          allow=allow).with_headers(("allow", allow))
+            if req.path.startswith(API) and not self.shell.leading:
+                return self._not_leader(req)
+            if method in WRITES:
+                refused = self._authorize(req)
+                if refused is not None:
+                    return refused
+            try:
+                return getattr(self, handler)(req, later, **match.groupdict())
+            except ConfigError as exc:  # a bad parameter or body: the message names it
+                return HttpResponse.error(400, str(exc))
+        return HttpResponse.error(404, f"no such resource: {req.path[:200]}")
+
+    def _authorize(self, req: HttpRequest) -> HttpResponse | None:
+        if not self.token:
+            return HttpResponse.error(403, "writes over HTTP are disabled: the GCM has no api_token_file")
+        scheme, _, given = req.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            return HttpResponse.error(401, "this method needs 'Authorization: Bearer <token>'").with_headers(
+                ("www-authenticate", 'Bearer realm="roq"'))
+        if not hmac.compare_digest(given.strip().encode(), self.token.encode()):
+            self.dispatcher.drops.drop("HTTP token refused", req.peer)
+            return HttpResponse.error(401, "the bearer token is not this cluster's").with_headers(
+                ("www-authenticate", 'Bearer realm="roq", error="invalid_token"'))
+        return None
+
+    def _not_leader(self, req: HttpRequest) -> HttpResponse:
+        leader = self.shell.leader
+        if leader is None or not leader.http:
+            return HttpResponse.error(503, "not the leader, and no leader with an HTTP API is elected; retry",
+                                      leader="").with_headers(("retry-after", "1"))
+        query = "&".join(f"{k}={v}" for k, v in req.query.items())
+        location = leader.http + req.path + (f"?{query}" if query else "")
+        return HttpResponse.error(307, f"not the leader; the leader is {leader.id} at {leader.http}",
+                                  leader=leader.http).with_headers(("location", location))
+
+    def _ask(self, msg: Message, later: Later, ok: Callable[[Reply], HttpResponse]) -> HttpResponse | None:
+        """Hand ``msg`` to the management dispatcher; its reply (now, or when it comes) as a response."""
+
+        def respond(reply: Reply) -> HttpResponse:
+            return ok(reply) if reply.ok else self.refusal(reply)
+
+        reply = self.dispatcher.handle(msg, Request(_Answer(later, respond), ()))
+        return None if reply is None else respond(reply)
+
+    def refusal(self, reply: Reply) -> HttpResponse:
+        """A refused reply as the error response of its RESULT code."""
+        status = STATUS.get(reply.result, 500)
+        try:
+            result = Result(reply.result).name
+        except ValueError:
+            result = str(reply.result)
+        response = HttpResponse.error(status, reply.comment or result, result=result, code=int(reply.result),
+                                      **{k: v for k, v in snake(dict(reply.data)).items() if k not in ("error", "status")})
+        return response.with_headers(("retry-after", "1")) if status == 503 else response
+
+    # ------------------------------------------------------------------ the model tree
+
+    def index(self, req: HttpRequest, later: Later) -> HttpResponse:
+        return HttpResponse.json(200, {"version": "v1", "links": {
+            "cluster": f"{API}/cluster", "hosts": f"{API}/hosts", "queues": f"{API}/queues",
+            "openapi": f"{API}/openapi.json", "metrics": "/metrics", "events": f"{API}/stream"}})
+
+    def openapi(self, req: HttpRequest, later: Later) -> HttpResponse:
+        return HttpResponse.json(200, self._openapi)
+
+    def cluster(self, req: HttpRequest, later: Later) -> HttpResponse:
+        view = self.shell.view
+        states: dict[str, int] = {}
+        for q in view.queues.values():
+            states[q.state] = states.get(q.state, 0) + 1
+        snaps = self.shell.census.snapshots.values()
+        return HttpResponse.json(200, {
+            "gcm": {"id": self.shell.id, "leading": self.shell.leading, **_endpoints(self.shell.me)},
+            "leader": {"id": self.shell.leader.id, **_endpoints(self.shell.leader)} if self.shell.leader else None,
+            "hosts": len(view.hosts),
+            "queues": len(view.queues),
+            "queue_states": states,
+            "records_in_per_s": round(sum(_rate(s.status, "records_per_s") for s in snaps), 1),
+            "records_out_per_s": round(sum(_rate(s.status, "records_out_per_s") for s in snaps), 1),
+        })
+
+    def hosts(self, req: HttpRequest, later: Later) -> HttpResponse | None:
+        return self._ask(m.ListHosts(), later, lambda r: HttpResponse.json(200, {"hosts": snake(r.data["Hosts"])}))
+
+    def host(self, req: HttpRequest, later: Later, host: str) -> HttpResponse | None:
+        def ok(reply: Reply) -> HttpResponse:
+            found = [h for h in reply.data["Hosts"] if h.get("Address") == host]
+            if not found:
+                return HttpResponse.error(404, f"no host manager registered at {host[:64]!r}", result="NOT_FOUND")
+            return HttpResponse.json(200, snake(found[0]))
+
+        return self._ask(m.ListHosts(), later, ok)
+
+    def queues(self, req: HttpRequest, later: Later) -> HttpResponse | None:
+        def ok(reply: Reply) -> HttpResponse:
+            snaps = self.shell.census.snapshots
+            return HttpResponse.json(200, {"queues": [
+                {**snake(q), **_traffic(snaps[q["Name"]].status if q["Name"] in snaps else None)}
+                for q in reply.data["Queues"]]})
+
+        return self._ask(m.ListQueues(), later, ok)
+
+    def create_queue(self, req: HttpRequest, later: Later) -> HttpResponse | None:
+        body = _body(req, {"name": str, "exchanges": int, "host": str}, required=("name",))
+        name = body["name"]
+        existed = self.shell.view.queues.get(name) is not None
+        msg: Message = (m.CreateQueue(QName=name, Host=body["host"], Exchanges=body.get("exchanges", 1))
+                        if body.get("host") else m.CreateQueueAnywhere(QName=name, Exchanges=body.get("exchanges", 1)))
+
+        def ok(reply: Reply) -> HttpResponse:
+            return HttpResponse.json(200 if existed else 201, {"comment": reply.comment, **snake(dict(reply.data))},
+                                     headers=[("location", f"{API}/queues/{name}")])
+
+        return self._ask(msg, later, ok)
+
+    def queue(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        def ok(reply: Reply) -> HttpResponse:
+            return HttpResponse.json(200, _statistics(reply, self.shell.view))
+
+        return self._ask(m.QueueStats(QName=queue), later, ok)
+
+    def remove_queue(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        return self._ask(m.RemoveQueue(QName=queue), later, _done)
+
+    def stop_queue(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        return self._ask(m.StopQueue(QName=queue), later, _done)
+
+    def start_queue(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        return self._ask(m.StartQueue(QName=queue), later, _done)
+
+    def rules(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        return self._ask(m.GetRules(QName=queue), later, lambda r: HttpResponse.json(200, _rules(self.shell.view, queue)))
+
+    def set_rules(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        body = req.json()
+        if not isinstance(body, dict) or not body:
+            raise ConfigError("the body must be a JSON object of rules, e.g. {\"max_exchanges\": 4}")
+        return self._ask(m.SetRules(QName=queue, Rules=body), later,
+                         lambda r: HttpResponse.json(200, {"comment": r.comment, **_rules(self.shell.view, queue)}))
+
+    def exchanges(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        return self._part(queue, "exchanges", later)
+
+    def publishers(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        return self._part(queue, "publishers", later)
+
+    def subscribers(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        return self._part(queue, "subscribers", later)
+
+    def _part(self, queue: str, part: str, later: Later) -> HttpResponse | None:
+        def ok(reply: Reply) -> HttpResponse:
+            status = reply.data.get("Monitor")
+            if not isinstance(status, dict):
+                return HttpResponse.error(503, f"queue {queue!r}: its monitor did not answer; retry",
+                                          result="UNAVAILABLE").with_headers(("retry-after", "1"))
+            truncated = status.get("truncated", {}).get(part)
+            return HttpResponse.json(200, {part: status.get(part, []), "truncated": truncated})
+
+        return self._ask(m.QueueStats(QName=queue), later, ok)
+
+    def events(self, req: HttpRequest, later: Later, queue: str) -> HttpResponse | None:
+        kinds = {k for k in req.query.get("kind", "").split(",") if k}
+        since = _time(req.query, "since")
+        until = _time(req.query, "until")
+        limit = _int(req.query, "limit", 100, 1, MAX_LIMIT)
+        offset = _int(req.query, "offset", 0, 0, MAX_LIMIT)
+
+        def ok(reply: Reply) -> HttpResponse:
+            chosen = [e for e in reply.data["Events"]
+                      if (not kinds or e.get("kind") in kinds)
+                      and (since is None or _number(e.get("time")) >= since)
+                      and (until is None or _number(e.get("time")) < until)]
+            chosen.reverse()  # the newest first: page 0 is what just happened
+            return HttpResponse.json(200, {"events": chosen[offset:offset + limit], "total": len(chosen),
+                                           "offset": offset, "limit": limit, "counters": reply.data["Counters"]})
+
+        return self._ask(m.GetEvents(QName=queue, Limit=MAX_LIMIT), later, ok)
+
+    # ------------------------------------------------------------------ metrics and health
+
+    def metrics(self, req: HttpRequest, later: Later) -> HttpResponse:
+        shell = self.shell
+        text = render(families(shell.view, shell.census.snapshots, gcm=shell.id, leading=shell.leading, top=self.top,
+                               now=self.clock()))
+        return HttpResponse(200, text, CONTENT_TYPE)
+
+    def healthz(self, req: HttpRequest, later: Later) -> HttpResponse:
+        return HttpResponse.json(200, {"status": "alive", "gcm": self.shell.id})
+
+    def readyz(self, req: HttpRequest, later: Later) -> HttpResponse:
+        shell = self.shell
+        if not shell.connected:
+            return HttpResponse.json(503, {"status": "not ready", "reason": "no ZooKeeper session", "gcm": shell.id})
+        if not shell.leading and shell.leader is None:
+            return HttpResponse.json(503, {"status": "not ready", "reason": "no leader elected", "gcm": shell.id})
+        return HttpResponse.json(200, {"status": "ready", "gcm": shell.id, "leading": shell.leading})
+
+
+# ---------------------------------------------------------------------- shapes of answers
+
+
+def read_token(path: str) -> str:
+    """The bearer token in the file ``path`` ("" when no file is given: writes over HTTP are refused).
+
+    Raises:
+        ConfigError: the file cannot be read, others than its owner may read it, or the token is shorter than
+            :data:`MIN_TOKEN` characters.
+    """
+    if not path:
+        return ""
+    try:
+        mode = os.stat(path).st_mode
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"api_token_file {path!r} cannot be read: {exc}") from exc
+    if mode & 0o077:
+        raise ConfigError(f"api_token_file {path!r} may be read by others (mode {stat.S_IMODE(mode):o}); "
+                          f"make it readable by its owner only: chmod 600 {path}")
+    if len(token) < MIN_TOKEN or any(c.isspace() for c in token):
+        raise ConfigError(f"api_token_file {path!r}: the token must be at least {MIN_TOKEN} characters with no "
+                          "spaces")
+    return token
+
+
+def _endpoints(doc: GcmDoc) -> dict[str, str]:
+    return {"http": doc.http, "management": doc.management, "lookup": doc.lookup, "broadcast": doc.broadcast}
+
+
+def _done(reply: Reply) -> HttpResponse:
+    return HttpResponse.json(200, {"comment": reply.comment, **snake(dict(reply.data))})
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _rate(status: Mapping[str, Any] | None, key: str) -> float:
+    return sum(_number(x.get(key)) for x in (status or {}).get("exchanges", []) if isinstance(x, dict))
+
+
+def _traffic(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A queue's traffic from its monitor's status (zeros without one)."""
+    live = [s for s in (status or {}).get("subscribers", []) if isinstance(s, dict) and s.get("live")]
+    return {
+        "records_in_per_s": round(_rate(status, "records_per_s"), 1),
+        "records_out_per_s": round(_rate(status, "records_out_per_s"), 1),
+        "bytes_in_per_s": round(_rate(status, "bytes_per_s"), 1),
+        "bytes_out_per_s": round(_rate(status, "bytes_out_per_s"), 1),
+        "publishers": len((status or {}).get("publishers", [])),
+        "subscribers": len(live),
+    }
+
+
+def _rules(view: View, queue: str) -> dict[str, Any]:
+    """The rules in force, each with where its value came from (an operator, the tuner, the default)."""
+    q = view.queue(queue)
+    return {"rules": {k: {"value": v, "default": DEFAULT_RULES.get(k),
+                          "source": "operator" if k in q.explicit_rules else "tuner" if k in q.thresholds else "default"}
+                      for k, v in sorted(q.rules.items())}}
+
+
+def _statistics(reply: Reply, view: View) -> dict[str, Any]:
+    """A queue's statistics: its topology, and its monitor's figures when it answered."""
+    summary = snake(reply.data["Queue"])
+    status = reply.data.get("Monitor") if isinstance(reply.data.get("Monitor"), dict) else None
+    out: dict[str, Any] = {**summary, "exchanges": len(summary.get("exchanges", [])),
+                           "status_from": "monitor" if status is not None else "topology", **_traffic(status)}
+    q = view.find(summary["name"])
+    if q is not None:
+        out.update(_rules(view, q.name), placement=dict(q.placement))
+    if status is None:
+        return out
+    counters = status.get("counters", {})
+    live = [s for s in status.get("subscribers", []) if isinstance(s, dict) and s.get("live")]
+    p50 = sorted(_number(s["latency_p50_ms"]) for s in live if _number(s.get("latency_p50_ms", -1)) >= 0)
+    p99 = [_number(s["latency_p99_ms"]) for s in live if _number(s.get("latency_p99_ms", -1)) >= 0]
+    out.update(
+        exchanges=len(status.get("exchanges", [])),
+        totals=status.get("totals", {}),
+        relocations=counters.get("relocations", 0),
+        failovers=counters.get("failovers", 0),
+        scale_outs=counters.get("scale_outs", 0),
+        scale_ins=counters.get("scale_ins", 0),
+        exchanges_lost=counters.get("exchanges_lost", 0),
+        latency_ms={"p50_median": p50[len(p50) // 2] if p50 else None, "p99_max": max(p99) if p99 else None},
+        gaps=sum(int(_number(s.get("gaps"))) for s in live),
+        lost=sum(int(_number(s.get("lost"))) for s in live),
+        duplicates=sum(int(_number(s.get("duplicates"))) for s in live),
+    )
+    return out
+
+
+def _body(req: HttpRequest, fields: Mapping[str, type], *, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The JSON object of a request's body, its keys and types checked.
+
+    Raises:
+        ConfigError: not a JSON object, an unknown key, a value of the wrong type, a required key missing.
+    """
+    body = req.json()
+    if not isinstance(body, dict):
+        raise ConfigError(f"the body must be a JSON object with {', '.join(repr(f) for f in fields)}")
+    for key, value in body.items():
+        if key not in fields:
+            raise ConfigError(f"unknown key {key[:64]!r} (known: {', '.join(fields)})")
+        kind = fields[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"{key!r} must be {'an integer' if kind is int else 'a string'}, got {value!r:.64}")
+    for key in required:
+        if key not in body:
+            raise ConfigError(f"{key!r} is required")
+    return body
+
+
+def _int(query: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"query parameter {name!r} must be an integer, got {text[:32]!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"query parameter {name!r} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _time(query: Mapping[str, str], name: str) -> float | None:
+    """A time parameter: seconds since the epoch, or an ISO 8601 date and time (UTC unless it says)."""
+    text = query.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"query parameter {name!r} must be seconds since the epoch or an ISO 8601 time, "
+                          f"got {text[:40]!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
+
