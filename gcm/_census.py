@@ -53,7 +53,7 @@ class Census:
         self.next_at = 0.0
         self._asking: set[str] = set()
         self._clock = clock
-        self._on_status = on_status
+        self.on_status = on_status
 
     def sockets(self) -> set[zmq.Socket]:
         return self.asks.sockets()
@@ -89,8 +89,8 @@ class Census:
             return  # no monitor, or it did not answer: the last status stays, with its age
         snapshot = Snapshot(name, status, self._clock())
         self.snapshots[name] = snapshot
-        if self._on_status is not None:
-            self._on_status(snapshot)
+        if self.on_status is not None:
+            self.on_status(snapshot)
 
     def close(self) -> None:
         self.asks.close()

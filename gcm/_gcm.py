@@ -81,11 +81,13 @@ class Gcm:
         self.stats = StatsAsks(self._ctx)
         self.census = Census(self._ctx, config.census_period)
         self.http: HttpServer | None = None
+        self.http_api: HttpApi | None = None
         if config.http_port >= 0:
             dispatcher = Dispatcher(f"gcm {self.id} http", api.handlers("http"), self.drops,
                                     max_bytes=m.MAX_REQUEST_BYTES)
             self.http_api = HttpApi(self, dispatcher, token=read_token(config.api_token_file),
                                     top=config.metrics_top)
+            self.census.on_status = self.http_api.census_taken
             self.http = HttpServer(self.http_api.handle, where=f"gcm {self.id} http", drops=self.drops,
                                    max_body=m.MAX_REQUEST_BYTES)
         self.events = EventLog(self.session, self.paths)
@@ -186,8 +188,10 @@ class Gcm:
             self._guarded("census deadlines", self.census.expire, now)
             if self.http is not None:
                 self.http.expire(now)
-            if self.leading and not self._dirty:
+            if self.leading and not self._dirty and now >= self.census.next_at:
                 self._guarded("the census", self.census.round, self.view, now)
+                if self.http_api is not None:
+                    self._guarded("the live feeds", self.http_api.tick)
             if self.leading and not self._dirty:
                 self._guarded("host loss and removals", self._maintain, now)
             if self.leading and now >= self.broadcaster.next_at:

@@ -14,14 +14,16 @@ leader is elected). Write methods need ``Authorization: Bearer <token>``, the to
 from __future__ import annotations
 
 import datetime
+import functools
 import hmac
+import importlib.resources
 import os
 import re
 import stat
 import time
 from typing import Any, Callable, Mapping, Protocol
 
-from gcm._census import Census
+from gcm._census import Census, Snapshot
 from gcm._events import MAX_LIMIT
 from gcm._metrics import CONTENT_TYPE, families, render
 from gcm._openapi import API, ROUTES, document
@@ -41,6 +43,13 @@ STATUS = {Result.OK: 200, Result.BAD_REQUEST: 400, Result.UNKNOWN_COMMAND: 400, 
           Result.CONFLICT: 409, Result.UNAVAILABLE: 503, Result.FAIL: 500, Result.NOT_LEADER: 503}
 WRITES = ("POST", "PUT", "DELETE", "PATCH")
 MIN_TOKEN = 16  # characters of a bearer token, at least
+MAX_STREAMS = 64  # live feeds open at once
+FIRST_EVENTS = 50  # events a new live feed is sent at once
+MAX_RECENT = 500  # events kept for new feeds
+STATIC_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+STATIC_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
+                "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
+MAX_FEED_PUBLISHERS = 200  # publishers (and subscribers) per queue in the live feed's state
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -106,6 +115,8 @@ class HttpApi:
         self.top = top
         self.clock = clock
         self.streams: list[EventStream] = []  # the dashboard's live feeds
+        self._seen: dict[str, int] = {}  # queue -> the last event seq the feeds were sent
+        self._recent: list[dict[str, Any]] = []  # the newest events of every queue, for a new feed
         self._routes = [(re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + "/?$"), r) for r in ROUTES]
         self._openapi = document()
 
@@ -182,7 +193,7 @@ class HttpApi:
     def index(self, req: HttpRequest, later: Later) -> HttpResponse:
         return HttpResponse.json(200, {"version": "v1", "links": {
             "cluster": f"{API}/cluster", "hosts": f"{API}/hosts", "queues": f"{API}/queues",
-            "openapi": f"{API}/openapi.json", "metrics": "/metrics", "events": f"{API}/stream"}})
+            "openapi": f"{API}/openapi.json", "metrics": "/metrics", "stream": f"{API}/stream", "dashboard": "/"}})
 
     def openapi(self, req: HttpRequest, later: Later) -> HttpResponse:
         return HttpResponse.json(200, self._openapi)
@@ -300,6 +311,86 @@ class HttpApi:
 
         return self._ask(m.GetEvents(QName=queue, Limit=MAX_LIMIT), later, ok)
 
+    # ------------------------------------------------------------------ the live feed
+
+    def stream(self, req: HttpRequest, later: Later) -> HttpResponse | EventStream:
+        """Server-sent events: ``state`` now and after every census round (hosts, queues, their exchanges and
+        publishers), ``event`` for each topology event as the census finds it (relocations, fail-overs,
+        scaling, thresholds adopted), the newest :data:`FIRST_EVENTS` of them at once."""
+        self.streams = [s for s in self.streams if not s.closed]
+        if len(self.streams) >= MAX_STREAMS:
+            return HttpResponse.error(503, f"{MAX_STREAMS} live feeds open already; retry").with_headers(
+                ("retry-after", "5"))
+        stream = EventStream()
+        self.streams.append(stream)
+        stream.send(self.state(), "state")
+        for event in self._recent[-FIRST_EVENTS:]:
+            stream.send(event, "event", str(event.get("seq", "")))
+        return stream
+
+    def state(self) -> dict[str, Any]:
+        """What the dashboard draws: hosts, and each queue with its traffic, exchanges and publishers."""
+        _, hosts = self.shell.view.summaries()
+        snaps = self.shell.census.snapshots
+        queues = []
+        for name, q in sorted(self.shell.view.queues.items()):
+            status = snaps[name].status if name in snaps else None
+            exchanges = [{k: x.get(k) for k in ("id", "records_per_s", "records_out_per_s", "busy", "publishers",
+                                                "mark_records_per_s", "draining")}
+                         for x in (status or {}).get("exchanges", []) if isinstance(x, dict)]
+            publishers = [{"id": p.get("id"), "exchange": p.get("exchange"), "records_per_s": p.get("records_per_s")}
+                          for p in (status or {}).get("publishers", [])[:MAX_FEED_PUBLISHERS] if isinstance(p, dict)]
+            latency = [{"id": s.get("id"), "p50": s.get("latency_p50_ms"), "p99": s.get("latency_p99_ms"),
+                        "prefix": s.get("prefix")}
+                       for s in (status or {}).get("subscribers", [])[:MAX_FEED_PUBLISHERS]
+                       if isinstance(s, dict) and s.get("live")]
+            queues.append({"name": name, "state": q.state, "host": q.host, "placement": dict(q.placement),
+                           **_traffic(status), "exchanges": exchanges, "publisher_list": publishers,
+                           "latency": latency, "counters": (status or {}).get("counters", {})})
+        return {"time": self.clock(), "leader": self.shell.id, "hosts": [snake(h.document()) for h in hosts],
+                "queues": queues}
+
+    def census_taken(self, snapshot: Snapshot) -> None:
+        """A queue's new status: its events not seen yet go to every live feed."""
+        events = [e for e in snapshot.status.get("events", []) if isinstance(e, dict)]
+        last = self._seen.get(snapshot.queue)
+        seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int)]
+        self._seen[snapshot.queue] = max(seqs, default=last or 0)
+        if last is None:  # the first status of this queue: its past events are history, kept for new feeds
+            fresh = events[-FIRST_EVENTS:]
+        else:
+            fresh = [e for e in events if isinstance(e.get("seq"), int) and e["seq"] > last]
+        for event in fresh:
+            event = {**event, "queue": snapshot.queue}
+            self._recent.append(event)
+            if last is not None:
+                for stream in self.streams:
+                    stream.send(event, "event", str(event.get("seq", "")))
+        del self._recent[:-MAX_RECENT]
+        for name in [n for n in self._seen if n not in self.shell.view.queues]:
+            del self._seen[name]
+
+    def tick(self) -> None:
+        """After a census round: the state to every live feed; feeds whose client left are forgotten."""
+        self.streams = [s for s in self.streams if not s.closed]
+        if self.streams:
+            state = self.state()
+            for stream in self.streams:
+                stream.send(state, "state")
+
+    # ------------------------------------------------------------------ the dashboard's files
+
+    def page(self, req: HttpRequest, later: Later) -> HttpResponse:
+        return self.static(req, later, "index.html")
+
+    def static(self, req: HttpRequest, later: Later, name: str) -> HttpResponse:
+        """A file of the dashboard (``gcm/static``), by a plain name only: nothing else is served."""
+        kind = STATIC_TYPES.get(name.rsplit(".", 1)[-1]) if STATIC_NAME.match(name) else None
+        data = _static(name) if kind is not None else None
+        if data is None:
+            return HttpResponse.error(404, f"no such file: {name[:64]}")
+        return HttpResponse(200, data, kind)
+
     # ------------------------------------------------------------------ metrics and health
 
     def metrics(self, req: HttpRequest, later: Later) -> HttpResponse:
@@ -321,6 +412,14 @@ class HttpApi:
 
 
 # ---------------------------------------------------------------------- shapes of answers
+
+
+@functools.lru_cache(maxsize=64)
+def _static(name: str) -> bytes | None:
+    try:
+        return (importlib.resources.files("gcm") / "static" / name).read_bytes()
+    except (OSError, ValueError):
+        return None
 
 
 def read_token(path: str) -> str:

@@ -81,6 +81,12 @@ ROUTES: tuple[Route, ...] = (
             ("until", "string", "only events before this time"),
             ("limit", "integer", "events in the page, 1 to 1000 (100)"),
             ("offset", "integer", "events skipped, newest first (0)")))}),
+    Route(f"{API}/stream", {"GET": Operation(
+        "stream", "a live feed (server-sent events): 'state' every census round, 'event' for each topology event",
+        "Text", content_type="text/event-stream")}),
+    Route("/", {"GET": Operation("page", "the live dashboard", "Text", content_type="text/html")}),
+    Route("/static/{name}", {"GET": Operation("static", "the dashboard's scripts and styles", "Text",
+                                              content_type="text/", errors=(404,))}),
     Route("/metrics", {"GET": Operation("metrics", "the cluster's metrics in Prometheus's text format", "Text",
                                         content_type="text/plain")}),
     Route("/healthz", {"GET": Operation("healthz", "the process is alive", "Health")}),

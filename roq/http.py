@@ -294,7 +294,7 @@ class _Connection:
         self.server.streams += 1
         headers = [("content-type", "text/event-stream"), ("cache-control", "no-store"), ("server", SERVER),
                    ("x-accel-buffering", "no")]
-        self.out += self.h11.send(h11.Response(status_code=200, headers=headers))  # no length: chunked
+        self.out += self.h11.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))  # no length: chunked
         self.flush_stream(stream)
 
     def flush_stream(self, stream: EventStream) -> None:
