@@ -23,11 +23,13 @@ A cluster file reads like this (``roq deploy up cluster.toml``)::
     lookup_port = 5000
     management_port = 5003
     broadcast_port = 5005
+    http_port = 5080                   # the HTTP API, metrics and dashboard (bound to this address)
 
     [[hostmanager]]
     docker_host = "a"
     address = "127.0.0.22"             # the address it advertises; its monitors and exchanges bind it
     max_exchanges = 4
+    http_port = 5081                   # health checks of it and of its processes (the container's too)
 
 Every container runs with host networking, so the addresses are the Docker hosts' own. A mistake (an
 unknown key, a wrong type, an unknown Docker host, two processes on one address and port) is refused with a
@@ -81,6 +83,7 @@ class GcmSpec:
     lookup_port: int = 5000
     management_port: int = 5003
     broadcast_port: int = 5005
+    http_port: int = 5080
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +92,7 @@ class HostManagerSpec:
     address: str
     max_exchanges: int = 4
     port: int = 0  # its control port (0 = any free one)
+    http_port: int = 5081  # its health checks and its processes' (the container's health check asks it)
 
 
 @dataclasses.dataclass(frozen=True)

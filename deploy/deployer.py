@@ -154,15 +154,17 @@ class Deployer:
         for i, g in enumerate(c.gcms):
             command = ["gcm", "--zk", zk, "--root", d.root, "--id", f"gcm{i + 1}", "--address", g.address,
                        "--lookup-port", str(g.lookup_port), "--management-port", str(g.management_port),
-                       "--broadcast-port", str(g.broadcast_port), "--session-timeout", str(d.session_timeout)]
+                       "--broadcast-port", str(g.broadcast_port), "--session-timeout", str(d.session_timeout),
+                       "--http-address", g.address, "--http-port", str(g.http_port)]
             health = ["CMD", "python3", "-m", "deploy.node", "health", "gcm", "--address", g.address, "--port",
-                      str(g.management_port)]
+                      str(g.management_port), "--http-port", str(g.http_port)]
             plan.append((g.docker_host, "gcm", g.address, d.image, command, health, {}))
         for h in c.hostmanagers:
             command = ["hostmanager", "--zk", zk, "--root", d.root, "--address", h.address, "--port", str(h.port),
-                       "--max-exchanges", str(h.max_exchanges), "--session-timeout", str(d.session_timeout)]
+                       "--max-exchanges", str(h.max_exchanges), "--session-timeout", str(d.session_timeout),
+                       "--http-address", h.address, "--http-port", str(h.http_port)]
             health = ["CMD", "python3", "-m", "deploy.node", "health", "hostmanager", "--address", h.address,
-                      "--zk", zk, "--root", d.root]
+                      "--zk", zk, "--root", d.root, "--http-port", str(h.http_port)]
             plan.append((h.docker_host, "hostmanager", h.address, d.image, command, health, {}))
         return plan
 

@@ -14,6 +14,8 @@ import signal
 import socket
 import sys
 import time
+import urllib.error
+import urllib.request
 from typing import Callable
 
 __all__ = ["main", "ROLES"]
@@ -58,8 +60,19 @@ def _health(argv: list[str]) -> int:
     p.add_argument("--port", type=int, default=0, help="zookeeper: its client port; gcm: its management port")
     p.add_argument("--zk", default="", help="hostmanager: ZooKeeper servers")
     p.add_argument("--root", default="/roq")
+    p.add_argument("--http-port", type=int, default=0,
+                   help="gcm, hostmanager: the port of its HTTP health checks; asks its /readyz (0 = the older checks)")
     args = p.parse_args(argv)
     try:
+        if args.role != "zookeeper" and args.http_port:
+            url = f"http://{args.address}:{args.http_port}/readyz"
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            try:
+                with opener.open(url, timeout=2) as r:
+                    return 0 if r.status == 200 else 1
+            except urllib.error.HTTPError as exc:
+                print(f"unhealthy: {url} answered {exc.code}: {exc.read()[:200]!r}", file=sys.stderr)
+                return 1
         if args.role == "zookeeper":
             with socket.create_connection((args.address, args.port), timeout=2) as s:
                 s.sendall(b"ruok")

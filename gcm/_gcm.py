@@ -87,7 +87,7 @@ class Gcm:
                                     max_bytes=m.MAX_REQUEST_BYTES)
             self.http_api = HttpApi(self, dispatcher, token=read_token(config.api_token_file),
                                     top=config.metrics_top)
-            self.census.on_status = self.http_api.census_taken
+            self.census.on_status = self.http_api.feed.census_taken
             self.http = HttpServer(self.http_api.handle, where=f"gcm {self.id} http", drops=self.drops,
                                    max_body=m.MAX_REQUEST_BYTES)
         self.events = EventLog(self.session, self.paths)
@@ -191,7 +191,7 @@ class Gcm:
             if self.leading and not self._dirty and now >= self.census.next_at:
                 self._guarded("the census", self.census.round, self.view, now)
                 if self.http_api is not None:
-                    self._guarded("the live feeds", self.http_api.tick)
+                    self._guarded("the live feeds", self.http_api.feed.tick)
             if self.leading and not self._dirty:
                 self._guarded("host loss and removals", self._maintain, now)
             if self.leading and now >= self.broadcaster.next_at:

@@ -23,7 +23,9 @@ import stat
 import time
 from typing import Any, Callable, Mapping, Protocol
 
-from gcm._census import Census, Snapshot
+from gcm._census import Census
+from gcm._feed import LiveFeed
+from gcm._shapes import number, rate, snake, traffic
 from gcm._events import MAX_LIMIT
 from gcm._metrics import CONTENT_TYPE, families, render
 from gcm._openapi import API, ROUTES, document
@@ -36,32 +38,16 @@ from roq.http import EventStream, HttpRequest, HttpResponse, Later
 from roq.rules import DEFAULT_RULES
 from roq.server import Dispatcher, Request
 
-__all__ = ["HttpApi", "HttpShell", "STATUS", "snake", "read_token", "MIN_TOKEN"]
+__all__ = ["HttpApi", "HttpShell", "STATUS", "read_token", "MIN_TOKEN"]
 
 #: RESULT code -> HTTP status (NOT_LEADER is a redirect to the leader)
 STATUS = {Result.OK: 200, Result.BAD_REQUEST: 400, Result.UNKNOWN_COMMAND: 400, Result.NOT_FOUND: 404,
           Result.CONFLICT: 409, Result.UNAVAILABLE: 503, Result.FAIL: 500, Result.NOT_LEADER: 503}
 WRITES = ("POST", "PUT", "DELETE", "PATCH")
 MIN_TOKEN = 16  # characters of a bearer token, at least
-MAX_STREAMS = 64  # live feeds open at once
-FIRST_EVENTS = 50  # events a new live feed is sent at once
-MAX_RECENT = 500  # events kept for new feeds
 STATIC_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 STATIC_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
                 "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
-MAX_FEED_PUBLISHERS = 200  # publishers (and subscribers) per queue in the live feed's state
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-
-
-def snake(value: Any) -> Any:
-    """``value`` with the keys of its documents in snake case where they are in camel case (``NetBytesPerS``
-    -> ``net_bytes_per_s``); lower-case keys (rules, ids, addresses) are left as they are."""
-    if isinstance(value, Mapping):
-        return {(_CAMEL.sub("_", k).lower() if isinstance(k, str) and k[:1].isupper() else k): snake(v)
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [snake(v) for v in value]
-    return value
 
 
 class HttpShell(Protocol):
@@ -114,9 +100,7 @@ class HttpApi:
         self.token = token
         self.top = top
         self.clock = clock
-        self.streams: list[EventStream] = []  # the dashboard's live feeds
-        self._seen: dict[str, int] = {}  # queue -> the last event seq the feeds were sent
-        self._recent: list[dict[str, Any]] = []  # the newest events of every queue, for a new feed
+        self.feed = LiveFeed(shell, clock)
         self._routes = [(re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + "/?$"), r) for r in ROUTES]
         self._openapi = document()
 
@@ -210,8 +194,8 @@ class HttpApi:
             "hosts": len(view.hosts),
             "queues": len(view.queues),
             "queue_states": states,
-            "records_in_per_s": round(sum(_rate(s.status, "records_per_s") for s in snaps), 1),
-            "records_out_per_s": round(sum(_rate(s.status, "records_out_per_s") for s in snaps), 1),
+            "records_in_per_s": round(sum(rate(s.status, "records_per_s") for s in snaps), 1),
+            "records_out_per_s": round(sum(rate(s.status, "records_out_per_s") for s in snaps), 1),
         })
 
     def hosts(self, req: HttpRequest, later: Later) -> HttpResponse | None:
@@ -230,7 +214,7 @@ class HttpApi:
         def ok(reply: Reply) -> HttpResponse:
             snaps = self.shell.census.snapshots
             return HttpResponse.json(200, {"queues": [
-                {**snake(q), **_traffic(snaps[q["Name"]].status if q["Name"] in snaps else None)}
+                {**snake(q), **traffic(snaps[q["Name"]].status if q["Name"] in snaps else None)}
                 for q in reply.data["Queues"]]})
 
         return self._ask(m.ListQueues(), later, ok)
@@ -303,8 +287,8 @@ class HttpApi:
         def ok(reply: Reply) -> HttpResponse:
             chosen = [e for e in reply.data["Events"]
                       if (not kinds or e.get("kind") in kinds)
-                      and (since is None or _number(e.get("time")) >= since)
-                      and (until is None or _number(e.get("time")) < until)]
+                      and (since is None or number(e.get("time")) >= since)
+                      and (until is None or number(e.get("time")) < until)]
             chosen.reverse()  # the newest first: page 0 is what just happened
             return HttpResponse.json(200, {"events": chosen[offset:offset + limit], "total": len(chosen),
                                            "offset": offset, "limit": limit, "counters": reply.data["Counters"]})
@@ -314,69 +298,7 @@ class HttpApi:
     # ------------------------------------------------------------------ the live feed
 
     def stream(self, req: HttpRequest, later: Later) -> HttpResponse | EventStream:
-        """Server-sent events: ``state`` now and after every census round (hosts, queues, their exchanges and
-        publishers), ``event`` for each topology event as the census finds it (relocations, fail-overs,
-        scaling, thresholds adopted), the newest :data:`FIRST_EVENTS` of them at once."""
-        self.streams = [s for s in self.streams if not s.closed]
-        if len(self.streams) >= MAX_STREAMS:
-            return HttpResponse.error(503, f"{MAX_STREAMS} live feeds open already; retry").with_headers(
-                ("retry-after", "5"))
-        stream = EventStream()
-        self.streams.append(stream)
-        stream.send(self.state(), "state")
-        for event in self._recent[-FIRST_EVENTS:]:
-            stream.send(event, "event", str(event.get("seq", "")))
-        return stream
-
-    def state(self) -> dict[str, Any]:
-        """What the dashboard draws: hosts, and each queue with its traffic, exchanges and publishers."""
-        _, hosts = self.shell.view.summaries()
-        snaps = self.shell.census.snapshots
-        queues = []
-        for name, q in sorted(self.shell.view.queues.items()):
-            status = snaps[name].status if name in snaps else None
-            exchanges = [{k: x.get(k) for k in ("id", "records_per_s", "records_out_per_s", "busy", "publishers",
-                                                "mark_records_per_s", "draining")}
-                         for x in (status or {}).get("exchanges", []) if isinstance(x, dict)]
-            publishers = [{"id": p.get("id"), "exchange": p.get("exchange"), "records_per_s": p.get("records_per_s")}
-                          for p in (status or {}).get("publishers", [])[:MAX_FEED_PUBLISHERS] if isinstance(p, dict)]
-            latency = [{"id": s.get("id"), "p50": s.get("latency_p50_ms"), "p99": s.get("latency_p99_ms"),
-                        "prefix": s.get("prefix")}
-                       for s in (status or {}).get("subscribers", [])[:MAX_FEED_PUBLISHERS]
-                       if isinstance(s, dict) and s.get("live")]
-            queues.append({"name": name, "state": q.state, "host": q.host, "placement": dict(q.placement),
-                           **_traffic(status), "exchanges": exchanges, "publisher_list": publishers,
-                           "latency": latency, "counters": (status or {}).get("counters", {})})
-        return {"time": self.clock(), "leader": self.shell.id, "hosts": [snake(h.document()) for h in hosts],
-                "queues": queues}
-
-    def census_taken(self, snapshot: Snapshot) -> None:
-        """A queue's new status: its events not seen yet go to every live feed."""
-        events = [e for e in snapshot.status.get("events", []) if isinstance(e, dict)]
-        last = self._seen.get(snapshot.queue)
-        seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int)]
-        self._seen[snapshot.queue] = max(seqs, default=last or 0)
-        if last is None:  # the first status of this queue: its past events are history, kept for new feeds
-            fresh = events[-FIRST_EVENTS:]
-        else:
-            fresh = [e for e in events if isinstance(e.get("seq"), int) and e["seq"] > last]
-        for event in fresh:
-            event = {**event, "queue": snapshot.queue}
-            self._recent.append(event)
-            if last is not None:
-                for stream in self.streams:
-                    stream.send(event, "event", str(event.get("seq", "")))
-        del self._recent[:-MAX_RECENT]
-        for name in [n for n in self._seen if n not in self.shell.view.queues]:
-            del self._seen[name]
-
-    def tick(self) -> None:
-        """After a census round: the state to every live feed; feeds whose client left are forgotten."""
-        self.streams = [s for s in self.streams if not s.closed]
-        if self.streams:
-            state = self.state()
-            for stream in self.streams:
-                stream.send(state, "state")
+        return self.feed.open()
 
     # ------------------------------------------------------------------ the dashboard's files
 
@@ -454,27 +376,6 @@ def _done(reply: Reply) -> HttpResponse:
     return HttpResponse.json(200, {"comment": reply.comment, **snake(dict(reply.data))})
 
 
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
-def _rate(status: Mapping[str, Any] | None, key: str) -> float:
-    return sum(_number(x.get(key)) for x in (status or {}).get("exchanges", []) if isinstance(x, dict))
-
-
-def _traffic(status: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A queue's traffic from its monitor's status (zeros without one)."""
-    live = [s for s in (status or {}).get("subscribers", []) if isinstance(s, dict) and s.get("live")]
-    return {
-        "records_in_per_s": round(_rate(status, "records_per_s"), 1),
-        "records_out_per_s": round(_rate(status, "records_out_per_s"), 1),
-        "bytes_in_per_s": round(_rate(status, "bytes_per_s"), 1),
-        "bytes_out_per_s": round(_rate(status, "bytes_out_per_s"), 1),
-        "publishers": len((status or {}).get("publishers", [])),
-        "subscribers": len(live),
-    }
-
-
 def _rules(view: View, queue: str) -> dict[str, Any]:
     """The rules in force, each with where its value came from (an operator, the tuner, the default)."""
     q = view.queue(queue)
@@ -488,7 +389,7 @@ def _statistics(reply: Reply, view: View) -> dict[str, Any]:
     summary = snake(reply.data["Queue"])
     status = reply.data.get("Monitor") if isinstance(reply.data.get("Monitor"), dict) else None
     out: dict[str, Any] = {**summary, "exchanges": len(summary.get("exchanges", [])),
-                           "status_from": "monitor" if status is not None else "topology", **_traffic(status)}
+                           "status_from": "monitor" if status is not None else "topology", **traffic(status)}
     q = view.find(summary["name"])
     if q is not None:
         out.update(_rules(view, q.name), placement=dict(q.placement))
@@ -496,8 +397,8 @@ def _statistics(reply: Reply, view: View) -> dict[str, Any]:
         return out
     counters = status.get("counters", {})
     live = [s for s in status.get("subscribers", []) if isinstance(s, dict) and s.get("live")]
-    p50 = sorted(_number(s["latency_p50_ms"]) for s in live if _number(s.get("latency_p50_ms", -1)) >= 0)
-    p99 = [_number(s["latency_p99_ms"]) for s in live if _number(s.get("latency_p99_ms", -1)) >= 0]
+    p50 = sorted(number(s["latency_p50_ms"]) for s in live if number(s.get("latency_p50_ms", -1)) >= 0)
+    p99 = [number(s["latency_p99_ms"]) for s in live if number(s.get("latency_p99_ms", -1)) >= 0]
     out.update(
         exchanges=len(status.get("exchanges", [])),
         totals=status.get("totals", {}),
@@ -507,9 +408,9 @@ def _statistics(reply: Reply, view: View) -> dict[str, Any]:
         scale_ins=counters.get("scale_ins", 0),
         exchanges_lost=counters.get("exchanges_lost", 0),
         latency_ms={"p50_median": p50[len(p50) // 2] if p50 else None, "p99_max": max(p99) if p99 else None},
-        gaps=sum(int(_number(s.get("gaps"))) for s in live),
-        lost=sum(int(_number(s.get("lost"))) for s in live),
-        duplicates=sum(int(_number(s.get("duplicates"))) for s in live),
+        gaps=sum(int(number(s.get("gaps"))) for s in live),
+        lost=sum(int(number(s.get("lost"))) for s in live),
+        duplicates=sum(int(number(s.get("duplicates"))) for s in live),
     )
     return out
 

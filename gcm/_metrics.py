@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gcm._census import Snapshot
+from gcm._shapes import number
 from gcm._view import View
 
 __all__ = ["render", "families", "CONTENT_TYPE", "OTHER"]
@@ -46,13 +47,9 @@ TRAFFIC = {
 }
 
 
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
 def _top(rows: list[dict[str, Any]], key: str, top: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The ``top`` rows with the highest ``key``, and the rest."""
-    ranked = sorted(rows, key=lambda r: (-_number(r.get(key)), str(r.get("id", ""))))
+    ranked = sorted(rows, key=lambda r: (-number(r.get(key)), str(r.get("id", ""))))
     return ranked[:top], ranked[top:]
 
 
@@ -130,7 +127,7 @@ def _queues(view: View, snapshots: dict[str, Snapshot], top: int, now: float) ->
         age.add_metric([name], max(0.0, now - snap.at))
         totals = s.get("totals") if isinstance(s.get("totals"), dict) else {}
         for k, family in traffic.items():
-            family.add_metric([name], _number(totals.get(k)))
+            family.add_metric([name], number(totals.get(k)))
         exchanges = [x for x in s.get("exchanges", []) if isinstance(x, dict)]
         publishers = [p for p in s.get("publishers", []) if isinstance(p, dict)]
         subscribers = [x for x in s.get("subscribers", []) if isinstance(x, dict) and x.get("live")]
@@ -141,31 +138,31 @@ def _queues(view: View, snapshots: dict[str, Snapshot], top: int, now: float) ->
             xid = str(x.get("id", ""))
             xt = x.get("totals") if isinstance(x.get("totals"), dict) else {}
             for k, family in x_traffic.items():
-                family.add_metric([name, xid], _number(xt.get(k)))
+                family.add_metric([name, xid], number(xt.get(k)))
             for k, family in x_gauges.items():
-                family.add_metric([name, xid], _number(x.get(k)))
+                family.add_metric([name, xid], number(x.get(k)))
         c = s.get("counters") if isinstance(s.get("counters"), dict) else {}
         for k, family in counters.items():
-            family.add_metric([name], _number(c.get(k)))
+            family.add_metric([name], number(c.get(k)))
         for key, value in sorted(c.items()):
             if isinstance(key, str) and key.startswith("relocations_by_"):
-                relocations.add_metric([name, key.removeprefix("relocations_by_")], _number(value))
+                relocations.add_metric([name, key.removeprefix("relocations_by_")], number(value))
         shown, rest = _top(publishers, "records_per_s", top)
         for p in shown:
-            pub_rate.add_metric([name, str(p.get("id", ""))], _number(p.get("records_per_s")))
+            pub_rate.add_metric([name, str(p.get("id", ""))], number(p.get("records_per_s")))
         if rest:
-            pub_rate.add_metric([name, OTHER], sum(_number(p.get("records_per_s")) for p in rest))
+            pub_rate.add_metric([name, OTHER], sum(number(p.get("records_per_s")) for p in rest))
         shown, rest = _top(subscribers, "records_per_s", top)
         for sub in shown:
             sid = str(sub.get("id", ""))
-            sub_rate.add_metric([name, sid], _number(sub.get("records_per_s")))
-            sub_lost.add_metric([name, sid], _number(sub.get("lost")))
+            sub_rate.add_metric([name, sid], number(sub.get("records_per_s")))
+            sub_lost.add_metric([name, sid], number(sub.get("lost")))
             for family, key in ((sub_p50, "latency_p50_ms"), (sub_p99, "latency_p99_ms")):
-                if _number(sub.get(key)) >= 0 and key in sub:
-                    family.add_metric([name, sid], _number(sub.get(key)) / 1000)
+                if number(sub.get(key)) >= 0 and key in sub:
+                    family.add_metric([name, sid], number(sub.get(key)) / 1000)
         if rest:
-            sub_rate.add_metric([name, OTHER], sum(_number(x.get("records_per_s")) for x in rest))
-            sub_lost.add_metric([name, OTHER], sum(_number(x.get("lost")) for x in rest))
+            sub_rate.add_metric([name, OTHER], sum(number(x.get("records_per_s")) for x in rest))
+            sub_lost.add_metric([name, OTHER], sum(number(x.get("lost")) for x in rest))
     yield age
     yield from traffic.values()
     yield from gauges.values()

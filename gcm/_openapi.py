@@ -192,7 +192,8 @@ def document() -> dict[str, Any]:
             }
             if op.status == 201:
                 responses["200"] = responses["201"]
-            for status in sorted({400, 500, 503, *op.errors} if route.path.startswith(API) else {500, 503}):
+            errors = {400, 500, 503, *op.errors} if route.path.startswith(API) else {500, 503, *op.errors}
+            for status in sorted(errors):
                 responses[str(status)] = {"description": _ERRORS[status],
                                           "content": {"application/json": {"schema": _ref("Error")}}}
             for status in op.also:

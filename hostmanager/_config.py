@@ -53,6 +53,8 @@ class HostManagerConfig:
             e.g. sustain=1; repeatable).
         kpi_archive: KPI archive directory: its host KPIs go there, and its monitors archive their queues'
             ("" = none).
+        http_address: address of its health checks over HTTP (its own and its processes')
+        http_port: their port (-1 = none, 0 = any free port)
     """
 
     zk: str
@@ -70,6 +72,8 @@ class HostManagerConfig:
     exchange_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--exchange-option"})
     monitor_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--monitor-option"})
     kpi_archive: str = ""
+    http_address: str = "127.0.0.1"
+    http_port: int = -1
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -79,6 +83,8 @@ class HostManagerConfig:
     def __post_init__(self) -> None:
         check_hosts(self.zk)
         Paths(self.root)
+        if not -1 <= self.http_port < 65536:
+            raise ConfigError(f"http_port must be between -1 (none) and 65535, got {self.http_port}")
         if self.max_exchanges < 0:
             raise ConfigError(f"max_exchanges must be 0 or more, got {self.max_exchanges}")
         if not 0 <= self.cpus <= 4096:

@@ -10,7 +10,8 @@ disappears stops its process.
 
 When the ZooKeeper session expires the host manager registers again and republishes every ready child.
 When it stops it stops its children; if it is killed they get SIGTERM from the kernel
-(``PR_SET_PDEATHSIG``). Its control port answers Ping and Status.
+(``PR_SET_PDEATHSIG``). Its control port answers Ping and Status; with an HTTP port, it answers the health
+checks of itself and of every process it runs (:mod:`hostmanager._health`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import zmq
 
 from hostmanager._config import ChildSettings, HostManagerConfig
 from hostmanager._converge import converge, wanted
+from hostmanager._health import Health
 from hostmanager._host import HostSampler, Registration
 from hostmanager._ports import PortAllocator
 from hostmanager._supervision import Children
@@ -32,6 +34,7 @@ from roq.documents import MONITOR, HostDoc, MonitorDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
 from roq.runtime import DropCounter, SignalWakeup
+from roq.http import HttpServer
 from roq.server import Dispatcher, Request, RouterServer
 from roq.sockets import bind, check_endpoint, poll_ms
 from roq.zk import Paths, Session
@@ -67,6 +70,13 @@ class HostManager:
         sock.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
         self.server = RouterServer(sock, Dispatcher("host manager", {control.Ping: self._on_status,
                                                                      control.Status: self._on_status}, self.drops))
+        self.http: HttpServer | None = None
+        if config.http_port >= 0:
+            health = Health(config.address, lambda: self.registration.registered and self.session.connected,
+                            self.children.status)
+            self.http = HttpServer(health.handle, where=f"host manager {config.address} http", drops=self.drops,
+                                   max_body=1 << 10, max_connections=32)
+        self.http_url = ""
         self.endpoint = ""
         self._skipped: set[str] = set()  # malformed assignment names already logged
         self._dirty = True
@@ -81,6 +91,8 @@ class HostManager:
             BrokerConnectionError: the port cannot be bound or ZooKeeper cannot be reached.
         """
         self.endpoint = self.host.endpoint = bind(self.server.socket, self.address, self.config.port)
+        if self.http is not None:
+            self.http_url = self.http.bind(self.config.http_address, self.config.http_port)
         self.session.start()
         try:
             self.registration.register(self._host_doc())
@@ -91,7 +103,7 @@ class HostManager:
                  settings.exchange_options or "none", settings.monitor_options or "none")
 
     def ready_info(self) -> dict[str, Any]:
-        return {"address": self.address, "endpoint": self.endpoint}
+        return {"address": self.address, "endpoint": self.endpoint, "http": self.http_url}
 
     def serve(self, wakeup: SignalWakeup) -> None:
         poller = zmq.Poller()
@@ -105,6 +117,8 @@ class HostManager:
             for fd in set(current) - set(watched):
                 poller.register(fd, zmq.POLLIN)
             watched = current
+            if self.http is not None:
+                self.http.sync(poller)
             events = dict(poller.poll(poll_ms(min(0.1, max(0.0, self._next_kpi - time.monotonic())))))
             now = time.monotonic()
             if wakeup.fd in events and wakeup.consume():
@@ -114,6 +128,9 @@ class HostManager:
                 self._on_session()
             if self.server.socket in events:
                 self.server.readable()
+            if self.http is not None:
+                self.http.ready(events, now)
+                self.http.expire(now)
             for fd in events:
                 if fd in watched:
                     self.children.read(watched[fd])
@@ -130,6 +147,8 @@ class HostManager:
         self.host.close()
         self.session.close()
         self.server.socket.close()
+        if self.http is not None:
+            self.http.close()
         self._ctx.term()
 
     # ------------------------------------------------------------------ ZooKeeper

@@ -200,7 +200,8 @@ class Children:
 
     def status(self) -> list[dict[str, Any]]:
         return [{"queue": s.assignment.queue, "role": s.assignment.role, "id": s.assignment.slot,
-                 "pid": s.child.pid if s.child is not None else 0, "ready": s.ready, "restarts": s.restarts}
+                 "pid": s.child.pid if s.child is not None else 0, "alive": s.running,
+                 "ready": s.ready and s.running and s.stopping_since is None, "restarts": s.restarts}
                 for s in self.by_name.values()]
 
 

@@ -211,6 +211,10 @@ class EmbeddedCluster:
         with open(self.api_token_file, encoding="utf-8") as f:
             return f.read().strip()
 
+    def host_http_url(self, address: str) -> str:
+        """The base URL of the health checks of the host manager of ``address`` and of its processes."""
+        return str(self.hostmanagers[address].info.get("http", ""))
+
     def http_url(self, gid: str | None = None) -> str:
         """The base URL of the HTTP API of GCM ``gid`` (the first running one by default; a standby redirects
         to the leader)."""
@@ -247,7 +251,7 @@ class EmbeddedCluster:
         args = [
             "--zk", self.zk, "--root", self.root, "--address", address,
             "--max-exchanges", str(self.max_exchanges), "--session-timeout", str(self.session_timeout),
-            *self.hostmanager_args,
+            "--http-address", address, "--http-port", "0", *self.hostmanager_args,
         ]  # fmt: skip
         if self.log_dir:
             args += ["--log-dir", os.path.join(self.log_dir, address)]

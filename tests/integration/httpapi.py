@@ -38,12 +38,28 @@ class Answer:
         return f"Answer({self.status}, {self.body[:300]!r})"
 
 
+class Plain:
+    """GET on any HTTP server of the cluster (a host manager's health checks): (status, JSON body)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def get(self, path: str) -> tuple[int, Any]:
+        try:
+            with _OPENER.open(self.base + path, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+
 class Api:
     """Calls ``base`` (a GCM's HTTP URL) and checks each answer against the document at /api/v1/openapi.json.
 
     ``checked`` keeps (method, path template, status) of every answer checked, so that a test can say which
     routes and statuses it covered.
     """
+
+    plain = Plain
 
     def __init__(self, base: str, token: str = "") -> None:
         self.base = base
@@ -72,7 +88,8 @@ class Api:
 
     def check(self, method: str, path: str, answer: Answer) -> None:
         """The answer's status is one the document lists for the route, and its body fits that status's schema."""
-        template = next((t for pattern, t in self._templates if pattern.match(path.split("?")[0].rstrip("/"))), None)
+        bare = path.split("?")[0].rstrip("/") or "/"
+        template = next((t for pattern, t in self._templates if pattern.match(bare)), None)
         if template is None:
             assert answer.status in (404, 405), f"{method} {path}: not in the document, answered {answer}"
             assert answer.json["status"] == answer.status

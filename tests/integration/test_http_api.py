@@ -113,6 +113,25 @@ def test_every_route_answers_as_its_openapi_document_says(make_embedded):
     assert moved.status == 307 and moved.json["leader"] == cluster.http_url("gcm1")
     assert api.call("GET", "/readyz", base=standby).json["leading"] is False
 
+    # the live feed: the state at once, then a relocation as it happens
+    with socket.create_connection(("127.0.0.1", int(api.base.rsplit(":", 1)[1])), timeout=10) as feed:
+        feed.sendall(b"GET /api/v1/stream HTTP/1.1\r\nhost: x\r\n\r\n")
+        got = b""
+        while b"event: state" not in got:
+            got += feed.recv(65536)
+        assert got.startswith(b"HTTP/1.1 200 OK") and b"content-type: text/event-stream" in got
+        api.checked.add(("GET", "/api/v1/stream", 200))
+        relocation = conn.relocate()
+        while b'"kind":"relocated"' not in got:
+            got += feed.recv(65536)
+        [line] = [ln for ln in got.split(b"\n") if b'"kind":"relocated"' in ln]
+        assert b'"queue":"orders"' in line and relocation["publisher"][:8].encode() in line
+    page = api.call("GET", "/")
+    assert page.status == 200 and b"<html" in page.body.lower()
+    assert api.call("GET", "/static/index.html").status == 200
+    assert api.call("GET", "/static/..%2Fgcm.py").status == 404
+    assert api.call("GET", "/static/_http.py").status == 404
+
     # stop, start, remove: each answers once the cluster got there
     conn.close()
     assert api.call("POST", "/api/v1/queues/orders/stop").json["state"] == "stopped"
@@ -222,3 +241,24 @@ def test_zookeeper_away_answers_503_and_writes_without_a_token_file_are_refused(
         answer = api.call("GET", "/api/v1/queues/q/events")  # read from ZooKeeper: not now
         assert answer.status == 503 and answer.headers["retry-after"] == "1", answer
         assert api.call("GET", "/healthz").status == 200  # alive all the same
+
+
+def test_every_process_answers_its_health_checks_through_its_host_manager(make_embedded):
+    cluster = make_embedded(hosts=2)
+    cluster.manager.create("h", cluster.addresses[0], exchanges=1)
+    host = Api.plain(cluster.host_http_url(cluster.addresses[0]))
+    assert host.get("/healthz") == (200, {"status": "alive", "host": cluster.addresses[0]})
+    assert host.get("/readyz")[0] == 200
+    processes = {p["name"]: p for p in host.get("/processes")[1]["processes"]}
+    assert set(processes) == {"h@monitor", "h@x1"} and all(p["alive"] and p["ready"] for p in processes.values())
+    for name in processes:
+        assert host.get(f"/processes/{name}/healthz")[1]["status"] == "alive"
+        assert host.get(f"/processes/{name}/readyz") == (200, {"status": "ready", **processes[name]})
+    assert host.get("/processes/nothing@x1/readyz")[0] == 404
+    assert host.get("/nowhere")[0] == 404
+    cluster.manager.stop("h")
+    wait_until(lambda: host.get("/processes")[1]["processes"] == [], 20, "the queue's processes stopped")
+    assert host.get("/processes/h@x1/healthz")[0] == 404
+    # the GCM's own
+    gcm = Api.plain(cluster.http_url())
+    assert gcm.get("/healthz")[0] == gcm.get("/readyz")[0] == 200

@@ -132,5 +132,5 @@ def test_a_told_exchange_needs_nothing_more():
 
 def test_the_status_lists_every_child():
     children, _, _ = rig(StandIn())
-    assert children.status() == [{"queue": "orders", "role": "exchange", "id": "x1", "pid": 4242, "ready": False,
-                                  "restarts": 0}]
+    assert children.status() == [{"queue": "orders", "role": "exchange", "id": "x1", "pid": 4242, "alive": True,
+                                  "ready": False, "restarts": 0}]

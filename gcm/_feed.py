@@ -1,0 +1,114 @@
+"""The dashboard's live feed (``GET /api/v1/stream``): server-sent events of the cluster's state and its
+topology events.
+
+``state`` goes to every open feed after each census round (hosts; each queue with its traffic, exchanges,
+publishers and subscribers' latency); ``event`` for each topology event as the census finds it in a monitor's
+status (relocations, fail-overs, scaling, thresholds adopted), with the newest :data:`FIRST_EVENTS` sent to a
+feed when it opens. A queue's events from before the GCM first heard its monitor are history: kept for new
+feeds, not pushed. Feeds are bounded in number (:data:`MAX_STREAMS`), and so is everything they are sent.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Protocol
+
+from gcm._census import Census, Snapshot
+from gcm._view import View
+from gcm._shapes import snake, traffic
+from roq.http import EventStream, HttpResponse
+
+__all__ = ["LiveFeed", "MAX_STREAMS", "FIRST_EVENTS"]
+
+MAX_STREAMS = 64  # live feeds open at once
+FIRST_EVENTS = 50  # events a new live feed is sent at once
+MAX_RECENT = 500  # events kept for new feeds
+MAX_FEED_PUBLISHERS = 200  # publishers (and subscribers) per queue in the live feed's state
+
+
+class _Shell(Protocol):
+    id: str
+    view: View
+    census: Census
+
+
+class LiveFeed:
+    """The open feeds and what they were sent.
+
+    Args:
+        shell: the GCM (its view and census).
+        clock: wall clock.
+    """
+
+    def __init__(self, shell: _Shell, clock: Callable[[], float] = time.time) -> None:
+        self.shell = shell
+        self.clock = clock
+        self.streams: list[EventStream] = []
+        self._seen: dict[str, int] = {}  # queue -> the last event seq the feeds were sent
+        self._recent: list[dict[str, Any]] = []  # the newest events of every queue, for a new feed
+
+    def open(self) -> HttpResponse | EventStream:
+        """Server-sent events: ``state`` now and after every census round (hosts, queues, their exchanges and
+        publishers), ``event`` for each topology event as the census finds it (relocations, fail-overs,
+        scaling, thresholds adopted), the newest :data:`FIRST_EVENTS` of them at once."""
+        self.streams = [s for s in self.streams if not s.closed]
+        if len(self.streams) >= MAX_STREAMS:
+            return HttpResponse.error(503, f"{MAX_STREAMS} live feeds open already; retry").with_headers(
+                ("retry-after", "5"))
+        stream = EventStream()
+        self.streams.append(stream)
+        stream.send(self.state(), "state")
+        for event in self._recent[-FIRST_EVENTS:]:
+            stream.send(event, "event", str(event.get("seq", "")))
+        return stream
+
+    def state(self) -> dict[str, Any]:
+        """What the dashboard draws: hosts, and each queue with its traffic, exchanges and publishers."""
+        _, hosts = self.shell.view.summaries()
+        snaps = self.shell.census.snapshots
+        queues = []
+        for name, q in sorted(self.shell.view.queues.items()):
+            status = snaps[name].status if name in snaps else None
+            exchanges = [{k: x.get(k) for k in ("id", "records_per_s", "records_out_per_s", "busy", "publishers",
+                                                "mark_records_per_s", "draining")}
+                         for x in (status or {}).get("exchanges", []) if isinstance(x, dict)]
+            publishers = [{"id": p.get("id"), "exchange": p.get("exchange"), "records_per_s": p.get("records_per_s")}
+                          for p in (status or {}).get("publishers", [])[:MAX_FEED_PUBLISHERS] if isinstance(p, dict)]
+            latency = [{"id": s.get("id"), "p50": s.get("latency_p50_ms"), "p99": s.get("latency_p99_ms"),
+                        "prefix": s.get("prefix")}
+                       for s in (status or {}).get("subscribers", [])[:MAX_FEED_PUBLISHERS]
+                       if isinstance(s, dict) and s.get("live")]
+            queues.append({"name": name, "state": q.state, "host": q.host, "placement": dict(q.placement),
+                           **traffic(status), "exchanges": exchanges, "publisher_list": publishers,
+                           "latency": latency, "counters": (status or {}).get("counters", {})})
+        return {"time": self.clock(), "leader": self.shell.id, "hosts": [snake(h.document()) for h in hosts],
+                "queues": queues}
+
+    def census_taken(self, snapshot: Snapshot) -> None:
+        """A queue's new status: its events not seen yet go to every live feed."""
+        events = [e for e in snapshot.status.get("events", []) if isinstance(e, dict)]
+        last = self._seen.get(snapshot.queue)
+        seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int)]
+        self._seen[snapshot.queue] = max(seqs, default=last or 0)
+        if last is None:  # the first status of this queue: its past events are history, kept for new feeds
+            fresh = events[-FIRST_EVENTS:]
+        else:
+            fresh = [e for e in events if isinstance(e.get("seq"), int) and e["seq"] > last]
+        for event in fresh:
+            event = {**event, "queue": snapshot.queue}
+            self._recent.append(event)
+            if last is not None:
+                for stream in self.streams:
+                    stream.send(event, "event", str(event.get("seq", "")))
+        del self._recent[:-MAX_RECENT]
+        for name in [n for n in self._seen if n not in self.shell.view.queues]:
+            del self._seen[name]
+
+    def tick(self) -> None:
+        """After a census round: the state to every live feed; feeds whose client left are forgotten."""
+        self.streams = [s for s in self.streams if not s.closed]
+        if self.streams:
+            state = self.state()
+            for stream in self.streams:
+                stream.send(state, "state")
+
