@@ -197,7 +197,7 @@ class QueueManager:
                 time.sleep(0.1)
 
     def leader(self, timeout: float = 10.0) -> dict[str, Any]:
-        """The leader's published endpoints (id, pid, lookup, management, broadcast).
+        """The leader's published endpoints (id, pid, lookup, management, broadcast, http).
 
         Raises:
             BrokerTimeoutError: no leader registered within ``timeout``.

@@ -106,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("--follow", action="store_true", help="then print new events as they come (Ctrl-C stops)")
     client_flags(events)
     client_flags(sub.add_parser("hosts", help="every live host with its capacity and KPIs"))
+    client_flags(sub.add_parser("status", help="one screen: the leader, every host, and the busiest queues with "
+                                "their traffic, latency and moves"))
     watch = sub.add_parser("watch", help="print configuration broadcasts as they arrive (Ctrl-C stops)")
     watch.add_argument("--count", type=int, default=0, help="stop after this many broadcasts (default: never)")
     client_flags(watch)

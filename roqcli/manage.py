@@ -9,7 +9,7 @@ import signal
 import time
 from typing import Any
 
-from roq.errors import ConfigError, ProtocolError
+from roq.errors import ConfigError, ProtocolError, RoQError
 from roq.runtime import ExitCode
 
 __all__ = ["ClientSettings", "manage"]
@@ -30,6 +30,8 @@ def manage(args: argparse.Namespace, s: ClientSettings) -> int:
     with QueueManager(s.zk, root=s.root, timeout=s.timeout) as qm:
         if args.command == "hosts":
             return _show(args, qm.hosts(), _host_line)
+        if args.command == "status":
+            return _status(args, qm)
         if args.command == "watch":
             return _watch(args, qm)
         if args.command == "events":
@@ -90,6 +92,68 @@ def _host_line(h: dict[str, Any]) -> str:
                                                        if link else "")
     return (f"{h['Address']:<15} exchanges {h['AssignedExchanges']}/{h['MaxExchanges']}  "
             f"cpu {h['CpuPercent']:.0f}% of {h.get('Cpus', 0.0):g} cores  memory {h['MemoryPercent']:.0f}%  {net}")
+
+
+STATUS_QUEUES = 20  # queues whose monitors `roq status` asks for their figures (the others: a count)
+
+
+def _status(args: argparse.Namespace, qm: Any) -> int:
+    """One screen: the leader, every host, and the busiest queues with their traffic and events' counts."""
+    leader = qm.leader()
+    hosts = qm.hosts()
+    queues = qm.list()
+    stats: dict[str, dict[str, Any]] = {}
+    for q in [q for q in queues if q["State"] == "running"][:STATUS_QUEUES]:
+        try:
+            stats[q["Name"]] = qm.stats(q["Name"]).get("Monitor") or {}
+        except RoQError:  # removed or restarting meanwhile: shown without figures
+            stats[q["Name"]] = {}
+    rows = [_queue_status(q, stats.get(q["Name"])) for q in queues]
+    if args.json:
+        print(json.dumps({"leader": leader, "hosts": hosts, "queues": rows}, sort_keys=True))
+        return ExitCode.OK
+    states: dict[str, int] = {}
+    for q in queues:
+        states[q["State"]] = states.get(q["State"], 0) + 1
+    print(f"leader   {leader['id']}  management {leader['management']}"
+          + (f"  http {leader['http']}" if leader.get("http") else ""))
+    print(f"hosts    {len(hosts)}   queues {len(queues)}"
+          + (f" ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))})" if queues else "")
+          + f"   records/s in {sum(r['records_in_per_s'] for r in rows):,.0f}"
+          + f" out {sum(r['records_out_per_s'] for r in rows):,.0f}")
+    print()
+    for h in hosts:
+        print("  " + _host_line(h))
+    if not queues:
+        print("\n(no queues)")
+        return ExitCode.OK
+    print(f"\n  {'QUEUE':<20} {'STATE':<9} {'EXCH':>4} {'PUBS':>5} {'SUBS':>5} {'IN/S':>10} {'OUT/S':>10} "
+          f"{'P50 MS':>7}  MOVES FAILOVERS SCALE+/-")
+    for r in sorted(rows, key=lambda r: (-r["records_in_per_s"], r["name"]))[:STATUS_QUEUES]:
+        p50 = f"{r['latency_p50_ms']:.1f}" if r["latency_p50_ms"] is not None else "-"
+        print(f"  {r['name']:<20.20} {r['state']:<9} {r['exchanges']:>4} {r['publishers']:>5} {r['subscribers']:>5} "
+              f"{r['records_in_per_s']:>10,.0f} {r['records_out_per_s']:>10,.0f} {p50:>7}  {r['relocations']:>5} "
+              f"{r['failovers']:>9} {r['scale_outs']:>3}/{r['scale_ins']}")
+    if len(rows) > STATUS_QUEUES:
+        print(f"  ... and {len(rows) - STATUS_QUEUES} more queues (roq queue list)")
+    return ExitCode.OK
+
+
+def _queue_status(q: dict[str, Any], status: dict[str, Any] | None) -> dict[str, Any]:
+    status = status or {}
+    exchanges = [x for x in status.get("exchanges", []) if isinstance(x, dict)]
+    live = [s for s in status.get("subscribers", []) if isinstance(s, dict) and s.get("live")]
+    p50 = sorted(s["latency_p50_ms"] for s in live if isinstance(s.get("latency_p50_ms"), (int, float))
+                 and s["latency_p50_ms"] >= 0)
+    counters = status.get("counters", {})
+    return {
+        "name": q["Name"], "state": q["State"], "exchanges": len(exchanges) or len(q.get("Exchanges", [])),
+        "publishers": len(status.get("publishers", [])), "subscribers": len(live),
+        "records_in_per_s": sum(float(x.get("records_per_s", 0)) for x in exchanges),
+        "records_out_per_s": sum(float(x.get("records_out_per_s", 0)) for x in exchanges),
+        "latency_p50_ms": p50[len(p50) // 2] if p50 else None,
+        **{k: int(counters.get(k, 0)) for k in ("relocations", "failovers", "scale_outs", "scale_ins")},
+    }
 
 
 def _event_line(e: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 from zkhelp import gone, wait_until
@@ -27,7 +28,7 @@ def roq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
     up = spawn("roq cluster up", "roqcli", [
         "cluster", "up", "--hosts", "2", "--zk-port", "0", "--lookup-port", "0", "--management-port", "0",
-        "--broadcast-port", "0", "--session-timeout", "4", "--log-dir", str(tmp_path / "logs"),
+        "--broadcast-port", "0", "--http-port", "0", "--session-timeout", "4", "--log-dir", str(tmp_path / "logs"),
     ], stderr=open(tmp_path / "up.err", "wb"))  # fmt: skip
     try:
         out = b""
@@ -54,6 +55,15 @@ def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
         assert [q["Name"] for q in listed] == ["orders"] and len(listed[0]["Exchanges"]) == 2
         hosts = roq("hosts", "--zk", zk)
         assert hosts.returncode == 0 and "127.0.0.11" in hosts.stdout and "127.0.0.12" in hosts.stdout
+        status = roq("status", "--zk", zk)
+        assert status.returncode == 0, status.stderr
+        assert "hosts    2   queues 1 (1 running)" in status.stdout and "orders" in status.stdout, status.stdout
+        summary = json.loads(roq("status", "--zk", zk, "--json").stdout)
+        assert [q["exchanges"] for q in summary["queues"]] == [2] and summary["leader"]["http"].startswith("http://")
+        dashboard = next(line.split(" at ", 1)[1].split("/ ", 1)[0] for line in text.splitlines()
+                         if line.startswith("http api"))
+        with urllib.request.urlopen(dashboard + "/readyz", timeout=10) as r:
+            assert r.status == 200
         watched = roq("watch", "--count", "1", "--json", "--zk", zk)
         assert watched.returncode == 0, watched.stderr
         broadcast = json.loads(watched.stdout.splitlines()[-1])
