@@ -7,6 +7,7 @@ not read stops answering the monitor after a while and is then no longer waited 
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
 import time
@@ -36,6 +37,7 @@ _JOIN_TURN = 0.05
 MAX_PREPARES = 1024
 #: Records ``recv_many`` returns at most by default.
 MAX_RECORDS = 65536
+BOUNDS_S = [b / 1000 for b in control.LATENCY_BOUNDS_MS]  # the latency histogram's bounds, in seconds
 
 
 class Subscriber:
@@ -65,6 +67,8 @@ class Subscriber:
         self._names: dict[bytes, str] = {}
         self._latency: collections.deque[float] = collections.deque(maxlen=config.latency_samples)
         self._latency_count = 0  # batches measured in all
+        self._buckets = [0] * (len(control.LATENCY_BOUNDS_MS) + 1)  # batches per latency bound since the hello
+        self._latency_sum = 0.0  # seconds, of the batches counted there
         self._kpi_from = (0.0, 0, 0)  # the previous hello: when, records received, batches measured
         self._received = 0
         self._listed = False
@@ -245,8 +249,11 @@ class Subscriber:
             stamp = ts / 1e9
             ready.append(Batch(key, payloads, name, first, stamp))
             self._received += len(payloads)
-            self._latency.append(now - stamp)
+            latency = now - stamp
+            self._latency.append(latency)
             self._latency_count += 1
+            self._buckets[bisect.bisect_left(BOUNDS_S, latency)] += 1
+            self._latency_sum += latency
 
     # ------------------------------------------------------------------ the monitor
 
@@ -302,4 +309,7 @@ class Subscriber:
             period=round(now - since, 3) if since else 0.0, records=self._received - received,
             latency_p50_ms=round(window[len(window) // 2] * 1000, 3) if window else -1.0,
             latency_p99_ms=round(window[min(len(window) - 1, int(len(window) * 0.99))] * 1000, 3) if window else -1.0,
-            gaps=o.gaps, lost=o.lost, duplicates=o.duplicates))
+            gaps=o.gaps, lost=o.lost, duplicates=o.duplicates, latency_buckets=self._buckets,
+            latency_sum_ms=round(max(self._latency_sum, 0.0) * 1000, 3)))
+        self._buckets = [0] * len(self._buckets)
+        self._latency_sum = 0.0

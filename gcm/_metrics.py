@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gcm._census import Snapshot
@@ -122,9 +122,14 @@ def _queues(view: View, snapshots: dict[str, Snapshot], top: int, now: float) ->
                                 "subscriber's last KPI period", labels=["queue", "subscriber"])
     sub_lost = CounterMetricFamily("roq_subscriber_lost_records_total", "records lost in gaps, as the subscribers "
                                    "count them since they started", labels=["queue", "subscriber"])
+    latency = HistogramMetricFamily("roq_queue_latency_seconds", "end-to-end latency of the batches the queue's "
+                                    "subscribers received, publisher's clock to subscriber's", labels=["queue"])
     for name, snap in sorted(snapshots.items()):
         s = snap.status
         age.add_metric([name], max(0.0, now - snap.at))
+        histogram = _histogram(s.get("latency_histogram"))
+        if histogram is not None:
+            latency.add_metric([name], *histogram)
         totals = s.get("totals") if isinstance(s.get("totals"), dict) else {}
         for k, family in traffic.items():
             family.add_metric([name], number(totals.get(k)))
@@ -170,7 +175,21 @@ def _queues(view: View, snapshots: dict[str, Snapshot], top: int, now: float) ->
     yield from x_gauges.values()
     yield relocations
     yield from counters.values()
-    yield from (pub_rate, sub_rate, sub_p50, sub_p99, sub_lost)
+    yield from (pub_rate, sub_rate, sub_p50, sub_p99, sub_lost, latency)
+
+
+def _histogram(doc: Any) -> tuple[list[tuple[str, float]], float] | None:
+    """A monitor's latency histogram as Prometheus's cumulative buckets (seconds) and sum; None if malformed."""
+    if not isinstance(doc, dict):
+        return None
+    bounds, counts = doc.get("bounds_ms"), doc.get("counts")
+    if not isinstance(bounds, list) or not isinstance(counts, list) or len(counts) != len(bounds) + 1:
+        return None
+    buckets, total = [], 0.0
+    for bound, count in zip([*bounds, None], counts):
+        total += number(count)
+        buckets.append(("+Inf" if bound is None else repr(number(bound) / 1000), total))
+    return buckets, number(doc.get("sum_ms")) / 1000
 
 
 class _Families(Collector):

@@ -78,7 +78,7 @@ class Core:
         self.scaling = (Scaling(config.queue, t, self.rules, self.mover, self.exchanges, self.subscribers, events, out)
                         if clustered else None)
         self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state,
-                                   totals=self.kpis.totals)
+                                   totals=self.kpis.totals, latency=self.kpis.latency)
         self._settled = False
 
     def handlers(self) -> dict[type[control.Message], Handler]:

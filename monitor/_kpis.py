@@ -48,6 +48,10 @@ class Kpis:
         self.outbox = outbox
         self.archiving = archiving
         self.totals = dict.fromkeys(TOTALS, 0)  # the queue's traffic since this monitor started
+        # its subscribers' batches per latency bound (control.LATENCY_BOUNDS_MS, then one above the last) and
+        # their sum, since this monitor started: the metrics' latency histogram
+        self.latency = {"bounds_ms": list(control.LATENCY_BOUNDS_MS),
+                        "counts": [0] * (len(control.LATENCY_BOUNDS_MS) + 1), "sum_ms": 0.0}
 
     def exchange(self, kpi: control.ExchangeKpi, identity: bytes, now: float) -> None:
         """An exchange's KPI report (ignored until its first heartbeat, which carries its endpoints)."""
@@ -121,6 +125,12 @@ class Kpis:
         """A subscriber's KPIs, which ride on its hello (``period`` 0 = none): kept on its entry for the
         status, and archived."""
         s = self.topology.subscribers.get(hello.subscriber)
+        counts = self.latency["counts"]
+        buckets = hello.latency_buckets
+        if s is not None and len(buckets) == len(counts) and all(type(n) is int and 0 <= n < MAX_TOTAL for n in buckets):
+            for i, n in enumerate(buckets):
+                counts[i] = min(counts[i] + n, MAX_TOTAL)
+            self.latency["sum_ms"] += min(max(hello.latency_sum_ms, 0.0), 1e15)
         if s is not None and hello.period > 0:
             s.kpis = {
                 "records_per_s": round(max(hello.records, 0) / max(hello.period, MIN_PERIOD), 1),

@@ -39,12 +39,14 @@ class Operators:
         drops: the shell's count of dropped input (shown in the status).
         scaling: the scaling state to show (placement, starting, retiring, asking_gcm).
         totals: the queue's traffic counted since the monitor started (records and bytes in and out).
+        latency: its subscribers' latency histogram since the monitor started.
     """
 
     def __init__(self, queue: str, pid: int, topology: Topology, mover: Mover, rules: Rules, events: EventLog,
                  drops: DropCounter, scaling: Callable[[], dict[str, Any]], *,
-                 totals: Mapping[str, int] | None = None) -> None:
+                 totals: Mapping[str, int] | None = None, latency: Mapping[str, Any] | None = None) -> None:
         self.totals = totals if totals is not None else {}
+        self.latency = latency if latency is not None else {}
         self.queue = queue
         self.pid = pid
         self.topology = topology
@@ -68,6 +70,7 @@ class Operators:
             "relocations": self.mover.describe(),
             "counters": {**self.events.counters, "dropped_messages": self.drops.total},
             "totals": dict(self.totals),
+            "latency_histogram": {k: list(v) if isinstance(v, list) else v for k, v in self.latency.items()},
             "dropped": dict(self.drops.by_reason),
             "refused": dict(self.topology.refused),
             "events": self.events.recent(STATUS_EVENTS),

@@ -291,8 +291,11 @@ class SubscriberHello(Message):
     """Subscriber -> monitor at start and every heartbeat; ``confirmed`` lists the exchanges it hears.
 
     Its KPIs ride along: over the ``period`` seconds since its previous hello, the ``records`` it delivered
-    and the p50 / p99 end-to-end latency of their batches (ms; -1 = no batch); since it started, the
-    ``gaps`` it found, the records ``lost`` in them and the ``duplicates`` it dropped. ``period`` 0 = no KPIs.
+    and the p50 / p99 end-to-end latency of their batches (ms; -1 = no batch), and every batch's latency
+    counted in ``latency_buckets`` (one count per bound of :data:`LATENCY_BOUNDS_MS`, a batch counted under the
+    first bound it does not exceed, then one for the batches above the last) with their sum,
+    ``latency_sum_ms``; since it started, the ``gaps`` it found, the records ``lost`` in them and the
+    ``duplicates`` it dropped. ``period`` 0 = no KPIs.
     """
 
     subscriber: str
@@ -305,6 +308,12 @@ class SubscriberHello(Message):
     gaps: int = 0
     lost: int = 0
     duplicates: int = 0
+    latency_buckets: list[int] = dataclasses.field(default_factory=list)
+    latency_sum_ms: float = 0.0
+
+
+#: the upper bounds (ms) of the latency histogram subscribers count their batches in (SubscriberHello)
+LATENCY_BOUNDS_MS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,4 +37,8 @@ def test_prometheus_scrapes_the_cluster_and_promql_gives_the_published_rate(make
         hosts = prom.query("roq_host_cpu_ratio")
         assert {s["metric"]["host"] for s in hosts} == set(cluster.addresses)
         assert prom.query('roq_gcm_leader{gcm="gcm1"}')[0]["value"][1] == "1"
+        median = prom.query('histogram_quantile(0.5, sum by (le) '
+                            '(rate(roq_queue_latency_seconds_bucket{queue="metered"}[10s])))')
+        print(f"median latency from the histogram: {float(median[0]['value'][1]) * 1000:.2f} ms")
+        assert 0 < float(median[0]["value"][1]) < 5.0
     q.audit()

@@ -97,3 +97,17 @@ def test_traffic_is_counted_per_exchange_and_for_the_queue_and_subscribers_kpis_
                                    latency_p99_ms=9.0, gaps=1, lost=3, duplicates=2), b"s1")
     [s1] = d.status()["subscribers"]
     assert (s1["records_per_s"], s1["latency_p50_ms"], s1["latency_p99_ms"], s1["lost"]) == (250.0, 1.5, 9.0, 3)
+
+
+def test_subscribers_latency_counts_add_up_in_the_queue_histogram_and_malformed_ones_are_ignored():
+    q = Peers(Driver(CONFIG), ("x1",), ("s1",))
+    d = q.d
+    n = len(control.LATENCY_BOUNDS_MS) + 1
+    d.send(control.SubscriberHello("s1", b"", ["x1"], period=1.0, latency_buckets=[1] * n, latency_sum_ms=30.0), b"s1")
+    d.send(control.SubscriberHello("s1", b"", ["x1"], period=1.0, latency_buckets=[0, 2] + [0] * (n - 2),
+                                   latency_sum_ms=1.5), b"s1")
+    d.send(control.SubscriberHello("s1", b"", ["x1"], period=1.0, latency_buckets=[5, 5], latency_sum_ms=9.0), b"s1")
+    d.send(control.SubscriberHello("s1", b"", ["x1"], period=1.0, latency_buckets=[-1] * n), b"s1")
+    histogram = d.status()["latency_histogram"]
+    assert histogram["counts"] == [1, 3] + [1] * (n - 2) and histogram["sum_ms"] == 31.5
+    assert histogram["bounds_ms"] == list(control.LATENCY_BOUNDS_MS)
