@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol
 
 from gcm._census import Census, Snapshot
 from gcm._view import View
-from gcm._shapes import snake, traffic
+from gcm._shapes import number, snake, traffic
 from roq.http import EventStream, HttpResponse
 
 __all__ = ["LiveFeed", "MAX_STREAMS", "FIRST_EVENTS"]
@@ -58,8 +58,8 @@ class LiveFeed:
         stream = EventStream()
         self.streams.append(stream)
         stream.send(self.state(), "state")
-        for event in self._recent[-FIRST_EVENTS:]:
-            stream.send(event, "event", str(event.get("seq", "")))
+        for event in sorted(self._recent[-FIRST_EVENTS:], key=lambda e: number(e.get("time"))):
+            stream.send(event, "event", _event_id(event))
         return stream
 
     def state(self) -> dict[str, Any]:
@@ -69,16 +69,18 @@ class LiveFeed:
         queues = []
         for name, q in sorted(self.shell.view.queues.items()):
             status = snaps[name].status if name in snaps else None
-            exchanges = [{k: x.get(k) for k in ("id", "records_per_s", "records_out_per_s", "busy", "publishers",
-                                                "mark_records_per_s", "draining")}
+            exchanges = [{**{k: x.get(k) for k in ("id", "records_per_s", "records_out_per_s", "busy", "publishers",
+                                                   "mark_records_per_s", "draining")}, "host": _host(x.get("frontend"))}
                          for x in (status or {}).get("exchanges", []) if isinstance(x, dict)]
             publishers = [{"id": p.get("id"), "exchange": p.get("exchange"), "records_per_s": p.get("records_per_s")}
                           for p in (status or {}).get("publishers", [])[:MAX_FEED_PUBLISHERS] if isinstance(p, dict)]
             latency = [{"id": s.get("id"), "p50": s.get("latency_p50_ms"), "p99": s.get("latency_p99_ms"),
-                        "prefix": s.get("prefix")}
+                        "prefix": _text(s.get("prefix"))}
                        for s in (status or {}).get("subscribers", [])[:MAX_FEED_PUBLISHERS]
                        if isinstance(s, dict) and s.get("live")]
             queues.append({"name": name, "state": q.state, "host": q.host, "placement": dict(q.placement),
+                           "status_from": "monitor" if status is not None else "topology",
+                           "status_age_s": round(max(0.0, self.clock() - snaps[name].at), 3) if name in snaps else None,
                            **traffic(status), "exchanges": exchanges, "publisher_list": publishers,
                            "latency": latency, "counters": (status or {}).get("counters", {})})
         return {"time": self.clock(), "leader": self.shell.id, "hosts": [snake(h.document()) for h in hosts],
@@ -99,7 +101,7 @@ class LiveFeed:
             self._recent.append(event)
             if last is not None:
                 for stream in self.streams:
-                    stream.send(event, "event", str(event.get("seq", "")))
+                    stream.send(event, "event", _event_id(event))
         del self._recent[:-MAX_RECENT]
         for name in [n for n in self._seen if n not in self.shell.view.queues]:
             del self._seen[name]
@@ -112,3 +114,22 @@ class LiveFeed:
             for stream in self.streams:
                 stream.send(state, "state")
 
+
+
+def _event_id(event: dict[str, Any]) -> str:
+    """An event's id in the feed, unique across queues: ``queue:seq``."""
+    return f"{event.get('queue', '')}:{event.get('seq', '')}"
+
+
+def _host(endpoint: Any) -> str:
+    """The host of a ``tcp://host:port`` endpoint ("" if it is not one)."""
+    if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+        return ""
+    return endpoint[len("tcp://"):].rsplit(":", 1)[0]
+
+
+def _text(value: Any) -> str:
+    """A subscriber's prefix as text (bytes from the monitor's status; not UTF-8 escaped)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return value if isinstance(value, str) else ""

@@ -45,6 +45,7 @@ STATUS = {Result.OK: 200, Result.BAD_REQUEST: 400, Result.UNKNOWN_COMMAND: 400, 
           Result.CONFLICT: 409, Result.UNAVAILABLE: 503, Result.FAIL: 500, Result.NOT_LEADER: 503}
 WRITES = ("POST", "PUT", "DELETE", "PATCH")
 MIN_TOKEN = 16  # characters of a bearer token, at least
+CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'"
 STATIC_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 STATIC_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
                 "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
@@ -311,7 +312,7 @@ class HttpApi:
         data = _static(name) if kind is not None else None
         if data is None:
             return HttpResponse.error(404, f"no such file: {name[:64]}")
-        return HttpResponse(200, data, kind)
+        return HttpResponse(200, data, kind, headers=(("content-security-policy", CSP),))
 
     # ------------------------------------------------------------------ metrics and health
 

@@ -1,0 +1,199 @@
+"""The dashboard (gcm/static) in a real browser: Debian's headless chromium, driven by Selenium through Debian's
+chromedriver (nothing downloads a browser), the page served by a real cluster's GCM.
+
+The first test follows live traffic and a forced relocation end to end; the second draws a minute of 100
+queues through ``window.roqRender`` and measures in the browser how long each drawing takes.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+import client
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+WAIT_S = 30
+
+
+@pytest.fixture
+def browser():
+    """A headless chromium, quit after the test (so no chromium process outlives it)."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1000", "--no-proxy-server"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver, condition, what: str, timeout: float = WAIT_S):
+    """The value of ``condition(driver)`` once it is true; the test fails with ``what`` at the deadline."""
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition, f"timed out waiting for: {what}")
+
+
+def shown(driver, script: str, *args):
+    return driver.execute_script(script, *args)
+
+
+def test_the_page_follows_traffic_and_a_relocation_live(make_embedded, browser):
+    cluster = make_embedded(hosts=2)
+    cluster.manager.create("orders", exchanges=2)
+    conn = client.connect(monitor=cluster.manager.lookup("orders"))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def traffic() -> None:  # about 300 records/s; the sockets belong to this thread
+        try:
+            pub = conn.publisher()
+            sub = conn.subscriber(prefix=b"")
+            i = 0
+            while not stop.wait(0.01):
+                for _ in range(3):
+                    pub.send(b"k", b"%d" % i)
+                    i += 1
+                sub.recv_many(1000, timeout=0)
+            pub.close()
+            sub.close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    sender = threading.Thread(target=traffic, daemon=True)
+    sender.start()
+    try:
+        browser.get(cluster.http_url() + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "conn").text == "live", "the connection indicator says live")
+        assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-connected") == "1"
+        wait(browser, lambda d: shown(d, """
+            const row = document.querySelector('#queues tbody tr[data-queue="orders"]');
+            return row !== null && parseFloat(row.querySelector('.c-in').textContent) > 0;"""),
+             "the queue's row with records/s in above 0")
+        hosts = wait(browser, lambda d: (lambda h: h if len(h) == 2 else None)(
+            shown(d, "return [...document.querySelectorAll('#hosts .host')].map(h => h.dataset.host)")),
+            "both hosts")
+        assert sorted(hosts) == sorted(cluster.addresses)
+        assert browser.find_element(By.ID, "leader").text == "gcm1"
+        assert browser.find_element(By.ID, "n-queues").text == "1"
+
+        moved = conn.relocate()
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, '#events li[data-kind="relocated"][data-queue="orders"]'),
+             "a relocated event of the queue in the event list")
+        text = browser.find_element(By.CSS_SELECTOR, '#events li[data-kind="relocated"] .text').text
+        assert moved["target"] in text, text
+
+        # the selected queue (the first, by default): its exchanges, with the publisher on one of them
+        assert browser.find_element(By.ID, "d-name").text == "orders"
+        exchanges = wait(browser, lambda d: shown(d, """
+            const rows = [...document.querySelectorAll('#d-exchanges tr.exchange')];
+            const pubs = rows.map(r => r.querySelectorAll('.pub').length);
+            return rows.length === 2 && pubs.some(n => n > 0) ? rows.map(r => r.dataset.exchange) : null;"""),
+            "the selected queue's two exchanges, a publisher on one")
+        assert set(exchanges) >= {moved["target"]}
+    finally:
+        stop.set()
+        sender.join(10)
+        conn.close()
+    assert not errors, errors
+
+
+def fake_state(step: int, rng: random.Random, start: float) -> dict:
+    """A state of 100 queues of 2-4 exchanges and 3-6 publishers each, as the feed sends it."""
+    queues = []
+    for i in range(100):
+        n = 2 + (i + step // 20) % 3  # the exchange count changes twice in the minute
+        ids = [f"x{k + 1}-{i:04x}" for k in range(n)]
+        publishers = [{"id": f"{i:04d}{p:028x}", "exchange": ids[p % n], "records_per_s": rng.uniform(0, 2000)}
+                      for p in range(3 + i % 4)]
+        exchanges = [{"id": x, "records_per_s": sum(p["records_per_s"] for p in publishers if p["exchange"] == x),
+                      "records_out_per_s": rng.uniform(0, 4000), "busy": rng.random(),
+                      "publishers": sum(p["exchange"] == x for p in publishers), "mark_records_per_s": 200000.0,
+                      "draining": False} for x in ids]
+        rate = sum(x["records_per_s"] for x in exchanges)
+        queues.append({
+            "name": f"q{i:03d}", "state": "running", "host": "127.0.0.11",
+            "placement": {f"x{k + 1}": f"127.0.0.{11 + k}" for k in range(n)},
+            "records_in_per_s": rate, "records_out_per_s": rate, "bytes_in_per_s": rate * 100,
+            "bytes_out_per_s": rate * 100, "publishers": len(publishers), "subscribers": 2,
+            "exchanges": exchanges, "publisher_list": publishers,
+            "latency": [{"id": f"s{i}-{k}", "p50": rng.uniform(1, 5), "p99": rng.uniform(5, 50),
+                         "prefix": "b''" if k else "b'eu'"} for k in range(2)],
+            "counters": {"relocations": step // 10, "failovers": 0, "scale_outs": step // 20, "scale_ins": 0},
+        })
+    hosts = [{"address": f"127.0.0.{11 + k}", "cpus": 2.0, "cpu_percent": rng.uniform(0, 100),
+              "memory_percent": rng.uniform(0, 100), "net_bytes_per_s": 1e6, "net_percent": 0.0, "exchanges": 75,
+              "max_exchanges": 100, "monitors": 25} for k in range(4)]
+    return {"time": start + step, "leader": "gcm1", "hosts": hosts, "queues": queues}
+
+
+RENDER = "const t0 = performance.now(); window.roqRender(arguments[0]); document.body.offsetHeight; " \
+         "return performance.now() - t0;"
+ADD_EVENTS = "const t0 = performance.now(); for (const e of arguments[0]) window.roqAddEvent(e); " \
+             "document.body.offsetHeight; return performance.now() - t0;"
+
+
+def test_a_minute_of_100_queues_renders_in_place_and_fast(make_embedded, browser):
+    cluster = make_embedded(hosts=1)
+    browser.get(cluster.http_url() + "/?feed=0")  # the page without the live feed: these states only
+    wait(browser, lambda d: shown(d, "return typeof window.roqRender === 'function'"), "the page's script")
+    rng = random.Random(7)
+    start = time.time()
+    kinds = ["relocated", "failover", "scale_out", "thresholds_adopted"]
+    renders, adds, seq = [], [], 0
+    for step in range(60):
+        # the timing is the browser's: the drawing and the style and layout it causes, not WebDriver's trip
+        renders.append(shown(browser, RENDER, fake_state(step, rng, start)))
+        if step == 0:
+            shown(browser, "window.firstRow = document.querySelector('#queues tbody tr')")
+        events = []
+        for _ in range(4):
+            seq += 1
+            events.append({"queue": f"q{seq % 100:03d}", "seq": seq, "time": start + step + seq / 1000,
+                           "kind": kinds[seq % 4], "text": f"<b>event {seq}</b> moved 12 records/s"})
+        adds.append(shown(browser, ADD_EVENTS, events))
+
+    began = time.perf_counter()
+    rows = shown(browser, "return document.querySelectorAll('#queues tbody tr').length")
+    round_trip = time.perf_counter() - began
+    page = shown(browser, """
+        const items = [...document.querySelectorAll('#events li')];
+        return {
+            sameRow: window.firstRow === document.querySelector('#queues tbody tr[data-queue="q000"]'),
+            renders: document.body.dataset.renders, events: items.length,
+            newestFirst: items.every((li, i) => i === 0 || li.querySelector('time').dateTime
+                                     <= items[i - 1].querySelector('time').dateTime),
+            bold: document.querySelectorAll('#events b').length,
+            firstText: items[0].querySelector('.text').textContent,
+            points: document.querySelector('#queues tbody tr polyline').getAttribute('points').trim().split(' ').length,
+            exchanges: document.querySelectorAll('#d-exchanges tr.exchange').length,
+            latency: document.querySelectorAll('#d-latency tbody tr').length,
+        };""")
+    average, worst = sum(renders) / len(renders), max(renders)
+    print(f"\n100 queues, 60 states: render average {average:.1f} ms, first {renders[0]:.1f} ms, worst {worst:.1f} "
+          f"ms, median {sorted(renders)[30]:.1f} ms; 240 events in batches of 4: average "
+          f"{sum(adds) / len(adds):.2f} ms; a round trip after: {round_trip * 1000:.0f} ms")
+
+    assert rows == 100 and page["sameRow"], "rows are updated in place, not rebuilt"
+    assert page["renders"] == "60" and page["points"] == 60
+    assert page["events"] == 200 and page["newestFirst"]
+    assert page["bold"] == 0 and page["firstText"] == f"<b>event {seq}</b> moved 12 records/s"
+    assert page["exchanges"] in (2, 3, 4) and page["latency"] == 2
+    assert average < 50 and worst < 500, renders
+    assert sum(adds) / len(adds) < 20 and round_trip < 2.0
+
+    # ten minutes later: the five-minute histories keep only the new point
+    shown(browser, RENDER, fake_state(660, rng, start))
+    points = shown(browser, "return document.querySelector('#queues tbody tr polyline')"
+                            ".getAttribute('points').trim().split(' ').length")
+    assert points == 1
