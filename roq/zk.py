@@ -209,6 +209,9 @@ def _mapped(what: str) -> Iterator[None]:
         raise ZooKeeperError(f"{what}: ZooKeeper did not answer ({type(exc).__name__}); retry") from exc
 
 
+_RACES = 5  # reads again of a node that appeared between a read and the watch set for its creation
+
+
 class Session:
     """A ZooKeeper session whose watch and session events wake a poll loop; every call is mapped.
 
@@ -306,12 +309,15 @@ class Session:
         """The data and stat of ``path``, None if it does not exist (with ``watch``, the loop wakes when it
         changes, appears or goes)."""
         with self._mapped(f"reading {path}"):
-            try:
-                return self._zk.get(path, watch=self.watch if watch else None)
-            except kz.NoNodeError:
-                if watch:
-                    self._zk.exists(path, watch=self.watch)
-                return None
+            for _ in range(_RACES):
+                try:
+                    return self._zk.get(path, watch=self.watch if watch else None)
+                except kz.NoNodeError:
+                    # watch for it to appear; if it appeared between the two calls, no event will say so (the
+                    # watch is on a node that exists): read it again (a monitor missed a new GCM leader so)
+                    if not watch or self._zk.exists(path, watch=self.watch) is None:
+                        return None
+            return None  # it keeps coming and going: the watch wakes the loop
 
     def read(self, path: str, document: Callable[[bytes], D], *, watch: bool = False) -> tuple[D | None, int]:
         """The document at ``path`` decoded by ``document`` (e.g. ``QueueDoc.decode``) and its version;
@@ -330,12 +336,13 @@ class Session:
     def children(self, path: str, *, watch: bool = False) -> list[str]:
         """The children of ``path`` ([] if it does not exist)."""
         with self._mapped(f"listing {path}"):
-            try:
-                return self._zk.get_children(path, watch=self.watch if watch else None)
-            except kz.NoNodeError:
-                if watch:
-                    self._zk.exists(path, watch=self.watch)
-                return []
+            for _ in range(_RACES):
+                try:
+                    return self._zk.get_children(path, watch=self.watch if watch else None)
+                except kz.NoNodeError:
+                    if not watch or self._zk.exists(path, watch=self.watch) is None:  # as in get()
+                        return []
+            return []
 
     def exists(self, path: str, *, watch: bool = False) -> ZnodeStat | None:
         with self._mapped(f"looking for {path}"):
