@@ -21,6 +21,12 @@ from gcm._rules import MAX_EVIDENCE, set_rules, set_thresholds
 from gcm._scaling import remove_exchange, scale_out
 from gcm._stats import StatsAsks, stats_reply
 from gcm._view import HostView, QueueView, View, checked_name
+from gcm._census import Census, Snapshot
+from gcm._feed import LiveFeed
+from gcm._http import STATUS, HttpApi, read_token
+from gcm._metrics import families, render
+from gcm._openapi import ROUTES, document
+from gcm._shapes import snake
 
 __all__ = [
     # the process
@@ -77,4 +83,16 @@ __all__ = [
     "merge_events",
     "appended",
     "MAX_LIMIT",
+    # over HTTP
+    "HttpApi",
+    "STATUS",
+    "ROUTES",
+    "document",
+    "read_token",
+    "snake",
+    "Census",
+    "Snapshot",
+    "LiveFeed",
+    "families",
+    "render",
 ]

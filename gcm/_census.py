@@ -43,10 +43,13 @@ class Census:
         period: seconds between rounds.
         clock: wall clock, for the snapshots' times.
         on_status: called with each new snapshot (the dashboard's stream listens).
+        on_round: called once every monitor asked in a round has answered or timed out (the live feeds are
+            sent the state then, fresh).
     """
 
     def __init__(self, ctx: zmq.Context, period: float, *, clock: Callable[[], float] = time.time,
-                 on_status: Callable[[Snapshot], None] | None = None) -> None:
+                 on_status: Callable[[Snapshot], None] | None = None,
+                 on_round: Callable[[], None] | None = None) -> None:
         self.period = period
         self.asks = StatsAsks(ctx, limit=MAX_QUEUES, timeout=max(0.5, min(period, 2.0)))
         self.snapshots: dict[str, Snapshot] = {}
@@ -54,6 +57,8 @@ class Census:
         self._asking: set[str] = set()
         self._clock = clock
         self.on_status = on_status
+        self.on_round = on_round
+        self._round_open = False
 
     def sockets(self) -> set[zmq.Socket]:
         return self.asks.sockets()
@@ -73,6 +78,8 @@ class Census:
             reply = self.asks.ask(q, Request(self, (name.encode(),)), now)
             if reply is not None:  # no monitor to ask
                 self.send((name.encode(),), reply)
+        self._round_open = True
+        self._close_round()
 
     def readable(self, sock: zmq.Socket) -> None:
         self.asks.readable(sock)
@@ -86,11 +93,19 @@ class Census:
         self._asking.discard(name)
         status = reply.data.get("Monitor")
         if not isinstance(status, dict):
+            self._close_round()
             return  # no monitor, or it did not answer: the last status stays, with its age
         snapshot = Snapshot(name, status, self._clock())
         self.snapshots[name] = snapshot
         if self.on_status is not None:
             self.on_status(snapshot)
+        self._close_round()
+
+    def _close_round(self) -> None:
+        if self._round_open and not self._asking:
+            self._round_open = False
+            if self.on_round is not None:
+                self.on_round()
 
     def close(self) -> None:
         self.asks.close()

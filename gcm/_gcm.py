@@ -88,6 +88,7 @@ class Gcm:
             self.http_api = HttpApi(self, dispatcher, token=read_token(config.api_token_file),
                                     top=config.metrics_top)
             self.census.on_status = self.http_api.feed.census_taken
+            self.census.on_round = self.http_api.feed.tick
             self.http = HttpServer(self.http_api.handle, where=f"gcm {self.id} http", drops=self.drops,
                                    max_body=m.MAX_REQUEST_BYTES)
         self.events = EventLog(self.session, self.paths)
@@ -189,9 +190,7 @@ class Gcm:
             if self.http is not None:
                 self.http.expire(now)
             if self.leading and not self._dirty and now >= self.census.next_at:
-                self._guarded("the census", self.census.round, self.view, now)
-                if self.http_api is not None:
-                    self._guarded("the live feeds", self.http_api.feed.tick)
+                self._guarded("the census", self.census.round, self.view, now)  # the feeds follow its answers
             if self.leading and not self._dirty:
                 self._guarded("host loss and removals", self._maintain, now)
             if self.leading and now >= self.broadcaster.next_at:

@@ -17,7 +17,10 @@ Configurations (100-byte payloads unless ``--size``):
     message, and ``roq kpi report`` over a 1,000,000-record archive beside parsing it in one process;
 (g) as (b), through the client's batch API: ``send_many`` of 1,000 records a call, ``recv_many``;
 (h) capacity on emulated hosts (:mod:`simulation.bench_capacity`; root: cgroups and namespaces): records/s
-    of a queue held at 1, 2, 3, 4 exchanges on hosts of a tenth of a core each.
+    of a queue held at 1, 2, 3, 4 exchanges on hosts of a tenth of a core each;
+(i) observability (:mod:`simulation.bench_http`): (b) and (c) with a real Prometheus scraping every second
+    and the dashboard's live feed read, beside neither; ``/metrics`` of 1,000 queues; a queue's statistics
+    over HTTP.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -34,7 +37,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from simulation import bench_capacity, bench_control, bench_dataplane, bench_elastic, bench_kpi
+from simulation import bench_capacity, bench_control, bench_dataplane, bench_elastic, bench_http, bench_kpi
 from simulation.bench_common import STAMP, Result
 
 
@@ -51,6 +54,8 @@ def run(args: argparse.Namespace) -> list[Result]:
         results += bench_kpi.run(args, progress)
     if "h" in args.only:
         results += bench_capacity.run(args, progress)
+    if "i" in args.only:
+        results += bench_http.run(args, progress)
     return results
 
 
@@ -67,7 +72,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     ]
     for r in results:
         lat = r.latency_ms
-        if r.name.startswith(("(d)", "(e)", "(f)", "(h)")):
+        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)")):
             continue
         lines.append(
             f"{r.name:62} {r.records_per_s:11,.0f} {r.mb_per_s:7.1f} {r.lost:6d} "
@@ -102,6 +107,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     lines += bench_elastic.render(results)
     lines += bench_kpi.render(results)
     lines += bench_capacity.render(results)
+    lines += bench_http.render(results)
     return "\n".join(lines)
 
 
@@ -112,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--rate", type=float, default=20_000, help="records/s in all for the latency runs (default 20,000)")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
-    p.add_argument("--only", default="abcdefgh", help="which configurations to run (default abcdefgh)")
+    p.add_argument("--only", default="abcdefghi", help="which configurations to run (default abcdefghi)")
+    p.add_argument("--observed-rounds", type=int, default=2,
+                   help="runs each of (i)'s data plane unwatched and watched, alternating (default 2)")
     p.add_argument("--kpi-records", type=int, default=1_000_000,
                    help="records in the synthetic KPI archive of (f) (default 1,000,000)")
     p.add_argument("--trials", type=int, default=10,

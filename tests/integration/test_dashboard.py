@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import urllib.parse
 
 import pytest
 from selenium import webdriver
@@ -18,6 +19,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 import client
+from simulation.prometheus import PrometheusServer
+from tests.integration.queues import Queue
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -48,64 +51,102 @@ def shown(driver, script: str, *args):
     return driver.execute_script(script, *args)
 
 
-def test_the_page_follows_traffic_and_a_relocation_live(make_embedded, browser):
+def records_in(driver, queue: str) -> float | None:
+    """The records/s in the page shows for ``queue`` (None before its row is there)."""
+    text = shown(driver, f"""
+        const row = document.querySelector('#queues tbody tr[data-queue="{queue}"]');
+        return row === null ? null : row.querySelector('.c-in').textContent;""")
+    if text is None:
+        return None
+    text = text.strip().replace(",", "")
+    scale = {"k": 1e3, "M": 1e6}.get(text[-1:], 1.0)
+    return float(text[:-1] if text[-1:] in ("k", "M") else text) * scale
+
+
+def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_nothing_is_lost(
+        make_embedded, loads, browser, tmp_path):
     cluster = make_embedded(hosts=2)
-    cluster.manager.create("orders", exchanges=2)
-    conn = client.connect(monitor=cluster.manager.lookup("orders"))
+    q = Queue(cluster, loads, "orders", min_exchanges=1, max_exchanges=3, exchange_records_per_s=100000)
+    q.subscribe("a")  # audited: everything the load processes send under keys "a..."
+    q.publish(200, "a1,a2")
+    conn = client.connect(monitor=q.monitor)
+    rate = [300.0]  # records/s of the step publisher, under key "z" (the audited subscriber does not read it)
     stop = threading.Event()
     errors: list[BaseException] = []
 
-    def traffic() -> None:  # about 300 records/s; the sockets belong to this thread
+    def step_load() -> None:  # its sockets belong to this thread
         try:
             pub = conn.publisher()
-            sub = conn.subscriber(prefix=b"")
-            i = 0
-            while not stop.wait(0.01):
-                for _ in range(3):
-                    pub.send(b"k", b"%d" % i)
-                    i += 1
-                sub.recv_many(1000, timeout=0)
+            started, sent = time.monotonic(), 0.0
+            while not stop.wait(0.005):
+                due = (time.monotonic() - started) * rate[0]
+                while sent < due:
+                    pub.send(b"z", b"step")
+                    sent += 1
+                if rate[0] != step_load.rate:  # a new rate counts from now
+                    step_load.rate, started, sent = rate[0], time.monotonic(), 0.0
             pub.close()
-            sub.close()
         except BaseException as exc:
             errors.append(exc)
 
-    sender = threading.Thread(target=traffic, daemon=True)
-    sender.start()
-    try:
-        browser.get(cluster.http_url() + "/")
-        wait(browser, lambda d: d.find_element(By.ID, "conn").text == "live", "the connection indicator says live")
-        assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-connected") == "1"
-        wait(browser, lambda d: shown(d, """
-            const row = document.querySelector('#queues tbody tr[data-queue="orders"]');
-            return row !== null && parseFloat(row.querySelector('.c-in').textContent) > 0;"""),
-             "the queue's row with records/s in above 0")
-        hosts = wait(browser, lambda d: (lambda h: h if len(h) == 2 else None)(
-            shown(d, "return [...document.querySelectorAll('#hosts .host')].map(h => h.dataset.host)")),
-            "both hosts")
-        assert sorted(hosts) == sorted(cluster.addresses)
-        assert browser.find_element(By.ID, "leader").text == "gcm1"
-        assert browser.find_element(By.ID, "n-queues").text == "1"
+    step_load.rate = rate[0]
+    sender = threading.Thread(target=step_load, daemon=True)
+    target = urllib.parse.urlsplit(cluster.http_url()).netloc
+    with PrometheusServer([target], scrape_interval=1.0, workdir=tmp_path / "prometheus") as prom:
+        sender.start()
+        try:
+            browser.get(cluster.http_url() + "/")
+            wait(browser, lambda d: d.find_element(By.ID, "conn").text == "live", "the connection indicator says live")
+            assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-connected") == "1"
+            wait(browser, lambda d: (records_in(d, "orders") or 0) > 300, "the queue's records/s in up")
+            hosts = wait(browser, lambda d: (lambda h: h if len(h) == 2 else None)(
+                shown(d, "return [...document.querySelectorAll('#hosts .host')].map(h => h.dataset.host)")),
+                "both hosts")
+            assert sorted(hosts) == sorted(cluster.addresses)
+            assert browser.find_element(By.ID, "leader").text == "gcm1"
 
-        moved = conn.relocate()
-        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, '#events li[data-kind="relocated"][data-queue="orders"]'),
-             "a relocated event of the queue in the event list")
-        text = browser.find_element(By.CSS_SELECTOR, '#events li[data-kind="relocated"] .text').text
-        assert moved["target"] in text, text
+            # the load changes: the page shows it within 2 s
+            wait(browser, lambda d: 350 <= (records_in(d, "orders") or 0) <= 700,
+                 "the shown rate settled near the 500 records/s sent")
+            before = records_in(browser, "orders")
+            rate[0] = 3000.0
+            changed = time.monotonic()
+            wait(browser, lambda d: (records_in(d, "orders") or 0) > before + 500,
+                 "the records/s shown to follow the load up")
+            took = time.monotonic() - changed
+            print(f"records/s on the page: {before:,.0f} before the step, moved {took:.2f} s after it")
+            assert took <= 2.0
 
-        # the selected queue (the first, by default): its exchanges, with the publisher on one of them
-        assert browser.find_element(By.ID, "d-name").text == "orders"
-        exchanges = wait(browser, lambda d: shown(d, """
-            const rows = [...document.querySelectorAll('#d-exchanges tr.exchange')];
-            const pubs = rows.map(r => r.querySelectorAll('.pub').length);
-            return rows.length === 2 && pubs.some(n => n > 0) ? rows.map(r => r.dataset.exchange) : null;"""),
-            "the selected queue's two exchanges, a publisher on one")
-        assert set(exchanges) >= {moved["target"]}
-    finally:
-        stop.set()
-        sender.join(10)
-        conn.close()
+            # a forced scale-out (min_exchanges 2): its event on the page within 2 s
+            cluster.manager.set_rules("orders", {"min_exchanges": 2})
+            forced = time.monotonic()
+            wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR,
+                                                    '#events li[data-kind="scale_out"][data-queue="orders"]'),
+                 "the scale-out in the event list")
+            took = time.monotonic() - forced
+            text = browser.find_element(By.CSS_SELECTOR, '#events li[data-kind="scale_out"] .text').text
+            print(f"scale-out on the page {took:.2f} s after the rule was set: {text}")
+            assert took <= 2.0 and "min_exchanges" in text
+
+            # a forced relocation, and the selected queue's exchanges with their publishers
+            wait(browser, lambda d: shown(d, "return document.querySelectorAll('#d-exchanges tr.exchange').length")
+                 == 2, "the second exchange on the page")
+            moved = conn.relocate()
+            wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR,
+                                                    '#events li[data-kind="relocated"][data-queue="orders"]'),
+                 "a relocated event of the queue in the event list")
+            assert browser.find_element(By.ID, "d-name").text == "orders"
+            screenshot = tmp_path / "dashboard.png"
+            browser.save_screenshot(str(screenshot))
+            print(f"screenshot: {screenshot} ({screenshot.stat().st_size:,} bytes); moved {moved['publisher'][:8]}")
+            assert screenshot.stat().st_size > 10_000
+            assert prom.query('roq_gcm_leader{gcm="gcm1"}')[0]["value"][1] == "1"  # it scraped all along
+        finally:
+            stop.set()
+            sender.join(10)
+            conn.close()
     assert not errors, errors
+    q.audit()  # with the page open and Prometheus scraping: nothing lost, duplicated or reordered
 
 
 def fake_state(step: int, rng: random.Random, start: float) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import urllib.parse
 
-from tests.integration.prometheus import PrometheusServer
+from simulation.prometheus import PrometheusServer
 from tests.integration.queues import Queue
 from tests.integration.zkhelp import wait_until
 

@@ -30,7 +30,7 @@ ALLOWED = {
     "hostmanager": {"roq"},
     "deploy": {"roq", "roqcli"},
     "roqcli": {"roq", "client", "deploy"},
-    "simulation": {"roq", "client", "roqcli"},
+    "simulation": {"roq", "client", "roqcli", "gcm"},  # gcm: the benchmark of its HTTP code alone (bench_http)
 }
 MAX_CLASS_LINES = 300
 

@@ -1,4 +1,4 @@
-"""A real Prometheus server for integration tests: scrapes loopback targets, answers PromQL over its HTTP API.
+"""A real Prometheus server for tests and benchmarks: scrapes loopback targets, answers PromQL over its HTTP API.
 
 The server comes from Debian's ``prometheus`` package (``make setup`` installs it). :class:`PrometheusServer`
 writes its config, storage and log (``prometheus.log``) into a work directory, listens on a free loopback

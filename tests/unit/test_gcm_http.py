@@ -1,0 +1,146 @@
+"""The HTTP API's pure parts: routing, the token, redirects from a standby, the OpenAPI document made from
+the route table, and the metrics' shapes and bounds (no sockets: requests are made as the server would)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+
+from gcm import ROUTES, HttpApi, QueueView, Snapshot, View, document, families, read_token, render, snake
+from roq import management as m
+from roq.control import LATENCY_BOUNDS_MS, Reply
+from roq.documents import RUNNING, GcmDoc, QueueDoc
+from roq.errors import ConfigError, NotFoundError
+from roq.http import HttpRequest
+from roq.runtime import DropCounter
+from roq.server import Dispatcher
+
+TOKEN = "t" * 32
+
+
+class Shell:
+    def __init__(self, *, leading: bool = True, leader: GcmDoc | None = None) -> None:
+        self.id = "gcm1"
+        self.view = View(queues={"q": QueueView("q", QueueDoc(state=RUNNING, host="127.0.0.11"))})
+        self.census = type("Census", (), {"snapshots": {}})()
+        self.leading = leading
+        self.leader = leader if leader is not None else GcmDoc(id="gcm1", http="http://127.0.0.1:5080")
+        self.me = GcmDoc(id="gcm1", http="http://127.0.0.1:5080")
+        self.connected = True
+
+
+def api(shell: Shell, token: str = TOKEN) -> HttpApi:
+    def list_queues(msg, request):
+        return Reply(data={"Queues": [{"Name": "q", "State": "running", "Exchanges": []}]})
+
+    def remove(msg, request):
+        raise NotFoundError(f"no queue named {msg.QName!r}")
+
+    drops = DropCounter(logging.getLogger("test"), "test")
+    return HttpApi(shell, Dispatcher("test", {m.ListQueues: list_queues, m.RemoveQueue: remove}, drops), token=token,
+                   top=2)
+
+
+def call(a: HttpApi, method: str, path: str, body: bytes = b"", **headers: str):
+    query = dict(p.split("=", 1) for p in path.partition("?")[2].split("&") if p)
+    req = HttpRequest(method, path.partition("?")[0], query, headers, body, "127.0.0.1:1")
+    return a.handle(req, later=None)  # type: ignore[arg-type]
+
+
+def test_routes_methods_and_the_token():
+    a = api(Shell())
+    assert call(a, "GET", "/api/v1/queues").status == 200
+    assert call(a, "GET", "/api/v1/nothing").status == 404
+    refused = call(a, "PUT", "/api/v1/queues")
+    assert refused.status == 405 and ("allow", "GET, POST") in refused.headers
+    assert call(a, "DELETE", "/api/v1/queues/q").status == 401  # no token
+    assert call(a, "DELETE", "/api/v1/queues/q", authorization="Bearer " + "x" * 32).status == 401
+    assert call(a, "DELETE", "/api/v1/queues/q", authorization="Basic " + TOKEN).status == 401
+    found = call(a, "DELETE", "/api/v1/queues/zz", authorization="Bearer " + TOKEN)
+    assert found.status == 404 and b'"result": "NOT_FOUND"' in found.body  # the dispatcher's refusal, as HTTP
+    assert call(api(Shell(), token=""), "DELETE", "/api/v1/queues/q", authorization="Bearer x").status == 403
+    bad = call(a, "POST", "/api/v1/queues", b'{"name": "x", "colour": 1}', authorization="Bearer " + TOKEN)
+    assert bad.status == 400 and b"unknown key 'colour'" in bad.body
+
+
+def test_a_standby_redirects_to_the_leader_and_answers_503_without_one():
+    moved = call(api(Shell(leading=False, leader=GcmDoc(id="gcm2", http="http://127.0.0.1:6000"))),
+                 "GET", "/api/v1/queues/q/events?limit=5")
+    assert moved.status == 307 and ("location", "http://127.0.0.1:6000/api/v1/queues/q/events?limit=5") in moved.headers
+    alone = Shell(leading=False)
+    alone.leader = None
+    assert call(api(alone), "GET", "/api/v1/queues").status == 503
+    assert call(api(alone), "GET", "/healthz").status == 200  # not an /api route: answered here
+
+
+def test_the_openapi_document_names_every_route_and_its_handler():
+    doc = document()
+    assert doc["openapi"].startswith("3.1")
+    for route in ROUTES:
+        for method, op in route.methods.items():
+            assert hasattr(HttpApi, op.handler), op.handler
+            spec = doc["paths"][route.path][method.lower()]
+            assert str(op.status) in spec["responses"]
+            assert [p["name"] for p in spec["parameters"] if p["in"] == "path"] == \
+                [part[1:-1] for part in route.path.split("/") if part.startswith("{")]
+    assert all(ref.split("/")[-1] in doc["components"]["schemas"] for ref in _refs(doc))
+
+
+def _refs(value):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "$ref":
+                yield v
+            else:
+                yield from _refs(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _refs(v)
+
+
+def test_the_token_file_must_be_the_owners_alone(tmp_path):
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        read_token(str(path))
+    os.chmod(path, 0o600)
+    assert read_token(str(path)) == TOKEN and read_token("") == ""
+    path.write_text("short")
+    with pytest.raises(ConfigError, match="at least 16"):
+        read_token(str(path))
+    with pytest.raises(ConfigError, match="cannot be read"):
+        read_token(str(tmp_path / "missing"))
+
+
+def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
+    status = {
+        "publishers": [{"id": f"p{i}", "records_per_s": float(i)} for i in range(5)],
+        "subscribers": [{"id": "s1", "live": True, "records_per_s": 3.0, "latency_p50_ms": 2.0, "lost": 1}],
+        "exchanges": [{"id": "x1-a", "totals": {"records_in": 10}, "records_per_s": 5.0}],
+        "counters": {"relocations_by_rule": 3, "failovers": 1},
+        "totals": {"records_in": 10, "records_out": 20},
+        "latency_histogram": {"bounds_ms": list(LATENCY_BOUNDS_MS), "sum_ms": 1500.0,
+                              "counts": [1] + [0] * (len(LATENCY_BOUNDS_MS) - 1) + [2]},
+    }
+    view = View(queues={"q": QueueView("q", QueueDoc(state=RUNNING))})
+    text = render(families(view, {"q": Snapshot("q", status, time.time())}, gcm="gcm1", leading=True, top=2,
+                           now=time.time())).decode()
+    assert 'roq_publisher_records_per_second{publisher="p4",queue="q"} 4.0' in text
+    assert 'roq_publisher_records_per_second{publisher="other",queue="q"} 3.0' in text  # 0 + 1 + 2
+    assert text.count("roq_publisher_records_per_second{") == 3
+    assert 'roq_relocations_total{queue="q",reason="rule"} 3.0' in text
+    assert 'roq_queue_records_in_total{queue="q"} 10.0' in text
+    assert 'roq_queue_latency_seconds_bucket{le="0.0005",queue="q"} 1.0' in text
+    assert 'roq_queue_latency_seconds_bucket{le="+Inf",queue="q"} 3.0' in text
+    assert 'roq_queue_latency_seconds_sum{queue="q"} 1.5' in text
+    standby = render(families(view, {}, gcm="gcm2", leading=False, top=2, now=0.0)).decode()
+    assert 'roq_gcm_leader{gcm="gcm2"} 0.0' in standby and "roq_queue" not in standby
+
+
+def test_field_names_become_snake_case_and_lower_case_keys_stay():
+    assert snake({"NetBytesPerS": 1, "Exchanges": [{"Id": "x1"}], "max_exchanges": 2, "127.0.0.1": 3}) == \
+        {"net_bytes_per_s": 1, "exchanges": [{"id": "x1"}], "max_exchanges": 2, "127.0.0.1": 3}
