@@ -1,8 +1,10 @@
 """The dashboard (gcm/static) in a real browser: Debian's headless chromium, driven by Selenium through Debian's
 chromedriver (nothing downloads a browser), the page served by a real cluster's GCM.
 
-The first test follows live traffic and a forced relocation end to end; the second draws a minute of 100
-queues through ``window.roqRender`` and measures in the browser how long each drawing takes.
+The first test opens the page of a cluster under audited load while a real Prometheus (Debian's package)
+scrapes it every second: the page follows a load step and a forced scale-out within 2 s each, PromQL gives
+back the rate sent, and nothing is lost. The second draws a minute of 100 queues through
+``window.roqRender`` and measures in the browser how long each drawing takes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 import client
 from simulation.prometheus import PrometheusServer
 from tests.integration.queues import Queue
+from tests.integration.zkhelp import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -65,7 +68,7 @@ def records_in(driver, queue: str) -> float | None:
 
 def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_nothing_is_lost(
         make_embedded, loads, browser, tmp_path):
-    cluster = make_embedded(hosts=2)
+    cluster = make_embedded(hosts=2, gcm_args=["--metrics-top", "1"])  # one publisher's own series, then "other"
     q = Queue(cluster, loads, "orders", min_exchanges=1, max_exchanges=3, exchange_records_per_s=100000)
     q.subscribe("a")  # audited: everything the load processes send under keys "a..."
     q.publish(200, "a1,a2")
@@ -74,15 +77,20 @@ def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_not
     stop = threading.Event()
     errors: list[BaseException] = []
 
+    counted: list[tuple[float, int]] = []  # (when, records the step publisher sent in all)
+
     def step_load() -> None:  # its sockets belong to this thread
         try:
             pub = conn.publisher()
-            started, sent = time.monotonic(), 0.0
+            started, sent, total = time.monotonic(), 0.0, 0
             while not stop.wait(0.005):
                 due = (time.monotonic() - started) * rate[0]
                 while sent < due:
                     pub.send(b"z", b"step")
                     sent += 1
+                    total += 1
+                counted.append((time.monotonic(), total))
+                del counted[:-2000]
                 if rate[0] != step_load.rate:  # a new rate counts from now
                     step_load.rate, started, sent = rate[0], time.monotonic(), 0.0
             pub.close()
@@ -140,7 +148,31 @@ def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_not
             browser.save_screenshot(str(screenshot))
             print(f"screenshot: {screenshot} ({screenshot.stat().st_size:,} bytes); moved {moved['publisher'][:8]}")
             assert screenshot.stat().st_size > 10_000
-            assert prom.query('roq_gcm_leader{gcm="gcm1"}')[0]["value"][1] == "1"  # it scraped all along
+
+            # Prometheus scraped all along: PromQL gives back the rate sent, and the series stay bounded
+            def sent() -> float:  # records/s sent over the last 5 s: the step publisher's, and the load's 200
+                now, total = counted[-1]
+                then = next(t for t in counted if t[0] >= now - 5.0)
+                return 200 + (total - then[1]) / max(now - then[0], 1e-3)
+
+            def promql_rate() -> tuple[float, float] | None:
+                result = prom.query('sum(rate(roq_queue_records_in_total{queue="orders"}[5s]))')
+                value, expected = (float(result[0]["value"][1]) if result else 0.0), sent()
+                return (value, expected) if abs(value - expected) <= 0.1 * expected else None
+
+            measured, expected = wait_until(promql_rate, 30, "PromQL to give the records/s sent", interval=0.5)
+            print(f"PromQL: {measured:,.0f} records/s for {expected:,.0f} sent")
+            assert prom.targets_up() == {f"http://{target}/metrics": "up"}
+            out = prom.query('sum(rate(roq_exchange_records_out_total{queue="orders"}[5s]))')
+            assert float(out[0]["value"][1]) >= 0.5 * measured  # the audited subscriber reads the "a" keys only
+            publishers = prom.query('roq_publisher_records_per_second{queue="orders"}')
+            assert len(publishers) == 2 and "other" in {p["metric"]["publisher"] for p in publishers}
+            assert {h["metric"]["host"] for h in prom.query("roq_host_cpu_ratio")} == set(cluster.addresses)
+            assert prom.query('roq_gcm_leader{gcm="gcm1"}')[0]["value"][1] == "1"
+            median = prom.query('histogram_quantile(0.5, sum by (le) '
+                                '(rate(roq_queue_latency_seconds_bucket{queue="orders"}[5s])))')
+            print(f"median latency from the histogram: {float(median[0]['value'][1]) * 1000:.2f} ms")
+            assert 0 < float(median[0]["value"][1]) < 5.0
         finally:
             stop.set()
             sender.join(10)
