@@ -24,7 +24,7 @@ from gcm._view import HostView, QueueView, View, checked_name
 from gcm._census import Census, Snapshot
 from gcm._feed import LiveFeed
 from gcm._http import STATUS, HttpApi, read_token
-from gcm._metrics import families, render
+from gcm._metrics import Exposition, families, queue_lines, render
 from gcm._openapi import ROUTES, document
 from gcm._shapes import snake
 
@@ -95,4 +95,6 @@ __all__ = [
     "LiveFeed",
     "families",
     "render",
+    "Exposition",
+    "queue_lines",
 ]

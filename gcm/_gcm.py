@@ -87,7 +87,7 @@ class Gcm:
                                     max_bytes=m.MAX_REQUEST_BYTES)
             self.http_api = HttpApi(self, dispatcher, token=read_token(config.api_token_file),
                                     top=config.metrics_top)
-            self.census.on_status = self.http_api.feed.census_taken
+            self.census.on_status = self.http_api.census_taken
             self.census.on_round = self.http_api.feed.tick
             self.http = HttpServer(self.http_api.handle, where=f"gcm {self.id} http", drops=self.drops,
                                    max_body=m.MAX_REQUEST_BYTES)

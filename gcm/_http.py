@@ -23,11 +23,11 @@ import stat
 import time
 from typing import Any, Callable, Mapping, Protocol
 
-from gcm._census import Census
+from gcm._census import Census, Snapshot
 from gcm._feed import LiveFeed
 from gcm._shapes import number, rate, snake, traffic
 from gcm._events import MAX_LIMIT
-from gcm._metrics import CONTENT_TYPE, families, render
+from gcm._metrics import CONTENT_TYPE, Exposition
 from gcm._openapi import API, ROUTES, document
 from gcm._view import View
 from roq import management as m
@@ -102,6 +102,7 @@ class HttpApi:
         self.top = top
         self.clock = clock
         self.feed = LiveFeed(shell, clock)
+        self.exposition = Exposition(top)
         self._routes = [(re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + "/?$"), r) for r in ROUTES]
         self._openapi = document()
 
@@ -318,9 +319,14 @@ class HttpApi:
 
     def metrics(self, req: HttpRequest, later: Later) -> HttpResponse:
         shell = self.shell
-        text = render(families(shell.view, shell.census.snapshots, gcm=shell.id, leading=shell.leading, top=self.top,
-                               now=self.clock()))
+        text = self.exposition.text(shell.view, shell.census.snapshots, gcm=shell.id, leading=shell.leading,
+                                    now=self.clock())
         return HttpResponse(200, text, CONTENT_TYPE)
+
+    def census_taken(self, snapshot: Snapshot) -> None:
+        """A queue's new status from the census: its metrics' lines made now, its events to the live feeds."""
+        self.exposition.update(snapshot)
+        self.feed.census_taken(snapshot)
 
     def healthz(self, req: HttpRequest, later: Later) -> HttpResponse:
         return HttpResponse.json(200, {"status": "alive", "gcm": self.shell.id})

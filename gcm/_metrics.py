@@ -18,14 +18,14 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gcm._census import Snapshot
 from gcm._shapes import number
 from gcm._view import View
 
-__all__ = ["render", "families", "CONTENT_TYPE", "OTHER"]
+__all__ = ["Exposition", "render", "families", "queue_lines", "CONTENT_TYPE", "OTHER", "QUEUE_FAMILIES"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER = "other"  # the label of the series that sums the publishers or subscribers beyond the top ones
@@ -53,16 +53,16 @@ def _top(rows: list[dict[str, Any]], key: str, top: int) -> tuple[list[dict[str,
     return ranked[:top], ranked[top:]
 
 
-def families(view: View, snapshots: dict[str, Snapshot], *, gcm: str, leading: bool, top: int,
-             now: float) -> Iterator[Metric]:
-    """Every metric family of the cluster as this GCM sees it (``now``: wall clock, for the census's age)."""
+def families(view: View, *, gcm: str, leading: bool) -> Iterator[Metric]:
+    """The families of the GCM, its hosts and its queues' states, as prometheus_client objects (the queues'
+    traffic and topology come as text from :class:`Exposition`, for speed)."""
     leader = GaugeMetricFamily("roq_gcm_leader", "1 on the GCM that leads the cluster, 0 on a standby", labels=["gcm"])
     leader.add_metric([gcm], 1.0 if leading else 0.0)
     yield leader
     if not leading:
         return
     yield from _hosts(view)
-    yield from _queues(view, snapshots, top, now)
+    yield from _queues(view)
 
 
 def _hosts(view: View) -> Iterator[Metric]:
@@ -84,7 +84,7 @@ def _hosts(view: View) -> Iterator[Metric]:
         yield family
 
 
-def _queues(view: View, snapshots: dict[str, Snapshot], top: int, now: float) -> Iterator[Metric]:
+def _queues(view: View) -> Iterator[Metric]:
     states = GaugeMetricFamily("roq_queue_state", "1 for the queue's state", labels=["queue", "state"])
     placed = GaugeMetricFamily("roq_queue_exchanges_placed", "exchanges the GCM placed for the queue", labels=["queue"])
     for name, q in sorted(view.queues.items()):
@@ -93,89 +93,158 @@ def _queues(view: View, snapshots: dict[str, Snapshot], top: int, now: float) ->
     yield states
     yield placed
 
-    age = GaugeMetricFamily("roq_queue_status_age_seconds", "how old the monitor's status shown here is",
-                            labels=["queue"])
-    traffic = {k: CounterMetricFamily(f"roq_queue_{metric}", text, labels=["queue"])
-               for k, (metric, text) in TRAFFIC.items()}
-    x_traffic = {k: CounterMetricFamily(f"roq_exchange_{metric}", text, labels=["queue", "exchange"])
-                 for k, (metric, text) in TRAFFIC.items()}
-    gauges = {k: GaugeMetricFamily(f"roq_queue_{k}", text, labels=["queue"]) for k, text in (
-        ("exchanges", "live exchanges of the queue"), ("publishers", "publishers the monitor knows"),
-        ("subscribers", "live subscribers"))}
-    relocations = CounterMetricFamily("roq_relocations_total", "publishers moved, by reason", labels=["queue", "reason"])
-    counters = {k: CounterMetricFamily(metric, text, labels=["queue"]) for k, (metric, text) in COUNTERS.items()}
-    x_gauges = {k: GaugeMetricFamily(metric, text, labels=["queue", "exchange"]) for k, metric, text in (
-        ("records_per_s", "roq_exchange_records_in_per_second", "records/s in (smoothed)"),
-        ("records_out_per_s", "roq_exchange_records_out_per_second", "records/s out (smoothed)"),
-        ("busy", "roq_exchange_busy_ratio", "share of its time the exchange's loop works (0..1)"),
-        ("mark_records_per_s", "roq_exchange_mark_records_per_second", "its own mark (the queue's, or less)"),
-        ("publishers", "roq_exchange_publishers", "publishers sending through it"),
-        ("publisher_pressure", "roq_exchange_publisher_pressure_ratio",
-         "share of their time its publishers' batches wait for it (0..1)"))}
-    pub_rate = GaugeMetricFamily("roq_publisher_records_per_second", f"records/s of the {top} busiest publishers "
-                                 f"per queue ('{OTHER}': the rest, summed)", labels=["queue", "publisher"])
-    sub_rate = GaugeMetricFamily("roq_subscriber_records_per_second", "records/s delivered to each of the busiest "
-                                 f"subscribers per queue ('{OTHER}': the rest, summed)", labels=["queue", "subscriber"])
-    sub_p50 = GaugeMetricFamily("roq_subscriber_latency_p50_seconds", "median end-to-end latency in the subscriber's "
-                                "last KPI period", labels=["queue", "subscriber"])
-    sub_p99 = GaugeMetricFamily("roq_subscriber_latency_p99_seconds", "99th percentile end-to-end latency in the "
-                                "subscriber's last KPI period", labels=["queue", "subscriber"])
-    sub_lost = CounterMetricFamily("roq_subscriber_lost_records_total", "records lost in gaps, as the subscribers "
-                                   "count them since they started", labels=["queue", "subscriber"])
-    latency = HistogramMetricFamily("roq_queue_latency_seconds", "end-to-end latency of the batches the queue's "
-                                    "subscribers received, publisher's clock to subscriber's", labels=["queue"])
-    for name, snap in sorted(snapshots.items()):
-        s = snap.status
-        age.add_metric([name], max(0.0, now - snap.at))
-        histogram = _histogram(s.get("latency_histogram"))
-        if histogram is not None:
-            latency.add_metric([name], *histogram)
-        totals = s.get("totals") if isinstance(s.get("totals"), dict) else {}
-        for k, family in traffic.items():
-            family.add_metric([name], number(totals.get(k)))
-        exchanges = [x for x in s.get("exchanges", []) if isinstance(x, dict)]
-        publishers = [p for p in s.get("publishers", []) if isinstance(p, dict)]
-        subscribers = [x for x in s.get("subscribers", []) if isinstance(x, dict) and x.get("live")]
-        gauges["exchanges"].add_metric([name], float(len(exchanges)))
-        gauges["publishers"].add_metric([name], float(len(publishers)))
-        gauges["subscribers"].add_metric([name], float(len(subscribers)))
-        for x in exchanges:
-            xid = str(x.get("id", ""))
-            xt = x.get("totals") if isinstance(x.get("totals"), dict) else {}
-            for k, family in x_traffic.items():
-                family.add_metric([name, xid], number(xt.get(k)))
-            for k, family in x_gauges.items():
-                family.add_metric([name, xid], number(x.get(k)))
-        c = s.get("counters") if isinstance(s.get("counters"), dict) else {}
-        for k, family in counters.items():
-            family.add_metric([name], number(c.get(k)))
-        for key, value in sorted(c.items()):
-            if isinstance(key, str) and key.startswith("relocations_by_"):
-                relocations.add_metric([name, key.removeprefix("relocations_by_")], number(value))
-        shown, rest = _top(publishers, "records_per_s", top)
-        for p in shown:
-            pub_rate.add_metric([name, str(p.get("id", ""))], number(p.get("records_per_s")))
-        if rest:
-            pub_rate.add_metric([name, OTHER], sum(number(p.get("records_per_s")) for p in rest))
-        shown, rest = _top(subscribers, "records_per_s", top)
-        for sub in shown:
-            sid = str(sub.get("id", ""))
-            sub_rate.add_metric([name, sid], number(sub.get("records_per_s")))
-            sub_lost.add_metric([name, sid], number(sub.get("lost")))
-            for family, key in ((sub_p50, "latency_p50_ms"), (sub_p99, "latency_p99_ms")):
-                if number(sub.get(key)) >= 0 and key in sub:
-                    family.add_metric([name, sid], number(sub.get(key)) / 1000)
-        if rest:
-            sub_rate.add_metric([name, OTHER], sum(number(x.get("records_per_s")) for x in rest))
-            sub_lost.add_metric([name, OTHER], sum(number(x.get("lost")) for x in rest))
-    yield age
-    yield from traffic.values()
-    yield from gauges.values()
-    yield from x_traffic.values()
-    yield from x_gauges.values()
-    yield relocations
-    yield from counters.values()
-    yield from (pub_rate, sub_rate, sub_p50, sub_p99, sub_lost, latency)
+
+#: the families made of each queue's monitor status, in their order: (name, type, help)
+QUEUE_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("roq_queue_status_age_seconds", "gauge", "how old the monitor's status shown here is"),
+    *((f"roq_queue_{k}_total", "counter", text) for k, (_, text) in TRAFFIC.items()),
+    ("roq_queue_exchanges", "gauge", "live exchanges of the queue"),
+    ("roq_queue_publishers", "gauge", "publishers the monitor knows"),
+    ("roq_queue_subscribers", "gauge", "live subscribers"),
+    *((f"roq_exchange_{k}_total", "counter", text) for k, (_, text) in TRAFFIC.items()),
+    ("roq_exchange_records_in_per_second", "gauge", "records/s in (smoothed)"),
+    ("roq_exchange_records_out_per_second", "gauge", "records/s out (smoothed)"),
+    ("roq_exchange_busy_ratio", "gauge", "share of its time the exchange's loop works (0..1)"),
+    ("roq_exchange_mark_records_per_second", "gauge", "its own mark (the queue's, or less)"),
+    ("roq_exchange_publishers", "gauge", "publishers sending through it"),
+    ("roq_exchange_publisher_pressure_ratio", "gauge", "share of their time its publishers' batches wait for it (0..1)"),
+    ("roq_relocations_total", "counter", "publishers moved, by reason"),
+    *((metric, "counter", text) for metric, text in COUNTERS.values()),
+    ("roq_publisher_records_per_second", "gauge", f"records/s of the busiest publishers per queue ('{OTHER}': the "
+                                                  "rest, summed)"),
+    ("roq_subscriber_records_per_second", "gauge", f"records/s delivered to each of the busiest subscribers per "
+                                                   f"queue ('{OTHER}': the rest, summed)"),
+    ("roq_subscriber_latency_p50_seconds", "gauge", "median end-to-end latency in the subscriber's last KPI period"),
+    ("roq_subscriber_latency_p99_seconds", "gauge", "99th percentile end-to-end latency in the subscriber's last KPI "
+                                                    "period"),
+    ("roq_subscriber_lost_records_total", "counter", "records lost in gaps, as the subscribers count them since "
+                                                     "they started"),
+    ("roq_queue_latency_seconds", "histogram", "end-to-end latency of the batches the queue's subscribers received, "
+                                               "publisher's clock to subscriber's"),
+)
+_X_GAUGES = (("records_per_s", "roq_exchange_records_in_per_second"),
+             ("records_out_per_s", "roq_exchange_records_out_per_second"), ("busy", "roq_exchange_busy_ratio"),
+             ("mark_records_per_s", "roq_exchange_mark_records_per_second"), ("publishers", "roq_exchange_publishers"),
+             ("publisher_pressure", "roq_exchange_publisher_pressure_ratio"))
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text format wants it."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
+
+
+def queue_lines(name: str, status: dict[str, Any], top: int) -> dict[str, list[str]]:
+    """The sample lines of one queue's monitor status, by family (all but the age, which changes with the clock).
+
+    Formatted here rather than through prometheus_client's objects: a scrape of 1,000 queues is some 80,000
+    lines, which its objects render in half a second; this is done once per status (as the census gets it)
+    and a scrape only joins the lines. The tests parse the result with prometheus_client's own parser.
+    """
+    q = _label(name)
+    out: dict[str, list[str]] = {}
+
+    def add(family: str, line: str) -> None:
+        out.setdefault(family, []).append(line)
+
+    totals = status.get("totals") if isinstance(status.get("totals"), dict) else {}
+    for k in TRAFFIC:
+        add(f"roq_queue_{k}_total", f'roq_queue_{k}_total{{queue="{q}"}} {number(totals.get(k))!r}')
+    exchanges = [x for x in status.get("exchanges", []) if isinstance(x, dict)]
+    publishers = [p for p in status.get("publishers", []) if isinstance(p, dict)]
+    subscribers = [x for x in status.get("subscribers", []) if isinstance(x, dict) and x.get("live")]
+    for family, n in (("roq_queue_exchanges", exchanges), ("roq_queue_publishers", publishers),
+                      ("roq_queue_subscribers", subscribers)):
+        add(family, f'{family}{{queue="{q}"}} {float(len(n))!r}')
+    for x in exchanges:
+        labels = f'queue="{q}",exchange="{_label(str(x.get("id", "")))}"'
+        xt = x.get("totals") if isinstance(x.get("totals"), dict) else {}
+        for k in TRAFFIC:
+            add(f"roq_exchange_{k}_total", f"roq_exchange_{k}_total{{{labels}}} {number(xt.get(k))!r}")
+        for key, family in _X_GAUGES:
+            add(family, f"{family}{{{labels}}} {number(x.get(key))!r}")
+    counters = status.get("counters") if isinstance(status.get("counters"), dict) else {}
+    for key, value in sorted(counters.items()):
+        if isinstance(key, str) and key.startswith("relocations_by_"):
+            reason = _label(key.removeprefix("relocations_by_"))
+            add("roq_relocations_total", f'roq_relocations_total{{queue="{q}",reason="{reason}"}} {number(value)!r}')
+    for key, (metric, _) in COUNTERS.items():
+        add(metric, f'{metric}{{queue="{q}"}} {number(counters.get(key))!r}')
+    shown, rest = _top(publishers, "records_per_s", top)
+    family = "roq_publisher_records_per_second"
+    for p in shown:
+        add(family, f'{family}{{queue="{q}",publisher="{_label(str(p.get("id", "")))}"}} '
+                    f'{number(p.get("records_per_s"))!r}')
+    if rest:
+        add(family, f'{family}{{queue="{q}",publisher="{OTHER}"}} {sum(number(p.get("records_per_s")) for p in rest)!r}')
+    shown, rest = _top(subscribers, "records_per_s", top)
+    for sub in shown:
+        labels = f'queue="{q}",subscriber="{_label(str(sub.get("id", "")))}"'
+        add("roq_subscriber_records_per_second",
+            f"roq_subscriber_records_per_second{{{labels}}} {number(sub.get('records_per_s'))!r}")
+        add("roq_subscriber_lost_records_total",
+            f"roq_subscriber_lost_records_total{{{labels}}} {number(sub.get('lost'))!r}")
+        for family, key in (("roq_subscriber_latency_p50_seconds", "latency_p50_ms"),
+                            ("roq_subscriber_latency_p99_seconds", "latency_p99_ms")):
+            if key in sub and number(sub.get(key)) >= 0:
+                add(family, f"{family}{{{labels}}} {number(sub.get(key)) / 1000!r}")
+    if rest:
+        labels = f'queue="{q}",subscriber="{OTHER}"'
+        add("roq_subscriber_records_per_second",
+            f"roq_subscriber_records_per_second{{{labels}}} {sum(number(x.get('records_per_s')) for x in rest)!r}")
+        add("roq_subscriber_lost_records_total",
+            f"roq_subscriber_lost_records_total{{{labels}}} {sum(number(x.get('lost')) for x in rest)!r}")
+    histogram = _histogram(status.get("latency_histogram"))
+    if histogram is not None:
+        buckets, total = histogram
+        for le, count in buckets:
+            add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_bucket{{queue="{q}",le="{le}"}} {count!r}')
+        add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_count{{queue="{q}"}} {buckets[-1][1]!r}')
+        add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_sum{{queue="{q}"}} {total!r}')
+    return out
+
+
+class Exposition:
+    """The cluster's metrics as text; each queue's lines are made once per status (:meth:`update`, as the census
+    gets it, or at the scrape that first needs them).
+
+    Args:
+        top: publishers and subscribers per queue with series of their own.
+    """
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self._lines: dict[str, tuple[Snapshot, dict[str, list[str]]]] = {}
+
+    def update(self, snapshot: Snapshot) -> None:
+        self._lines[snapshot.queue] = (snapshot, queue_lines(snapshot.queue, snapshot.status, self.top))
+
+    def text(self, view: View, snapshots: dict[str, Snapshot], *, gcm: str, leading: bool, now: float) -> bytes:
+        """The whole exposition (a standby's is its ``roq_gcm_leader`` 0 alone)."""
+        head = render(families(view, gcm=gcm, leading=leading))
+        if not leading:
+            return head
+        for name in [n for n in self._lines if n not in snapshots]:
+            del self._lines[name]
+        blocks = []
+        for name, snap in sorted(snapshots.items()):
+            cached = self._lines.get(name)
+            if cached is None or cached[0] is not snap:
+                self.update(snap)
+            blocks.append(self._lines[name][1])
+        parts = [head.decode()]
+        for family, kind, text in QUEUE_FAMILIES:
+            parts.append(f"# HELP {family} {text}\n# TYPE {family} {kind}\n")
+            if family == "roq_queue_status_age_seconds":
+                parts.extend(f'{family}{{queue="{_label(n)}"}} {max(0.0, now - s.at)!r}\n'
+                             for n, s in sorted(snapshots.items()))
+                continue
+            for block in blocks:
+                lines = block.get(family)
+                if lines:
+                    parts.append("\n".join(lines) + "\n")
+        return "".join(parts).encode()
 
 
 def _histogram(doc: Any) -> tuple[list[tuple[str, float]], float] | None:

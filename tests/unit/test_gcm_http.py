@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from gcm import ROUTES, HttpApi, QueueView, Snapshot, View, document, families, read_token, render, snake
+from gcm import ROUTES, Exposition, HttpApi, QueueView, Snapshot, View, document, read_token, snake
+from prometheus_client.parser import text_string_to_metric_families
 from roq import management as m
 from roq.control import LATENCY_BOUNDS_MS, Reply
 from roq.documents import RUNNING, GcmDoc, QueueDoc
@@ -127,17 +128,23 @@ def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
                               "counts": [1] + [0] * (len(LATENCY_BOUNDS_MS) - 1) + [2]},
     }
     view = View(queues={"q": QueueView("q", QueueDoc(state=RUNNING))})
-    text = render(families(view, {"q": Snapshot("q", status, time.time())}, gcm="gcm1", leading=True, top=2,
-                           now=time.time())).decode()
-    assert 'roq_publisher_records_per_second{publisher="p4",queue="q"} 4.0' in text
-    assert 'roq_publisher_records_per_second{publisher="other",queue="q"} 3.0' in text  # 0 + 1 + 2
-    assert text.count("roq_publisher_records_per_second{") == 3
-    assert 'roq_relocations_total{queue="q",reason="rule"} 3.0' in text
-    assert 'roq_queue_records_in_total{queue="q"} 10.0' in text
-    assert 'roq_queue_latency_seconds_bucket{le="0.0005",queue="q"} 1.0' in text
-    assert 'roq_queue_latency_seconds_bucket{le="+Inf",queue="q"} 3.0' in text
-    assert 'roq_queue_latency_seconds_sum{queue="q"} 1.5' in text
-    standby = render(families(view, {}, gcm="gcm2", leading=False, top=2, now=0.0)).decode()
+    text = Exposition(top=2).text(view, {"q": Snapshot("q", status, time.time())}, gcm="gcm1", leading=True,
+                                  now=time.time()).decode()
+    parsed = {f.name: f for f in text_string_to_metric_families(text)}  # prometheus_client reads it back
+    assert parsed["roq_queue_latency_seconds"].type == "histogram" and parsed["roq_relocations"].type == "counter"
+    assert len({(s.name, tuple(sorted(s.labels.items()))) for f in parsed.values() for s in f.samples}) == \
+        sum(len(f.samples) for f in parsed.values())  # no series twice
+    samples = {(x.name, tuple(sorted(x.labels.items()))): x.value for f in parsed.values() for x in f.samples}
+    assert samples[("roq_publisher_records_per_second", (("publisher", "p4"), ("queue", "q")))] == 4.0
+    assert samples[("roq_publisher_records_per_second", (("publisher", "other"), ("queue", "q")))] == 3.0  # 0+1+2
+    assert len(parsed["roq_publisher_records_per_second"].samples) == 3
+    assert samples[("roq_relocations_total", (("queue", "q"), ("reason", "rule")))] == 3.0
+    assert samples[("roq_queue_records_in_total", (("queue", "q"),))] == 10.0
+    assert samples[("roq_queue_latency_seconds_bucket", (("le", "0.0005"), ("queue", "q")))] == 1.0
+    assert samples[("roq_queue_latency_seconds_bucket", (("le", "+Inf"), ("queue", "q")))] == 3.0
+    assert samples[("roq_queue_latency_seconds_sum", (("queue", "q"),))] == 1.5
+    assert samples[("roq_subscriber_latency_p50_seconds", (("queue", "q"), ("subscriber", "s1")))] == 0.002
+    standby = Exposition(top=2).text(view, {}, gcm="gcm2", leading=False, now=0.0).decode()
     assert 'roq_gcm_leader{gcm="gcm2"} 0.0' in standby and "roq_queue" not in standby
 
 
