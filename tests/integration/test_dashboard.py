@@ -13,6 +13,7 @@ import random
 import threading
 import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 from selenium import webdriver
@@ -26,6 +27,7 @@ from tests.integration.queues import Queue
 from tests.integration.zkhelp import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "out" / "test-output"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 WAIT_S = 30
 
@@ -144,7 +146,8 @@ def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_not
                                                     '#events li[data-kind="relocated"][data-queue="orders"]'),
                  "a relocated event of the queue in the event list")
             assert browser.find_element(By.ID, "d-name").text == "orders"
-            screenshot = tmp_path / "dashboard.png"
+            screenshot = SCREENSHOTS / "dashboard.png"  # kept with the test run's output (out/ is not versioned)
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
             browser.save_screenshot(str(screenshot))
             print(f"screenshot: {screenshot} ({screenshot.stat().st_size:,} bytes); moved {moved['publisher'][:8]}")
             assert screenshot.stat().st_size > 10_000
