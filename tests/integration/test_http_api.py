@@ -229,6 +229,9 @@ def test_zookeeper_away_answers_503_and_writes_without_a_token_file_are_refused(
         assert answer.status == 403 and "no api_token_file" in answer.json["error"]
         cluster.manager.create("q")  # through the BSON API
         assert api.call("GET", "/api/v1/queues/q/events").status == 200
+        host = Api.plain(cluster.host_http_url(cluster.addresses[0]))
+        pids = [p["pid"] for p in host.get("/processes")[1]["processes"]] + [c.pid for c in cluster.gcms.values()]
+        assert len(pids) == 3  # the queue's monitor and exchange, the GCM
         assert cluster.zookeeper is not None
         cluster.zookeeper.stop()
         cluster.zookeeper = None
@@ -241,6 +244,9 @@ def test_zookeeper_away_answers_503_and_writes_without_a_token_file_are_refused(
         answer = api.call("GET", "/api/v1/queues/q/events")  # read from ZooKeeper: not now
         assert answer.status == 503 and answer.headers["retry-after"] == "1", answer
         assert api.call("GET", "/healthz").status == 200  # alive all the same
+    # stopped with ZooKeeper away: nothing is left behind
+    wait_until(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                               for pid in pids), 30, "every process of the cluster gone")
 
 
 def test_every_process_answers_its_health_checks_through_its_host_manager(make_embedded):
