@@ -30,6 +30,7 @@ from roq.runtime import ExitCode, setup_logging
 from roq.settings import build, read_toml
 from roqcli.cluster import ClusterSettings, cluster_up
 from roqcli.deploying import deploy
+from roqcli.keys import keys
 from roqcli.kpi.command import add_parsers as kpi_parsers, run as run_kpi
 from roqcli.manage import ClientSettings, manage
 
@@ -112,6 +113,13 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--count", type=int, default=0, help="stop after this many broadcasts (default: never)")
     client_flags(watch)
     kpi_parsers(sub, client_flags)
+    keys = sub.add_parser("keys", help="CURVE key pairs for the cluster's processes and its clients")
+    ksub = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
+    new = ksub.add_parser("new", help="write a new key pair NAME.key (public) and NAME.key_secret (mode 600) in "
+                          "pyzmq's certificate format")
+    new.add_argument("name", help="the key's name: 1-64 letters, digits, '.', '_' or '-'")
+    new.add_argument("--dir", help="where to write it (default ~/.roq/keys, made with mode 700)")
+    new.add_argument("--force", action="store_true", help="replace a pair of that name")
     deploy = sub.add_parser("deploy", help="deploy a cluster file's processes as containers on its Docker hosts")
     dsub = deploy.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, text in (("up", "check the Docker hosts and images, then start ZooKeeper, GCMs and host managers, "
@@ -135,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         file = read_toml(args.config) if args.config else None
         if args.command == "deploy":
             return deploy(args)
+        if args.command == "keys":
+            return keys(args)
         if args.command == "cluster":
             flags = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(ClusterSettings)}
             return cluster_up(build(ClusterSettings, file=file, section="cluster", source=args.config or "", flags=flags))

@@ -135,3 +135,15 @@ def test_control_plane_bad_flags_are_named(args, named):
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=30)
     assert done.returncode == ExitCode.CONFIG, done.stderr
     assert named in done.stderr
+
+
+def test_keys_new_writes_a_pair_with_safe_modes_and_refuses_to_overwrite_it(tmp_path):
+    made = roq("keys", "new", "client-1", "--dir", str(tmp_path / "keys"))
+    assert made.returncode == 0, made.stderr
+    secret = tmp_path / "keys" / "client-1.key_secret"
+    assert str(secret) in made.stdout and oct(secret.stat().st_mode & 0o777) == "0o600"
+    again = roq("keys", "new", "client-1", "--dir", str(tmp_path / "keys"))
+    assert again.returncode == ExitCode.CONFIG and "exists" in again.stderr
+    assert roq("keys", "new", "client-1", "--dir", str(tmp_path / "keys"), "--force").returncode == 0
+    bad = roq("keys", "new", "../up", "--dir", str(tmp_path / "keys"))
+    assert bad.returncode == ExitCode.CONFIG and "a key's name" in bad.stderr

@@ -1,0 +1,108 @@
+"""CURVE keys: a key pair in pyzmq's certificate format, written safely, and the checks made when one is read.
+
+A pair is two files in one directory, as ``zmq.auth.create_certificates`` writes them: ``NAME.key`` (the
+public key, readable by anyone: peers are given it) and ``NAME.key_secret`` (public and secret key, mode
+0600). A secret key file that its owner's group or others may read is refused when read, with the command
+that fixes it: a secret that others can read is not a secret any more, and a process should not start with
+one unnoticed. The cluster has a server key, every process of it a key of its own, and every client a key
+of its own plus the cluster's public key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import stat
+
+import zmq.auth
+
+from roq.errors import ConfigError
+
+__all__ = ["KeyPair", "new_keypair", "load_secret", "load_public", "PUBLIC_SUFFIX", "SECRET_SUFFIX"]
+
+PUBLIC_SUFFIX = ".key"
+SECRET_SUFFIX = ".key_secret"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyPair:
+    """A CURVE key pair (Z85 text, 40 bytes each); ``secret`` is None when only the public key was read."""
+
+    public: bytes
+    secret: bytes | None
+    public_path: str
+    secret_path: str = ""
+
+
+def new_keypair(directory: str, name: str, *, overwrite: bool = False) -> KeyPair:
+    """Write a new key pair ``NAME.key`` and ``NAME.key_secret`` into ``directory`` (made with mode 0700 if
+    missing); the secret file is created readable by its owner only.
+
+    Raises:
+        ConfigError: a bad name, a pair of that name exists already (unless ``overwrite``), or the directory
+            cannot be written.
+    """
+    if not _NAME.match(name):
+        raise ConfigError(f"a key's name is 1-64 letters, digits, '.', '_' or '-' (not starting with one of "
+                          f"the last three), got {name[:80]!r}")
+    public_path = os.path.join(directory, name + PUBLIC_SUFFIX)
+    secret_path = os.path.join(directory, name + SECRET_SUFFIX)
+    if not overwrite and (os.path.exists(public_path) or os.path.exists(secret_path)):
+        raise ConfigError(f"a key named {name!r} exists in {directory} already: remove it first, or choose "
+                          "another name")
+    old = os.umask(0o077)  # every file and directory made here: the owner's only
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        for path in (public_path, secret_path):
+            if overwrite and os.path.exists(path):
+                os.remove(path)
+        zmq.auth.create_certificates(directory, name)
+    except OSError as exc:
+        raise ConfigError(f"cannot write a key pair into {directory}: {exc.strerror or exc}") from exc
+    finally:
+        os.umask(old)
+    os.chmod(public_path, 0o644)  # the public half is meant to be handed out
+    return load_secret(secret_path)
+
+
+def load_secret(path: str) -> KeyPair:
+    """The key pair in the secret key file ``path``.
+
+    Raises:
+        ConfigError: the file is missing or unreadable, its group or others may read or write it, or it holds
+            no secret key.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ConfigError(f"secret key file {path!r} cannot be read: {exc.strerror or exc}") from exc
+    if mode & 0o077:
+        raise ConfigError(f"secret key file {path!r} may be read by others (mode {stat.S_IMODE(mode):o}): refused; "
+                          f"make it its owner's only (chmod 600 {path}) or make a new key (roq keys new)")
+    public, secret = _load(path)
+    if secret is None:
+        raise ConfigError(f"{path!r} holds no secret key (a public key file? the secret one ends in "
+                          f"{SECRET_SUFFIX})")
+    public_path = path[: -len(SECRET_SUFFIX)] + PUBLIC_SUFFIX if path.endswith(SECRET_SUFFIX) else ""
+    return KeyPair(public, secret, public_path, path)
+
+
+def load_public(path: str) -> bytes:
+    """The public key in ``path`` (a public or a secret key file).
+
+    Raises:
+        ConfigError: the file is missing, unreadable or holds no key.
+    """
+    return _load(path)[0]
+
+
+def _load(path: str) -> tuple[bytes, bytes | None]:
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"key file {path!r} cannot be read as a CURVE certificate: {exc}") from exc
+    if not public or len(public) != 40:
+        raise ConfigError(f"key file {path!r} holds no CURVE public key")
+    return public, secret if secret else None

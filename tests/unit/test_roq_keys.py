@@ -1,0 +1,63 @@
+"""CURVE key pairs: written with safe modes, refused when unsafe, and good for a real CURVE handshake."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+import zmq
+
+from roq.errors import ConfigError
+from roq.keys import load_public, load_secret, new_keypair
+
+
+def mode(path: str) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_a_new_pair_has_a_public_file_for_anyone_and_a_secret_file_for_its_owner(tmp_path):
+    pair = new_keypair(str(tmp_path / "keys"), "server")
+    assert (mode(pair.public_path), mode(pair.secret_path), mode(str(tmp_path / "keys"))) == (0o644, 0o600, 0o700)
+    assert load_public(pair.public_path) == pair.public and len(pair.secret or b"") == 40
+    assert load_secret(pair.secret_path) == pair
+    with pytest.raises(ConfigError, match="exists in .* already"):
+        new_keypair(str(tmp_path / "keys"), "server")
+    assert new_keypair(str(tmp_path / "keys"), "server", overwrite=True).public != pair.public
+    for bad in ("", "../x", "-x", "a b", "x" * 65):
+        with pytest.raises(ConfigError, match="a key's name"):
+            new_keypair(str(tmp_path / "keys"), bad)
+
+
+def test_an_unsafe_or_wrong_key_file_is_refused_with_the_fix(tmp_path):
+    pair = new_keypair(str(tmp_path), "client")
+    os.chmod(pair.secret_path, 0o640)
+    with pytest.raises(ConfigError, match=r"may be read by others \(mode 640\).*chmod 600"):
+        load_secret(pair.secret_path)
+    os.chmod(pair.secret_path, 0o600)
+    with pytest.raises(ConfigError, match="holds no secret key"):
+        os.chmod(pair.public_path, 0o600)
+        load_secret(pair.public_path)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_secret(str(tmp_path / "missing.key_secret"))
+    garbage = tmp_path / "garbage.key_secret"
+    garbage.write_text("not a certificate\n")
+    os.chmod(garbage, 0o600)
+    with pytest.raises(ConfigError, match="no CURVE public key|cannot be read"):
+        load_secret(str(garbage))
+
+
+def test_the_keys_make_a_curve_handshake(tmp_path):
+    server, client = new_keypair(str(tmp_path), "server"), new_keypair(str(tmp_path), "client")
+    ctx = zmq.Context()
+    try:
+        rep = ctx.socket(zmq.REP)
+        rep.curve_server, rep.curve_secretkey, rep.curve_publickey = True, server.secret, server.public
+        port = rep.bind_to_random_port("tcp://127.0.0.1")
+        req = ctx.socket(zmq.REQ)
+        req.curve_serverkey, req.curve_publickey, req.curve_secretkey = server.public, client.public, client.secret
+        req.connect(f"tcp://127.0.0.1:{port}")
+        req.send(b"ping")
+        assert rep.poll(5000) and rep.recv() == b"ping"
+    finally:
+        ctx.destroy(linger=0)
