@@ -156,6 +156,7 @@ class Runner:
             else:
                 hosts = cluster.emulation.describe() if cluster.emulation is not None else cluster.addresses
                 self.progress(f"cluster up: ZooKeeper {cluster.zk}, {s.info.gcms} GCM(s), hosts {'; '.join(hosts)}")
+                self.progress(f"watch it live: {cluster.http_url()}/ (the dashboard; metrics at /metrics)")
             for q in s.queues:
                 if self.zk:
                     self._created.append(q.name)
