@@ -5,17 +5,20 @@ topology events.
 publishers and subscribers' latency); ``event`` for each topology event as the census finds it in a monitor's
 status (relocations, fail-overs, scaling, thresholds adopted), with the newest :data:`FIRST_EVENTS` sent to a
 feed when it opens. A queue's events from before the GCM first heard its monitor are history: kept for new
-feeds, not pushed. Feeds are bounded in number (:data:`MAX_STREAMS`), and so is everything they are sent.
+feeds, not pushed. A feed's first ``state`` also carries each queue's ``history`` (records/s in and exchanges
+after each of the last :data:`HISTORY_POINTS` census rounds), so that a page draws the last minutes at once.
+Feeds are bounded in number (:data:`MAX_STREAMS`), and so is everything they are sent.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import Any, Callable, Protocol
 
 from gcm._census import Census, Snapshot
 from gcm._view import View
-from gcm._shapes import number, snake, traffic
+from gcm._shapes import number, rate, snake, traffic
 from roq.http import EventStream, HttpResponse
 
 __all__ = ["LiveFeed", "MAX_STREAMS", "FIRST_EVENTS"]
@@ -24,6 +27,8 @@ MAX_STREAMS = 64  # live feeds open at once
 FIRST_EVENTS = 50  # events a new live feed is sent at once
 MAX_RECENT = 500  # events kept for new feeds
 MAX_FEED_PUBLISHERS = 200  # publishers (and subscribers) per queue in the live feed's state
+HISTORY_POINTS = 300  # census rounds of history per queue sent to a feed when it opens (5 min at 1 s)
+MAX_HISTORY_QUEUES = 1000  # queues with a history
 
 
 class _Shell(Protocol):
@@ -45,6 +50,9 @@ class LiveFeed:
         self.clock = clock
         self.streams: list[EventStream] = []
         self._seen: dict[str, int] = {}  # queue -> the last event seq the feeds were sent
+        # queue -> (time, records/s in, exchanges) after each census round, the last HISTORY_POINTS: a page
+        # that opens draws the last minutes at once
+        self._history: dict[str, collections.deque[tuple[float, float, int]]] = {}
         self._recent: list[dict[str, Any]] = []  # the newest events of every queue, for a new feed
 
     def open(self) -> HttpResponse | EventStream:
@@ -57,7 +65,10 @@ class LiveFeed:
                 ("retry-after", "5"))
         stream = EventStream()
         self.streams.append(stream)
-        stream.send(self.state(), "state")
+        first = self.state()
+        first["history"] = {name: {"t": [round(t, 3) for t, _, _ in h], "rin": [r for _, r, _ in h],
+                                   "nx": [n for _, _, n in h]} for name, h in self._history.items()}
+        stream.send(first, "state")
         for event in sorted(self._recent[-FIRST_EVENTS:], key=lambda e: number(e.get("time"))):
             stream.send(event, "event", _event_id(event))
         return stream
@@ -86,6 +97,17 @@ class LiveFeed:
         return {"time": self.clock(), "leader": self.shell.id, "hosts": [snake(h.document()) for h in hosts],
                 "queues": queues}
 
+    def _record(self) -> None:
+        now, snaps = self.clock(), self.shell.census.snapshots
+        for name in [n for n in self._history if n not in snaps]:
+            del self._history[name]
+        for name, snap in list(snaps.items())[:MAX_HISTORY_QUEUES]:
+            h = self._history.get(name)
+            if h is None:
+                h = self._history[name] = collections.deque(maxlen=HISTORY_POINTS)
+            exchanges = [x for x in snap.status.get("exchanges", []) if isinstance(x, dict)]
+            h.append((now, round(rate(snap.status, "records_per_s"), 1), len(exchanges)))
+
     def census_taken(self, snapshot: Snapshot) -> None:
         """A queue's new status: its events not seen yet go to every live feed."""
         events = [e for e in snapshot.status.get("events", []) if isinstance(e, dict)]
@@ -107,7 +129,9 @@ class LiveFeed:
             del self._seen[name]
 
     def tick(self) -> None:
-        """After a census round: the state to every live feed; feeds whose client left are forgotten."""
+        """After a census round: the history taken, the state to every live feed; feeds whose client left are
+        forgotten."""
+        self._record()
         self.streams = [s for s in self.streams if not s.closed]
         if self.streams:
             state = self.state()

@@ -93,7 +93,17 @@
 
   // ------------------------------------------------------------------ history
 
+  function seed(past) {  // a feed's first state: the last minutes of each queue the page has not seen yet
+    for (const [name, h] of Object.entries(past || {})) {
+      if (history.has(name) || !h || !Array.isArray(h.t)) continue;
+      const n = Math.min(h.t.length, MAX_POINTS);
+      history.set(name, { t: h.t.slice(-n).map(num), rin: (h.rin || []).slice(-n).map(num),
+                          nx: (h.nx || []).slice(-n).map(num) });
+    }
+  }
+
   function ingest(state) {
+    seed(state.history);
     const t = num(state.time) || Date.now() / 1000;
     const names = new Set();
     for (const q of state.queues || []) {

@@ -152,6 +152,15 @@ def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_not
             print(f"screenshot: {screenshot} ({screenshot.stat().st_size:,} bytes); moved {moved['publisher'][:8]}")
             assert screenshot.stat().st_size > 10_000
 
+            # a page opened now draws the last seconds at once: the feed's first state brings the history
+            browser.get(cluster.http_url() + "/")
+            # (without it the page would have one point per state it received, at most one per render)
+            wait(browser, lambda d: shown(d, """
+                const line = document.querySelector('#queues tbody tr[data-queue="orders"] polyline');
+                const points = line === null ? 0 : line.getAttribute('points').trim().split(' ').length;
+                return points >= Number(document.body.dataset.renders || 0) + 5;"""),
+                "the reopened page's sparkline drawn from the history, more points than states it received")
+
             # Prometheus scraped all along: PromQL gives back the rate sent, and the series stay bounded
             def sent() -> float:  # records/s sent over the last 5 s: the step publisher's, and the load's 200
                 now, total = counted[-1]
