@@ -15,7 +15,11 @@ What a stranger on the network can send, in five families:
   that are not names, rules out of range, unknown rules, evidence nested too deep;
 * **huge and nested documents**: strings of megabytes (up to 50 MB once a run), documents nested deeper
   than any limit, lists of a hundred thousand items; and for an exchange's frontend, batches broken in
-  every way its check knows (version, kind, counts, bodies, keys, sequence numbers).
+  every way its check knows (version, kind, counts, bodies, keys, sequence numbers);
+* **broken HTTP** for the HTTP ports (a GCM's API, a host manager's health checks): bad request lines and
+  methods, headers without colons or of 70 KB, bodies whose length lies or is over the limit, broken chunked
+  bodies, paths that climb out of the static files, percent garbage, bad query parameters, pipelined
+  floods, live feeds left open, and writes without a token or with a wrong one (each must be refused).
 
 Nothing generated is a valid request: a server must refuse each one (or drop it) and go on serving. Every
 send is non-blocking, and every socket lingers a moment when closed so that what was sent is delivered, but
@@ -56,8 +60,8 @@ HUGE = 50 << 20  # the largest string sent (once per sweep, to each server)
 @dataclasses.dataclass(frozen=True)
 class Target:
     """A listening socket to fuzz: ``kind`` is "server" (a ROUTER answering control messages: GCM look-up
-    and management, monitor, host manager), "frontend" (an exchange's batches) or "pub" (an exchange's
-    backend, the GCM's broadcast)."""
+    and management, monitor, host manager), "frontend" (an exchange's batches), "pub" (an exchange's
+    backend, the GCM's broadcast) or "http" (a GCM's HTTP API, a host manager's health checks)."""
 
     name: str
     endpoint: str
@@ -259,22 +263,62 @@ def broken_batches(rng: random.Random) -> list[tuple[str, list[bytes]]]:
 
 
 def _host_port(endpoint: str) -> tuple[str, int]:
-    host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+    host, port = endpoint.split("://", 1)[1].rsplit(":", 1)
     return host, int(port)
 
 
-def send_raw(endpoint: str, payload: bytes) -> None:
-    """Connect over TCP, write ``payload``, read what comes back for a moment, close."""
+def send_raw(endpoint: str, payload: bytes, wait: float = 0.02) -> bytes:
+    """Connect over TCP, write ``payload``, read what comes back for ``wait`` seconds (b"" if nothing, or
+    if the server closed on us, which is its right), close."""
+    got = b""
     try:
         with socket.create_connection(_host_port(endpoint), timeout=1.0) as conn:
             conn.sendall(payload)
-            conn.settimeout(0.02)
+            conn.settimeout(wait)
             try:
-                conn.recv(4096)
+                got = conn.recv(4096)
             except OSError:
                 pass
-    except OSError:  # refused or reset: the server closed on us, which is its right
+    except OSError:
         pass
+    return got
+
+
+def http_requests(rng: random.Random) -> list[tuple[str, bytes, bool]]:
+    """Broken HTTP: (family, bytes, whether it asks for a write, which must never succeed without the token)."""
+    wrong = b"authorization: Bearer " + os.urandom(24).hex().encode() + b"\r\n"
+    create = b'{"name": "fuzz-made", "exchanges": 1}'
+
+    def post(path: bytes, body: bytes, extra: bytes = b"") -> bytes:
+        return (b"POST " + path + b" HTTP/1.1\r\nhost: x\r\ncontent-length: " + str(len(body)).encode() + b"\r\n"
+                + extra + b"\r\n" + body)
+
+    return [
+        ("http: bad request line", b"GET\r\n\r\n", False),
+        ("http: version 0.9", b"GET /\r\n\r\n", False),
+        ("http: unknown method", b"BREW /api/v1/queues HTTP/1.1\r\nhost: x\r\n\r\n", False),
+        ("http: header without colon", b"GET / HTTP/1.1\r\nno colon\r\n\r\n", False),
+        ("http: 70 KB header", b"GET / HTTP/1.1\r\nx-big: " + b"a" * 70_000 + b"\r\n\r\n", False),
+        ("http: length lies", b"POST /api/v1/queues HTTP/1.1\r\nhost: x\r\ncontent-length: 99999999\r\n\r\n{", True),
+        ("http: negative length", b"POST /api/v1/queues HTTP/1.1\r\nhost: x\r\ncontent-length: -1\r\n\r\n", True),
+        ("http: broken chunks", b"PUT /api/v1/queues/fuzzq/rules HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked"
+                                b"\r\n\r\nzz\r\n" + os.urandom(40), True),
+        ("http: 2 MB chunk", b"PUT /api/v1/queues/fuzzq/rules HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked"
+                             b"\r\n\r\n200000\r\n" + b"{" * (2 << 20) + b"\r\n0\r\n\r\n", True),
+        ("http: write without token", post(b"/api/v1/queues", create), True),
+        ("http: write with a wrong token", post(b"/api/v1/queues", create, wrong), True),
+        ("http: remove with a wrong token", b"DELETE /api/v1/queues/fuzzq HTTP/1.1\r\nhost: x\r\n" + wrong + b"\r\n",
+         True),
+        ("http: bad rules with a wrong token", post(b"/api/v1/queues/fuzzq/stop", b"\x00\xff" * 50, wrong), True),
+        ("http: out of the static files", b"GET /static/../../../etc/passwd HTTP/1.1\r\nhost: x\r\n\r\n", False),
+        ("http: encoded climb", b"GET /static/..%2f..%2fgcm%2f_http.py HTTP/1.1\r\nhost: x\r\n\r\n", False),
+        ("http: percent garbage", b"GET /api/v1/queues/%ff%fe%00%zz HTTP/1.1\r\nhost: x\r\n\r\n", False),
+        ("http: bad query", b"GET /api/v1/queues/fuzzq/events?limit=-1&since=nan&offset=1e99&kind=%00 HTTP/1.1"
+                            b"\r\nhost: x\r\n\r\n", False),
+        ("http: pipelined flood", b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n" * 300, False),
+        ("http: feed then garbage", b"GET /api/v1/stream HTTP/1.1\r\nhost: x\r\n\r\n" + os.urandom(500), False),
+        ("http: random bytes", os.urandom(rng.choice((1, 64, 4096))), False),
+    ]
 
 
 def raw_payloads(rng: random.Random) -> list[tuple[str, bytes]]:
@@ -356,6 +400,9 @@ def sweep(targets: list[Target], queue: str, *, huge: bool = True) -> Tally:
                 for _, frames in broken_batches(rng):
                     socks.send(dealer, frames)
                 tally.add("broken batches", len(broken_batches(rng)))
+            elif target.kind == "http":
+                for _, payload, write in http_requests(rng):
+                    _http_answer(send_raw(target.endpoint, payload, wait=0.5), write, tally)
             else:
                 xsub = socks.connect(zmq.XSUB, target.endpoint, peer=zmq.PUB)
                 for frame in (b"\x07 not a subscription", b"", b"\x01" + b"p" * 70_000, os.urandom(100)):
@@ -368,6 +415,15 @@ def sweep(targets: list[Target], queue: str, *, huge: bool = True) -> Tally:
         socks.close()
         ctx.term()
     return tally
+
+
+def _http_answer(answer: bytes, write: bool, tally: Tally) -> None:
+    """Count an HTTP answer; a write that succeeded without the token counts as ``accepted``."""
+    tally.add("broken HTTP")
+    if answer.startswith(b"HTTP/1.1 "):
+        tally.add("http answered")
+        if write and answer[9:10] == b"2":
+            tally.add("accepted")
 
 
 def _answers(sock: zmq.Socket, expected: int, tally: Tally) -> None:
@@ -402,6 +458,16 @@ def fuzz_round(targets: list[Target], seed: int, queue: str, *, per_target: int 
     socks = _Sockets(ctx)
     try:
         for target in targets:
+            if target.kind == "http":
+                requests = http_requests(rng)
+                for _ in range(per_target // 4):  # each a connection of its own: fewer, as they cost more
+                    if rng.random() < 0.75:
+                        _, payload, write = rng.choice(requests)
+                        _http_answer(send_raw(target.endpoint, payload), write, tally)
+                    else:
+                        send_raw(target.endpoint, rng.choice(raw_payloads(rng))[1])
+                        tally.add("raw bytes and broken greetings")
+                continue
             kinds = {"server": (zmq.DEALER, zmq.REQ, zmq.PUSH, zmq.PUB), "frontend": (zmq.DEALER, zmq.PUSH, zmq.REQ),
                      "pub": (zmq.SUB, zmq.XSUB, zmq.DEALER)}[target.kind]
             peer = zmq.PUB if target.kind == "pub" else zmq.ROUTER

@@ -29,9 +29,11 @@ def _targets(cluster, q: Queue) -> list[fuzz.Target]:
     for gid, child in cluster.gcms.items():
         targets += [fuzz.Target(f"{gid} look-up", child.info["lookup"], "server"),
                     fuzz.Target(f"{gid} management", child.info["management"], "server"),
-                    fuzz.Target(f"{gid} broadcast", child.info["broadcast"], "pub")]
+                    fuzz.Target(f"{gid} broadcast", child.info["broadcast"], "pub"),
+                    fuzz.Target(f"{gid} http", child.info["http"], "http")]
     for address, child in cluster.hostmanagers.items():
-        targets.append(fuzz.Target(f"host manager {address}", child.info["endpoint"], "server"))
+        targets += [fuzz.Target(f"host manager {address}", child.info["endpoint"], "server"),
+                    fuzz.Target(f"host manager {address} http", child.info["http"], "http")]
     targets.append(fuzz.Target("monitor", q.monitor, "server"))
     for x in q.status()["exchanges"]:
         targets += [fuzz.Target(f"exchange {x['id']} frontend", x["frontend"], "frontend"),
@@ -73,6 +75,7 @@ def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, lo
     print(f"sent {tally.total:,} pieces of garbage in {time.monotonic() - started:.1f}s: {tally.counts}")
     # every malformed request that fits a server's size limit was answered, and refused
     assert tally.counts["answered"] == tally.counts["asked"] > 15_000 and "accepted" not in tally.counts, tally.counts
+    assert tally.counts["http answered"] > 0.8 * tally.counts["broken HTTP"], tally.counts  # HTTP refused, not ignored
 
     # every process is the one it was, and serves
     assert _processes(cluster, q) == before
@@ -95,3 +98,6 @@ def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, lo
     assert (audit["expected"], audit["received"], audit["lost"], audit["duplicated"], audit["reordered"]) == (
         10_000, 10_000, 0, 0, 0), audit
     wait_until(lambda: _processes(cluster, q) == before, 5, "still the same processes")
+    for target in [t for t in targets if t.kind == "http"]:  # the HTTP ports serve on
+        assert fuzz.send_raw(target.endpoint, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n", wait=2.0).startswith(
+            b"HTTP/1.1 200"), target
