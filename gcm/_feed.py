@@ -17,9 +17,10 @@ import time
 from typing import Any, Callable, Protocol
 
 from gcm._census import Census, Snapshot
+from gcm._shapes import snake
 from gcm._view import View
-from gcm._shapes import number, rate, snake, traffic
 from roq.http import EventStream, HttpResponse
+from roq.status import live_subscribers, number, rate, traffic
 
 __all__ = ["LiveFeed", "MAX_STREAMS", "FIRST_EVENTS"]
 
@@ -87,8 +88,7 @@ class LiveFeed:
                           for p in (status or {}).get("publishers", [])[:MAX_FEED_PUBLISHERS] if isinstance(p, dict)]
             latency = [{"id": s.get("id"), "p50": s.get("latency_p50_ms"), "p99": s.get("latency_p99_ms"),
                         "prefix": _text(s.get("prefix"))}
-                       for s in (status or {}).get("subscribers", [])[:MAX_FEED_PUBLISHERS]
-                       if isinstance(s, dict) and s.get("live")]
+                       for s in live_subscribers(status)[:MAX_FEED_PUBLISHERS]]
             queues.append({"name": name, "state": q.state, "host": q.host, "placement": dict(q.placement),
                            "status_from": "monitor" if status is not None else "topology",
                            "status_age_s": round(max(0.0, self.clock() - snaps[name].at), 3) if name in snaps else None,

@@ -25,10 +25,10 @@ from typing import Any, Callable, Mapping, Protocol
 
 from gcm._census import Census, Snapshot
 from gcm._feed import LiveFeed
-from gcm._shapes import number, rate, snake, traffic
 from gcm._events import MAX_LIMIT
 from gcm._metrics import CONTENT_TYPE, Exposition
 from gcm._openapi import API, ROUTES, document
+from gcm._shapes import snake
 from gcm._view import View
 from roq import management as m
 from roq.control import Message, Reply
@@ -37,6 +37,7 @@ from roq.errors import ConfigError, Result
 from roq.http import EventStream, HttpRequest, HttpResponse, Later
 from roq.rules import DEFAULT_RULES
 from roq.server import Dispatcher, Request
+from roq.status import latency, live_subscribers, number, rate, traffic
 
 __all__ = ["HttpApi", "HttpShell", "STATUS", "read_token", "MIN_TOKEN"]
 
@@ -99,7 +100,6 @@ class HttpApi:
         self.shell = shell
         self.dispatcher = dispatcher
         self.token = token
-        self.top = top
         self.clock = clock
         self.feed = LiveFeed(shell, clock)
         self.exposition = Exposition(top)
@@ -403,9 +403,7 @@ def _statistics(reply: Reply, view: View) -> dict[str, Any]:
     if status is None:
         return out
     counters = status.get("counters", {})
-    live = [s for s in status.get("subscribers", []) if isinstance(s, dict) and s.get("live")]
-    p50 = sorted(number(s["latency_p50_ms"]) for s in live if number(s.get("latency_p50_ms", -1)) >= 0)
-    p99 = [number(s["latency_p99_ms"]) for s in live if number(s.get("latency_p99_ms", -1)) >= 0]
+    live = live_subscribers(status)
     out.update(
         exchanges=len(status.get("exchanges", [])),
         totals=status.get("totals", {}),
@@ -414,7 +412,7 @@ def _statistics(reply: Reply, view: View) -> dict[str, Any]:
         scale_outs=counters.get("scale_outs", 0),
         scale_ins=counters.get("scale_ins", 0),
         exchanges_lost=counters.get("exchanges_lost", 0),
-        latency_ms={"p50_median": p50[len(p50) // 2] if p50 else None, "p99_max": max(p99) if p99 else None},
+        latency_ms=latency(status),
         gaps=sum(int(number(s.get("gaps"))) for s in live),
         lost=sum(int(number(s.get("lost"))) for s in live),
         duplicates=sum(int(number(s.get("duplicates"))) for s in live),

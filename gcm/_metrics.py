@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gcm._census import Snapshot
-from gcm._shapes import number
+from roq.status import live_subscribers, number
 from gcm._view import View
 
 __all__ = ["Exposition", "render", "families", "queue_lines", "CONTENT_TYPE", "OTHER", "QUEUE_FAMILIES"]
@@ -153,7 +153,7 @@ def queue_lines(name: str, status: dict[str, Any], top: int) -> dict[str, list[s
         add(f"roq_queue_{k}_total", f'roq_queue_{k}_total{{queue="{q}"}} {number(totals.get(k))!r}')
     exchanges = [x for x in status.get("exchanges", []) if isinstance(x, dict)]
     publishers = [p for p in status.get("publishers", []) if isinstance(p, dict)]
-    subscribers = [x for x in status.get("subscribers", []) if isinstance(x, dict) and x.get("live")]
+    subscribers = live_subscribers(status)
     for family, n in (("roq_queue_exchanges", exchanges), ("roq_queue_publishers", publishers),
                       ("roq_queue_subscribers", subscribers)):
         add(family, f'{family}{{queue="{q}"}} {float(len(n))!r}')

@@ -11,6 +11,7 @@ from typing import Any
 
 from roq.errors import ConfigError, ProtocolError, RoQError
 from roq.runtime import ExitCode
+from roq.status import latency, traffic
 
 __all__ = ["ClientSettings", "manage"]
 
@@ -141,17 +142,12 @@ def _status(args: argparse.Namespace, qm: Any) -> int:
 
 def _queue_status(q: dict[str, Any], status: dict[str, Any] | None) -> dict[str, Any]:
     status = status or {}
-    exchanges = [x for x in status.get("exchanges", []) if isinstance(x, dict)]
-    live = [s for s in status.get("subscribers", []) if isinstance(s, dict) and s.get("live")]
-    p50 = sorted(s["latency_p50_ms"] for s in live if isinstance(s.get("latency_p50_ms"), (int, float))
-                 and s["latency_p50_ms"] >= 0)
     counters = status.get("counters", {})
     return {
-        "name": q["Name"], "state": q["State"], "exchanges": len(exchanges) or len(q.get("Exchanges", [])),
-        "publishers": len(status.get("publishers", [])), "subscribers": len(live),
-        "records_in_per_s": sum(float(x.get("records_per_s", 0)) for x in exchanges),
-        "records_out_per_s": sum(float(x.get("records_out_per_s", 0)) for x in exchanges),
-        "latency_p50_ms": p50[len(p50) // 2] if p50 else None,
+        "name": q["Name"], "state": q["State"],
+        "exchanges": len(status.get("exchanges", [])) or len(q.get("Exchanges", [])),
+        **{k: v for k, v in traffic(status).items() if not k.startswith("bytes")},
+        "latency_p50_ms": latency(status)["p50_median"],
         **{k: int(counters.get(k, 0)) for k in ("relocations", "failovers", "scale_outs", "scale_ins")},
     }
 
