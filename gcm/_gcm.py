@@ -178,8 +178,9 @@ class Gcm:
             for server in (self.lookup, self.management):
                 if server.socket in events:
                     server.readable()
+            census = self.census.sockets()
             for sock in asking & set(events):
-                answered = self.census.readable if sock in self.census.sockets() else self.stats.readable
+                answered = self.census.readable if sock in census else self.stats.readable
                 self._guarded("a monitor's status", answered, sock)
             if self.http is not None:
                 self._guarded("HTTP", self.http.ready, events)

@@ -306,25 +306,13 @@ class _Connection:
         self.write()
 
     def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` and close: what follows on the connection cannot be trusted."""
+        """Answer ``status`` and close: what follows on the connection cannot be trusted (the request was not
+        read whole, so :meth:`respond` says ``connection: close``)."""
         if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             self.close()
             return
-        self.waiting = True
-        self.head = None
-        body = HttpResponse.error(status, message).body
-        try:
-            self.out += self.h11.send(h11.Response(status_code=status, reason=STATUS_TEXT.get(status, ""), headers=[
-                ("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close"),
-                ("server", SERVER)]))
-            self.out += self.h11.send(h11.Data(data=body))
-            self.out += self.h11.send(h11.EndOfMessage())
-        except h11.LocalProtocolError:
-            self.close()
-            return
-        self.waiting = False
-        self.closing = True
-        self.write()
+        self.waiting, self.head = True, None
+        self.respond(HttpResponse.error(status, message))
 
     def write(self) -> None:
         """Write what waits, as far as the socket takes it now; cut off a client that stopped reading."""
