@@ -1,4 +1,8 @@
-"""A subscriber's feeds: one SUB socket per exchange of its queue, and the reading of what they carry.
+"""A subscriber's feeds: one DEALER per exchange of its queue, and the reading of what they carry.
+
+Each DEALER has the subscriber's id as its routing id and sends the exchange its subscription
+(:func:`roq.batch.pack_subscription`) when it connects and again on every hello (:meth:`Feeds.refresh`), so
+that an exchange that lost it has it back within a heartbeat; the exchange answers a new one with a beacon.
 
 Every frame is checked before anything acts on it: three frames, a header :func:`roq.batch.parse_header`
 accepts, a body that splits into its records, a beacon naming the exchange it came from. A frame that fails
@@ -27,7 +31,7 @@ BURST = 128
 
 
 class Feed:
-    """The SUB socket connected to one exchange's backend."""
+    """The DEALER connected to one exchange's backend."""
 
     __slots__ = ("exchange", "backend", "socket", "heard")
 
@@ -44,6 +48,7 @@ class Feeds:
     Args:
         context: the ZeroMQ context.
         poller: the subscriber's poller; each feed's socket is registered in it.
+        ident: the subscriber's id (16 bytes), its routing id at every exchange.
         prefix: the key prefix subscribed to (b"" = every record).
         rcvhwm: each socket's receive high-water mark.
         order: the subscriber's reassembler.
@@ -55,11 +60,13 @@ class Feeds:
         dropped: malformed frames dropped.
     """
 
-    def __init__(self, context: zmq.Context, poller: zmq.Poller, prefix: bytes, rcvhwm: int, order: Reassembler,
-                 deliver: Callable[[list], None], heard: Callable[[str], None], who: str) -> None:
+    def __init__(self, context: zmq.Context, poller: zmq.Poller, ident: bytes, prefix: bytes, rcvhwm: int,
+                 order: Reassembler, deliver: Callable[[list], None], heard: Callable[[str], None], who: str) -> None:
         self._ctx = context
         self._poller = poller
+        self._ident = ident
         self._prefix = prefix
+        self._subscription = batch.pack_subscription(ident, prefix)
         self._rcvhwm = rcvhwm
         self._order = order
         self._deliver = deliver
@@ -85,19 +92,28 @@ class Feeds:
 
     def add(self, exchange: str, backend: str) -> Feed:
         """Subscribe to ``exchange`` at ``backend``."""
-        sock = self._ctx.socket(zmq.SUB)
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.ROUTING_ID, self._ident)
         sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
         sock.setsockopt(zmq.LINGER, 0)
-        # the data subscription first: a beacon heard afterwards proves both are in place
-        sock.setsockopt(zmq.SUBSCRIBE, self._prefix)
-        if not batch.CONTROL_TOPIC.startswith(self._prefix):
-            sock.setsockopt(zmq.SUBSCRIBE, batch.CONTROL_TOPIC)
         sock.connect(backend)
         feed = Feed(exchange, backend, sock)
+        self._subscribe(feed)
         self._feeds[exchange] = feed
         self._by_socket[sock] = feed
         self._poller.register(sock, zmq.POLLIN)
         return feed
+
+    def refresh(self) -> None:
+        """Send every exchange our subscription again (it keeps one copy)."""
+        for feed in self._feeds.values():
+            self._subscribe(feed)
+
+    def _subscribe(self, feed: Feed) -> None:
+        try:
+            feed.socket.send_multipart(self._subscription, zmq.NOBLOCK)
+        except zmq.Again:  # its pipe is full (the exchange is not reading): the next hello sends it again
+            pass
 
     def remove(self, feed: Feed) -> None:
         """Stop listening to an exchange, after reading what it already sent us."""

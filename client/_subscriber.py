@@ -1,4 +1,4 @@
-"""The subscriber: its feeds (one SUB socket per exchange of the queue), a DEALER to the monitor, no thread.
+"""The subscriber: its feeds (one DEALER per exchange of the queue), a DEALER to the monitor, no thread.
 
 All the work happens inside ``recv`` (and iteration): reading the exchanges (:mod:`client._feeds`),
 ordering per publisher (:mod:`client.ordering`), answering the monitor (this module). A subscriber that is
@@ -74,8 +74,8 @@ class Subscriber:
         self._listed = False
         self._next_hello = 0.0
         self._poller = zmq.Poller()
-        self._feeds = Feeds(context, self._poller, prefix, config.rcvhwm, self._order, self._deliver, self._heard,
-                            self._who)
+        self._feeds = Feeds(context, self._poller, self.id, prefix, config.rcvhwm, self._order, self._deliver,
+                            self._heard, self._who)
         locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
         self._monitor = MonitorChannel(context, locator, self.id, self._who)
         self._poller.register(self._monitor.socket, zmq.POLLIN)
@@ -299,6 +299,7 @@ class Subscriber:
 
     def _hello(self, now: float) -> None:
         self._next_hello = now + self.config.heartbeat_interval
+        self._feeds.refresh()
         since, received, measured = self._kpi_from
         self._kpi_from = (now, self._received, self._latency_count)
         fresh = min(self._latency_count - measured, len(self._latency))

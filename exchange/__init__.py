@@ -10,13 +10,14 @@ from exchange._control import CommandPipe, MonitorLink
 from exchange._exchange import Exchange
 from exchange._forwarder import (BURST, MAX_PENDING_ACKS, MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES,
                                  Forwarder)
+from exchange._subscribers import BEHIND_HOLD, MAX_SUBSCRIBERS, Subscriber, Subscribers
 
 __all__ = [
     # the process
     "Exchange",
     # its data plane and its bounds
     "Forwarder", "Accounting", "BURST", "MAX_PENDING_ACKS", "MAX_PUBLISHERS", "PUBLISHER_QUEUE_BYTES",
-    "MIN_PUBLISHER_HWM",
+    "MIN_PUBLISHER_HWM", "Subscribers", "Subscriber", "MAX_SUBSCRIBERS", "BEHIND_HOLD",
     # its control path
     "MonitorLink", "CommandPipe",
 ]

@@ -59,13 +59,11 @@ class Exchange:
         self.drops = DropCounter(log, f"exchange {self.id}")
         self._process = psutil.Process()
         self._process.cpu_percent(None)
-        self._beacon_id = uuid.uuid4().bytes
-        self._beacons = 0
         self._draining_since: float | None = None
         self._stopping = False
         self._kpi_period = config.kpi_period
         self._next_reply_log = 0.0
-        self.forwarder = Forwarder(self._ctx, config, self.drops)
+        self.forwarder = Forwarder(self._ctx, config, self.drops, name=self.id, beacon_id=uuid.uuid4().bytes)
         monitor_orders = Dispatcher(f"exchange {self.id} (monitor)", {
             control.Shutdown: self._on_shutdown,
             control.KpiPeriod: self._on_kpi_period,
@@ -172,8 +170,7 @@ class Exchange:
             if now >= next_beat:
                 next_beat = now + cfg.heartbeat_interval
                 self.monitor.send(self._heartbeat())
-                self._beacons += 1
-                fwd.beacon(self.id, self._beacons, self._beacon_id)
+                fwd.beacon()
                 self._check_drained(now)
                 if commands is not None:
                     commands.expire(now)

@@ -3,20 +3,22 @@
 * frontend, ROUTER, bound: publishers' DEALERs send ``[key, header, body]``; every batch is checked by
   :func:`roq.batch.check_incoming` (a bad one is dropped and counted under its reason) and its publisher
   gets a cumulative acknowledgement, coalesced over ``ack_interval`` unless the batch asks for it now.
-* backend, XPUB, bound: the same three frames go out untouched; subscribers filter on the key prefix.
-  Every heartbeat the exchange also publishes a beacon on :data:`~roq.batch.CONTROL_TOPIC`. The
-  subscriptions the XPUB hands up are read and dropped (:meth:`Forwarder.read_subscriptions`).
+* backend, ROUTER, bound: subscribers' DEALERs send their subscription (:mod:`exchange._subscribers`, checked
+  by :func:`roq.batch.check_subscription`) and get the same three frames, untouched, of every batch whose key
+  starts with their prefix, one send per subscriber. Every heartbeat each subscriber also gets a beacon on
+  :data:`~roq.batch.CONTROL_TOPIC`, and a new one gets one at once: "your subscription is live".
 
-**Back-pressure, not loss, for subscribers that keep up.** The backend does not drop (``XPUB_NODROP``): a
-batch that a subscriber's full pipe cannot take now is *held*, the forward loop stops reading publishers
-(whose acknowledgements then wait, and whose ``max_in_flight`` stops them) and retries every
+**Back-pressure, not loss, for subscribers that keep up.** A batch that a subscriber's full pipe cannot take
+now (``ROUTER_MANDATORY``: the send says so) is *held* for that subscriber, the forward loop stops reading
+publishers (whose acknowledgements then wait, and whose ``max_in_flight`` stops them) and retries every
 :data:`RETRY_S` until the pipe has room. A pipe fills when its subscriber or ZeroMQ's I/O thread falls behind
 a burst: an exchange starved of CPU by a quota forwards what piled up while it was stopped faster than its
 I/O thread writes it out, and ZeroMQ learns that a subscriber read its pipe only every half a pipe. Only a
-subscriber whose pipe stays full for ``subscriber_grace`` is dropped for: that batch goes out lossy (to the
-subscribers with room; the full one sees a gap), and so does every batch that finds a pipe full until none
-has for ``subscriber_grace`` again (:data:`LOSSY_HOLD` graces), so a subscriber that stays behind costs the
-others one wait, not one per batch.
+subscriber whose pipe stays full for ``subscriber_grace`` is sent past: it is *behind*, the batches that find
+its pipe full go on without it (it sees a gap) until its pipe has had room for
+:data:`~exchange._subscribers.BEHIND_HOLD` graces, so a subscriber that stays behind costs the others one
+wait, not one per batch, and never a batch: the exchange knows each subscriber's pipe, not only that some
+pipe is full.
 
 Memory is bounded in bytes although ZeroMQ bounds its pipes in messages, and fixes a pipe's bound when the
 peer connects (so the bounds are set once, before binding):
@@ -28,15 +30,15 @@ peer connects (so the bounds are set once, before binding):
   publisher of the client library never has more than its ``buffer_bytes`` unacknowledged anyway;
 * each subscriber's pipe holds :attr:`~roq.config.ExchangeConfig.subscriber_hwm` batches (its
   ``subscriber_queue_bytes`` of the largest batch, but never fewer than
-  :data:`~roq.config.MIN_SUBSCRIBER_HWM`, nor more than ``backend_hwm``). A PUB drops what does not fit, and
-  the forward loop learns how far a subscriber's pipe was read only from ZeroMQ's notices (one per half a pipe
+  :data:`~roq.config.MIN_SUBSCRIBER_HWM`, nor more than ``backend_hwm``). What does not fit waits or goes
+  past (above), and the forward loop learns how far a subscriber's pipe was read only from ZeroMQ's notices (one per half a pipe
   read, taken in at most once a millisecond while sending, sooner when asked: the loop asks every
   :data:`SYNC_MASK` + 1 batches). The byte bound is exact for batches up to a 512th of
   ``subscriber_queue_bytes`` (128 KiB by default); a subscriber that does not keep up with larger ones costs
   at most 512 of them.
 
-The tables keyed by a publisher's identity (acknowledgements due, the KPI period's per-publisher counts) are
-bounded too: a flood of identities cannot grow them.
+The tables keyed by a peer's identity (acknowledgements due, the KPI period's per-publisher counts, the
+subscribers) are bounded too: a flood of identities cannot grow them.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import time
 import zmq
 
 from exchange._accounting import Accounting
+from exchange._subscribers import BEHIND_HOLD, Subscriber, Subscribers
 from roq import batch
 from roq.batch import BatchError
 from roq.config import ExchangeConfig
@@ -57,7 +60,7 @@ from roq.sockets import bind
 log = logging.getLogger(__name__)
 
 __all__ = ["Forwarder", "BURST", "MAX_PENDING_ACKS", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
-           "SYNC_MASK", "RETRY_S", "LOSSY_HOLD", "MAX_SUBSCRIPTIONS_READ"]
+           "SYNC_MASK", "RETRY_S", "MAX_SUBSCRIPTIONS_READ"]
 
 #: Batches forwarded before the loop looks at its timers and other sockets again.
 BURST = 256
@@ -71,9 +74,6 @@ MIN_PUBLISHER_HWM = BURST
 SYNC_MASK = 63
 #: How often a held batch is tried again, seconds.
 RETRY_S = 0.001
-#: Once a subscriber was dropped for, batches that find a pipe full go out lossy until none has for this many
-#: ``subscriber_grace``.
-LOSSY_HOLD = 2.0
 #: Subscription messages read at most per turn of the loop.
 MAX_SUBSCRIPTIONS_READ = 1000
 
@@ -85,11 +85,18 @@ class Forwarder:
         context: the ZeroMQ context the sockets are made in.
         config: the bounds, the ack interval.
         drops: counts what is dropped, per reason.
+        name: the exchange's id, which its beacons carry.
+        beacon_id: the id in its beacons' headers.
     """
 
-    def __init__(self, context: zmq.Context, config: ExchangeConfig, drops: DropCounter) -> None:
+    def __init__(self, context: zmq.Context, config: ExchangeConfig, drops: DropCounter, *, name: str = "x",
+                 beacon_id: bytes = bytes(16)) -> None:
         self.config = config
         self.drops = drops
+        self.name = name
+        self.beacon_id = beacon_id
+        self.beacons = 0
+        self.subscribers = Subscribers()
         largest = config.max_batch_bytes + batch.MAX_KEY + batch.HEADER_SIZE
         self.publisher_hwm = max(MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES // largest)
         self.subscriber_hwm = config.subscriber_hwm
@@ -98,11 +105,11 @@ class Forwarder:
         self.max_pending_acks = MAX_PENDING_ACKS
         self.ack_due = float("inf")
         self.last_data = 0.0
-        self.held: tuple[list[bytes], batch.Header] | None = None  # a batch a full pipe could not take yet
+        # a batch that full pipes could not take yet, and the subscribers it waits for
+        self.held: tuple[list[bytes], batch.Header, list[Subscriber]] | None = None
         self.held_since = 0.0
-        self.lossy_until = 0.0  # until then, a batch that finds a pipe full goes out lossy at once
-        self.lossy_sends = 0  # batches sent while some subscriber's pipe was full (it missed them)
-        self.stalls = 0  # times a pipe stayed full for subscriber_grace
+        self.missed = 0  # batches a subscriber behind did not get
+        self.stalls = 0  # times a subscriber's pipe stayed full for subscriber_grace
         self.frontend_endpoint = ""
         self.backend_endpoint = ""
 
@@ -112,11 +119,12 @@ class Forwarder:
         self.frontend.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_batch_bytes + batch.MAX_KEY + 4096)
         self.frontend.setsockopt(zmq.RCVHWM, self.publisher_hwm)
         self.frontend.setsockopt(zmq.LINGER, 0)
-        self.backend = context.socket(zmq.XPUB)
-        self.backend.setsockopt(zmq.XPUB_NODROP, 1)
+        self.backend = context.socket(zmq.ROUTER)
+        self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full pipe says so (EAGAIN), a gone peer too
+        self.backend.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a subscriber that reconnects keeps its id
         self.backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)
         self.backend.setsockopt(zmq.LINGER, 2000)
-        self.backend.setsockopt(zmq.MAXMSGSIZE, 1 << 16)  # subscribers only send subscriptions
+        self.backend.setsockopt(zmq.MAXMSGSIZE, batch.MAX_KEY + 4096)  # subscribers only send subscriptions
 
     def bind(self, address: str, frontend_port: int, backend_port: int) -> None:
         """Bind the frontend and the backend.
@@ -134,7 +142,7 @@ class Forwarder:
                 f"batches up to {largest} bytes; subscriber_queue_bytes {self.config.subscriber_queue_bytes >> 20} "
                 f"MiB), {self.publisher_hwm} batches per publisher (at most {self.publisher_hwm * largest >> 20} "
                 f"MiB), {self.acct.max_publishers} publishers counted per KPI period, {self.max_pending_acks} "
-                "acknowledgements pending at most")
+                f"acknowledgements pending at most, {self.subscribers.limit} subscribers at most")
 
     def close(self) -> None:
         for sock in (self.frontend, self.backend):
@@ -158,6 +166,7 @@ class Forwarder:
         publishers = acct.publishers
         room = acct.max_publishers - len(publishers)
         acks = self.acks
+        subscribers = self.subscribers
         urgent = False
         records = size_in = 0
         nowait = zmq.NOBLOCK
@@ -180,11 +189,19 @@ class Forwarder:
             if h.publisher != ident:
                 self.drops.drop("bad header", "publisher id does not match the connection's identity")
                 continue
-            try:
-                send(frames[1:], nowait)
-            except zmq.Again:  # a subscriber's pipe is full
-                if not self._full(frames[1:], h):
-                    break  # held: no more reading until it is out
+            waiting = None
+            for sub in subscribers.all:  # frames[0], the publisher's id, becomes each subscriber's in turn
+                if key.startswith(sub.prefixes):
+                    frames[0] = sub.ident
+                    try:
+                        send(frames, nowait)
+                    except zmq.ZMQError as exc:
+                        if self._refused(sub, exc):
+                            waiting = [sub] if waiting is None else waiting + [sub]
+            if waiting is not None:  # held: no more reading until it is out
+                self.held = ([key, header, body], h, waiting)
+                self.held_since = time.monotonic()
+                break
             if h.kind == data_kind:
                 count = h.count
                 size = len(body)
@@ -221,70 +238,85 @@ class Forwarder:
 
     # ------------------------------------------------------------------ back-pressure
 
-    def _full(self, frames: list[bytes], h: batch.Header) -> bool:
-        """A subscriber's pipe could not take ``frames``: send them lossy if one was found stuck lately (True),
-        else hold them (False)."""
-        if self._send_past(frames):
+    def _refused(self, sub: Subscriber, exc: zmq.ZMQError) -> bool:
+        """A send to ``sub`` failed: True if the batch waits for its pipe; False if it goes on without it (it is
+        behind, or gone)."""
+        if exc.errno != zmq.EAGAIN:  # EHOSTUNREACH: its connection is gone
+            self.subscribers.remove(sub)
+            return False
+        now = time.monotonic()
+        if not sub.behind(now):
             return True
-        self.held = (frames, h)
-        self.held_since = time.monotonic()
+        self._past(sub, now)
         return False
 
-    def _send_past(self, frames: list[bytes]) -> bool:
-        """Send ``frames`` lossy if a subscriber was found stuck lately (True); False: not now."""
-        now = time.monotonic()
-        if now >= self.lossy_until:
-            return False
-        self._send_lossy(frames, now)
-        return True
-
-    def _send_lossy(self, frames: list[bytes], now: float) -> None:
-        """Send to the subscribers with room; a full pipe misses it (its subscriber sees a gap)."""
-        backend = self.backend
-        backend.setsockopt(zmq.XPUB_NODROP, 0)
-        try:
-            backend.send_multipart(frames)
-        finally:
-            backend.setsockopt(zmq.XPUB_NODROP, 1)
-        self.lossy_sends += 1
-        self.lossy_until = now + LOSSY_HOLD * self.config.subscriber_grace
+    def _past(self, sub: Subscriber, now: float) -> None:
+        """``sub``'s full pipe misses a batch (it sees a gap); it stays behind a while longer."""
+        sub.behind_until = now + BEHIND_HOLD * self.config.subscriber_grace
+        sub.missed += 1
+        self.missed += 1
 
     def retry(self, now: float) -> bool:
-        """Try the held batch again (lossy once a pipe has stayed full for ``subscriber_grace``); True once it
-        is out, and the loop may read publishers again."""
+        """Try the held batch again for the subscribers it waits for (past those whose pipe stayed full for
+        ``subscriber_grace``); True once it is out, and the loop may read publishers again."""
         if self.held is None:
             return True
-        frames, h = self.held
+        frames, h, waiting = self.held
         self.backend.getsockopt(zmq.EVENTS)  # take in the subscribers' reads
-        try:
-            self.backend.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.Again:
-            if now - self.held_since < self.config.subscriber_grace:
-                return False
-            self.stalls += 1
-            self._send_lossy(frames, now)
-            if self.stalls <= 10 or self.stalls % 100 == 0:
-                log.warning("a subscriber's pipe stayed full for %.1fs: the exchange sends past it (it misses "
-                            "batches) until no pipe is full for %.1fs (%d times in all)", now - self.held_since,
-                            LOSSY_HOLD * self.config.subscriber_grace, self.stalls)
+        send = self.backend.send_multipart
+        key, header, body = frames
+        still = []
+        for sub in waiting:
+            try:
+                send((sub.ident, key, header, body), zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EAGAIN:
+                    self.subscribers.remove(sub)
+                elif now - self.held_since < self.config.subscriber_grace:
+                    still.append(sub)
+                else:
+                    self.stalls += 1
+                    self._past(sub, now)
+                    if self.stalls <= 10 or self.stalls % 100 == 0:
+                        log.warning("subscriber %s: its pipe stayed full for %.1fs: it misses what finds its pipe "
+                                    "full until its pipe has had room for %.1fs (%d times in all)",
+                                    sub.ident.hex()[:8], now - self.held_since,
+                                    BEHIND_HOLD * self.config.subscriber_grace, self.stalls)
+        if still:
+            self.held = (frames, h, still)
+            return False
         self.held = None
         if h.kind != batch.DATA:  # a marker
             self.acks[h.publisher] = h.first_seq - 1
             self._counted(0, 0, True)
             return True
         self.acks[h.publisher] = h.last_seq
-        self.acct.count_publisher(h.publisher, h.count, len(frames[2]))
-        self._counted(h.count, len(frames[2]), bool(h.flags & batch.FLAG_ACK_NOW))
+        self.acct.count_publisher(h.publisher, h.count, len(body))
+        self._counted(h.count, len(body), bool(h.flags & batch.FLAG_ACK_NOW))
         return True
 
     def read_subscriptions(self) -> None:
-        """Read what subscribers sent the backend (their subscriptions; the XPUB keeps its own table)."""
-        recv = self.backend.recv
+        """Read what subscribers sent the backend: their subscriptions (a new subscriber gets a beacon at once);
+        anything else is dropped and counted."""
+        recv = self.backend.recv_multipart
         for _ in range(MAX_SUBSCRIPTIONS_READ):
             try:
-                recv(zmq.NOBLOCK)
+                frames = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            try:
+                subscriber, prefix = batch.check_subscription(frames[1:])
+            except BatchError as exc:
+                self.drops.drop(exc.reason, str(exc))
+                continue
+            if subscriber != frames[0]:
+                self.drops.drop("bad subscription", "subscriber id does not match the connection's identity")
+                continue
+            sub, new = self.subscribers.subscribe(subscriber, prefix)
+            if sub is None:
+                self.drops.drop("too many subscribers", f"{len(self.subscribers)} subscribers already")
+            elif new:
+                self._beacon_to(sub, self._beacon_frames())
 
     def send_acks(self) -> None:
         """Acknowledge every publisher owed one, without blocking."""
@@ -297,11 +329,21 @@ class Forwarder:
         self.acks.clear()
         self.ack_due = float("inf")
 
-    def beacon(self, exchange_id: str, number: int, beacon_id: bytes) -> None:
-        """Tell subscribers their subscription is live (and which exchange this is)."""
-        header = batch.pack_header(batch.BEACON, beacon_id, number, 0, timestamp_ns=time.time_ns())
-        frames = [batch.CONTROL_TOPIC, header, exchange_id.encode()]
+    def beacon(self) -> None:
+        """Tell every subscriber its subscription is live (and which exchange this is)."""
+        self.beacons += 1
+        frames = self._beacon_frames()
+        for sub in self.subscribers.all:
+            self._beacon_to(sub, frames)
+
+    def _beacon_frames(self) -> list[bytes]:
+        header = batch.pack_header(batch.BEACON, self.beacon_id, self.beacons, 0, timestamp_ns=time.time_ns())
+        return [b"", batch.CONTROL_TOPIC, header, self.name.encode()]
+
+    def _beacon_to(self, sub: Subscriber, frames: list[bytes]) -> None:
+        frames[0] = sub.ident
         try:
             self.backend.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.Again:  # a pipe is full: past it if it is known stuck, else at the next heartbeat
-            self._send_past(frames)
+        except zmq.ZMQError as exc:  # a full pipe: the next heartbeat's beacon; a gone peer: forgotten
+            if exc.errno != zmq.EAGAIN:
+                self.subscribers.remove(sub)

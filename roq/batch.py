@@ -7,8 +7,9 @@ A batch is one ZeroMQ message of three frames ``[key, header, body]``:
 * ``body``: ``count`` little-endian uint32 record lengths, then the record payloads back to back.
 
 Exchanges read the header only and forward the three frames untouched. Markers and beacons use the same
-three-frame shape with the key :data:`CONTROL_TOPIC` and an empty body, so that they travel in order with
-the data on the same ZeroMQ pipes.
+three-frame shape with the key :data:`CONTROL_TOPIC`, so that they travel in order with the data on the same
+ZeroMQ pipes. So does a subscription, the one frame a subscriber sends an exchange: the header names the
+subscriber, the body is the key prefix it wants (:func:`pack_subscription`, :func:`check_subscription`).
 
 This module is the one place the header's layout is known: publishers build headers with
 :func:`pack_header`, the exchange checks what it forwards with :func:`check_incoming` and subscribers read
@@ -32,6 +33,7 @@ __all__ = [
     "DATA",
     "MARKER",
     "BEACON",
+    "SUBSCRIBE",
     "CONTROL_TOPIC",
     "HEADER",
     "HEADER_SIZE",
@@ -39,6 +41,8 @@ __all__ = [
     "Header",
     "pack_header",
     "parse_header",
+    "pack_subscription",
+    "check_subscription",
     "encode_body",
     "decode_body",
     "encode_ack",
@@ -51,6 +55,7 @@ VERSION = 1
 DATA = 1  # count >= 1 records in the body
 MARKER = 2  # the publisher's stream through this exchange ends before ``first_seq`` (epoch ``epoch`` ends)
 BEACON = 3  # sent by an exchange on its backend: "your subscription to me is live"
+SUBSCRIBE = 5  # sent by a subscriber to an exchange's backend: "send me the keys starting with the body"
 
 #: Flag bits.
 FLAG_RETRANSMIT = 0x1  # resent after a failover (subscribers may have it already)
@@ -62,7 +67,7 @@ SEQ_LIMIT = 1 << 64
 #: Longest key, in bytes.
 MAX_KEY = 1 << 16
 
-#: Key of markers and beacons. Every subscriber subscribes to it besides its own prefix.
+#: Key of markers, beacons and subscriptions. Every subscriber gets it besides its own prefix.
 CONTROL_TOPIC = b"\x00roq"
 
 #: version u8, kind u8, flags u16, count u32, publisher 16s, epoch u32, first_seq u64,
@@ -148,7 +153,7 @@ def parse_header(frame: bytes) -> Header:
     elif kind == MARKER:
         if first == 0 or count:
             raise BatchError("bad marker", f"first seq {first}, count {count}")
-    elif kind != BEACON:
+    elif kind != BEACON and kind != SUBSCRIBE:
         raise BatchError("bad header", f"unknown frame kind {kind}")
     header = _new_tuple(Header, values)  # the fields are checked: skip NamedTuple._make's own length check
     return header
@@ -177,6 +182,36 @@ def check_incoming(key: bytes, header: bytes, body: bytes, max_body: int) -> Hea
     else:
         raise BatchError("bad header", f"frame kind {h.kind} not accepted from publishers")
     return h
+
+
+def pack_subscription(subscriber: bytes, prefix: bytes) -> list[bytes]:
+    """The frames of a subscription: ``subscriber`` (16 bytes, also the socket's routing id) wants every key
+    starting with ``prefix`` (b"" = every key).
+
+    Raises:
+        ProtocolError: the id is not 16 bytes or the prefix is longer than :data:`MAX_KEY`.
+    """
+    if len(prefix) > MAX_KEY:
+        raise ProtocolError(f"prefix of {len(prefix)} bytes > {MAX_KEY}")
+    return [CONTROL_TOPIC, pack_header(SUBSCRIBE, subscriber, 0, 0), prefix]
+
+
+def check_subscription(frames: list[bytes]) -> tuple[bytes, bytes]:
+    """Check what a subscriber sent an exchange (the frames after its routing id); its id and prefix.
+
+    Raises:
+        BatchError: not three frames, not on the control topic, not a subscription, or a prefix over
+            :data:`MAX_KEY`.
+    """
+    if len(frames) != 3:
+        raise BatchError("bad subscription", f"{len(frames)} frames, expected 3")
+    key, header, prefix = frames
+    h = parse_header(header)
+    if key != CONTROL_TOPIC or h.kind != SUBSCRIBE or h.count or h.first_seq:
+        raise BatchError("bad subscription", f"key {key[:16]!r}, kind {h.kind}, count {h.count}")
+    if len(prefix) > MAX_KEY:
+        raise BatchError("bad subscription", f"prefix of {len(prefix)} bytes > {MAX_KEY}")
+    return h.publisher, prefix
 
 
 def encode_body(payloads: Sequence[bytes]) -> bytes:

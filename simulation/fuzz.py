@@ -14,8 +14,9 @@ What a stranger on the network can send, in five families:
 * **bad values of the right type** where a server checks values: negative and huge counts, queue names
   that are not names, rules out of range, unknown rules, evidence nested too deep;
 * **huge and nested documents**: strings of megabytes (up to 50 MB once a run), documents nested deeper
-  than any limit, lists of a hundred thousand items; and for an exchange's frontend, batches broken in
-  every way its check knows (version, kind, counts, bodies, keys, sequence numbers);
+  than any limit, lists of a hundred thousand items; for an exchange's frontend, batches broken in every
+  way its check knows (version, kind, counts, bodies, keys, sequence numbers); for its backend,
+  subscriptions broken the same way, and others' ids;
 * **broken HTTP** for the HTTP ports (a GCM's API, a host manager's health checks): bad request lines and
   methods, headers without colons or of 70 KB, bodies whose length lies or is over the limit, broken chunked
   bodies, paths that climb out of the static files, percent garbage, bad query parameters, pipelined
@@ -48,7 +49,8 @@ import zmq
 
 from roq import batch, control, management  # noqa: F401  (management registers the GCM's commands)
 
-__all__ = ["Target", "sweep", "fuzz_round", "wrong_values", "command_variants", "broken_batches", "Tally"]
+__all__ = ["Target", "sweep", "fuzz_round", "wrong_values", "command_variants", "broken_batches",
+           "broken_subscriptions", "Tally"]
 
 ZMTP_SIGNATURE = b"\xff" + b"\x00" * 8 + b"\x7f"
 LINGER_MS = 2000  # how long a closed socket may still deliver what it was given
@@ -60,8 +62,9 @@ HUGE = 50 << 20  # the largest string sent (once per sweep, to each server)
 @dataclasses.dataclass(frozen=True)
 class Target:
     """A listening socket to fuzz: ``kind`` is "server" (a ROUTER answering control messages: GCM look-up
-    and management, monitor, host manager), "frontend" (an exchange's batches), "pub" (an exchange's
-    backend, the GCM's broadcast) or "http" (a GCM's HTTP API, a host manager's health checks)."""
+    and management, monitor, host manager), "frontend" (an exchange's batches), "backend" (an exchange's
+    subscribers), "pub" (the GCM's broadcast) or "http" (a GCM's HTTP API, a host manager's health
+    checks)."""
 
     name: str
     endpoint: str
@@ -259,6 +262,28 @@ def broken_batches(rng: random.Random) -> list[tuple[str, list[bytes]]]:
     return out
 
 
+def broken_subscriptions(rng: random.Random) -> list[tuple[str, list[bytes]]]:
+    """Frames an exchange's backend must drop: a subscription broken in each way, and random frames."""
+    me = os.urandom(16)  # not the identity they are sent with: that alone is a reason to drop them
+
+    def header(kind: int = batch.SUBSCRIBE, count: int = 0, first: int = 0, version: int = batch.VERSION) -> bytes:
+        return batch.HEADER.pack(version, kind, 0, count, me, 0, first, 0, 0)
+
+    out = [
+        ("one frame", [batch.CONTROL_TOPIC]), ("four frames", [batch.CONTROL_TOPIC, header(), b"", b""]),
+        ("short header", [batch.CONTROL_TOPIC, header()[:20], b""]), ("version 9", [batch.CONTROL_TOPIC,
+                                                                                   header(version=9), b""]),
+        ("a batch", [batch.CONTROL_TOPIC, header(kind=batch.DATA, count=1, first=1), b""]),
+        ("a beacon", [batch.CONTROL_TOPIC, header(kind=batch.BEACON), b""]),
+        ("off topic", [b"k", header(), b""]), ("with a count", [batch.CONTROL_TOPIC, header(count=3), b""]),
+        ("huge prefix", [batch.CONTROL_TOPIC, header(), b"p" * (batch.MAX_KEY + 1)]),
+        ("someone else's id", batch.pack_subscription(b"\x01" * 16, b"")),
+    ]
+    for i in range(4):
+        out.append((f"random frames {i}", [os.urandom(rng.choice((0, 1, 52, 200))) for _ in range(rng.randint(1, 4))]))
+    return out
+
+
 # ---------------------------------------------------------------------- sending
 
 
@@ -400,6 +425,11 @@ def sweep(targets: list[Target], queue: str, *, huge: bool = True) -> Tally:
                 for _, frames in broken_batches(rng):
                     socks.send(dealer, frames)
                 tally.add("broken batches", len(broken_batches(rng)))
+            elif target.kind == "backend":
+                dealer = socks.connect(zmq.DEALER, target.endpoint)
+                for _, frames in broken_subscriptions(rng):
+                    socks.send(dealer, frames)
+                tally.add("broken subscriptions", len(broken_subscriptions(rng)))
             elif target.kind == "http":
                 for _, payload, write in http_requests(rng):
                     _http_answer(send_raw(target.endpoint, payload, wait=0.5), write, tally)
@@ -469,7 +499,7 @@ def fuzz_round(targets: list[Target], seed: int, queue: str, *, per_target: int 
                         tally.add("raw bytes and broken greetings")
                 continue
             kinds = {"server": (zmq.DEALER, zmq.REQ, zmq.PUSH, zmq.PUB), "frontend": (zmq.DEALER, zmq.PUSH, zmq.REQ),
-                     "pub": (zmq.SUB, zmq.XSUB, zmq.DEALER)}[target.kind]
+                     "backend": (zmq.DEALER, zmq.SUB, zmq.XSUB), "pub": (zmq.SUB, zmq.XSUB, zmq.DEALER)}[target.kind]
             peer = zmq.PUB if target.kind == "pub" else zmq.ROUTER
             sockets = {kind: socks.connect(kind, target.endpoint, peer=peer) for kind in kinds}
             for _ in range(per_target):
@@ -486,6 +516,9 @@ def fuzz_round(targets: list[Target], seed: int, queue: str, *, per_target: int 
                 elif target.kind == "frontend" and pick < 0.6:
                     frames = rng.choice(broken_batches(rng))[1]
                     family = "broken batches"
+                elif target.kind == "backend" and pick < 0.6:
+                    frames = rng.choice(broken_subscriptions(rng))[1]
+                    family = "broken subscriptions"
                 elif pick < 0.8:
                     doc = {rng.choice(("CMD", "QName", "x", "")): rng.choice(wrong_values())[1]
                            for _ in range(rng.randint(0, 4))}

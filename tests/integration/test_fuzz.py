@@ -37,7 +37,7 @@ def _targets(cluster, q: Queue) -> list[fuzz.Target]:
     targets.append(fuzz.Target("monitor", q.monitor, "server"))
     for x in q.status()["exchanges"]:
         targets += [fuzz.Target(f"exchange {x['id']} frontend", x["frontend"], "frontend"),
-                    fuzz.Target(f"exchange {x['id']} backend", x["backend"], "pub")]
+                    fuzz.Target(f"exchange {x['id']} backend", x["backend"], "backend")]
     return targets
 
 

@@ -14,16 +14,38 @@ from roq import batch, control
 PUB = b"p" * 16
 
 
+class Backend:
+    """An exchange's backend (a ROUTER) scripted by the test: it sends what it is given to every subscriber
+    whose subscription it has read."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str) -> None:
+        self.socket = ctx.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind(endpoint)
+        self.subscribers: list[bytes] = []
+
+    def send_multipart(self, frames: list[bytes]) -> None:
+        while self.socket.poll(0):
+            ident, *subscription = self.socket.recv_multipart()
+            assert batch.check_subscription(subscription) == (ident, b"")
+            if ident not in self.subscribers:
+                self.subscribers.append(ident)
+        for ident in self.subscribers:
+            self.socket.send_multipart([ident, *frames])
+
+    def close(self) -> None:
+        self.socket.close()
+
+
 @pytest.fixture
 def peers():
-    """A monitor (ROUTER) and an exchange's backend (PUB) on inproc sockets, scripted by the test."""
+    """A monitor (ROUTER) and an exchange's backend on inproc sockets, scripted by the test."""
     ctx = zmq.Context()
-    monitor, backend = ctx.socket(zmq.ROUTER), ctx.socket(zmq.PUB)
-    for sock in (monitor, backend):
-        sock.setsockopt(zmq.LINGER, 0)
+    monitor = ctx.socket(zmq.ROUTER)
+    monitor.setsockopt(zmq.LINGER, 0)
     monitor.setsockopt(zmq.RCVTIMEO, 5000)
     monitor.bind("inproc://monitor")
-    backend.bind("inproc://x1")
+    backend = Backend(ctx, "inproc://x1")
     yield ctx, monitor, backend
     monitor.close()
     backend.close()
@@ -97,9 +119,7 @@ def test_malformed_frames_are_dropped_and_counted_and_good_ones_still_delivered(
 def test_a_prepared_move_is_ready_once_the_target_is_heard(peers):
     ctx, monitor, backend = peers
     sub = join(ctx, monitor, backend)
-    target = ctx.socket(zmq.PUB)
-    target.setsockopt(zmq.LINGER, 0)
-    target.bind("inproc://x2")
+    target = Backend(ctx, "inproc://x2")
     try:
         ident = None
         monitor.setsockopt(zmq.RCVTIMEO, 100)

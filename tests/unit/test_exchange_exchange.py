@@ -74,16 +74,17 @@ def test_it_forwards_and_acknowledges_while_it_serves(running):
     x, thread, (old, _), _, _ = running
     ctx = zmq.Context()
     me = os.urandom(16)
-    pub, sub = ctx.socket(zmq.DEALER), ctx.socket(zmq.SUB)
+    pub, sub = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
     try:
         pub.setsockopt(zmq.ROUTING_ID, me)
-        sub.setsockopt(zmq.SUBSCRIBE, b"k")
-        sub.setsockopt(zmq.SUBSCRIBE, batch.CONTROL_TOPIC)  # after the data: a beacon says both are in place
+        sub.setsockopt(zmq.ROUTING_ID, b"s" * 16)
         for s in (pub, sub):
             s.setsockopt(zmq.LINGER, 0)
         sub.connect(x.backend_endpoint)
+        sub.send_multipart(batch.pack_subscription(b"s" * 16, b"k"))
         pub.connect(x.frontend_endpoint)
-        assert sub.poll(5000) and sub.recv_multipart()[0] == batch.CONTROL_TOPIC
+        welcome = sub.recv_multipart() if sub.poll(5000) else [b""]  # the subscription is live
+        assert welcome[0] == batch.CONTROL_TOPIC and welcome[2] == b"xu"
         frames = [b"k.1", batch.pack_header(batch.DATA, me, 1, 1), batch.encode_body([b"hello"])]
         pub.send_multipart(frames)
         got = [batch.CONTROL_TOPIC]

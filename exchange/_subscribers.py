@@ -1,0 +1,84 @@
+"""The subscribers an exchange sends to: who they are, what keys they want, and whether they keep up.
+
+A subscriber's DEALER connects to the exchange's backend ROUTER and sends a subscription
+(:func:`roq.batch.pack_subscription`); it sends it again every heartbeat, so that an exchange that lost it
+(a reconnection, a full table) has it back within a second. The exchange sends each batch to every subscriber
+whose prefix the key starts with, one send per subscriber, so it knows each one's pipe: a subscriber whose
+pipe stays full for ``subscriber_grace`` is *behind*, and until its pipe has had room for :data:`BEHIND_HOLD`
+graces the batches that find it full go past it (it sees a gap), while every other subscriber keeps the
+back-pressure that costs it nothing.
+
+The table is bounded (:data:`MAX_SUBSCRIBERS`): a flood of identities is refused and counted, never grown.
+"""
+
+from __future__ import annotations
+
+from roq import batch
+
+__all__ = ["Subscriber", "Subscribers", "MAX_SUBSCRIBERS", "BEHIND_HOLD"]
+
+#: Subscribers one exchange sends to at most.
+MAX_SUBSCRIBERS = 4096
+#: A subscriber found behind stays so until its pipe has had room for this many ``subscriber_grace``.
+BEHIND_HOLD = 2.0
+
+
+class Subscriber:
+    """One subscriber of the exchange: its routing id, the prefixes it gets (its own and the control topic's),
+    until when it is behind, and how many batches went past it."""
+
+    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed")
+
+    def __init__(self, ident: bytes, prefix: bytes) -> None:
+        self.ident = ident
+        self.prefix = prefix
+        self.prefixes = (prefix, batch.CONTROL_TOPIC)  # one bytes.startswith for both
+        self.behind_until = 0.0
+        self.missed = 0
+
+    def behind(self, now: float) -> bool:
+        return now < self.behind_until
+
+    def __repr__(self) -> str:
+        return f"Subscriber({self.ident.hex()[:8]}, {self.prefix[:40]!r})"
+
+
+class Subscribers:
+    """The exchange's subscribers, in the order they came (the forward loop iterates :attr:`all`).
+
+    Args:
+        limit: most subscribers kept; a new one beyond is refused.
+    """
+
+    def __init__(self, limit: int = MAX_SUBSCRIBERS) -> None:
+        self.limit = limit
+        self.all: list[Subscriber] = []
+        self._by_ident: dict[bytes, Subscriber] = {}
+
+    def __len__(self) -> int:
+        return len(self.all)
+
+    def get(self, ident: bytes) -> Subscriber | None:
+        return self._by_ident.get(ident)
+
+    def subscribe(self, ident: bytes, prefix: bytes) -> tuple[Subscriber | None, bool]:
+        """Record ``ident``'s subscription; ``(subscriber, new)``, or ``(None, False)`` when the table is full."""
+        sub = self._by_ident.get(ident)
+        if sub is not None:
+            if sub.prefix != prefix:
+                sub.prefix = prefix
+                sub.prefixes = (prefix, batch.CONTROL_TOPIC)
+            return sub, False
+        if len(self.all) >= self.limit:
+            return None, False
+        sub = self._by_ident[ident] = Subscriber(ident, prefix)
+        self.all = self.all + [sub]  # a new list: a loop over the old one is not disturbed
+        return sub, True
+
+    def remove(self, sub: Subscriber) -> bool:
+        """Forget ``sub`` (its connection is gone); False if it was not here."""
+        if self._by_ident.get(sub.ident) is not sub:
+            return False
+        del self._by_ident[sub.ident]
+        self.all = [s for s in self.all if s is not sub]
+        return True
