@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import client
@@ -53,8 +54,8 @@ class Queue:
         self.pubs.append(pub)
         return pub
 
-    def stop_publisher(self, pub: Any) -> dict[str, Any]:
-        report = self.loads.report(pub, stop=True)
+    def stop_publisher(self, pub: Any, *, signalled: bool = False) -> dict[str, Any]:
+        report = self.loads.report(pub, stop=not signalled)
         assert report["error"] == "", report
         self.sent[report["publisher"]] = report["keys"]
         self.reports[report["publisher"]] = report
@@ -63,8 +64,10 @@ class Queue:
 
     def audit(self) -> list[dict[str, Any]]:
         """Stop the remaining publishers, then collect the subscribers' reports (they stop once idle); check each."""
+        for pub in self.pubs:  # all at once: each flushes what it has while the others do
+            pub.signal(signal.SIGTERM)
         for pub in list(self.pubs):
-            self.stop_publisher(pub)
+            self.stop_publisher(pub, signalled=True)
         expected = sum(sum(keys.values()) for keys in self.sent.values())
         audits = []
         for sub in self.subs:
