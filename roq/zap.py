@@ -1,0 +1,260 @@
+"""Who is on the other end of a CURVE connection: ZAP (ZeroMQ's authentication protocol, RFC 27) answered from
+a process's own poll loop, keys mapped to principals, and routing ids bound to the key that owns them.
+
+libzmq asks ``inproc://zeromq.zap.01`` of the socket's context about every handshake on a CURVE server
+socket, and waits for the answer before the connection carries anything. :class:`ZapServer` is that
+endpoint as a ROUTER the process polls beside its other sockets (no thread, unlike ``zmq.auth``'s
+authenticators); the decisions are :class:`Authenticator`'s, pure:
+
+* the key must be in the :class:`Keyring` (a directory of public key files, ``NAME.key`` for the principal
+  ``NAME``, read again when it changes: a key removed there stops opening connections, nothing restarts);
+* anything else (another mechanism, a malformed request) is refused.
+
+Every refusal is counted under its reason and answered 400 (500 for a request that cannot be read), so the
+handshake fails at once on the client's side. An accepted connection carries its principal as the
+``User-Id`` property of every message it sends.
+
+A routing id a peer chose is **bound to its key**: the first 8 bytes of a publisher's or subscriber's id are
+a digest of its public key (:func:`identity_for`), so that a server can tell, from a message's ``User-Id``
+alone, whether the id it came with is the sender's own (:meth:`Keyring.owns`), whichever connected first.
+ZAP cannot check it: the request's "identity" frame is the *server* socket's routing id, not the peer's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+from typing import Iterable
+
+import zmq
+import zmq.auth
+import zmq.utils.z85
+
+from roq.errors import ConfigError, ProtocolError
+from roq.keys import PUBLIC_SUFFIX
+from roq.runtime import DropCounter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "identity_for", "owns", "Keyring", "Decision",
+           "Authenticator", "ZapServer", "TAG_BYTES"]
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"
+VERSION = b"1.0"
+#: The bytes of a routing id that name its key's digest.
+TAG_BYTES = 8
+#: ZAP requests answered at most per turn of the loop.
+MAX_PER_TURN = 1000
+#: Key files read at most from a keyring directory.
+MAX_KEYS = 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class ZapRequest:
+    """One ZAP request: the envelope to answer on, and what the handshake presented."""
+
+    envelope: tuple[bytes, ...]  # the ROUTER's routing id and the empty delimiter
+    request_id: bytes
+    domain: str
+    address: str
+    identity: bytes  # the routing id the peer asked for (b"" = none)
+    mechanism: str
+    credentials: tuple[bytes, ...]
+
+    @classmethod
+    def parse(cls, frames: list[bytes]) -> ZapRequest:
+        """Read a request as a ROUTER receives it.
+
+        Raises:
+            ProtocolError: not a ZAP 1.0 request.
+        """
+        if len(frames) < 8 or frames[1] != b"":
+            raise ProtocolError(f"a ZAP request of {len(frames)} frames")
+        envelope, (version, request_id, domain, address, identity, mechanism, *credentials) = frames[:2], frames[2:]
+        if version != VERSION:
+            raise ProtocolError(f"ZAP version {version[:10]!r}")
+        try:
+            return cls(tuple(envelope), request_id, domain.decode(), address.decode(), identity, mechanism.decode(),
+                       tuple(credentials))
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"a ZAP request with text that is not UTF-8: {exc}") from exc
+
+
+def encode_reply(request: ZapRequest, status: int, text: str, user_id: str = "") -> list[bytes]:
+    """The frames that answer ``request`` (metadata empty)."""
+    return [*request.envelope, VERSION, request.request_id, str(status).encode(), text.encode()[:255],
+            user_id.encode(), b""]
+
+
+def _tag(public_key: bytes) -> bytes:
+    return hashlib.blake2b(public_key, digest_size=TAG_BYTES).digest()
+
+
+def identity_for(public_key: bytes) -> bytes:
+    """A new 16-byte routing id owned by ``public_key`` (Z85 text or 32 raw bytes): its digest, then random."""
+    raw = zmq.utils.z85.decode(public_key) if len(public_key) == 40 else public_key
+    return _tag(raw) + os.urandom(16 - TAG_BYTES)
+
+
+def owns(public_key: bytes, identity: bytes) -> bool:
+    """Whether ``identity`` is one of ``public_key``'s (32 raw bytes)."""
+    return len(identity) == 16 and identity[:TAG_BYTES] == _tag(public_key)
+
+
+class Keyring:
+    """Public keys and the principals they stand for (one key each): a directory of ``NAME.key`` files
+    (:mod:`roq.keys`), or given pairs. :meth:`refresh` reads the directory again when it changed.
+
+    Raises:
+        ConfigError: the directory cannot be read.
+    """
+
+    def __init__(self, directory: str | None = None, keys: Iterable[tuple[str, bytes]] = ()) -> None:
+        self.directory = directory
+        self._stamp: tuple[int, int] | None = None
+        self._given = {public: principal for principal, public in keys}
+        self._by_key: dict[bytes, str] = dict(self._given)
+        self._tags = self._tags_of(self._by_key)
+        self.skipped: list[str] = []  # files that could not be read, with why
+        if directory is not None:
+            self.refresh()
+
+    def principal(self, public_key: bytes) -> str | None:
+        """The principal of ``public_key`` (Z85 text), or None."""
+        return self._by_key.get(public_key)
+
+    def owns(self, principal: str, identity: bytes) -> bool:
+        """Whether ``identity`` (a routing id) is one of ``principal``'s key's own (:func:`identity_for`)."""
+        tag = self._tags.get(principal)
+        return tag is not None and len(identity) == 16 and identity[:TAG_BYTES] == tag
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    @staticmethod
+    def _tags_of(by_key: dict[bytes, str]) -> dict[str, bytes]:
+        return {principal: _tag(zmq.utils.z85.decode(public)) for public, principal in by_key.items()}
+
+    def refresh(self) -> bool:
+        """Read the directory again if it changed since; True if it was read."""
+        if self.directory is None:
+            return False
+        try:
+            st = os.stat(self.directory)
+            names = sorted(os.listdir(self.directory))
+        except OSError as exc:
+            raise ConfigError(f"keyring {self.directory!r} cannot be read: {exc.strerror or exc}") from exc
+        stamp = (st.st_mtime_ns, len(names))
+        if stamp == self._stamp:
+            return False
+        by_key = dict(self._given)
+        skipped = []
+        for name in names[:MAX_KEYS]:
+            if not name.endswith(PUBLIC_SUFFIX):
+                continue
+            path = os.path.join(self.directory, name)
+            try:
+                public, _ = zmq.auth.load_certificate(path)
+            except (OSError, ValueError) as exc:
+                skipped.append(f"{name}: {exc}")
+                continue
+            if public and len(public) == 40:
+                by_key[public] = name[: -len(PUBLIC_SUFFIX)]
+            else:
+                skipped.append(f"{name}: no public key")
+        if skipped and skipped != self.skipped:
+            log.warning("keyring %s: %d files skipped: %s", self.directory, len(skipped), "; ".join(skipped[:5]))
+        self._by_key, self._tags, self.skipped, self._stamp = by_key, self._tags_of(by_key), skipped, stamp
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    status: int  # 200 accepted, 400 refused
+    reason: str  # what a refusal is counted under ("" when accepted)
+    principal: str = ""
+
+
+class Authenticator:
+    """Decides a ZAP request (pure but for the keyring's files).
+
+    Args:
+        keyring: the keys that may connect.
+    """
+
+    def __init__(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+
+    def decide(self, request: ZapRequest) -> Decision:
+        if request.mechanism != "CURVE":
+            return Decision(400, f"mechanism {request.mechanism[:20]} refused")
+        if len(request.credentials) != 1 or len(request.credentials[0]) != 32:
+            return Decision(400, "bad CURVE credentials")
+        raw = request.credentials[0]
+        principal = self.keyring.principal(zmq.utils.z85.encode(raw))
+        if principal is None:
+            return Decision(400, "unknown key")
+        return Decision(200, "", principal)
+
+
+class ZapServer:
+    """The ZAP endpoint of one ZeroMQ context, answered from its process's poll loop.
+
+    Bind it (:meth:`start`) before any CURVE server socket of the context accepts a connection; register
+    :attr:`socket` in the loop's poller and call :meth:`readable` when it is.
+
+    Args:
+        context: the context whose CURVE sockets it answers for.
+        authenticator: the decisions.
+        drops: where refusals and unreadable requests are counted, under their reasons.
+    """
+
+    def __init__(self, context: zmq.Context, authenticator: Authenticator, drops: DropCounter) -> None:
+        self.authenticator = authenticator
+        self.drops = drops
+        self.accepted = 0
+        self.refused: dict[str, int] = {}
+        self.socket = context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+
+    def start(self) -> None:
+        """Bind the context's ZAP endpoint.
+
+        Raises:
+            ConfigError: another ZAP handler has it already.
+        """
+        try:
+            self.socket.bind(ZAP_ENDPOINT)
+        except zmq.ZMQError as exc:
+            raise ConfigError(f"the context has a ZAP handler already: {exc}") from exc
+
+    def readable(self) -> None:
+        """Answer the requests waiting (at most :data:`MAX_PER_TURN`)."""
+        recv, send = self.socket.recv_multipart, self.socket.send_multipart
+        for _ in range(MAX_PER_TURN):
+            try:
+                frames = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                request = ZapRequest.parse(frames)
+            except ProtocolError as exc:
+                self.drops.drop("bad ZAP request", str(exc))
+                if len(frames) >= 4 and frames[1] == b"":  # answer what can be answered: the handshake fails now
+                    send([frames[0], b"", VERSION, frames[3], b"500", b"bad request", b"", b""], zmq.NOBLOCK)
+                continue
+            decision = self.authenticator.decide(request)
+            if decision.status == 200:
+                self.accepted += 1
+            else:
+                self.refused[decision.reason] = self.refused.get(decision.reason, 0) + 1
+                self.drops.drop(f"refused: {decision.reason}", f"{request.address} ({request.domain or 'no domain'})")
+            try:
+                send(encode_reply(request, decision.status, decision.reason or "OK", decision.principal), zmq.NOBLOCK)
+            except zmq.ZMQError:  # the handshake gave up meanwhile
+                pass
+
+    def close(self) -> None:
+        self.socket.close()
