@@ -31,6 +31,8 @@ REPORT_PREFIX = "REPORT "
 #: together share a batch (and its acknowledgement), so a paced load costs far less CPU than waking per
 #: record; each record still carries the time it was sent.
 PACING_TICK = 0.005
+#: After SIGUSR1 ("every publisher has flushed"), a subscriber stops this long after its last record.
+DONE_IDLE_S = 1.5
 
 __all__ = ["main", "Loads", "parse_report", "percentiles", "REPORT_PREFIX"]
 
@@ -187,6 +189,12 @@ def publish(args: argparse.Namespace) -> int:
 
 def subscribe(args: argparse.Namespace) -> int:
     stop = StopFlag()
+    idle_exit = [args.idle_exit]
+
+    def publishers_done(_signum: int, _frame: Any) -> None:  # what is under way arrives without pauses
+        idle_exit[0] = min(idle_exit[0] or DONE_IDLE_S, DONE_IDLE_S)
+
+    signal.signal(signal.SIGUSR1, publishers_done)  # before the ready line: the harness may signal after it
     audit = Audit()
     latency = array.array("d")  # ms, since the last timeline point (then folded into the run's histogram)
     overall = Histogram()
@@ -214,7 +222,7 @@ def subscribe(args: argparse.Namespace) -> int:
                 stats = sub.stats()
                 timeline.append({"time": round(time.time(), 3), "received": received, "gaps": stats.gaps,
                                  "dropped": stats.lost, "p50_ms": window.get("p50"), "p99_ms": window.get("p99")})
-            if now >= deadline or (received and args.idle_exit and now - last >= args.idle_exit):
+            if now >= deadline or (received and idle_exit[0] and now - last >= idle_exit[0]):
                 break
             msg = sub.recv(timeout=0.1)
             if msg is None:
@@ -270,7 +278,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sp = sub.add_parser("subscribe", help="receive and audit records")
     sp.add_argument("--prefix", default="", help="key prefix (default '' = everything)")
     sp.add_argument("--duration", type=float, default=0.0, help="seconds to listen (default 0 = until idle)")
-    sp.add_argument("--idle-exit", type=float, default=3.0, help="stop this long after the last record (default 3; 0 = never)")
+    sp.add_argument("--idle-exit", type=float, default=3.0, help="stop this long after the last record (default 3; 0 = never; "
+                    f"{DONE_IDLE_S} s once SIGUSR1 says every publisher has flushed)")
     sp.add_argument("--delay-us", type=float, default=0.0, help="processing time per record, to model a slow consumer")
     sp.add_argument("--hold-timeout", type=float, default=2.0, help="subscriber hold timeout in seconds (default 2)")
     sp.add_argument("--pause-at", type=int, default=-1, help="stop reading after this many records...")
