@@ -74,6 +74,12 @@ class Loads:
         child.wait_ready(self.ready_timeout)
         return child
 
+    def publishers_done(self, *subscribers: Child) -> None:
+        """Tell ``subscribers`` every publisher has flushed: each stops :data:`DONE_IDLE_S` after its last
+        record instead of its ``--idle-exit``."""
+        for child in subscribers:
+            child.signal(signal.SIGUSR1)
+
     def report(self, child: Child, *, stop: bool = False, timeout: float = 60.0) -> dict[str, Any]:
         """The REPORT of ``child`` once it ends (``stop``: SIGTERM it first)."""
         if stop:

@@ -68,8 +68,7 @@ class Queue:
             pub.signal(signal.SIGTERM)
         for pub in list(self.pubs):
             self.stop_publisher(pub, signalled=True)
-        for sub in self.subs:  # every record is acknowledged, so under way to them: no need to wait 5 s idle
-            sub.signal(signal.SIGUSR1)
+        self.loads.publishers_done(*self.subs)  # every record is acknowledged, so under way: no 5 s idle wait
         expected = sum(sum(keys.values()) for keys in self.sent.values())
         audits = []
         for sub in self.subs:

@@ -48,6 +48,7 @@ def test_exchange_crash_under_load(make_cluster, loads):
             assert report["stats"]["failovers"] == 1
             failovers += 1
     assert failovers == len(on_victim)
+    loads.publishers_done(*subs)
     for sub in subs:
         report = loads.report(sub)
         audit = compare(report["audit"], sent, report["prefix"].encode())

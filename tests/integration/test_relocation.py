@@ -51,6 +51,7 @@ def test_twenty_relocations_under_load_lose_nothing(make_cluster, loads):
     assert status["counters"]["relocations_failed"] == 0
     print(f"{len(relocated)} relocations ({', '.join(sorted(reasons))}); "
           f"longest {max(e['duration_ms'] for e in relocated):.1f} ms")
+    loads.publishers_done(*subs)
     for sub in subs:
         report = loads.report(sub)
         audit = compare(report["audit"], sent, report["prefix"].encode())

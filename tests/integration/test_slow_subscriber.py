@@ -51,6 +51,7 @@ def test_a_slow_subscriber_costs_the_exchange_its_byte_bound_and_the_others_noth
     assert sent_bytes > 4 * LIMIT  # the slow one fell far further behind than the bound
     assert max(peak) < LIMIT
 
+    loads.publishers_done(fast)
     keeping_up = compare(loads.report(fast)["audit"], sent)
     print(f"keeping up: {keeping_up}")
     assert keeping_up["expected"] == report["sent"]
