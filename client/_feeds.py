@@ -18,10 +18,12 @@ import time
 from typing import Callable
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from client.ordering import Reassembler
 from roq import batch
 from roq.batch import BatchError
+from roq.config import CurveClient
 from roq.errors import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -31,15 +33,17 @@ BURST = 128
 
 
 class Feed:
-    """The DEALER connected to one exchange's backend."""
+    """The DEALER connected to one exchange's backend (and, with CURVE, the monitor of its handshakes)."""
 
-    __slots__ = ("exchange", "backend", "socket", "heard")
+    __slots__ = ("exchange", "backend", "socket", "heard", "watch", "refused")
 
-    def __init__(self, exchange: str, backend: str, socket: zmq.Socket) -> None:
+    def __init__(self, exchange: str, backend: str, socket: zmq.Socket, watch: zmq.Socket | None = None) -> None:
         self.exchange = exchange
         self.backend = backend
         self.socket = socket
         self.heard = False  # a beacon arrived: our subscription is live there
+        self.watch = watch
+        self.refused = ""  # why the exchange refused our key, if it did
 
 
 class Feeds:
@@ -55,14 +59,17 @@ class Feeds:
         deliver: takes what the reassembler releases (a list of ``(item, skip)``).
         heard: called with an exchange's id when its first beacon arrives.
         who: how log lines name the subscriber.
+        curve: CURVE keys for the exchanges (None = plaintext).
 
     Attributes:
         dropped: malformed frames dropped.
     """
 
     def __init__(self, context: zmq.Context, poller: zmq.Poller, ident: bytes, prefix: bytes, rcvhwm: int,
-                 order: Reassembler, deliver: Callable[[list], None], heard: Callable[[str], None], who: str) -> None:
+                 order: Reassembler, deliver: Callable[[list], None], heard: Callable[[str], None], who: str, *,
+                 curve: CurveClient | None = None) -> None:
         self._ctx = context
+        self._curve = curve
         self._poller = poller
         self._ident = ident
         self._prefix = prefix
@@ -90,18 +97,28 @@ class Feeds:
         """The exchanges not heard yet."""
         return [f.exchange for f in self._feeds.values() if not f.heard]
 
+    def refused(self) -> dict[str, str]:
+        """The exchanges that refused our key at the CURVE handshake, and how."""
+        return {f.exchange: f.refused for f in self._feeds.values() if f.refused}
+
     def add(self, exchange: str, backend: str) -> Feed:
         """Subscribe to ``exchange`` at ``backend``."""
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.ROUTING_ID, self._ident)
+        if self._curve is not None:
+            self._curve.apply(sock)
         sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
         sock.setsockopt(zmq.LINGER, 0)
+        watch = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH) if self._curve is not None else None
         sock.connect(backend)
-        feed = Feed(exchange, backend, sock)
+        feed = Feed(exchange, backend, sock, watch)
         self._subscribe(feed)
         self._feeds[exchange] = feed
         self._by_socket[sock] = feed
         self._poller.register(sock, zmq.POLLIN)
+        if watch is not None:
+            self._by_socket[watch] = feed
+            self._poller.register(watch, zmq.POLLIN)
         return feed
 
     def refresh(self) -> None:
@@ -120,15 +137,34 @@ class Feeds:
         self.read(feed, None)
         self._deliver(self._order.source_lost(feed.exchange, time.monotonic()))
         self._poller.unregister(feed.socket)
-        feed.socket.close(linger=0)
+        self._close(feed)
         del self._feeds[feed.exchange]
         del self._by_socket[feed.socket]
+        if feed.watch is not None:
+            self._poller.unregister(feed.watch)
+            del self._by_socket[feed.watch]
 
     def readable(self, sock: zmq.Socket) -> None:
         """The poller says ``sock`` has frames: read a burst of them."""
         feed = self._by_socket.get(sock)
-        if feed is not None:
+        if feed is None:
+            return
+        if sock is feed.watch:
+            self._handshake(feed)
+        else:
             self.read(feed, BURST)
+
+    def _handshake(self, feed: Feed) -> None:
+        """The exchange refused our key: remember why (the subscriber says so), and say it once."""
+        while True:
+            try:
+                event = recv_monitor_message(feed.watch, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if not feed.refused:
+                feed.refused = (f"the exchange refused this subscriber's key at the CURVE handshake (ZAP status "
+                                f"{event['value']}): the cluster's keyring does not admit it")
+                log.warning("%s: %s: %s", self._who, feed.exchange, feed.refused)
 
     def read(self, feed: Feed, limit: int | None) -> None:
         """Read at most ``limit`` frames (None: every frame waiting) from ``feed``."""
@@ -181,9 +217,16 @@ class Feeds:
 
     def close(self) -> None:
         for feed in self._feeds.values():
-            feed.socket.close(linger=0)
+            self._close(feed)
         self._feeds.clear()
         self._by_socket.clear()
+
+    @staticmethod
+    def _close(feed: Feed) -> None:
+        if feed.watch is not None:
+            feed.socket.disable_monitor()
+            feed.watch.close(linger=0)
+        feed.socket.close(linger=0)
 
     def _drop(self, exchange: str, detail: str) -> None:
         self.dropped += 1

@@ -17,6 +17,7 @@ from client._sender import Sender
 from client.locator import MonitorLocator
 from client.outbox import Outbox
 from roq.config import PublisherConfig
+from roq.zap import identity_for
 from roq.errors import BrokerConnectionError, NoExchangeError
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ class Publisher:
 
     def __init__(self, *, context: zmq.Context, monitor: str | MonitorLocator, config: PublisherConfig) -> None:
         self.config = config
-        self.id = uuid.uuid4().bytes
+        # with CURVE the id begins with the key's digest: an exchange takes it from nobody else
+        self.id = identity_for(config.curve.public_key.encode()) if config.curve else uuid.uuid4().bytes
         self.name = self.id.hex()
         self._outbox = Outbox(config)
         # send() runs for every record: on an instance it is the outbox's put itself, one call instead of two

@@ -83,7 +83,8 @@ class Sender(threading.Thread):
         self._who = f"publisher {self._hex[:8]}"
         self._channel: MonitorChannel | None = None
         self._poller = zmq.Poller()
-        self._stream = Stream(context, self._poller, identity, config.ack_grace, config.max_in_flight, self._who)
+        self._stream = Stream(context, self._poller, identity, config.ack_grace, config.max_in_flight, self._who,
+                              curve=config.curve)
         self._moving: _Move | None = None
         self._next_hello = 0.0
         self._next_check = 0.0

@@ -18,6 +18,7 @@ import zmq
 from client.outbox import Sealed
 from client.window import Pressure, Sent, Window
 from roq import batch
+from roq.config import CurveClient
 from roq.errors import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class Stream:
         grace: seconds an acknowledged batch stays in the window.
         max_in_flight: batches sent and not acknowledged, at most; then sending waits for acknowledgements.
         who: how log lines name the publisher.
+        curve: CURVE keys for the exchanges (None = plaintext).
 
     Attributes:
         link: the exchange sent through now (None before the first assignment).
@@ -61,8 +63,9 @@ class Stream:
     """
 
     def __init__(self, context: zmq.Context, poller: zmq.Poller, identity: bytes, grace: float, max_in_flight: int,
-                 who: str) -> None:
+                 who: str, *, curve: CurveClient | None = None) -> None:
         self._ctx = context
+        self._curve = curve
         self.max_in_flight = max_in_flight
         self._poller = poller
         self._id = identity
@@ -183,6 +186,8 @@ class Stream:
         :meth:`restart`."""
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.ROUTING_ID, self._id)
+        if self._curve is not None:
+            self._curve.apply(sock)
         sock.setsockopt(zmq.SNDHWM, SNDHWM)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(frontend)

@@ -24,6 +24,7 @@ from client.locator import MonitorLocator
 from client.ordering import Reassembler
 from roq import control
 from roq.config import SubscriberConfig
+from roq.zap import identity_for
 from roq.errors import BrokerConnectionError, ClosedError
 from roq.sockets import poll_ms
 
@@ -54,7 +55,7 @@ class Subscriber:
             raise TypeError(f"prefix must be bytes, got {type(prefix).__name__}")
         self.config = config
         self.prefix = prefix
-        self.id = uuid.uuid4().bytes
+        self.id = identity_for(config.curve.public_key.encode()) if config.curve else uuid.uuid4().bytes
         self.name = self.id.hex()
         self._who = f"subscriber {self.name[:8]}"
         self._closed = False
@@ -75,7 +76,7 @@ class Subscriber:
         self._next_hello = 0.0
         self._poller = zmq.Poller()
         self._feeds = Feeds(context, self._poller, self.id, prefix, config.rcvhwm, self._order, self._deliver,
-                            self._heard, self._who)
+                            self._heard, self._who, curve=config.curve)
         locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
         self._monitor = MonitorChannel(context, locator, self.id, self._who)
         self._poller.register(self._monitor.socket, zmq.POLLIN)
@@ -92,6 +93,10 @@ class Subscriber:
             self._pump(min(_JOIN_TURN, max(0.0, deadline - time.monotonic())))
             if self._listed and not self._feeds.deaf():
                 return
+            refused = self._feeds.refused()
+            if refused:
+                exchange, why = next(iter(refused.items()))
+                raise BrokerConnectionError(f"exchange {exchange}: {why}")
         if not self._listed:
             raise BrokerConnectionError(f"monitor {monitor} did not answer within {self.config.connect_timeout:.1f}s")
         log.warning("%s: no beacon yet from %s; continuing", self._who, ", ".join(self._feeds.deaf()))

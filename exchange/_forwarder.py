@@ -37,12 +37,22 @@ peer connects (so the bounds are set once, before binding):
   ``subscriber_queue_bytes`` (128 KiB by default); a subscriber that does not keep up with larger ones costs
   at most 512 of them.
 
+**Who may connect.** With CURVE (``security``), the frontend and backend serve with the cluster's server key,
+and the process's ZAP handler (:class:`roq.zap.ZapServer`) admits only the keys of its keyring; every batch
+and subscription then comes with its sender's principal (``User-Id``), and one whose routing id is not its
+key's own (:meth:`roq.zap.Keyring.owns`) is dropped and counted as ``forged id``: a stranger cannot speak for
+a publisher by presenting its id, whoever connected first. Nor can it take a subscriber's place: with CURVE a
+second connection with an id in use waits, receiving nothing, until the first is gone (no handover on the
+backend), so a subscriber that reconnects gets its records again once the exchange has seen its old
+connection close.
+
 The tables keyed by a peer's identity (acknowledgements due, the KPI period's per-publisher counts, the
 subscribers) are bounded too: a flood of identities cannot grow them.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -56,6 +66,7 @@ from roq.config import ExchangeConfig
 from roq.errors import ProtocolError
 from roq.runtime import DropCounter
 from roq.sockets import bind
+from roq.zap import Keyring
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +98,15 @@ class Forwarder:
         drops: counts what is dropped, per reason.
         name: the exchange's id, which its beacons carry.
         beacon_id: the id in its beacons' headers.
+        security: CURVE: the server's secret key (Z85) and the keyring of those who may connect (a ZAP handler
+            answering for ``context`` must be bound before anyone connects); None = plaintext.
     """
 
     def __init__(self, context: zmq.Context, config: ExchangeConfig, drops: DropCounter, *, name: str = "x",
-                 beacon_id: bytes = bytes(16)) -> None:
+                 beacon_id: bytes = bytes(16), security: tuple[bytes, Keyring] | None = None) -> None:
         self.config = config
         self.drops = drops
+        self.keyring = security[1] if security is not None else None
         self.name = name
         self.beacon_id = beacon_id
         self.beacons = 0
@@ -125,6 +139,15 @@ class Forwarder:
         self.backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)
         self.backend.setsockopt(zmq.LINGER, 2000)
         self.backend.setsockopt(zmq.MAXMSGSIZE, batch.MAX_KEY + 4096)  # subscribers only send subscriptions
+        if security is not None:
+            for sock in (self.frontend, self.backend):
+                sock.curve_server = True
+                sock.curve_secretkey = security[0]
+                sock.setsockopt(zmq.ZAP_DOMAIN, b"roq")
+                sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)  # no ZAP handler: nobody gets in
+            # batches go *to* a subscriber's id: a second connection with it must not take them over, even
+            # from a key of the keyring (what comes *from* an id is checked against its key, message by message)
+            self.backend.setsockopt(zmq.ROUTER_HANDOVER, 0)
 
     def bind(self, address: str, frontend_port: int, backend_port: int) -> None:
         """Bind the frontend and the backend.
@@ -155,7 +178,8 @@ class Forwarder:
         while a batch is held (see :meth:`retry`)."""
         if self.held is not None and not self.retry(time.monotonic()):
             return
-        recv = self.frontend.recv_multipart
+        recv = self.frontend.recv_multipart if self.keyring is None else functools.partial(
+            recv_owned, self.frontend, self.keyring, self.drops)
         send = self.backend.send_multipart
         events = self.backend.getsockopt
         check = batch.check_incoming
@@ -177,6 +201,8 @@ class Forwarder:
                 frames = recv(nowait)
             except zmq.Again:
                 break
+            if frames is None:  # CURVE: its id is not its key's own
+                continue
             if len(frames) != 4:
                 self.drops.drop("wrong frame count", f"{len(frames)} frames, expected 3 after the identity")
                 continue
@@ -298,12 +324,14 @@ class Forwarder:
     def read_subscriptions(self) -> None:
         """Read what subscribers sent the backend: their subscriptions (a new subscriber gets a beacon at once);
         anything else is dropped and counted."""
-        recv = self.backend.recv_multipart
         for _ in range(MAX_SUBSCRIPTIONS_READ):
             try:
-                frames = recv(zmq.NOBLOCK)
+                frames = (self.backend.recv_multipart(zmq.NOBLOCK) if self.keyring is None
+                          else recv_owned(self.backend, self.keyring, self.drops, zmq.NOBLOCK))
             except zmq.Again:
                 return
+            if frames is None:
+                continue
             try:
                 subscriber, prefix = batch.check_subscription(frames[1:])
             except BatchError as exc:
@@ -347,3 +375,26 @@ class Forwarder:
         except zmq.ZMQError as exc:  # a full pipe: the next heartbeat's beacon; a gone peer: forgotten
             if exc.errno != zmq.EAGAIN:
                 self.subscribers.remove(sub)
+
+
+def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, flags: int) -> list[bytes] | None:
+    """A message from the CURVE socket ``sock``, as ``recv_multipart`` reads it, if its routing id is its
+    sender's key's own (the principal its handshake gave it, :meth:`roq.zap.Keyring.owns`); None (dropped and
+    counted as ``forged id``) if not.
+
+    Raises:
+        zmq.Again: nothing to read.
+    """
+    recv = sock.recv
+    frames: list = [recv(flags)]
+    if not sock.getsockopt(zmq.RCVMORE):
+        return frames  # the identity alone: the frame count is checked by the caller
+    first = recv(flags, copy=False)
+    principal = first.get("User-Id")
+    frames.append(first.bytes)
+    while sock.getsockopt(zmq.RCVMORE):
+        frames.append(recv(flags))
+    if not keyring.owns(principal, frames[0]):
+        drops.drop("forged id", f"{principal} sent with the id {frames[0].hex()[:32]}, not its key's")
+        return None
+    return frames

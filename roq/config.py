@@ -73,6 +73,39 @@ def _text(obj: Any, *names: str) -> None:
             raise ConfigError(f"{type(obj).__name__}.{name} must be text, got {value!r}")
 
 
+def _curve(obj: Any) -> None:
+    if obj.curve is not None and not isinstance(obj.curve, CurveClient):
+        raise ConfigError(f"{type(obj).__name__}.curve must be a CurveClient or None, got {type(obj.curve).__name__}")
+
+
+@dataclass(frozen=True)
+class CurveClient:
+    """A client's CURVE keys, for its sockets to the exchanges: the server's public key (the cluster's) and the
+    client's own pair, each 40 characters of Z85 (as :mod:`roq.keys` reads them). Its publishers' and
+    subscribers' ids then begin with its key's digest (:func:`roq.zap.identity_for`).
+    """
+
+    server_key: str
+    public_key: str
+    secret_key: str
+
+    def __post_init__(self) -> None:
+        for name in ("server_key", "public_key", "secret_key"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or len(value) != 40:
+                shown = f"{len(value)} characters" if isinstance(value, str) else type(value).__name__
+                raise ConfigError(f"CurveClient.{name} must be a key of 40 Z85 characters, got {shown}")
+
+    def __repr__(self) -> str:  # never the secret
+        return f"CurveClient(server_key={self.server_key!r}, public_key={self.public_key!r})"
+
+    def apply(self, sock: Any) -> None:
+        """Make the ZeroMQ socket ``sock`` a CURVE client with these keys; before it connects."""
+        sock.curve_serverkey = self.server_key.encode()
+        sock.curve_publickey = self.public_key.encode()
+        sock.curve_secretkey = self.secret_key.encode()
+
+
 @dataclass(frozen=True)
 class ExchangeConfig:
     """An exchange process.
@@ -81,7 +114,7 @@ class ExchangeConfig:
         monitor: endpoint of the queue's monitor, e.g. tcp://127.0.0.11:5500.
         address: address to bind the frontend and backend to (a loopback alias works).
         frontend_port: port publishers send batches to (ROUTER); 0 = any free port.
-        backend_port: port subscribers receive from (PUB); 0 = any free port.
+        backend_port: port subscribers subscribe at and receive from (ROUTER); 0 = any free port.
         exchange_id: name of the exchange in the queue; "" = generated.
         heartbeat_interval: seconds between heartbeats to the monitor (also beacons to subscribers).
         kpi_period: seconds between KPI reports.
@@ -96,6 +129,10 @@ class ExchangeConfig:
         ack_interval: acknowledgements to a publisher are coalesced over this many seconds (they only
             free its buffer and complete its flush(); fewer of them save wake-ups on both sides).
         commands: read the host manager's commands (control messages) on standard input.
+        secret_key: the CURVE secret key file the frontend and backend serve with (the cluster's server
+            key); "" = plaintext, anyone may connect.
+        keyring: with ``secret_key``, the directory of the public keys that may connect (``NAME.key`` for
+            the principal NAME, read again when it changes).
     """
 
     monitor: str
@@ -112,9 +149,15 @@ class ExchangeConfig:
     drain_timeout: float = 5.0
     ack_interval: float = 0.002
     commands: bool = field(default=False, metadata={"flag": "--commands-on-stdin"})
+    secret_key: str = ""
+    keyring: str = ""
 
     def __post_init__(self) -> None:
-        _text(self, "monitor", "address", "exchange_id")
+        _text(self, "monitor", "address", "exchange_id", "secret_key", "keyring")
+        if bool(self.secret_key) != bool(self.keyring):
+            raise ConfigError(f"{type(self).__name__}: secret_key and keyring go together (CURVE needs the server's "
+                              "key and the keys that may connect), got only "
+                              f"{'secret_key' if self.secret_key else 'keyring'}")
         _endpoint(self, "monitor")
         _port(self, "frontend_port", "backend_port")
         _positive(self, "heartbeat_interval", "kpi_period", "max_batch_bytes", "backend_hwm", "subscriber_queue_bytes",
@@ -226,6 +269,7 @@ class PublisherConfig:
         connect_timeout: how long ``publisher()`` waits for the monitor to assign an exchange.
         heartbeat_interval: seconds between hellos to the monitor.
         max_pending_batches: batches handed to the sender thread and not yet sent, before ``send`` waits.
+        curve: CURVE keys for the exchanges' sockets (None = plaintext).
     """
 
     linger: float = 0.0005
@@ -240,8 +284,10 @@ class PublisherConfig:
     connect_timeout: float = 5.0
     heartbeat_interval: float = 1.0
     max_pending_batches: int = 8
+    curve: CurveClient | None = None
 
     def __post_init__(self) -> None:
+        _curve(self)
         _positive(self, "linger", "ack_grace", allow_zero=True)
         _positive(
             self,
@@ -275,6 +321,7 @@ class SubscriberConfig:
             each). It bounds a slow subscriber's memory; beyond it batches are lost and counted as gaps.
         latency_samples: how many recent batch latencies ``stats()`` summarises.
         connect_timeout: how long ``subscriber()`` waits to hear every exchange of the queue.
+        curve: CURVE keys for the exchanges' sockets (None = plaintext).
     """
 
     hold_timeout: float = 2.0
@@ -283,8 +330,10 @@ class SubscriberConfig:
     rcvhwm: int = 1000
     latency_samples: int = 10_000
     connect_timeout: float = 5.0
+    curve: CurveClient | None = None
 
     def __post_init__(self) -> None:
+        _curve(self)
         _positive(
             self, "hold_timeout", "max_held_batches", "heartbeat_interval", "rcvhwm", "latency_samples"
         )

@@ -87,3 +87,4 @@ class HandshakeWatch:
         if not self._watched.closed:
             self._watched.disable_monitor()
         self.socket.close(linger=0)
+

@@ -20,7 +20,9 @@ Configurations (100-byte payloads unless ``--size``):
     of a queue held at 1, 2, 3, 4 exchanges on hosts of a tenth of a core each;
 (i) observability (:mod:`simulation.bench_http`): (b) and (c) with a real Prometheus scraping every second
     and the dashboard's live feed read, beside neither; ``/metrics`` of 1,000 queues; a queue's statistics
-    over HTTP.
+    over HTTP;
+(j) as (b), with CURVE between the clients and the exchange (the cluster's key, a keyring admitting the
+    client's key), beside (b).
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -85,6 +87,11 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
         lines.append(f"(b) / (a) throughput: {ratio:.2f}x (target >= 2x); "
                      f"(b) p99 at {args.rate:,.0f} records/s: {by['(b)'].latency_ms.get('p99', float('nan')):.2f} ms "
                      "(target <= 5 ms)")
+    if "(b)" in by and "(j)" in by and by["(b)"].records_per_s:
+        plain, curve = by["(b)"], by["(j)"]
+        extra = curve.latency_ms.get("p99", float("nan")) - plain.latency_ms.get("p99", float("nan"))
+        lines.append(f"(j) / (b), CURVE beside plaintext: throughput {curve.records_per_s / plain.records_per_s:.2f}x "
+                     f"(target >= 0.70); p99 {extra:+.2f} ms (target <= +1 ms)")
     apis = [r for r in results if r.name[:3] in ("(b)", "(g)")]
     if apis:
         lines += ["", f"{'records/s per process, per-record API beside batch API':62} {'publisher':>11} "
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--rate", type=float, default=20_000, help="records/s in all for the latency runs (default 20,000)")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
-    p.add_argument("--only", default="abcdefghi", help="which configurations to run (default abcdefghi)")
+    p.add_argument("--only", default="abcdefghij", help="which configurations to run (default abcdefghij)")
     p.add_argument("--observed-rounds", type=int, default=2,
                    help="runs each of (i)'s data plane unwatched and watched, alternating (default 2)")
     p.add_argument("--kpi-records", type=int, default=1_000_000,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
+import shutil
 import tempfile
 import time
 from typing import Any, Callable
@@ -93,11 +95,11 @@ MANY = 1000
 
 
 def _roq_publisher(monitor: str, mode: str, n: int, rate: float, duration: float, size: int, key: bytes,
-                   go: Any, done: Any, many: bool = False) -> None:
+                   go: Any, done: Any, many: bool = False, curve: Any = None) -> None:
     import client
 
     with client.connect(monitor) as conn:
-        pub = conn.publisher()
+        pub = conn.publisher(curve=curve)
         done.put(("ready", pub.name))
         go.wait()
         pad, stamp = padding(size), STAMP.pack
@@ -122,11 +124,12 @@ def _roq_publisher(monitor: str, mode: str, n: int, rate: float, duration: float
         done.put(("done", {**pub.stats(), "send_seconds": sending}))
 
 
-def _roq_subscriber(monitor: str, mode: str, publishers: int, results: Any, ready: Any, many: bool = False) -> None:
+def _roq_subscriber(monitor: str, mode: str, publishers: int, results: Any, ready: Any, many: bool = False,
+                    curve: Any = None) -> None:
     import client
 
     with client.connect(monitor) as conn:
-        sub = conn.subscriber()
+        sub = conn.subscriber(curve=curve)
         ready.put(sub.name)
         count, first, last, ends, latency = 0, 0.0, 0.0, 0, []
         unpack = STAMP.unpack_from
@@ -156,11 +159,11 @@ def _roq_subscriber(monitor: str, mode: str, publishers: int, results: Any, read
 
 
 def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int, rate: float, duration: float,
-              size: int, many: bool = False) -> dict[str, Any]:
+              size: int, many: bool = False, curve: Any = None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     results, ready, go, done = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Queue()
     subs = [ctx.Process(target=_roq_subscriber,
-                        args=(cluster.monitor_endpoint, mode, publishers, results, ready, many))
+                        args=(cluster.monitor_endpoint, mode, publishers, results, ready, many, curve))
             for _ in range(subscribers)]
     for p in subs:
         p.start()
@@ -170,7 +173,7 @@ def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int
         ctx.Process(
             target=_roq_publisher,
             args=(cluster.monitor_endpoint, mode, n // publishers, rate / publishers, duration, size,
-                  f"bench.{i}".encode(), go, done, many),
+                  f"bench.{i}".encode(), go, done, many, curve),
         )
         for i in range(publishers)
     ]
@@ -192,6 +195,21 @@ def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int
     }
 
 
+def _curve(directory: str) -> tuple[list[str], Any]:
+    """Keys for (j): the cluster's pair and a client's in ``directory``, the client's public key in a keyring;
+    the exchange's flags and the client's :class:`~roq.config.CurveClient`."""
+    from roq import keys
+    from roq.config import CurveClient
+
+    server = keys.new_keypair(os.path.join(directory, "keys"), "cluster")
+    me = keys.new_keypair(os.path.join(directory, "keys"), "bench")
+    ring = os.path.join(directory, "keyring")
+    os.makedirs(ring)
+    shutil.copy(me.public_path, os.path.join(ring, "bench.key"))
+    return (["--secret-key", server.secret_path, "--keyring", ring],
+            CurveClient(server.public.decode(), me.public.decode(), me.secret.decode()))
+
+
 def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Result]:
     """(a), (b), (c) as ``args.only`` asks."""
     from simulation.cluster import LocalCluster
@@ -209,23 +227,24 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
         progress("(a) raw pyzmq latency")
         r.latency_ms = percentiles(bench_raw("latency", 0, args.rate, args.latency_seconds, size)["latency"])
         results.append(r)
-    for label, pubs, subs, exchanges in (("b", 1, 1, 1), ("g", 1, 1, 1), ("c", 4, 2, 2)):
+    for label, pubs, subs, exchanges in (("b", 1, 1, 1), ("j", 1, 1, 1), ("g", 1, 1, 1), ("c", 4, 2, 2)):
         if label not in args.only:
             continue
         many = label == "g"
         name = (f"({label}) RoQ {pubs} publisher{'s' * (pubs > 1)} -> {exchanges} exchange{'s' * (exchanges > 1)} "
-                f"-> {subs} subscriber{'s' * (subs > 1)}{', batch API' * many}")
+                f"-> {subs} subscriber{'s' * (subs > 1)}{', batch API' * many}{', CURVE' * (label == 'j')}")
         log_dir = tempfile.mkdtemp(prefix="roq-bench-")
-        with LocalCluster(address="127.0.0.11", exchanges=exchanges, log_dir=log_dir,
+        exchange_args, curve = _curve(log_dir) if label == "j" else ([], None)
+        with LocalCluster(address="127.0.0.11", exchanges=exchanges, log_dir=log_dir, exchange_args=exchange_args,
                           monitor_args=["--no-relocation-rule"]) as cluster:
             progress(f"({label}) RoQ throughput")
-            raw = bench_roq(cluster, "throughput", pubs, subs, n, 0, 0, size, many)
+            raw = bench_roq(cluster, "throughput", pubs, subs, n, 0, 0, size, many, curve)
             r = throughput(name, raw, n * subs)
             r.notes["subscriber_stats"] = raw["subscriber_stats"]
             r.notes["publisher_records_per_s"] = round(
                 sum(n // pubs / p["send_seconds"] for p in raw["publisher_stats"] if p["send_seconds"]))
             progress(f"({label}) RoQ latency")
-            lat = bench_roq(cluster, "latency", pubs, subs, 0, args.rate, args.latency_seconds, size, many)
+            lat = bench_roq(cluster, "latency", pubs, subs, 0, args.rate, args.latency_seconds, size, many, curve)
             r.latency_ms = percentiles(lat["latency"])
             status = cluster.status()
             r.notes["exchange_rss_mb"] = [round(x["rss_bytes"] / 2**20, 1) for x in status["exchanges"]]

@@ -104,3 +104,26 @@ def test_it_forwards_and_acknowledges_while_it_serves(running):
         pub.close()
         sub.close()
         ctx.term()
+
+
+def test_with_a_secret_key_it_serves_curve_and_refuses_an_unsafe_key_file(tmp_path):
+    from roq import keys
+    from roq.errors import ConfigError
+
+    pair = keys.new_keypair(str(tmp_path / "secrets"), "server")
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    with pytest.raises(ConfigError, match="go together"):
+        ExchangeConfig(monitor="tcp://127.0.0.1:1", secret_key=pair.secret_path)
+    ctx = zmq.Context()
+    try:
+        config = ExchangeConfig(monitor="tcp://127.0.0.1:1", secret_key=pair.secret_path, keyring=str(ring))
+        x = Exchange(config, context=ctx)
+        x.start()
+        assert x.forwarder.frontend.curve_server and x.forwarder.backend.curve_server and x.zap is not None
+        x.close()
+        os.chmod(pair.secret_path, 0o644)
+        with pytest.raises(ConfigError, match="chmod 600"):
+            Exchange(config, context=ctx)
+    finally:
+        ctx.term()

@@ -345,3 +345,103 @@ def test_a_bad_subscription_is_dropped_under_its_reason(rig, frames, reason):
         assert not peer.poll(100)  # no welcome beacon
     finally:
         peer.close()
+
+
+# ---------------------------------------------------------------------- CURVE: who may connect, and as whom
+
+
+@pytest.fixture
+def secure(tmp_path):
+    """A forwarder serving CURVE with the ZAP server of its context, alice's and bob's keys in its keyring, a
+    stranger's not; ``connect(kind, endpoint, pair, identity=None)`` makes a client socket of a pair."""
+    from roq import keys, zap
+
+    pairs = {name: keys.new_keypair(str(tmp_path / "secrets"), name) for name in ("server", "alice", "bob", "stranger")}
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    for name in ("alice", "bob"):
+        os.link(pairs[name].public_path, ring / f"{name}.key")
+    ctx = zmq.Context()
+    drops = DropCounter(log, "test")
+    keyring = zap.Keyring(str(ring))
+    server = zap.ZapServer(ctx, zap.Authenticator(keyring), drops)
+    server.start()
+    config = ExchangeConfig(monitor="tcp://127.0.0.1:1", max_batch_bytes=1 << 16, ack_interval=0.0)
+    fwd = Forwarder(ctx, config, drops, security=(pairs["server"].secret, keyring))
+    fwd.bind("127.0.0.1", 0, 0)
+    made = []
+
+    def connect(kind: int, endpoint: str, pair, identity: bytes | None = None) -> zmq.Socket:
+        sock = ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.curve_serverkey = pairs["server"].public
+        sock.curve_publickey, sock.curve_secretkey = pair.public, pair.secret
+        sock.setsockopt(zmq.ROUTING_ID, identity or zap.identity_for(pair.public))
+        sock.connect(endpoint)
+        made.append(sock)
+        return sock
+
+    def turn(until, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not until():
+            assert time.monotonic() < deadline, "timed out"
+            if server.socket.poll(1):
+                server.readable()
+            fwd.read_subscriptions()
+            fwd.forward()
+
+    yield fwd, pairs, connect, turn, server
+    for sock in made:
+        sock.close()
+    server.close()
+    fwd.close()
+    ctx.term()
+
+
+def test_with_curve_a_key_of_the_keyring_publishes_and_subscribes(secure):
+    from roq import zap
+
+    fwd, pairs, connect, turn, server = secure
+    sub_id = zap.identity_for(pairs["bob"].public)
+    sub = connect(zmq.DEALER, fwd.backend_endpoint, pairs["bob"], sub_id)
+    sub.send_multipart(batch.pack_subscription(sub_id, b""))
+    turn(lambda: sub.poll(0))  # the welcome beacon
+    assert sub.recv_multipart()[0] == batch.CONTROL_TOPIC
+    me = zap.identity_for(pairs["alice"].public)
+    pub = connect(zmq.DEALER, fwd.frontend_endpoint, pairs["alice"], me)
+    frames = [b"k", header(me), batch.encode_body([b"sealed"])]
+    pub.send_multipart(frames)
+    turn(lambda: sub.poll(0))
+    assert sub.recv_multipart() == frames and server.accepted == 2 and fwd.drops.total == 0
+
+
+def test_with_curve_a_stranger_gets_nowhere_and_an_id_borrowed_from_another_key_is_dropped(secure):
+    # the forgery: a connection claiming a real publisher's id sends a batch with a huge sequence number; it
+    # must not reach the subscriber (which would then take the real publisher's records for duplicates)
+    from roq import zap
+
+    fwd, pairs, connect, turn, server = secure
+    sub_id = zap.identity_for(pairs["bob"].public)
+    sub = connect(zmq.DEALER, fwd.backend_endpoint, pairs["bob"], sub_id)
+    sub.send_multipart(batch.pack_subscription(sub_id, b""))
+    turn(lambda: sub.poll(0))
+    sub.recv_multipart()
+    alice_id = zap.identity_for(pairs["alice"].public)
+    stranger = connect(zmq.DEALER, fwd.frontend_endpoint, pairs["stranger"], alice_id)
+    stranger.send_multipart([b"k", header(alice_id, first=10**9), batch.encode_body([b"forged"])], zmq.NOBLOCK)
+    turn(lambda: server.refused.get("unknown key") == 1)
+    forger = connect(zmq.DEALER, fwd.frontend_endpoint, pairs["bob"], alice_id)  # a key of the keyring, not hers
+    forger.send_multipart([b"k", header(alice_id, first=10**9), batch.encode_body([b"forged"])])
+    turn(lambda: fwd.drops.by_reason.get("forged id") == 1)
+    # bob's id, as a subscriber, from another key: its connection waits unnamed (no handover), gets nothing
+    thief = connect(zmq.DEALER, fwd.backend_endpoint, pairs["alice"], sub_id)
+    thief.send_multipart(batch.pack_subscription(sub_id, b""))
+    alice = connect(zmq.DEALER, fwd.frontend_endpoint, pairs["alice"], alice_id)  # the real one
+    real = [[b"k", header(alice_id, first=i + 1), batch.encode_body([b"real %d" % i])] for i in range(3)]
+    for frames in real:
+        alice.send_multipart(frames)
+    got = []
+    turn(lambda: (got.append(sub.recv_multipart()) if sub.poll(0) else None) or len(got) == 3)
+    assert got == real and not thief.poll(100)
+    assert fwd.drops.by_reason == {"refused: unknown key": 1, "forged id": 1}
+    assert fwd.acct.records_in == 3
