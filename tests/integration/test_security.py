@@ -53,3 +53,64 @@ def test_a_key_of_the_keyring_publishes_and_subscribes_and_a_stranger_hears_noth
         stranger.close()
     log = open(os.path.join(cluster.log_dir, "exchange-x1.log")).read()
     assert "CURVE on, 1 keys may connect" in log and "refused: unknown key" in log
+
+
+def test_garbage_and_strange_keys_at_a_curve_exchange_kill_nothing_and_lose_nothing(make_cluster, secured):
+    import random
+
+    import psutil
+    import zmq
+
+    from simulation import fuzz
+
+    exchange_args, curve = secured
+    cluster = make_cluster(exchanges=1, exchange_args=exchange_args)
+    pid = cluster.exchanges["x1"].pid
+    where = cluster.status()["exchanges"][0]
+    targets = [fuzz.Target("frontend", where["frontend"], "frontend"),
+               fuzz.Target("backend", where["backend"], "backend")]
+    tally = fuzz.sweep(targets, "default")
+    for seed in range(5):
+        tally.counts.update({k: tally.counts.get(k, 0) + v
+                             for k, v in fuzz.fuzz_round(targets, seed, "default").counts.items()})
+    # CURVE handshakes with keys the keyring does not hold, and with a wrong server key, each sending garbage
+    rng = random.Random(7)
+    ctx = zmq.Context()
+    strangers = []
+    try:
+        for i in range(20):
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            public, secret = zmq.curve_keypair()
+            mine = curve("alice")
+            sock.curve_serverkey = mine.server_key.encode() if i % 2 else zmq.curve_keypair()[0]
+            sock.curve_publickey, sock.curve_secretkey = public, secret
+            sock.connect(where["frontend"] if i % 4 < 2 else where["backend"])
+            sock.send_multipart([rng.randbytes(rng.choice((1, 52, 300))) for _ in range(rng.randint(1, 4))],
+                                zmq.NOBLOCK)
+            strangers.append(sock)
+        alice = client.connect(cluster.monitor_endpoint,
+                               publisher_config=client.PublisherConfig(curve=curve("alice")),
+                               subscriber_config=client.SubscriberConfig(curve=curve("alice")))
+        try:
+            sub = alice.subscriber(b"")
+            pub = alice.publisher()
+            for i in range(1000):
+                pub.send(b"k", b"%d" % i)
+            pub.flush(10)
+            got = []
+            while len(got) < 1000:
+                msg = sub.recv(timeout=5)
+                assert msg is not None, f"{len(got)} of 1000 arrived"
+                got.append(int(msg.payload))
+            assert got == list(range(1000))
+        finally:
+            alice.close()
+    finally:
+        for sock in strangers:
+            sock.close()
+        ctx.term()
+    assert psutil.pid_exists(pid) and cluster.exchanges["x1"].pid == pid  # the same process, serving
+    print(f"sent {tally.total:,} pieces of garbage and 20 strangers' handshakes")
+    log = open(os.path.join(cluster.log_dir, "exchange-x1.log")).read()
+    assert log.count("refused: unknown key") >= 1  # counted (the log line is rate-limited)
