@@ -13,7 +13,8 @@ from client._publisher import Publisher
 from client._subscriber import Subscriber
 from client.locator import MonitorLocator
 from roq import control
-from roq.config import PublisherConfig, SubscriberConfig, replace
+from roq.config import CurveClient, PublisherConfig, SubscriberConfig, replace
+from roq.keys import load_credentials
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
 from roq.sockets import check_endpoint, poll_ms
 from roq.zk import DEFAULT_ROOT
@@ -165,13 +166,18 @@ def connect(
     timeout: float = 5.0,
     publisher_config: PublisherConfig | None = None,
     subscriber_config: SubscriberConfig | None = None,
+    credentials: str | None = None,
 ) -> Connection:
     """Connect to a logical queue: through its monitor's endpoint (``monitor="tcp://127.0.0.11:5500"``), or
     by name through ZooKeeper (``zk="127.0.0.1:2181", queue="q"``): the GCM leader found there looks the
     queue's monitor up, and the connection follows that monitor if it moves to another host (its host died).
+    ``credentials``: a directory with the client's secret key (``NAME.key_secret``, from ``roq keys new``) and
+    the cluster's public key (``cluster.key``): its publishers and subscribers then speak CURVE to the
+    exchanges.
 
     Raises:
-        ConfigError: neither or both ways given, or a malformed endpoint.
+        ConfigError: neither or both ways given, a malformed endpoint, or credentials that cannot be used
+            (missing, or a secret key others may read).
         ManagementError: the queue does not exist (NotFoundError) or is stopped (UnavailableError).
         BrokerConnectionError: the monitor did not answer within ``timeout`` seconds.
         BrokerTimeoutError: no GCM leader answered the look-up in time.
@@ -185,6 +191,11 @@ def connect(
             monitor = manager.lookup(queue, timeout=max(timeout, 10.0))
     if not isinstance(monitor, str):
         raise ConfigError(f"monitor must be an endpoint string, got {type(monitor).__name__}")
+    if credentials is not None:
+        server, mine = load_credentials(credentials)
+        curve = CurveClient(server.decode(), mine.public.decode(), (mine.secret or b"").decode())
+        publisher_config = replace(publisher_config or PublisherConfig(), curve=curve)
+        subscriber_config = replace(subscriber_config or SubscriberConfig(), curve=curve)
     conn = Connection(monitor, publisher_config=publisher_config, subscriber_config=subscriber_config)
     try:
         if zk is not None:

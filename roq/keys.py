@@ -19,10 +19,13 @@ import zmq.auth
 
 from roq.errors import ConfigError
 
-__all__ = ["KeyPair", "new_keypair", "load_secret", "load_public", "PUBLIC_SUFFIX", "SECRET_SUFFIX"]
+__all__ = ["KeyPair", "new_keypair", "load_secret", "load_public", "load_credentials", "PUBLIC_SUFFIX",
+           "SECRET_SUFFIX", "CLUSTER_KEY"]
 
 PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
+#: The cluster's public key in a client's credentials directory.
+CLUSTER_KEY = "cluster" + ".key"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -106,3 +109,30 @@ def _load(path: str) -> tuple[bytes, bytes | None]:
     if not public or len(public) != 40:
         raise ConfigError(f"key file {path!r} holds no CURVE public key")
     return public, secret if secret else None
+
+
+def load_credentials(path: str) -> tuple[bytes, KeyPair]:
+    """A client's credentials: the cluster's public key and the client's own pair, from ``path``, a directory
+    holding :data:`CLUSTER_KEY` and one ``NAME.key_secret`` (or that secret key file itself, beside
+    :data:`CLUSTER_KEY`).
+
+    Raises:
+        ConfigError: no such directory or file, no cluster key, none or several secret keys, or a secret key
+            others may read.
+    """
+    if not os.path.exists(path):
+        raise ConfigError(f"credentials {path!r} cannot be read: no such file or directory")
+    directory, secret = (path, "") if os.path.isdir(path) else (os.path.dirname(path) or ".", path)
+    if not secret:
+        try:
+            found = sorted(n for n in os.listdir(directory) if n.endswith(SECRET_SUFFIX))
+        except OSError as exc:
+            raise ConfigError(f"credentials {path!r} cannot be read: {exc.strerror or exc}") from exc
+        if len(found) != 1:
+            raise ConfigError(f"credentials {path!r} must hold exactly one secret key (NAME{SECRET_SUFFIX}), found "
+                              f"{len(found)}: {', '.join(found[:5]) or 'none'}")
+        secret = os.path.join(directory, found[0])
+    cluster = os.path.join(directory, CLUSTER_KEY)
+    if not os.path.exists(cluster):
+        raise ConfigError(f"credentials {path!r}: no {CLUSTER_KEY} (the cluster's public key) in {directory}")
+    return load_public(cluster), load_secret(secret)

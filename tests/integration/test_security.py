@@ -4,6 +4,7 @@ with keys of the keyring, a stranger with none."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -27,11 +28,19 @@ def secured(tmp_path):
     return ["--secret-key", pairs["cluster"].secret_path, "--keyring", str(ring)], curve
 
 
-def test_a_key_of_the_keyring_publishes_and_subscribes_and_a_stranger_hears_nothing(make_cluster, secured):
+def credentials(name: str, tmp_path) -> str:
+    """A client's credentials directory: its own secret key and the cluster's public key."""
+    secrets, mine = tmp_path / "secrets", tmp_path / f"credentials-{name}"
+    mine.mkdir(mode=0o700)
+    shutil.copy(secrets / f"{name}.key_secret", mine / f"{name}.key_secret")
+    shutil.copy(secrets / "cluster.key", mine / "cluster.key")
+    return str(mine)
+
+
+def test_a_key_of_the_keyring_publishes_and_subscribes_and_a_stranger_hears_nothing(make_cluster, secured, tmp_path):
     exchange_args, curve = secured
     cluster = make_cluster(exchanges=1, exchange_args=exchange_args)
-    alice = client.connect(cluster.monitor_endpoint, publisher_config=client.PublisherConfig(curve=curve("alice")),
-                           subscriber_config=client.SubscriberConfig(curve=curve("alice")))
+    alice = client.connect(cluster.monitor_endpoint, credentials=credentials("alice", tmp_path))
     stranger = client.connect(cluster.monitor_endpoint,
                               subscriber_config=client.SubscriberConfig(curve=curve("stranger"), connect_timeout=2.0))
     try:

@@ -61,3 +61,27 @@ def test_the_keys_make_a_curve_handshake(tmp_path):
         assert rep.poll(5000) and rep.recv() == b"ping"
     finally:
         ctx.destroy(linger=0)
+
+
+def test_credentials_are_one_secret_key_beside_the_cluster_key_and_anything_else_is_a_clear_error(tmp_path):
+    import shutil
+
+    from roq.keys import load_credentials
+
+    cluster = new_keypair(str(tmp_path / "cluster"), "cluster")
+    mine = tmp_path / "mine"
+    pair = new_keypair(str(mine), "alice")
+    with pytest.raises(ConfigError, match="no cluster.key"):
+        load_credentials(str(mine))
+    shutil.copy(cluster.public_path, mine / "cluster.key")
+    server, got = load_credentials(str(mine))
+    assert server == cluster.public and got.secret == pair.secret
+    assert load_credentials(pair.secret_path)[1].public == pair.public  # the secret key file itself
+    new_keypair(str(mine), "bob")
+    with pytest.raises(ConfigError, match="exactly one secret key.*found 2"):
+        load_credentials(str(mine))
+    os.chmod(pair.secret_path, 0o640)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        load_credentials(pair.secret_path)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_credentials(str(tmp_path / "missing"))
