@@ -32,6 +32,7 @@ from client.locator import MonitorLocator
 from client.outbox import Outbox
 from roq import batch, control
 from roq.config import PublisherConfig
+from roq.errors import BrokerConnectionError
 from roq.sockets import poll_ms
 
 log = logging.getLogger(__name__)
@@ -105,12 +106,15 @@ class Sender(threading.Thread):
             self._poller.register(self._outbox.wakeup.fd, zmq.POLLIN)
             self._loop()
             self._channel.send(control.PublisherBye(publisher=self._hex))
+        except BrokerConnectionError as exc:  # refused: the application learns it on its next call
+            log.error("%s: %s", self._who, exc)
+            self._outbox.fail(exc)
         except Exception as exc:  # the application learns it on its next call
             log.exception("%s: sender failed", self._who)
             self._outbox.fail(exc)
         finally:
             for link in self._links():
-                link.socket.close(linger=0)
+                link.close()
             if self._channel is not None:
                 self._channel.close()
 
@@ -170,6 +174,17 @@ class Sender(threading.Thread):
             self._maybe_switch()
 
     def _on_exchange(self, sock: zmq.Socket) -> None:
+        """Batches' acknowledgements, room in a full link, or (CURVE) a link's handshake refused.
+
+        Raises:
+            BrokerConnectionError: an exchange refused this publisher's key.
+        """
+        for link in self._links() if self._cfg.curve is not None else ():
+            if sock is link.watch:
+                refused = link.refused()
+                if refused:
+                    raise BrokerConnectionError(refused)
+                return
         stream = self._stream
         if stream.blocked and stream.link is not None and sock is stream.link.socket:
             self._send(time.monotonic())  # room again

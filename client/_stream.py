@@ -14,6 +14,7 @@ import logging
 import time
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from client.outbox import Sealed
 from client.window import Pressure, Sent, Window
@@ -28,14 +29,32 @@ SNDHWM = 1000
 
 
 class Link:
-    """A DEALER connected to one exchange's frontend."""
+    """A DEALER connected to one exchange's frontend (and, with CURVE, the monitor of its handshakes)."""
 
-    __slots__ = ("exchange", "frontend", "socket")
+    __slots__ = ("exchange", "frontend", "socket", "watch")
 
-    def __init__(self, exchange: str, frontend: str, socket: zmq.Socket) -> None:
+    def __init__(self, exchange: str, frontend: str, socket: zmq.Socket, watch: zmq.Socket | None = None) -> None:
         self.exchange = exchange
         self.frontend = frontend
         self.socket = socket
+        self.watch = watch
+
+    def refused(self) -> str:
+        """Why the exchange refused our key at the handshake ("" if the watch has nothing to say)."""
+        if self.watch is None:
+            return ""
+        try:
+            event = recv_monitor_message(self.watch, zmq.NOBLOCK)
+        except zmq.Again:
+            return ""
+        return (f"exchange {self.exchange} refused this publisher's key at the CURVE handshake (ZAP status "
+                f"{event['value']}): the cluster's keyring does not admit it")
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.socket.disable_monitor()
+            self.watch.close(linger=0)
+        self.socket.close(linger=0)
 
 
 class Stream:
@@ -190,14 +209,19 @@ class Stream:
             self._curve.apply(sock)
         sock.setsockopt(zmq.SNDHWM, SNDHWM)
         sock.setsockopt(zmq.LINGER, 0)
+        watch = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH) if self._curve is not None else None
         sock.connect(frontend)
         self._poller.register(sock, zmq.POLLIN)
-        return Link(exchange, frontend, sock)
+        if watch is not None:
+            self._poller.register(watch, zmq.POLLIN)
+        return Link(exchange, frontend, sock, watch)
 
     def close(self, link: Link) -> None:
         """Close ``link`` (what its queue holds is dropped: the window still has it)."""
         self._poller.unregister(link.socket)
-        link.socket.close(linger=0)
+        if link.watch is not None:
+            self._poller.unregister(link.watch)
+        link.close()
         if link is self.link:
             self.link = None
             self.blocked = False

@@ -47,6 +47,15 @@ def test_a_key_of_the_keyring_publishes_and_subscribes_and_a_stranger_hears_noth
         sub = alice.subscriber(b"k")
         with pytest.raises(RoQError, match="refused this subscriber.s key at the CURVE handshake"):
             stranger.subscriber(b"")
+        stranger_pub = client.connect(cluster.monitor_endpoint,
+                                      publisher_config=client.PublisherConfig(curve=curve("stranger")))
+        try:
+            with pytest.raises(RoQError, match="refused this publisher.s key at the CURVE handshake"):
+                pub = stranger_pub.publisher()
+                pub.send(b"k", b"let me in")
+                pub.flush(5)
+        finally:
+            stranger_pub.close()
         pub = alice.publisher()
         for i in range(2000):
             pub.send(b"k.%d" % (i % 3), b"%d" % i)
