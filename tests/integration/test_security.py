@@ -37,6 +37,19 @@ def credentials(name: str, tmp_path) -> str:
     return str(mine)
 
 
+def exchanged(pub, sub, n: int, keys: int = 1) -> list[int]:
+    """Publish ``n`` numbered records over ``keys`` keys "k.I", flush; the numbers ``sub`` received, in order."""
+    for i in range(n):
+        pub.send(b"k.%d" % (i % keys), b"%d" % i)
+    pub.flush(10)
+    got: list[int] = []
+    while len(got) < n:
+        msg = sub.recv(timeout=5)
+        assert msg is not None, f"{len(got)} of {n} arrived"
+        got.append(int(msg.payload))
+    return got
+
+
 def test_a_key_of_the_keyring_publishes_and_subscribes_and_a_stranger_hears_nothing(make_cluster, secured, tmp_path):
     exchange_args, curve = secured
     cluster = make_cluster(exchanges=1, exchange_args=exchange_args)
@@ -56,16 +69,7 @@ def test_a_key_of_the_keyring_publishes_and_subscribes_and_a_stranger_hears_noth
                 pub.flush(5)
         finally:
             stranger_pub.close()
-        pub = alice.publisher()
-        for i in range(2000):
-            pub.send(b"k.%d" % (i % 3), b"%d" % i)
-        pub.flush(10)
-        got = []
-        while len(got) < 2000:
-            msg = sub.recv(timeout=5)
-            assert msg is not None, f"{len(got)} of 2000 arrived"
-            got.append(int(msg.payload))
-        assert got == list(range(2000)) and sub.stats().gaps == 0
+        assert exchanged(alice.publisher(), sub, 2000, keys=3) == list(range(2000)) and sub.stats().gaps == 0
     finally:
         alice.close()
         stranger.close()
@@ -112,16 +116,7 @@ def test_garbage_and_strange_keys_at_a_curve_exchange_kill_nothing_and_lose_noth
                                subscriber_config=client.SubscriberConfig(curve=curve("alice")))
         try:
             sub = alice.subscriber(b"")
-            pub = alice.publisher()
-            for i in range(1000):
-                pub.send(b"k", b"%d" % i)
-            pub.flush(10)
-            got = []
-            while len(got) < 1000:
-                msg = sub.recv(timeout=5)
-                assert msg is not None, f"{len(got)} of 1000 arrived"
-                got.append(int(msg.payload))
-            assert got == list(range(1000))
+            assert exchanged(alice.publisher(), sub, 1000) == list(range(1000))
         finally:
             alice.close()
     finally:
