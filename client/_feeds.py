@@ -18,13 +18,13 @@ import time
 from typing import Callable
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from client.ordering import Reassembler
 from roq import batch
 from roq.batch import BatchError
 from roq.config import CurveClient
 from roq.errors import ProtocolError
+from roq.sockets import RefusalWatch
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class Feed:
 
     __slots__ = ("exchange", "backend", "socket", "heard", "watch", "refused")
 
-    def __init__(self, exchange: str, backend: str, socket: zmq.Socket, watch: zmq.Socket | None = None) -> None:
+    def __init__(self, exchange: str, backend: str, socket: zmq.Socket, watch: RefusalWatch | None = None) -> None:
         self.exchange = exchange
         self.backend = backend
         self.socket = socket
@@ -109,7 +109,7 @@ class Feeds:
             self._curve.apply(sock)
         sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
         sock.setsockopt(zmq.LINGER, 0)
-        watch = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH) if self._curve is not None else None
+        watch = RefusalWatch(sock) if self._curve is not None else None
         sock.connect(backend)
         feed = Feed(exchange, backend, sock, watch)
         self._subscribe(feed)
@@ -117,8 +117,8 @@ class Feeds:
         self._by_socket[sock] = feed
         self._poller.register(sock, zmq.POLLIN)
         if watch is not None:
-            self._by_socket[watch] = feed
-            self._poller.register(watch, zmq.POLLIN)
+            self._by_socket[watch.socket] = feed
+            self._poller.register(watch.socket, zmq.POLLIN)
         return feed
 
     def refresh(self) -> None:
@@ -141,30 +141,25 @@ class Feeds:
         del self._feeds[feed.exchange]
         del self._by_socket[feed.socket]
         if feed.watch is not None:
-            self._poller.unregister(feed.watch)
-            del self._by_socket[feed.watch]
+            self._poller.unregister(feed.watch.socket)
+            del self._by_socket[feed.watch.socket]
 
     def readable(self, sock: zmq.Socket) -> None:
         """The poller says ``sock`` has frames: read a burst of them."""
         feed = self._by_socket.get(sock)
         if feed is None:
             return
-        if sock is feed.watch:
+        if feed.watch is not None and sock is feed.watch.socket:
             self._handshake(feed)
         else:
             self.read(feed, BURST)
 
     def _handshake(self, feed: Feed) -> None:
         """The exchange refused our key: remember why (the subscriber says so), and say it once."""
-        while True:
-            try:
-                event = recv_monitor_message(feed.watch, zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if not feed.refused:
-                feed.refused = (f"the exchange refused this subscriber's key at the CURVE handshake (ZAP status "
-                                f"{event['value']}): the cluster's keyring does not admit it")
-                log.warning("%s: %s: %s", self._who, feed.exchange, feed.refused)
+        status = feed.watch.refused() if feed.watch is not None else None
+        if status is not None and not feed.refused:
+            feed.refused = RefusalWatch.describe(feed.exchange, "subscriber", status)
+            log.warning("%s: %s", self._who, feed.refused)
 
     def read(self, feed: Feed, limit: int | None) -> None:
         """Read at most ``limit`` frames (None: every frame waiting) from ``feed``."""
@@ -224,8 +219,7 @@ class Feeds:
     @staticmethod
     def _close(feed: Feed) -> None:
         if feed.watch is not None:
-            feed.socket.disable_monitor()
-            feed.watch.close(linger=0)
+            feed.watch.close()
         feed.socket.close(linger=0)
 
     def _drop(self, exchange: str, detail: str) -> None:

@@ -180,7 +180,7 @@ class Sender(threading.Thread):
             BrokerConnectionError: an exchange refused this publisher's key.
         """
         for link in self._links() if self._cfg.curve is not None else ():
-            if sock is link.watch:
+            if link.watch is not None and sock is link.watch.socket:
                 refused = link.refused()
                 if refused:
                     raise BrokerConnectionError(refused)

@@ -14,13 +14,13 @@ import logging
 import time
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from client.outbox import Sealed
 from client.window import Pressure, Sent, Window
 from roq import batch
 from roq.config import CurveClient
 from roq.errors import ProtocolError
+from roq.sockets import RefusalWatch
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class Link:
 
     __slots__ = ("exchange", "frontend", "socket", "watch")
 
-    def __init__(self, exchange: str, frontend: str, socket: zmq.Socket, watch: zmq.Socket | None = None) -> None:
+    def __init__(self, exchange: str, frontend: str, socket: zmq.Socket, watch: RefusalWatch | None = None) -> None:
         self.exchange = exchange
         self.frontend = frontend
         self.socket = socket
@@ -41,19 +41,12 @@ class Link:
 
     def refused(self) -> str:
         """Why the exchange refused our key at the handshake ("" if the watch has nothing to say)."""
-        if self.watch is None:
-            return ""
-        try:
-            event = recv_monitor_message(self.watch, zmq.NOBLOCK)
-        except zmq.Again:
-            return ""
-        return (f"exchange {self.exchange} refused this publisher's key at the CURVE handshake (ZAP status "
-                f"{event['value']}): the cluster's keyring does not admit it")
+        status = self.watch.refused() if self.watch is not None else None
+        return "" if status is None else RefusalWatch.describe(self.exchange, "publisher", status)
 
     def close(self) -> None:
         if self.watch is not None:
-            self.socket.disable_monitor()
-            self.watch.close(linger=0)
+            self.watch.close()
         self.socket.close(linger=0)
 
 
@@ -209,18 +202,18 @@ class Stream:
             self._curve.apply(sock)
         sock.setsockopt(zmq.SNDHWM, SNDHWM)
         sock.setsockopt(zmq.LINGER, 0)
-        watch = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH) if self._curve is not None else None
+        watch = RefusalWatch(sock) if self._curve is not None else None
         sock.connect(frontend)
         self._poller.register(sock, zmq.POLLIN)
         if watch is not None:
-            self._poller.register(watch, zmq.POLLIN)
+            self._poller.register(watch.socket, zmq.POLLIN)
         return Link(exchange, frontend, sock, watch)
 
     def close(self, link: Link) -> None:
         """Close ``link`` (what its queue holds is dropped: the window still has it)."""
         self._poller.unregister(link.socket)
         if link.watch is not None:
-            self._poller.unregister(link.watch)
+            self._poller.unregister(link.watch.socket)
         link.close()
         if link is self.link:
             self.link = None

@@ -95,8 +95,7 @@ class Subscriber:
                 return
             refused = self._feeds.refused()
             if refused:
-                exchange, why = next(iter(refused.items()))
-                raise BrokerConnectionError(f"exchange {exchange}: {why}")
+                raise BrokerConnectionError(next(iter(refused.values())))
         if not self._listed:
             raise BrokerConnectionError(f"monitor {monitor} did not answer within {self.config.connect_timeout:.1f}s")
         log.warning("%s: no beacon yet from %s; continuing", self._who, ", ".join(self._feeds.deaf()))

@@ -31,8 +31,9 @@ peer connects (so the bounds are set once, before binding):
 * each subscriber's pipe holds :attr:`~roq.config.ExchangeConfig.subscriber_hwm` batches (its
   ``subscriber_queue_bytes`` of the largest batch, but never fewer than
   :data:`~roq.config.MIN_SUBSCRIBER_HWM`, nor more than ``backend_hwm``). What does not fit waits or goes
-  past (above), and the forward loop learns how far a subscriber's pipe was read only from ZeroMQ's notices (one per half a pipe
-  read, taken in at most once a millisecond while sending, sooner when asked: the loop asks every
+  past (above), and the forward loop learns how far a subscriber's pipe was read only from ZeroMQ's notices
+  (one per half a pipe read, taken in at most once a millisecond while sending, sooner when asked: the loop
+  asks every
   :data:`SYNC_MASK` + 1 batches). The byte bound is exact for batches up to a 512th of
   ``subscriber_queue_bytes`` (128 KiB by default); a subscriber that does not keep up with larger ones costs
   at most 512 of them.
@@ -148,6 +149,12 @@ class Forwarder:
             # batches go *to* a subscriber's id: a second connection with it must not take them over, even
             # from a key of the keyring (what comes *from* an id is checked against its key, message by message)
             self.backend.setsockopt(zmq.ROUTER_HANDOVER, 0)
+        # how a message is read from each socket: with CURVE, only if its id is its sender's key's own
+        self._recv_batch = self.frontend.recv_multipart
+        self._recv_subscription = self.backend.recv_multipart
+        if self.keyring is not None:
+            self._recv_batch = functools.partial(recv_owned, self.frontend, self.keyring, drops)
+            self._recv_subscription = functools.partial(recv_owned, self.backend, self.keyring, drops)
 
     def bind(self, address: str, frontend_port: int, backend_port: int) -> None:
         """Bind the frontend and the backend.
@@ -178,8 +185,7 @@ class Forwarder:
         while a batch is held (see :meth:`retry`)."""
         if self.held is not None and not self.retry(time.monotonic()):
             return
-        recv = self.frontend.recv_multipart if self.keyring is None else functools.partial(
-            recv_owned, self.frontend, self.keyring, self.drops)
+        recv = self._recv_batch
         send = self.backend.send_multipart
         events = self.backend.getsockopt
         check = batch.check_incoming
@@ -324,10 +330,10 @@ class Forwarder:
     def read_subscriptions(self) -> None:
         """Read what subscribers sent the backend: their subscriptions (a new subscriber gets a beacon at once);
         anything else is dropped and counted."""
+        recv = self._recv_subscription
         for _ in range(MAX_SUBSCRIPTIONS_READ):
             try:
-                frames = (self.backend.recv_multipart(zmq.NOBLOCK) if self.keyring is None
-                          else recv_owned(self.backend, self.keyring, self.drops, zmq.NOBLOCK))
+                frames = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             if frames is None:

@@ -12,7 +12,7 @@ from zmq.utils.monitor import recv_monitor_message
 from roq.errors import BrokerConnectionError, ConfigError
 from roq.runtime import DropCounter
 
-__all__ = ["bind", "check_endpoint", "poll_ms", "HandshakeWatch"]
+__all__ = ["bind", "check_endpoint", "poll_ms", "HandshakeWatch", "RefusalWatch"]
 
 _FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 
@@ -88,3 +88,35 @@ class HandshakeWatch:
             self._watched.disable_monitor()
         self.socket.close(linger=0)
 
+
+class RefusalWatch:
+    """Tells a CURVE client that a server refused its key at the handshake (ZAP's status, e.g. 400).
+
+    Register :attr:`socket` in the poller and call :meth:`refused` when it is readable; :meth:`close` before
+    the watched socket is closed.
+    """
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self._watched = sock
+        self.socket = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+
+    def refused(self) -> int | None:
+        """The status of the first refusal waiting (every waiting one is read), or None."""
+        status = None
+        while True:
+            try:
+                event = recv_monitor_message(self.socket, zmq.NOBLOCK)
+            except zmq.Again:
+                return status
+            if status is None:
+                status = event["value"]
+
+    @staticmethod
+    def describe(exchange: str, who: str, status: int) -> str:
+        return (f"exchange {exchange} refused this {who}'s key at the CURVE handshake (ZAP status {status}): the "
+                "cluster's keyring does not admit it")
+
+    def close(self) -> None:
+        if not self._watched.closed:
+            self._watched.disable_monitor()
+        self.socket.close(linger=0)
