@@ -6,10 +6,24 @@ import signal
 from typing import Any
 
 import client
+from roq.errors import RoQError, UnavailableError
 from simulation.audit import compare
 from tests.integration.zkhelp import wait_until
 
 __all__ = ["Queue"]
+
+#: How long a queue whose creation outlasted the GCM's answer may take to run (a host of a twentieth of a core
+#: starts a monitor in about 8 s).
+READY_S = 60.0
+
+
+def _running(cluster: Any, name: str) -> bool:
+    """Whether queue ``name``'s monitor answers and has an exchange."""
+    try:
+        with client.connect(monitor=cluster.manager.lookup(name), timeout=2.0) as conn:
+            return bool(conn.status(timeout=2.0)["exchanges"])
+    except RoQError:
+        return False
 
 
 class Queue:
@@ -19,7 +33,10 @@ class Queue:
                  **rules: Any) -> None:
         """``follow``: every client connects by name through ZooKeeper and follows the monitor if it moves."""
         self.cluster, self.loads, self.name = cluster, loads, name
-        cluster.manager.create(name, host, exchanges=1)
+        try:
+            cluster.manager.create(name, host, exchanges=1)
+        except UnavailableError:  # on a host of a small CPU budget its processes start slowly: the creation goes on
+            wait_until(lambda: _running(cluster, name), READY_S, f"queue {name} running (its creation took over 15 s)")
         if rules:
             cluster.manager.set_rules(name, rules)
         self.monitor = cluster.manager.lookup(name)
