@@ -45,7 +45,7 @@ def test_saturated_exchanges_shed_load_without_failing_over_and_two_deliver_twic
         q.publish(0, f"a{i},b{i}", "--key-run", "1", "--buffer-bytes", str(256 << 10))
     q.wait(lambda s: len(s["publishers"]) == PUBLISHERS and s["exchanges"][0]["busy"] > BUSY, 30,
            f"{PUBLISHERS} publishers saturating one exchange")
-    one = forwarded(q, 3.0)
+    one = forwarded(q, 5.0)  # long enough that a moment of the busy machine does not make the figure
     status = q.status()
     print(f"1 exchange: {one:,.0f} rec/s, busy {status['exchanges'][0]['busy']:.2f}, "
           f"mark {status['exchanges'][0]['mark_records_per_s']:,.0f}")
@@ -56,7 +56,7 @@ def test_saturated_exchanges_shed_load_without_failing_over_and_two_deliver_twic
     where = {x["id"]: x["publishers"] for x in status["exchanges"]}
     hosts = {x["Host"] for x in cluster.manager.stats("sat")["Queue"]["Exchanges"]}
     q.wait(lambda s: all(x["busy"] > BUSY for x in s["exchanges"]), 30, "both exchanges busy")
-    two = forwarded(q, 3.0)
+    two = forwarded(q, 5.0)
     print(f"2 exchanges on {sorted(hosts)}: {two:,.0f} rec/s ({two / one:.2f}x), publishers {where}")
     assert hosts == {first, second}
 
