@@ -34,6 +34,7 @@ from roq.errors import (
     ClosedError,
     ConfigError,
     ConflictError,
+    ForbiddenError,
     ManagementError,
     NoExchangeError,
     NotFoundError,
@@ -71,6 +72,7 @@ __all__ = [
     "NotFoundError",
     "NotLeaderError",
     "BadRequestError",
+    "ForbiddenError",
     "UnavailableError",
     "ConflictError",
 ]

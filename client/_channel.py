@@ -15,6 +15,7 @@ import zmq
 
 from client.locator import MonitorLocator
 from roq import control
+from roq.config import CurveClient
 from roq.errors import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class MonitorChannel:
         locator: where the monitor is (followed through ZooKeeper or fixed).
         identity: the client's id, its routing id at the monitor.
         who: how log lines name the client.
+        curve: the client's CURVE keys (None: plaintext).
 
     Attributes:
         socket: the DEALER, for the owner's poller.
@@ -38,13 +40,16 @@ class MonitorChannel:
         dropped: malformed messages dropped.
     """
 
-    def __init__(self, context: zmq.Context, locator: MonitorLocator, identity: bytes, who: str) -> None:
+    def __init__(self, context: zmq.Context, locator: MonitorLocator, identity: bytes, who: str,
+                 curve: CurveClient | None = None) -> None:
         self._locator = locator
         self._who = who
         self.endpoint = locator.endpoint
         self.dropped = 0
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.ROUTING_ID, identity)
+        if curve is not None:
+            curve.apply(self.socket)
         self.socket.setsockopt(zmq.LINGER, LINGER_MS)
         self.socket.connect(self.endpoint)
 

@@ -14,9 +14,8 @@ from client._subscriber import Subscriber
 from client.locator import MonitorLocator
 from roq import control
 from roq.config import CurveClient, PublisherConfig, SubscriberConfig, replace
-from roq.keys import load_credentials
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
-from roq.sockets import check_endpoint, poll_ms
+from roq.sockets import RefusalWatch, check_endpoint, poll_ms
 from roq.zk import DEFAULT_ROOT
 
 log = logging.getLogger(__name__)
@@ -144,15 +143,23 @@ class Connection:
                 raise ClosedError("connection is closed")
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        curve = self.publisher_config.curve or self.subscriber_config.curve
+        watch = None
+        if curve is not None:
+            curve.apply(sock)
+            watch = RefusalWatch(sock)
         try:
             sock.connect(self.monitor)
             sock.send(control.encode(request))
-            if not sock.poll(poll_ms(timeout)):
-                raise BrokerConnectionError(f"monitor {self.monitor} did not answer within {timeout:.1f}s")
+            if not (watch.wait(timeout, f"monitor {self.monitor}") if watch else sock.poll(poll_ms(timeout))):
+                raise BrokerConnectionError(f"monitor {self.monitor} did not answer within {timeout:.1f}s"
+                                            f"{watch.silence() if watch else ''}")
             reply = control.Reply.parse(sock.recv())
         except ProtocolError as exc:
             raise BrokerConnectionError(f"monitor {self.monitor} answered garbage: {exc}") from exc
         finally:
+            if watch is not None:
+                watch.close()
             sock.close()
         return reply.raise_for()
 
@@ -172,28 +179,28 @@ def connect(
     by name through ZooKeeper (``zk="127.0.0.1:2181", queue="q"``): the GCM leader found there looks the
     queue's monitor up, and the connection follows that monitor if it moves to another host (its host died).
     ``credentials``: a directory with the client's secret key (``NAME.key_secret``, from ``roq keys new``) and
-    the cluster's public key (``cluster.key``): its publishers and subscribers then speak CURVE to the
-    exchanges.
+    the cluster's public key (``cluster.key``): the look-up, its requests to the monitor, its publishers and
+    its subscribers then speak CURVE to the cluster, whose keyring must hold the client's public key.
 
     Raises:
         ConfigError: neither or both ways given, a malformed endpoint, or credentials that cannot be used
             (missing, or a secret key others may read).
         ManagementError: the queue does not exist (NotFoundError) or is stopped (UnavailableError).
-        BrokerConnectionError: the monitor did not answer within ``timeout`` seconds.
+        BrokerConnectionError: the monitor did not answer within ``timeout`` seconds, or the cluster refused
+            the client's key (the message says so).
         BrokerTimeoutError: no GCM leader answered the look-up in time.
     """
     if (monitor is None) == (zk is None):
         raise ConfigError("give either monitor=ENDPOINT or zk=SERVERS with queue=NAME")
+    curve = CurveClient.load(credentials) if credentials is not None else None
     if zk is not None:
         if queue is None:
             raise ConfigError("connecting by ZooKeeper needs queue=NAME")
-        with QueueManager(zk, root=root) as manager:
+        with QueueManager(zk, root=root, credentials=curve) as manager:
             monitor = manager.lookup(queue, timeout=max(timeout, 10.0))
     if not isinstance(monitor, str):
         raise ConfigError(f"monitor must be an endpoint string, got {type(monitor).__name__}")
-    if credentials is not None:
-        server, mine = load_credentials(credentials)
-        curve = CurveClient(server.decode(), mine.public.decode(), (mine.secret or b"").decode())
+    if curve is not None:
         publisher_config = replace(publisher_config or PublisherConfig(), curve=curve)
         subscriber_config = replace(subscriber_config or SubscriberConfig(), curve=curve)
     conn = Connection(monitor, publisher_config=publisher_config, subscriber_config=subscriber_config)

@@ -17,6 +17,7 @@ from typing import Any
 
 import zmq
 
+from roq.config import CurveClient
 from roq.control import Message, Reply, Result, encode
 from roq.documents import GcmDoc
 from roq.errors import (
@@ -27,7 +28,7 @@ from roq.errors import (
     ProtocolError,
     ZooKeeperError,
 )
-from roq.sockets import poll_ms
+from roq.sockets import RefusalWatch, poll_ms
 from roq.zk import Paths, Session, check_hosts
 
 log = logging.getLogger(__name__)
@@ -45,13 +46,15 @@ class GcmLeader:
     Args:
         zk: ZooKeeper servers, ``host:port[,host:port...]``.
         paths: the cluster's znode paths.
+        curve: the client's CURVE keys, for a cluster that serves CURVE (None: plaintext).
 
     Raises:
         ConfigError: a malformed ZooKeeper address.
     """
 
-    def __init__(self, zk: str, paths: Paths) -> None:
+    def __init__(self, zk: str, paths: Paths, curve: CurveClient | None = None) -> None:
         self._hosts = check_hosts(zk)
+        self._curve = curve
         self._paths = paths
         self._session: Session | None = None
         self._ctx = zmq.Context()
@@ -155,17 +158,24 @@ class GcmLeader:
         """The leader's reply to ``body``; None if another leader was elected while we waited."""
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        watch = None
+        if self._curve is not None:
+            self._curve.apply(sock)
+            watch = RefusalWatch(sock)
         try:
             sock.connect(leader.endpoint(port))
             sock.send(body)
             while True:
-                if sock.poll(poll_ms(min(SLICE, max(0.0, deadline - time.monotonic())))):
+                wait = min(SLICE, max(0.0, deadline - time.monotonic()))
+                if watch.wait(wait, f"GCM {leader.id}") if watch else sock.poll(poll_ms(wait)):
                     return Reply.parse(sock.recv())
                 if time.monotonic() >= deadline:
-                    raise BrokerTimeoutError(f"GCM {leader.id} did not answer {what}")
+                    raise BrokerTimeoutError(f"GCM {leader.id} did not answer {what}{watch.silence() if watch else ''}")
                 if self._changed(czxid):
                     return None
         except ProtocolError as exc:
             raise BrokerConnectionError(f"GCM answered garbage: {exc}") from exc
         finally:
+            if watch is not None:
+                watch.close()
             sock.close()

@@ -9,6 +9,7 @@ from typing import Any
 
 from client._leader import GcmLeader
 from roq import management as m
+from roq.config import CurveClient
 from roq.control import Message
 from roq.errors import UnavailableError
 from roq.zk import DEFAULT_ROOT, Paths, check_queue_name
@@ -25,6 +26,9 @@ class QueueManager:
         zk: ZooKeeper servers, ``host:port[,host:port...]``.
         root: the cluster's ZooKeeper root.
         timeout: default seconds a call may take (changes wait for the processes; see each method).
+        credentials: a directory with the client's secret key and the cluster's public key (``cluster.key``),
+            for a cluster that serves CURVE (None: plaintext); or the keys themselves, a
+            :class:`~roq.config.CurveClient`.
 
     Every method raises a :class:`~roq.errors.ManagementError` subclass carrying the RESULT code when the
     GCM refuses (:class:`~roq.errors.NotFoundError`, :class:`~roq.errors.BadRequestError`,
@@ -35,13 +39,16 @@ class QueueManager:
     (:class:`client._leader.GcmLeader`).
 
     Raises:
-        ConfigError: a malformed ZooKeeper address or root.
+        ConfigError: a malformed ZooKeeper address or root, or credentials that cannot be used (missing, or a
+            secret key others may read).
     """
 
-    def __init__(self, zk: str, *, root: str = DEFAULT_ROOT, timeout: float = 30.0) -> None:
+    def __init__(self, zk: str, *, root: str = DEFAULT_ROOT, timeout: float = 30.0,
+                 credentials: str | CurveClient | None = None) -> None:
         self.paths = Paths(root)
         self.timeout = timeout
-        self._gcm = GcmLeader(zk, self.paths)
+        curve = CurveClient.load(credentials) if isinstance(credentials, str) else credentials
+        self._gcm = GcmLeader(zk, self.paths, curve)
 
     # ------------------------------------------------------------------ queues
 

@@ -78,7 +78,7 @@ class Subscriber:
         self._feeds = Feeds(context, self._poller, self.id, prefix, config.rcvhwm, self._order, self._deliver,
                             self._heard, self._who, curve=config.curve)
         locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
-        self._monitor = MonitorChannel(context, locator, self.id, self._who)
+        self._monitor = MonitorChannel(context, locator, self.id, self._who, config.curve)
         self._poller.register(self._monitor.socket, zmq.POLLIN)
         try:
             self._join(self._monitor.endpoint)

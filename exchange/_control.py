@@ -18,6 +18,7 @@ import logging
 import zmq
 
 from roq import control
+from roq.curve import Curve
 from roq.errors import ProtocolError
 from roq.pipe import MAX_FRAME, PipeReader
 from roq.runtime import DropCounter
@@ -44,12 +45,15 @@ class MonitorLink:
         context: the ZeroMQ context to make the socket in.
         endpoint: the monitor's control endpoint.
         dispatcher: handles what the monitor sends.
+        curve: the process's CURVE (it connects as the cluster), or None for plaintext.
     """
 
-    def __init__(self, context: zmq.Context, endpoint: str, dispatcher: Dispatcher) -> None:
+    def __init__(self, context: zmq.Context, endpoint: str, dispatcher: Dispatcher, curve: Curve | None = None) -> None:
         self.endpoint = endpoint
         self.dispatcher = dispatcher
         self.socket = context.socket(zmq.DEALER)
+        if curve is not None:
+            curve.connect(self.socket)
         self.socket.setsockopt(zmq.LINGER, 1000)
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)
         self.socket.setsockopt(zmq.RCVHWM, CONTROL_HWM)

@@ -24,13 +24,12 @@ from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
 from exchange._forwarder import RETRY_S, Forwarder
 from roq import control
 from roq.config import ExchangeConfig
-from roq.errors import ProtocolError, RoQError
+from roq.errors import ProtocolError
 from roq.pipe import MAX_FRAME
 from roq.runtime import DropCounter, SignalWakeup
 from roq.server import Dispatcher, Request
-from roq.keys import load_secret
 from roq.sockets import HandshakeWatch, check_endpoint, poll_ms
-from roq.zap import Authenticator, Keyring, ZapServer
+from roq.curve import Curve
 
 log = logging.getLogger(__name__)
 
@@ -65,20 +64,16 @@ class Exchange:
         self._stopping = False
         self._kpi_period = config.kpi_period
         self._next_reply_log = 0.0
-        self.zap: ZapServer | None = None
-        security = None
-        if config.secret_key:  # ConfigError: an unsafe or unreadable key file, an unreadable keyring
-            keyring = Keyring(config.keyring)
-            security = (load_secret(config.secret_key).secret, keyring)
-            self.zap = ZapServer(self._ctx, Authenticator(keyring), self.drops)
+        # ConfigError: an unsafe or unreadable key file, an unreadable keyring
+        self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops)
         self.forwarder = Forwarder(self._ctx, config, self.drops, name=self.id, beacon_id=uuid.uuid4().bytes,
-                                   security=security)
+                                   curve=self.curve)
         monitor_orders = Dispatcher(f"exchange {self.id} (monitor)", {
             control.Shutdown: self._on_shutdown,
             control.KpiPeriod: self._on_kpi_period,
             control.Reply: self._on_reply,
         }, self.drops, max_bytes=MAX_CONTROL_BYTES)
-        self.monitor = MonitorLink(self._ctx, config.monitor, monitor_orders)
+        self.monitor = MonitorLink(self._ctx, config.monitor, monitor_orders, self.curve)
         host_orders = Dispatcher(f"exchange {self.id} (commands)", {control.Retarget: self._on_retarget},
                                  self.drops, max_bytes=MAX_FRAME)
         self._commands = CommandPipe(commands_fd, host_orders, self.drops) if commands_fd is not None else None
@@ -102,8 +97,8 @@ class Exchange:
         """
         cfg = self.config
         fwd = self.forwarder
-        if self.zap is not None:
-            self.zap.start()  # before anyone can connect
+        if self.curve is not None:
+            self.curve.start()  # before anyone can connect
         fwd.bind(cfg.address, cfg.frontend_port, cfg.backend_port)
         self._watches = [HandshakeWatch(fwd.frontend, "frontend", self.drops),
                          HandshakeWatch(fwd.backend, "backend", self.drops)]
@@ -112,8 +107,8 @@ class Exchange:
         log.info("exchange %s: frontend %s, backend %s, monitor %s", self.id, fwd.frontend_endpoint,
                  fwd.backend_endpoint, cfg.monitor)
         log.info("exchange %s: memory bounds: %s", self.id, fwd.bounds())
-        if self.zap is not None:
-            log.info("exchange %s: CURVE on, %d keys may connect (keyring %s)", self.id, len(fwd.keyring), cfg.keyring)
+        if self.curve is not None:
+            log.info("exchange %s: %s", self.id, self.curve.describe())
         else:
             log.warning("exchange %s: plaintext, no CURVE: anyone who reaches its ports may publish and subscribe",
                         self.id)
@@ -125,8 +120,8 @@ class Exchange:
     def close(self) -> None:
         for watch in self._watches:
             watch.close()
-        if self.zap is not None:
-            self.zap.close()
+        if self.curve is not None:
+            self.curve.close()
         self.forwarder.close()
         self.monitor.close()
         if self._own_context:
@@ -149,7 +144,7 @@ class Exchange:
         commands = self._commands
         if commands is not None:
             poller.register(commands.fd, zmq.POLLIN)
-        zap = self.zap
+        zap = self.curve.zap if self.curve is not None else None
         if zap is not None:
             poller.register(zap.socket, zmq.POLLIN)
         now = time.monotonic()
@@ -194,8 +189,8 @@ class Exchange:
                 next_beat = now + cfg.heartbeat_interval
                 self.monitor.send(self._heartbeat())
                 fwd.beacon()
-                if zap is not None:
-                    self._refresh_keyring(zap.authenticator.keyring)
+                if self.curve is not None:
+                    self.curve.refresh()
                 self._check_drained(now)
                 if commands is not None:
                     commands.expire(now)
@@ -208,14 +203,6 @@ class Exchange:
                 self.monitor.send(kpi)
         fwd.send_acks()
         log.info("exchange %s stopped (%d malformed inputs dropped in all)", self.id, self.drops.total)
-
-    def _refresh_keyring(self, keyring: Keyring) -> None:
-        """Read the keyring again if it changed: a key removed there opens no more connections."""
-        try:
-            if keyring.refresh():
-                log.info("exchange %s: keyring %s read again: %d keys", self.id, keyring.directory, len(keyring))
-        except RoQError as exc:  # gone or unreadable: keep the keys known
-            self.drops.drop("keyring unreadable", str(exc))
 
     # ------------------------------------------------------------------ commands
 

@@ -38,7 +38,7 @@ peer connects (so the bounds are set once, before binding):
   ``subscriber_queue_bytes`` (128 KiB by default); a subscriber that does not keep up with larger ones costs
   at most 512 of them.
 
-**Who may connect.** With CURVE (``security``), the frontend and backend serve with the cluster's server key,
+**Who may connect.** With CURVE (``curve``), the frontend and backend serve with the cluster's server key,
 and the process's ZAP handler (:class:`roq.zap.ZapServer`) admits only the keys of its keyring; every batch
 and subscription then comes with its sender's principal (``User-Id``), and one whose routing id is not its
 key's own (:meth:`roq.zap.Keyring.owns`) is dropped and counted as ``forged id``: a stranger cannot speak for
@@ -67,7 +67,8 @@ from roq.config import ExchangeConfig
 from roq.errors import ProtocolError
 from roq.runtime import DropCounter
 from roq.sockets import bind
-from roq.zap import Keyring
+from roq.curve import Curve
+from roq.zap import Keyring, recv_from
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +100,15 @@ class Forwarder:
         drops: counts what is dropped, per reason.
         name: the exchange's id, which its beacons carry.
         beacon_id: the id in its beacons' headers.
-        security: CURVE: the server's secret key (Z85) and the keyring of those who may connect (a ZAP handler
-            answering for ``context`` must be bound before anyone connects); None = plaintext.
+        curve: the process's CURVE (its ZAP handler must answer for ``context`` before anyone connects);
+            None = plaintext.
     """
 
     def __init__(self, context: zmq.Context, config: ExchangeConfig, drops: DropCounter, *, name: str = "x",
-                 beacon_id: bytes = bytes(16), security: tuple[bytes, Keyring] | None = None) -> None:
+                 beacon_id: bytes = bytes(16), curve: Curve | None = None) -> None:
         self.config = config
         self.drops = drops
-        self.keyring = security[1] if security is not None else None
+        self.keyring = curve.keyring if curve is not None else None
         self.name = name
         self.beacon_id = beacon_id
         self.beacons = 0
@@ -140,12 +141,9 @@ class Forwarder:
         self.backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)
         self.backend.setsockopt(zmq.LINGER, 2000)
         self.backend.setsockopt(zmq.MAXMSGSIZE, batch.MAX_KEY + 4096)  # subscribers only send subscriptions
-        if security is not None:
-            for sock in (self.frontend, self.backend):
-                sock.curve_server = True
-                sock.curve_secretkey = security[0]
-                sock.setsockopt(zmq.ZAP_DOMAIN, b"roq")
-                sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)  # no ZAP handler: nobody gets in
+        if curve is not None:
+            curve.serve(self.frontend)
+            curve.serve(self.backend)
             # batches go *to* a subscriber's id: a second connection with it must not take them over, even
             # from a key of the keyring (what comes *from* an id is checked against its key, message by message)
             self.backend.setsockopt(zmq.ROUTER_HANDOVER, 0)
@@ -391,15 +389,9 @@ def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, flags: in
     Raises:
         zmq.Again: nothing to read.
     """
-    recv = sock.recv
-    frames: list = [recv(flags)]
-    if not sock.getsockopt(zmq.RCVMORE):
+    frames, principal = recv_from(sock, flags)
+    if len(frames) == 1:
         return frames  # the identity alone: the frame count is checked by the caller
-    first = recv(flags, copy=False)
-    principal = first.get("User-Id")
-    frames.append(first.bytes)
-    while sock.getsockopt(zmq.RCVMORE):
-        frames.append(recv(flags))
     if not keyring.owns(principal, frames[0]):
         drops.drop("forged id", f"{principal} sent with the id {frames[0].hex()[:32]}, not its key's")
         return None

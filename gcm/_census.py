@@ -18,6 +18,7 @@ import zmq
 from gcm._stats import StatsAsks
 from gcm._view import View
 from roq.control import Reply
+from roq.curve import Curve
 from roq.documents import RUNNING
 from roq.server import Request
 
@@ -45,13 +46,14 @@ class Census:
         on_status: called with each new snapshot (the dashboard's stream listens).
         on_round: called once every monitor asked in a round has answered or timed out (the live feeds are
             sent the state then, fresh).
+        curve: the GCM's CURVE, or None for plaintext.
     """
 
     def __init__(self, ctx: zmq.Context, period: float, *, clock: Callable[[], float] = time.time,
                  on_status: Callable[[Snapshot], None] | None = None,
-                 on_round: Callable[[], None] | None = None) -> None:
+                 on_round: Callable[[], None] | None = None, curve: Curve | None = None) -> None:
         self.period = period
-        self.asks = StatsAsks(ctx, limit=MAX_QUEUES, timeout=max(0.5, min(period, 2.0)))
+        self.asks = StatsAsks(ctx, limit=MAX_QUEUES, timeout=max(0.5, min(period, 2.0)), curve=curve)
         self.snapshots: dict[str, Snapshot] = {}
         self.next_at = 0.0
         self._asking: set[str] = set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from roq.config import check_curve_settings
 from roq.errors import ConfigError
 from roq.zk import DEFAULT_ROOT, Paths, check_hosts
 
@@ -38,6 +39,9 @@ class GcmConfig:
             status (what the metrics, the queue list and the dashboard show)
         metrics_top: series kept per queue for publishers and for subscribers in the metrics (the busiest;
             the others are summed into one series labelled ``other``)
+        secret_key: the cluster's CURVE secret key file: the look-up, management and broadcast ports are served
+            with CURVE, and the GCM asks the monitors with it ("" = plaintext, anyone may connect)
+        keyring: with ``secret_key``, the directory of the public keys that may connect
     """
 
     zk: str
@@ -57,9 +61,12 @@ class GcmConfig:
     api_token_file: str = ""
     census_period: float = 1.0
     metrics_top: int = 10
+    secret_key: str = ""
+    keyring: str = ""
 
     def __post_init__(self) -> None:
         check_hosts(self.zk)
+        check_curve_settings(self)
         Paths(self.root)
         for name in ("lookup_port", "management_port", "broadcast_port"):
             if not 0 <= getattr(self, name) < 65536:

@@ -37,6 +37,7 @@ from gcm._stats import StatsAsks
 from gcm._view import QueueView, View, read_view
 from roq import management as m
 from roq.control import Reply
+from roq.curve import Curve
 from roq.documents import GcmDoc
 from roq.errors import (BrokerConnectionError, NodeExistsError, NodeMissingError, Result, VersionConflictError,
                         ZooKeeperError)
@@ -70,16 +71,21 @@ class Gcm:
         self.election = Election(self.session, self.paths, GcmDoc(id=self.id, pid=os.getpid()))
         self._ctx = zmq.Context()
         self.drops = DropCounter(log, "gcm")
+        try:  # ConfigError: an unsafe or unreadable key file, an unreadable keyring
+            self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops)
+        except BaseException:
+            self._ctx.term()
+            raise
+        keyring = self.curve.keyring if self.curve is not None else None
         api = Api(self)
         self.lookup, self.management = (
-            RouterServer(_router(self._ctx), Dispatcher(f"gcm {port} port", api.handlers(port), self.drops,
-                                                        max_bytes=m.MAX_REQUEST_BYTES))
+            RouterServer(_socket(self._ctx, zmq.ROUTER, self.curve), Dispatcher(
+                f"gcm {port} port", api.handlers(port), self.drops, max_bytes=m.MAX_REQUEST_BYTES), keyring=keyring)
             for port in ("lookup", "management"))
-        self.broadcaster = Broadcaster(self._ctx.socket(zmq.PUB), config.broadcast_period)
-        self.broadcaster.socket.setsockopt(zmq.LINGER, 0)
+        self.broadcaster = Broadcaster(_socket(self._ctx, zmq.PUB, self.curve), config.broadcast_period)
         self.pending = PendingReplies()
-        self.stats = StatsAsks(self._ctx)
-        self.census = Census(self._ctx, config.census_period)
+        self.stats = StatsAsks(self._ctx, curve=self.curve)
+        self.census = Census(self._ctx, config.census_period, curve=self.curve)
         self.http: HttpServer | None = None
         self.http_api: HttpApi | None = None
         if config.http_port >= 0:
@@ -107,6 +113,11 @@ class Gcm:
             BrokerConnectionError: a port cannot be bound or ZooKeeper cannot be reached.
         """
         c = self.config
+        if self.curve is not None:
+            self.curve.start()  # before anyone can connect
+        log.log(logging.INFO if self.curve else logging.WARNING, "GCM %s: %s", self.id,
+                self.curve.describe() if self.curve else "plaintext, no CURVE: anyone who reaches its ports may "
+                                                         "manage the cluster")
         endpoints = {"lookup": bind(self.lookup.socket, c.address, c.lookup_port),
                      "management": bind(self.management.socket, c.address, c.management_port),
                      "broadcast": bind(self.broadcaster.socket, c.address, c.broadcast_port)}
@@ -151,6 +162,9 @@ class Gcm:
         # Polled, the socket is tended whenever something arrives.
         for item in (wakeup.fd, self.session.fd, self.lookup.socket, self.management.socket, self.broadcaster.socket):
             poller.register(item, zmq.POLLIN)
+        curve = self.curve
+        if curve is not None:
+            poller.register(curve.zap.socket, zmq.POLLIN)
         asking: set[zmq.Socket] = set()
         while True:
             wanted = self.stats.sockets() | self.census.sockets()
@@ -175,6 +189,8 @@ class Gcm:
                 self._guarded("session events", self._on_session)
             if self._dirty and time.monotonic() >= self._retry_at:
                 self._refresh()
+            if curve is not None:
+                curve.tend(events)
             for server in (self.lookup, self.management):
                 if server.socket in events:
                     server.readable()
@@ -205,6 +221,8 @@ class Gcm:
         self.session.close()
         for sock in (self.lookup.socket, self.management.socket, self.broadcaster.socket):
             sock.close()
+        if self.curve is not None:
+            self.curve.close()
         self._ctx.term()
 
     # ------------------------------------------------------------------ outcomes
@@ -337,9 +355,13 @@ class Gcm:
             log.exception("GCM %s: %s failed", self.id, what)
 
 
-def _router(ctx: zmq.Context) -> zmq.Socket:
-    sock = ctx.socket(zmq.ROUTER)
+def _socket(ctx: zmq.Context, kind: int, curve: Curve | None) -> zmq.Socket:
+    """One of the GCM's bound sockets: a ROUTER for requests or the broadcast's PUB."""
+    sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, _MAX_ZMQ_MESSAGE)
-    sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+    if kind == zmq.ROUTER:
+        sock.setsockopt(zmq.MAXMSGSIZE, _MAX_ZMQ_MESSAGE)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+    if curve is not None:
+        curve.serve(sock)
     return sock

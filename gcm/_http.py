@@ -43,7 +43,7 @@ __all__ = ["HttpApi", "HttpShell", "STATUS", "read_token", "MIN_TOKEN"]
 
 #: RESULT code -> HTTP status (NOT_LEADER is a redirect to the leader)
 STATUS = {Result.OK: 200, Result.BAD_REQUEST: 400, Result.UNKNOWN_COMMAND: 400, Result.NOT_FOUND: 404,
-          Result.CONFLICT: 409, Result.UNAVAILABLE: 503, Result.FAIL: 500, Result.NOT_LEADER: 503}
+          Result.CONFLICT: 409, Result.FORBIDDEN: 403, Result.UNAVAILABLE: 503, Result.FAIL: 500, Result.NOT_LEADER: 503}
 WRITES = ("POST", "PUT", "DELETE", "PATCH")
 MIN_TOKEN = 16  # characters of a bearer token, at least
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'"

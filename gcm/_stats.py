@@ -19,6 +19,7 @@ from gcm._view import QueueView
 from roq import control
 from roq import management as m
 from roq.control import Reply
+from roq.curve import Curve
 from roq.server import Request
 from roq.sockets import check_endpoint
 
@@ -51,10 +52,13 @@ class StatsAsks:
 
     Args:
         ctx: the context the DEALERs are made in (the loop's thread owns them).
+        curve: the GCM's CURVE (it asks the monitors as the cluster), or None for plaintext.
     """
 
-    def __init__(self, ctx: zmq.Context, *, limit: int = MAX_ASKS, timeout: float = ANSWER_TIMEOUT) -> None:
+    def __init__(self, ctx: zmq.Context, *, limit: int = MAX_ASKS, timeout: float = ANSWER_TIMEOUT,
+                 curve: Curve | None = None) -> None:
         self._ctx = ctx
+        self._curve = curve
         self.limit = limit
         self.timeout = timeout
         self._asks: dict[zmq.Socket, _Ask] = {}
@@ -74,6 +78,8 @@ class StatsAsks:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_STATUS_BYTES)
+        if self._curve is not None:
+            self._curve.connect(sock)
         try:
             sock.connect(check_endpoint(q.monitor.endpoint))
             sock.send(control.encode(control.Status()), zmq.NOBLOCK)

@@ -11,9 +11,10 @@ instead of making every child die at start). The module comes from :data:`MODULE
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
-from roq.config import ExchangeConfig, MonitorConfig
+from roq.config import ExchangeConfig, MonitorConfig, check_curve_settings
 from roq.errors import ConfigError
 from roq.settings import parse_assignments, parse_rate
 from roq.zk import Paths, check_hosts
@@ -23,8 +24,10 @@ __all__ = ["HostManagerConfig", "ChildSettings", "MODULES"]
 #: role -> the module run for it
 MODULES = {"monitor": "monitor", "exchange": "exchange"}
 #: fields the host manager sets itself (an option may not)
-_OWN_MONITOR_FIELDS = ("address", "port", "queue", "zk", "root", "session_timeout", "kpi_archive")
-_OWN_EXCHANGE_FIELDS = ("monitor", "address", "frontend_port", "backend_port", "exchange_id", "commands")
+_OWN_MONITOR_FIELDS = ("address", "port", "queue", "zk", "root", "session_timeout", "kpi_archive", "secret_key",
+                       "keyring")
+_OWN_EXCHANGE_FIELDS = ("monitor", "address", "frontend_port", "backend_port", "exchange_id", "commands",
+                        "secret_key", "keyring")
 #: a syntactically valid endpoint to check exchange options against, before any monitor is known
 _ANY_MONITOR = "tcp://127.0.0.1:1"
 
@@ -55,6 +58,9 @@ class HostManagerConfig:
             ("" = none).
         http_address: address of its health checks over HTTP (its own and its processes')
         http_port: their port (-1 = none, 0 = any free port)
+        secret_key: the cluster's CURVE secret key file: its control port is served with CURVE, and so are its
+            monitors' and exchanges', which it starts with the same key and keyring ("" = plaintext)
+        keyring: with ``secret_key``, the directory of the public keys that may connect
     """
 
     zk: str
@@ -74,6 +80,8 @@ class HostManagerConfig:
     kpi_archive: str = ""
     http_address: str = "127.0.0.1"
     http_port: int = -1
+    secret_key: str = ""
+    keyring: str = ""
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -83,6 +91,7 @@ class HostManagerConfig:
     def __post_init__(self) -> None:
         check_hosts(self.zk)
         Paths(self.root)
+        check_curve_settings(self)
         if not -1 <= self.http_port < 65536:
             raise ConfigError(f"http_port must be between -1 (none) and 65535, got {self.http_port}")
         if self.max_exchanges < 0:
@@ -104,6 +113,9 @@ class ChildSettings:
 
     def __init__(self, config: HostManagerConfig) -> None:
         self.config = config
+        # the children's CURVE: the host manager's own, wherever they run from
+        self._curve = ({"secret_key": os.path.abspath(config.secret_key), "keyring": os.path.abspath(config.keyring)}
+                       if config.secret_key else {})
         self.monitor_options = _options(MonitorConfig, config.monitor_options, "--monitor-option",
                                         _OWN_MONITOR_FIELDS)
         self.exchange_options = _options(ExchangeConfig, config.exchange_options, "--exchange-option",
@@ -116,12 +128,14 @@ class ChildSettings:
         """The settings of the monitor of ``queue`` on ``port``."""
         c = self.config
         return MonitorConfig(address=c.address, port=port, queue=queue, zk=c.zk, root=c.root,
-                             session_timeout=c.session_timeout, kpi_archive=c.kpi_archive, **self.monitor_options)
+                             session_timeout=c.session_timeout, kpi_archive=c.kpi_archive, **self._curve,
+                             **self.monitor_options)
 
     def exchange(self, monitor: str, frontend_port: int, backend_port: int, name: str) -> ExchangeConfig:
         """The settings of an exchange named ``name`` reporting to ``monitor``, taking commands on stdin."""
         return ExchangeConfig(monitor=monitor, address=self.config.address, frontend_port=frontend_port,
-                              backend_port=backend_port, exchange_id=name, commands=True, **self.exchange_options)
+                              backend_port=backend_port, exchange_id=name, commands=True, **self._curve,
+                              **self.exchange_options)
 
 
 def _check(where: str, make: Any) -> None:

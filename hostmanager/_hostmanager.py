@@ -30,6 +30,7 @@ from hostmanager._host import HostSampler, Registration
 from hostmanager._ports import PortAllocator
 from hostmanager._supervision import Children
 from roq import control
+from roq.curve import Curve
 from roq.documents import MONITOR, HostDoc, MonitorDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
@@ -65,11 +66,19 @@ class HostManager:
         self.children = Children(settings, ports, self.registration, config.log_dir)
         self.drops = DropCounter(log, "host manager")
         self._ctx = zmq.Context()
+        try:  # ConfigError: an unsafe or unreadable key file, an unreadable keyring
+            self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops)
+        except BaseException:
+            self._ctx.term()
+            raise
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
+        if self.curve is not None:
+            self.curve.serve(sock)
         self.server = RouterServer(sock, Dispatcher("host manager", {control.Ping: self._on_status,
-                                                                     control.Status: self._on_status}, self.drops))
+                                                                     control.Status: self._on_status}, self.drops),
+                                   keyring=self.curve.keyring if self.curve is not None else None)
         self.http: HttpServer | None = None
         if config.http_port >= 0:
             health = Health(config.address, lambda: self.registration.registered and self.session.connected,
@@ -90,6 +99,11 @@ class HostManager:
         Raises:
             BrokerConnectionError: the port cannot be bound or ZooKeeper cannot be reached.
         """
+        if self.curve is not None:
+            self.curve.start()  # before anyone can connect
+            log.info("host manager %s: %s (its monitors and exchanges too)", self.address, self.curve.describe())
+        else:
+            log.warning("host manager %s: plaintext, no CURVE (its monitors and exchanges neither)", self.address)
         self.endpoint = self.host.endpoint = bind(self.server.socket, self.address, self.config.port)
         if self.http is not None:
             self.http_url = self.http.bind(self.config.http_address, self.config.http_port)
@@ -109,6 +123,9 @@ class HostManager:
         poller = zmq.Poller()
         for fixed in (wakeup.fd, self.session.fd, self.server.socket):
             poller.register(fixed, zmq.POLLIN)
+        curve = self.curve
+        if curve is not None:
+            poller.register(curve.zap.socket, zmq.POLLIN)
         watched: dict[int, Any] = {}
         while True:
             current = self.children.outputs()  # children's outputs come and go: keep the poller in step
@@ -126,6 +143,8 @@ class HostManager:
                 return
             if self.session.fd in events:
                 self._on_session()
+            if curve is not None:
+                curve.tend(events)
             if self.server.socket in events:
                 self.server.readable()
             if self.http is not None:
@@ -147,6 +166,8 @@ class HostManager:
         self.host.close()
         self.session.close()
         self.server.socket.close()
+        if self.curve is not None:
+            self.curve.close()
         if self.http is not None:
             self.http.close()
         self._ctx.term()

@@ -25,6 +25,7 @@ from monitor._outbox import GcmRequest
 from monitor._topology import QueueView
 from roq import control
 from roq.control import Reply
+from roq.curve import Curve
 from roq.documents import EventsDoc, GcmDoc, QueueDoc, RulesDoc
 from roq.errors import BrokerConnectionError, ProtocolError, ZooKeeperError
 from roq.rules import effective_rules
@@ -49,13 +50,16 @@ class ClusterLink:
         queue: the queue's name.
         context: the monitor's ZeroMQ context.
         session_timeout: ZooKeeper session timeout.
+        curve: the monitor's CURVE (it speaks to the GCM as the cluster), or None for plaintext.
 
     Raises:
         ConfigError: a malformed connection string or root.
     """
 
-    def __init__(self, zk: str, root: str, queue: str, context: zmq.Context, *, session_timeout: float = 6.0) -> None:
+    def __init__(self, zk: str, root: str, queue: str, context: zmq.Context, *, session_timeout: float = 6.0,
+                 curve: Curve | None = None) -> None:
         self.paths = Paths(root)
+        self._curve = curve
         self.queue = queue
         self.session = Session(zk, timeout=session_timeout)
         self._ctx = context
@@ -156,6 +160,8 @@ class ClusterLink:
             self.gcm.setsockopt(zmq.LINGER, 0)
             self.gcm.setsockopt(zmq.SNDHWM, 100)
             self.gcm.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
+            if self._curve is not None:
+                self._curve.connect(self.gcm)
             try:
                 self.gcm.connect(endpoint)
             except zmq.ZMQError as exc:  # a leader document with a malformed endpoint

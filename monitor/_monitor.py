@@ -28,6 +28,7 @@ from monitor._events import EventLog
 from monitor._outbox import Event
 from roq import control
 from roq.config import MonitorConfig
+from roq.curve import Curve
 from roq.errors import ProtocolError
 from roq.kpi.archive import ArchiveWriter
 from roq.kpi.records import EventRecord
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 __all__ = ["Monitor"]
 
 TICK = 0.05  # seconds between checks of heartbeats and timeouts
+#: what only the cluster's own processes (the queue's exchanges) may send, with CURVE
+INTERNAL = (control.Heartbeat, control.ExchangeKpi, control.ExchangeBye)
 STALL = 0.25  # a tick this late means the loop itself stopped (see Core.discount_stall)
 EVALUATIONS_PER_PERIOD = 4  # rule evaluations per KPI period (each acts only on sustained conditions)
 MAX_MESSAGE = 1 << 20  # larger messages make ZeroMQ drop the connection
@@ -62,15 +65,20 @@ class Monitor:
         self.cluster: ClusterLink | None = None
         self._own_context = context is None
         self._ctx = context or zmq.Context()
+        self.drops = DropCounter(log, f"monitor {config.queue}")
+        self.curve: Curve | None = None
         try:
+            # ConfigError: an unsafe or unreadable key file, an unreadable keyring
+            self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops)
             if config.zk:
                 self.cluster = ClusterLink(config.zk, config.root, config.queue, self._ctx,
-                                           session_timeout=config.session_timeout)
+                                           session_timeout=config.session_timeout, curve=self.curve)
         except BaseException:
+            if self.curve is not None:
+                self.curve.close()
             if self._own_context:
                 self._ctx.term()
             raise
-        self.drops = DropCounter(log, f"monitor {config.queue}")
         self.log = EventLog(clock=time.time)  # events are stamped with the wall clock
         self.core = Core(config, events=self.log, drops=self.drops, pid=os.getpid(), clustered=self.cluster is not None,
                          archiving=bool(config.kpi_archive))
@@ -78,9 +86,14 @@ class Monitor:
         self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self._router.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         self._router.setsockopt(zmq.LINGER, 500)
+        if self.curve is not None:
+            self.curve.serve(self._router)
         handlers = {kind: self._serving(handler) for kind, handler in self.core.handlers().items()}
-        self._server = RouterServer(self._router, Dispatcher(f"monitor {config.queue}", handlers, self.drops,
-                                                             max_bytes=MAX_MESSAGE))
+        dispatcher = Dispatcher(f"monitor {config.queue}", handlers, self.drops, max_bytes=MAX_MESSAGE,
+                                internal=INTERNAL)
+        self._server = RouterServer(self._router, dispatcher,
+                                    keyring=self.curve.keyring if self.curve is not None else None)
+
         self._watch: HandshakeWatch | None = None
         self.archive: ArchiveWriter | None = None  # opened by start()
         self.endpoint = ""
@@ -105,6 +118,8 @@ class Monitor:
         Raises:
             BrokerConnectionError: the address cannot be bound, or ZooKeeper cannot be reached.
         """
+        if self.curve is not None:
+            self.curve.start()  # before anyone can connect
         self.endpoint = bind(self._router, self.config.address, self.config.port)
         self._watch = HandshakeWatch(self._router, "control", self.drops)
         if self.config.kpi_archive:
@@ -112,6 +127,11 @@ class Monitor:
                                          f"monitor-{self.config.address}-{os.getpid()}",
                                          retention_days=self.config.archive_retention_days)
         log.info("monitor of queue %r listening on %s", self.config.queue, self.endpoint)
+        if self.curve is not None:
+            log.info("monitor of queue %r: %s", self.config.queue, self.curve.describe())
+        else:
+            log.warning("monitor of queue %r: plaintext, no CURVE: anyone who reaches its port may speak to it",
+                        self.config.queue)
         now = time.monotonic()
         if self.cluster is None:
             self.core.start(now, self.endpoint)
@@ -132,6 +152,8 @@ class Monitor:
         if self._watch is not None:
             self._watch.close()
         self._router.close()
+        if self.curve is not None:
+            self.curve.close()
         if self._own_context:
             self._ctx.term()
 
@@ -145,6 +167,8 @@ class Monitor:
             poller.register(wakeup.fd, zmq.POLLIN)
         if self.cluster is not None:
             poller.register(self.cluster.fd, zmq.POLLIN)
+        if self.curve is not None:
+            poller.register(self.curve.zap.socket, zmq.POLLIN)
         gcm: zmq.Socket | None = None
         next_tick = time.monotonic() + TICK
         next_rule = time.monotonic() + self.core.kpi_period / EVALUATIONS_PER_PERIOD
@@ -162,6 +186,8 @@ class Monitor:
                     self._guarded("reading ZooKeeper", self._on_session)
                 if gcm is not None and gcm in ready and not gcm.closed:
                     self._guarded("reading the GCM's answers", self.cluster.on_gcm, time.monotonic())
+            if self.curve is not None:
+                self.curve.tend(ready)
             if self._router in ready:
                 self._server.readable()
             if self._watch is not None and self._watch.socket in ready:

@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_SUBSCRIBER_QUEUE_BYTES",
     "MIN_SUBSCRIBER_HWM",
     "ExchangeConfig",
+    "check_curve_settings",
     "MonitorConfig",
     "PublisherConfig",
     "SubscriberConfig",
@@ -73,6 +74,19 @@ def _text(obj: Any, *names: str) -> None:
             raise ConfigError(f"{type(obj).__name__}.{name} must be text, got {value!r}")
 
 
+def check_curve_settings(obj: Any) -> None:
+    """Check a process's CURVE settings, ``secret_key`` and ``keyring``: text, and both or neither.
+
+    Raises:
+        ConfigError: which one is wrong or missing.
+    """
+    _text(obj, "secret_key", "keyring")
+    if bool(obj.secret_key) != bool(obj.keyring):
+        raise ConfigError(f"{type(obj).__name__}: secret_key and keyring go together (CURVE needs the server's "
+                          "key and the keys that may connect), got only "
+                          f"{'secret_key' if obj.secret_key else 'keyring'}")
+
+
 def _curve(obj: Any) -> None:
     if obj.curve is not None and not isinstance(obj.curve, CurveClient):
         raise ConfigError(f"{type(obj).__name__}.curve must be a CurveClient or None, got {type(obj.curve).__name__}")
@@ -98,6 +112,18 @@ class CurveClient:
 
     def __repr__(self) -> str:  # never the secret
         return f"CurveClient(server_key={self.server_key!r}, public_key={self.public_key!r})"
+
+    @classmethod
+    def load(cls, credentials: str) -> CurveClient:
+        """The keys of a credentials directory (:func:`roq.keys.load_credentials`).
+
+        Raises:
+            ConfigError: credentials that cannot be used (missing, several keys, a secret key others may read).
+        """
+        from roq.keys import load_credentials
+
+        server, mine = load_credentials(credentials)
+        return cls(server.decode(), mine.public.decode(), (mine.secret or b"").decode())
 
     def apply(self, sock: Any) -> None:
         """Make the ZeroMQ socket ``sock`` a CURVE client with these keys; before it connects."""
@@ -153,11 +179,8 @@ class ExchangeConfig:
     keyring: str = ""
 
     def __post_init__(self) -> None:
-        _text(self, "monitor", "address", "exchange_id", "secret_key", "keyring")
-        if bool(self.secret_key) != bool(self.keyring):
-            raise ConfigError(f"{type(self).__name__}: secret_key and keyring go together (CURVE needs the server's "
-                              "key and the keys that may connect), got only "
-                              f"{'secret_key' if self.secret_key else 'keyring'}")
+        _text(self, "monitor", "address", "exchange_id")
+        check_curve_settings(self)
         _endpoint(self, "monitor")
         _port(self, "frontend_port", "backend_port")
         _positive(self, "heartbeat_interval", "kpi_period", "max_batch_bytes", "backend_hwm", "subscriber_queue_bytes",
@@ -205,6 +228,9 @@ class MonitorConfig:
         kpi_archive: directory of the KPI archive this monitor appends to ("" = none; see
             :mod:`roq.kpi.archive`).
         archive_retention_days: days of the queue's archive kept (0 = all).
+        secret_key: the cluster's CURVE secret key file: the control port is served with CURVE, and the
+            monitor connects to the GCM with it ("" = plaintext, anyone may connect).
+        keyring: with ``secret_key``, the directory of the public keys that may connect.
     """
 
     address: str = "127.0.0.1"
@@ -226,9 +252,12 @@ class MonitorConfig:
     session_timeout: float = 6.0
     kpi_archive: str = ""
     archive_retention_days: float = 7.0
+    secret_key: str = ""
+    keyring: str = ""
 
     def __post_init__(self) -> None:
         _text(self, "address", "queue", "zk", "root", "kpi_archive")
+        check_curve_settings(self)
         _positive(self, "archive_retention_days", allow_zero=True)
         _positive(self, "session_timeout")
         _port(self, "port")

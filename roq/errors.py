@@ -30,6 +30,7 @@ __all__ = [
     "NotLeaderError",
     "NotFoundError",
     "BadRequestError",
+    "ForbiddenError",
     "UnavailableError",
     "ConflictError",
     "ZooKeeperError",
@@ -50,6 +51,7 @@ class Result(enum.IntEnum):
     NOT_FOUND = 1104
     UNAVAILABLE = 1105
     CONFLICT = 1106  # the request contradicts the object's state (a queue being removed)
+    FORBIDDEN = 1107  # the sender's principal may not do this
 
 
 class RoQError(Exception):
@@ -130,6 +132,13 @@ class BadRequestError(ManagementError):
     CODE = Result.BAD_REQUEST
 
 
+class ForbiddenError(ManagementError):
+    """The request's sender may not do it: its key's principal lacks the permission (the comment says which
+    rule refused it), or the message is for the cluster's own processes."""
+
+    CODE = Result.FORBIDDEN
+
+
 class UnavailableError(ManagementError):
     """The cluster cannot do it now (no host with room, queue busy, not ready in time); retry later."""
 
@@ -169,6 +178,7 @@ _BY_CODE: dict[int, type[ManagementError]] = {
     Result.NOT_FOUND: NotFoundError,
     Result.UNAVAILABLE: UnavailableError,
     Result.CONFLICT: ConflictError,
+    Result.FORBIDDEN: ForbiddenError,
 }
 
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import stat
 
 import zmq.auth
 
 from roq.errors import ConfigError
 
-__all__ = ["KeyPair", "new_keypair", "load_secret", "load_public", "load_credentials", "PUBLIC_SUFFIX",
-           "SECRET_SUFFIX", "CLUSTER_KEY"]
+__all__ = ["KeyPair", "new_keypair", "load_secret", "load_public", "load_credentials", "ClusterKeys",
+           "PUBLIC_SUFFIX", "SECRET_SUFFIX", "CLUSTER_KEY"]
 
 PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
@@ -136,3 +137,73 @@ def load_credentials(path: str) -> tuple[bytes, KeyPair]:
     if not os.path.exists(cluster):
         raise ConfigError(f"credentials {path!r}: no {CLUSTER_KEY} (the cluster's public key) in {directory}")
     return load_public(cluster), load_secret(secret)
+
+
+class ClusterKeys:
+    """The keys of one cluster in one directory (made with mode 0700), each made when first asked for:
+
+    * ``cluster.key`` and ``cluster.key_secret``: the cluster's pair, which its processes serve and talk to
+      each other with (``--secret-key``);
+    * ``keyring/``: the public key of every client that may connect, ``NAME.key`` for the principal NAME
+      (``--keyring``; a key removed there stops opening connections);
+    * ``clients/NAME/``: a client's credentials (its pair and ``cluster.key``), what
+      ``client.connect(credentials=...)`` and ``roq --credentials`` take.
+
+    Raises:
+        ConfigError: the directory cannot be made or written.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = os.path.abspath(directory)
+        self.secret_key = os.path.join(self.directory, "cluster" + SECRET_SUFFIX)
+        self.public_key = os.path.join(self.directory, CLUSTER_KEY)
+        self.keyring = os.path.join(self.directory, "keyring")
+
+    def ensure(self) -> list[str]:
+        """Make the cluster's pair and its keyring if missing; the paths made (none when all were there).
+
+        Raises:
+            ConfigError: they cannot be made, or the secret key found is unsafe.
+        """
+        made = []
+        if not os.path.exists(self.secret_key):
+            made += [new_keypair(self.directory, "cluster", overwrite=True).secret_path]
+        load_secret(self.secret_key)  # an unsafe one is refused here, before any process starts with it
+        if not os.path.isdir(self.keyring):
+            try:
+                os.makedirs(self.keyring, mode=0o700, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot make the keyring {self.keyring}: {exc.strerror or exc}") from exc
+            made.append(self.keyring)
+        return made
+
+    def credentials(self, name: str) -> str:
+        """The credentials directory of the client ``name``."""
+        return os.path.join(self.directory, "clients", name)
+
+    def client(self, name: str) -> str:
+        """The credentials directory of the client ``name``, its key made and admitted (its public key in the
+        keyring) if it has none yet.
+
+        Raises:
+            ConfigError: a bad name, or the keys cannot be written.
+        """
+        path = self.credentials(name)
+        if not os.path.exists(os.path.join(path, name + SECRET_SUFFIX)):
+            pair = new_keypair(path, name, overwrite=True)
+            try:
+                shutil.copyfile(self.public_key, os.path.join(path, CLUSTER_KEY))
+                shutil.copyfile(pair.public_path, os.path.join(self.keyring, name + PUBLIC_SUFFIX))
+            except OSError as exc:
+                raise ConfigError(f"cannot write {name}'s credentials: {exc.strerror or exc}") from exc
+        return path
+
+    def revoke(self, name: str) -> bool:
+        """Take the client ``name``'s key out of the keyring (its credentials stay); False if it was not there."""
+        try:
+            os.remove(os.path.join(self.keyring, name + PUBLIC_SUFFIX))
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise ConfigError(f"cannot remove {name}'s key from {self.keyring}: {exc.strerror or exc}") from exc
+        return True

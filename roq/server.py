@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import time
 import traceback
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 import zmq
 from kazoo.exceptions import KazooException
@@ -41,6 +41,7 @@ from roq.errors import (
     UnknownCommandError,
 )
 from roq.runtime import DropCounter
+from roq.zap import CLUSTER, Keyring, may_use, recv_from
 
 __all__ = ["Request", "Replier", "Handler", "Dispatcher", "RouterServer", "PendingReplies", "reply_for", "MAX_PENDING"]
 
@@ -58,11 +59,13 @@ class Replier(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """Where a message came from: the server it arrived on and the envelope to answer on (empty when the
-    input has no envelope, e.g. a DEALER's or a pipe's)."""
+    """Where a message came from: the server it arrived on, the envelope to answer on (empty when the
+    input has no envelope, e.g. a DEALER's or a pipe's) and, on a CURVE socket, the principal of the
+    sender's key (None without CURVE: anyone)."""
 
     server: Replier | None
     envelope: tuple[bytes, ...]
+    principal: str | None = None
 
     @property
     def identity(self) -> bytes:
@@ -104,12 +107,15 @@ class Dispatcher:
         handlers: message type -> handler.
         drops: counts what is dropped or refused, per reason.
         max_bytes: larger frames are refused without being decoded.
+        internal: the messages only the cluster's own processes may send (with CURVE: the principal
+            :data:`roq.zap.CLUSTER`); from anyone else they are refused (FORBIDDEN) and counted.
     """
 
     def __init__(self, where: str, handlers: Mapping[type[Message], Handler], drops: DropCounter, *,
-                 max_bytes: int = 1 << 20) -> None:
+                 max_bytes: int = 1 << 20, internal: Iterable[type[Message]] = ()) -> None:
         self.where = where
         self.handlers = dict(handlers)
+        self.internal = frozenset(internal)
         self.drops = drops
         self.max_bytes = max_bytes
         self.failures = 0  # handler bugs caught at the boundary
@@ -138,6 +144,10 @@ class Dispatcher:
             self.drops.drop("command not served here", type(msg).__name__)
             return Reply(request=msg.CMD, result=Result.UNKNOWN_COMMAND,
                          comment=f"{type(msg).__name__} ({msg.CMD}) is not served by {self.where}")
+        if request.principal is not None and request.principal != CLUSTER and type(msg) in self.internal:
+            self.drops.drop("refused: not a cluster process", f"{type(msg).__name__} from {request.principal}")
+            return Reply(request=msg.CMD, result=Result.FORBIDDEN,
+                         comment=f"{type(msg).__name__} is for the cluster's own processes, not {request.principal}")
         try:
             reply = handler(msg, request)
         except ManagementError as exc:  # a refusal (no such queue...): an answer, not a drop
@@ -168,26 +178,39 @@ class RouterServer:
         sock: the ROUTER socket (owned by the caller, who binds and closes it).
         dispatcher: decodes, dispatches and answers.
         burst: most messages read per :meth:`readable` call, so one busy peer cannot starve the loop.
+        keyring: a CURVE server socket's keyring: every request then carries its sender's principal, and one
+            sent with a routing id that is another key's (:func:`roq.zap.may_use`) is dropped unanswered
+            and counted as ``forged id``.
     """
 
-    def __init__(self, sock: zmq.Socket, dispatcher: Dispatcher, *, burst: int = 512) -> None:
+    def __init__(self, sock: zmq.Socket, dispatcher: Dispatcher, *, burst: int = 512,
+                 keyring: Keyring | None = None) -> None:
         self.socket = sock
         self.dispatcher = dispatcher
         self.burst = burst
+        self.keyring = keyring
         self.requests = 0
 
     def readable(self) -> None:
         """Read and answer what is waiting (up to the burst)."""
         drops = self.dispatcher.drops
+        keyring = self.keyring
+        principal = None
         for _ in range(self.burst):
             try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                if keyring is None:
+                    frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                else:
+                    frames, principal = recv_from(self.socket, zmq.NOBLOCK)
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:  # pragma: no cover - the context is ending
                 log.debug("%s: receive failed: %s", self.dispatcher.where, exc)
                 return
             self.requests += 1
+            if keyring is not None and not may_use(keyring, principal, frames[0]):
+                drops.drop("forged id", f"{principal} sent with the id {frames[0].hex()[:32]}, not its key's")
+                continue  # an answer would go to the id's owner
             # a DEALER sends [body] (the ROUTER adds its identity), a REQ ["", body]: answer in the same envelope
             if len(frames) == 2:
                 envelope = (frames[0],)
@@ -198,7 +221,7 @@ class RouterServer:
                 self.send((frames[0],), Reply(result=Result.BAD_REQUEST,
                                               comment="a request is one frame holding one BSON document"))
                 continue
-            reply = self.dispatcher.dispatch(frames[-1], Request(self, envelope))
+            reply = self.dispatcher.dispatch(frames[-1], Request(self, envelope, principal))
             if reply is not None:
                 self.send(envelope, reply)
 

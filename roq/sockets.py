@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import time
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -90,7 +91,9 @@ class HandshakeWatch:
 
 
 class RefusalWatch:
-    """Tells a CURVE client that a server refused its key at the handshake (ZAP's status, e.g. 400).
+    """Tells a CURVE client that a server refused its key at the handshake (ZAP's status, e.g. 400), and
+    whether any handshake of it succeeded (none, for a server key that is not the server's: the server
+    cannot read the client's hello and says nothing).
 
     Register :attr:`socket` in the poller and call :meth:`refused` when it is readable; :meth:`close` before
     the watched socket is closed.
@@ -98,23 +101,55 @@ class RefusalWatch:
 
     def __init__(self, sock: zmq.Socket) -> None:
         self._watched = sock
-        self.socket = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        self.socket = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.handshaken = False
 
     def refused(self) -> int | None:
-        """The status of the first refusal waiting (every waiting one is read), or None."""
+        """The status of the first refusal waiting (every waiting event is read), or None."""
         status = None
         while True:
             try:
                 event = recv_monitor_message(self.socket, zmq.NOBLOCK)
             except zmq.Again:
                 return status
-            if status is None:
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.handshaken = True
+            elif status is None:
                 status = event["value"]
 
     @staticmethod
-    def describe(exchange: str, who: str, status: int) -> str:
-        return (f"exchange {exchange} refused this {who}'s key at the CURVE handshake (ZAP status {status}): the "
+    def describe(exchange: str, who: str, status: int, server: str = "exchange") -> str:
+        return (f"{server} {exchange} refused this {who}'s key at the CURVE handshake (ZAP status {status}): the "
                 "cluster's keyring does not admit it")
+
+    def wait(self, timeout: float, server: str) -> bool:
+        """Wait up to ``timeout`` seconds for the watched socket to have input; True if it has. ``server``
+        names the peer in the error.
+
+        Raises:
+            BrokerConnectionError: the server refused the key meanwhile (ZAP's status in the message).
+        """
+        poller = zmq.Poller()
+        poller.register(self._watched, zmq.POLLIN)
+        poller.register(self.socket, zmq.POLLIN)
+        deadline = time.monotonic() + timeout
+        while True:
+            events = dict(poller.poll(poll_ms(max(0.0, deadline - time.monotonic()))))
+            if self.socket in events:
+                status = self.refused()
+                if status is not None:
+                    raise BrokerConnectionError(f"{server} refused this client's key at the CURVE handshake (ZAP "
+                                                f"status {status}): the cluster's keyring does not admit it")
+            if self._watched in events:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def silence(self) -> str:
+        """Why a server may not have answered, for the error of a timeout: "" once a handshake succeeded."""
+        self.refused()
+        return "" if self.handshaken else (" (no CURVE handshake completed: is the cluster's public key the one "
+                                           "this cluster serves with?)")
 
     def close(self) -> None:
         if not self._watched.closed:

@@ -39,7 +39,7 @@ from roq.runtime import DropCounter
 log = logging.getLogger(__name__)
 
 __all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "identity_for", "owns", "Keyring", "Decision",
-           "Authenticator", "ZapServer", "TAG_BYTES"]
+           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from", "may_use"]
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 VERSION = b"1.0"
@@ -49,6 +49,8 @@ TAG_BYTES = 8
 MAX_PER_TURN = 1000
 #: Key files read at most from a keyring directory.
 MAX_KEYS = 100_000
+#: The principal of the cluster's own key: its processes (a monitor, an exchange, a GCM) talking to each other.
+CLUSTER = "cluster"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +105,31 @@ def owns(public_key: bytes, identity: bytes) -> bool:
     return len(identity) == 16 and identity[:TAG_BYTES] == _tag(public_key)
 
 
+def recv_from(sock: zmq.Socket, flags: int) -> tuple[list[bytes], str]:
+    """A message from the CURVE server socket ``sock`` (a ROUTER: its first frame is the routing id), as
+    ``recv_multipart`` reads it, and the principal its sender's handshake gave it ("" for a lone frame).
+
+    Raises:
+        zmq.Again: nothing to read.
+    """
+    recv = sock.recv
+    frames: list = [recv(flags)]
+    principal = ""
+    if sock.getsockopt(zmq.RCVMORE):
+        first = recv(flags, copy=False)
+        principal = first.get("User-Id")
+        frames.append(first.bytes)
+        while sock.getsockopt(zmq.RCVMORE):
+            frames.append(recv(flags))
+    return frames, principal
+
+
+def may_use(keyring: Keyring, principal: str, identity: bytes) -> bool:
+    """Whether ``principal`` may send with the routing id ``identity``: its key's own, one the ROUTER gave
+    (they begin with a zero byte, which no peer may choose), or any for the cluster's own processes."""
+    return identity[:1] == b"\0" or principal == CLUSTER or keyring.owns(principal, identity)
+
+
 class Keyring:
     """Public keys and the principals they stand for (one key each): a directory of ``NAME.key`` files
     (:mod:`roq.keys`), or given pairs. :meth:`refresh` reads the directory again when it changed.
@@ -149,7 +176,7 @@ class Keyring:
         stamp = (st.st_mtime_ns, len(names))
         if stamp == self._stamp:
             return False
-        by_key = dict(self._given)
+        by_key: dict[bytes, str] = {}
         skipped = []
         for name in names[:MAX_KEYS]:
             if not name.endswith(PUBLIC_SUFFIX):
@@ -164,6 +191,7 @@ class Keyring:
                 by_key[public] = name[: -len(PUBLIC_SUFFIX)]
             else:
                 skipped.append(f"{name}: no public key")
+        by_key.update(self._given)  # a key given outright keeps its principal
         if skipped and skipped != self.skipped:
             log.warning("keyring %s: %d files skipped: %s", self.directory, len(skipped), "; ".join(skipped[:5]))
         self._by_key, self._tags, self.skipped, self._stamp = by_key, self._tags_of(by_key), skipped, stamp

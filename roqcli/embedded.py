@@ -25,6 +25,7 @@ import psutil
 
 import client
 from roq.errors import BrokerTimeoutError, ConfigError
+from roq.keys import ClusterKeys
 from roq.process import Child, spawn
 from roq.zk import DEFAULT_ROOT
 from roqcli.emulation import Emulation, HostBudget, sweep
@@ -82,6 +83,10 @@ class EmbeddedCluster:
             -1 = no HTTP API).
         api_token_file: the bearer token of writes over HTTP (None = a new token in a file of its own, readable
             by its owner only, removed on stop).
+        secure: CURVE on every socket of the cluster (its keys from ``keys``); the cluster's own clients
+            (:attr:`manager`, :meth:`connect`) use the credentials of the principal ``admin``.
+        keys: with ``secure``, the directory of the cluster's keys (:class:`roq.keys.ClusterKeys`; what is
+            missing is made); None = a temporary one, removed on stop.
     """
 
     def __init__(
@@ -103,7 +108,13 @@ class EmbeddedCluster:
         budgets: Sequence[HostBudget] | None = None,
         http_port: int = 0,
         api_token_file: str | None = None,
+        secure: bool = False,
+        keys: str | None = None,
     ) -> None:
+        self.secure = secure
+        self._keys_dir = keys or ""
+        self.keys: ClusterKeys | None = None
+        self.credentials: str | None = None  # the admin's, when secure
         self.http_port = http_port
         self.api_token_file = api_token_file or ""
         self._token_dir = ""
@@ -158,6 +169,8 @@ class EmbeddedCluster:
                     os.makedirs(self.log_dir, exist_ok=True)
                 self.zookeeper = ZooKeeperServer(address=self.bind, port=self.zk_port, log_path=log_path).start(timeout)
                 self.zk = self.zookeeper.hosts
+            if self.secure:
+                self._secure()
             if not self.api_token_file:
                 self._token_dir = tempfile.mkdtemp(prefix="roq-api-")
                 self.api_token_file = os.path.join(self._token_dir, "api-token")
@@ -204,6 +217,21 @@ class EmbeddedCluster:
         if self._token_dir:
             shutil.rmtree(self._token_dir, ignore_errors=True)
             self._token_dir = self.api_token_file = ""
+        if self.keys is not None and not self._keys_dir:  # keys of its own making
+            shutil.rmtree(self.keys.directory, ignore_errors=True)
+            self.keys = None
+
+    def _secure(self) -> None:
+        """The cluster's keys (made where missing), the flags that give them to its processes, the admin's
+        credentials."""
+        self.keys = ClusterKeys(self._keys_dir or tempfile.mkdtemp(prefix="roq-keys-"))
+        made = self.keys.ensure()
+        self.credentials = self.keys.client("admin")
+        if made:
+            log.info("cluster keys made in %s: %s", self.keys.directory, ", ".join(made))
+        flags = ["--secret-key", self.keys.secret_key, "--keyring", self.keys.keyring]
+        self.gcm_args += flags
+        self.hostmanager_args += flags
 
     @property
     def api_token(self) -> str:
@@ -336,10 +364,13 @@ class EmbeddedCluster:
     @property
     def manager(self) -> client.QueueManager:
         if self._manager is None:
-            self._manager = client.QueueManager(self.zk, root=self.root)
+            self._manager = client.QueueManager(self.zk, root=self.root, credentials=self.credentials)
         return self._manager
 
     def connect(self, queue: str, **options: Any) -> client.Connection:
+        """A connection to ``queue`` (with the admin's credentials when the cluster is secure, unless
+        ``credentials`` is given)."""
+        options.setdefault("credentials", self.credentials)
         return client.connect(zk=self.zk, queue=queue, root=self.root, **options)
 
     def wait_for(self, condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:

@@ -11,6 +11,7 @@ import time
 from typing import IO, Any, Sequence
 
 import client
+from roq.config import CurveClient
 from roq.errors import BrokerTimeoutError
 from roq.process import Child
 from roqcli.embedded import spawn_logged
@@ -30,6 +31,8 @@ class LocalCluster:
         monitor_args: extra flags for ``python -m monitor``.
         exchange_args: extra flags for every ``python -m exchange``.
         log_dir: directory for the processes' logs (default: inherit this process's stderr).
+        curve: the keys its own requests to the monitor (status, moves) are made with, for a monitor that
+            serves CURVE (None: plaintext).
     """
 
     def __init__(
@@ -41,7 +44,9 @@ class LocalCluster:
         monitor_args: Sequence[str] = (),
         exchange_args: Sequence[str] = (),
         log_dir: str | None = None,
+        curve: CurveClient | None = None,
     ) -> None:
+        self.curve = curve
         self.address = address
         self.initial_exchanges = exchanges
         self.monitor_port = monitor_port
@@ -69,7 +74,8 @@ class LocalCluster:
                 "monitor", "monitor", ["--address", self.address, "--port", str(self.monitor_port), *self.monitor_args]
             )
             self.monitor_endpoint = self.monitor.wait_ready(timeout)["endpoint"]
-            self._admin = client.Connection(self.monitor_endpoint)
+            self._admin = client.Connection(self.monitor_endpoint,
+                                            publisher_config=client.PublisherConfig(curve=self.curve))
             started = [self.add_exchange(wait=False) for _ in range(self.initial_exchanges)]
             for name in started:
                 self.exchanges[name].wait_ready(timeout)

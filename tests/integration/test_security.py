@@ -11,7 +11,7 @@ import pytest
 import client
 from roq import keys
 from roq.config import CurveClient
-from roq.errors import RoQError
+from roq.errors import BrokerConnectionError
 
 
 @pytest.fixture
@@ -52,29 +52,23 @@ def exchanged(pub, sub, n: int, keys: int = 1) -> list[int]:
 
 def test_a_key_of_the_keyring_publishes_and_subscribes_and_a_stranger_hears_nothing(make_cluster, secured, tmp_path):
     exchange_args, curve = secured
-    cluster = make_cluster(exchanges=1, exchange_args=exchange_args)
+    cluster = make_cluster(exchanges=1, exchange_args=exchange_args, monitor_args=exchange_args, curve=curve("alice"))
     alice = client.connect(cluster.monitor_endpoint, credentials=credentials("alice", tmp_path))
-    stranger = client.connect(cluster.monitor_endpoint,
-                              subscriber_config=client.SubscriberConfig(curve=curve("stranger"), connect_timeout=2.0))
     try:
         sub = alice.subscriber(b"k")
-        with pytest.raises(RoQError, match="refused this subscriber.s key at the CURVE handshake"):
-            stranger.subscriber(b"")
-        stranger_pub = client.connect(cluster.monitor_endpoint,
-                                      publisher_config=client.PublisherConfig(curve=curve("stranger")))
-        try:
-            with pytest.raises(RoQError, match="refused this publisher.s key at the CURVE handshake"):
-                pub = stranger_pub.publisher()
-                pub.send(b"k", b"let me in")
-                pub.flush(5)
-        finally:
-            stranger_pub.close()
+        for config in ({"subscriber_config": client.SubscriberConfig(curve=curve("stranger"))},
+                       {"publisher_config": client.PublisherConfig(curve=curve("stranger"))}):
+            with pytest.raises(BrokerConnectionError, match="monitor .* refused this client.s key at the CURVE handshake"):
+                client.connect(cluster.monitor_endpoint, **config)
+        with pytest.raises(BrokerConnectionError, match="did not answer"):  # no CURVE at all: no handshake
+            client.connect(cluster.monitor_endpoint, timeout=1.0)
         assert exchanged(alice.publisher(), sub, 2000, keys=3) == list(range(2000)) and sub.stats().gaps == 0
     finally:
         alice.close()
-        stranger.close()
+    log = open(os.path.join(cluster.log_dir, "monitor.log")).read()
+    assert "refused: unknown key" in log and "bad connection" in log  # the plaintext one failed the handshake
     log = open(os.path.join(cluster.log_dir, "exchange-x1.log")).read()
-    assert "CURVE on, 1 keys may connect" in log and "refused: unknown key" in log
+    assert "CURVE on, 2 keys may connect" in log  # alice's and the cluster's
 
 
 def test_garbage_and_strange_keys_at_a_curve_exchange_kill_nothing_and_lose_nothing(make_cluster, secured):
@@ -86,7 +80,7 @@ def test_garbage_and_strange_keys_at_a_curve_exchange_kill_nothing_and_lose_noth
     from simulation import fuzz
 
     exchange_args, curve = secured
-    cluster = make_cluster(exchanges=1, exchange_args=exchange_args)
+    cluster = make_cluster(exchanges=1, exchange_args=exchange_args, monitor_args=exchange_args, curve=curve("alice"))
     pid = cluster.exchanges["x1"].pid
     where = cluster.status()["exchanges"][0]
     targets = [fuzz.Target("frontend", where["frontend"], "frontend"),
@@ -127,3 +121,75 @@ def test_garbage_and_strange_keys_at_a_curve_exchange_kill_nothing_and_lose_noth
     print(f"sent {tally.total:,} pieces of garbage and 20 strangers' handshakes")
     log = open(os.path.join(cluster.log_dir, "exchange-x1.log")).read()
     assert log.count("refused: unknown key") >= 1  # counted (the log line is rate-limited)
+
+
+def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_embedded, tmp_path):
+    """CURVE on every socket of a whole cluster (GCM, host managers, monitors, exchanges): the admin's
+    credentials create a queue and move records through it; a stranger (no key, or a key the keyring does not
+    hold) gets a clear error from the GCM's management and look-up ports and from the monitor, and the refusals
+    are counted; a key taken out of the keyring stops opening connections, nothing restarted."""
+    import zmq
+
+    from roq import control
+    from roq.errors import ForbiddenError
+
+    cluster = make_embedded(hosts=1, secure=True)
+    cluster.manager.create("orders")
+    conn = cluster.connect("orders")
+    try:
+        sub = conn.subscriber(b"")
+        assert exchanged(conn.publisher(), sub, 1000) == list(range(1000))
+        monitor = conn.monitor
+    finally:
+        conn.close()
+    elsewhere = keys.ClusterKeys(str(tmp_path / "elsewhere"))  # another cluster: its keys are strangers here
+    elsewhere.ensure()
+    mallory = str(tmp_path / "mallory")  # a key of her own, and this cluster's public key
+    keys.new_keypair(mallory, "mallory")
+    shutil.copy(cluster.keys.public_key, os.path.join(mallory, keys.CLUSTER_KEY))
+    refused = "refused this client's key at the CURVE handshake"
+    for credentials, error, match in ((mallory, BrokerConnectionError, refused),
+                                      (elsewhere.client("eve"), client.BrokerTimeoutError, "no CURVE handshake"),
+                                      (None, client.BrokerTimeoutError, "did not answer")):
+        with client.QueueManager(cluster.zk, root=cluster.root, credentials=credentials, timeout=3) as manager:
+            with pytest.raises(error, match=match):
+                manager.remove("orders")
+            with pytest.raises(error, match=match):
+                manager.lookup("orders", timeout=3)
+    with pytest.raises(BrokerConnectionError, match=refused):
+        client.connect(monitor, credentials=mallory, timeout=3)
+    with pytest.raises(BrokerConnectionError, match="no CURVE handshake"):
+        client.connect(monitor, credentials=elsewhere.client("eve"), timeout=2)
+    # a key of the keyring may not speak for an exchange
+    bob = cluster.keys.client("bob")
+
+    def admitted() -> bool:  # once the monitor has read its keyring again (every 0.25 s)
+        try:
+            client.connect(monitor, credentials=bob, timeout=1).close()
+        except BrokerConnectionError:
+            return False
+        return True
+
+    cluster.wait_for(admitted, 10, "bob's key admitted by the monitor")
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    try:
+        sock.setsockopt(zmq.LINGER, 0)
+        CurveClient.load(bob).apply(sock)
+        sock.connect(monitor)
+        sock.send(control.encode(control.ExchangeBye(exchange="x1")))
+        assert sock.poll(5000), "no answer to a forged exchange's message"
+        with pytest.raises(ForbiddenError, match="for the cluster's own processes"):
+            control.Reply.parse(sock.recv()).raise_for()
+    finally:
+        sock.close()
+        ctx.term()
+    # revoked: bob's key out of the keyring opens no more connections (nothing restarted)
+    with client.QueueManager(cluster.zk, root=cluster.root, credentials=bob, timeout=3) as manager:
+        assert manager.lookup("orders")
+        assert cluster.keys.revoke("bob")
+        with pytest.raises(BrokerConnectionError, match="refused this client.s key"):
+            cluster.wait_for(lambda: manager.lookup("orders", timeout=3) and False, 5, "bob refused")
+    assert cluster.manager.list()[0]["Name"] == "orders"  # the admin's requests still go through
+    gcm_log = open(os.path.join(cluster.log_dir, "gcm1.log")).read()
+    assert "refused: unknown key" in gcm_log

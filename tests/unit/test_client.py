@@ -9,7 +9,7 @@ def test_client_exports_a_small_stable_surface():
         "Message", "Batch", "SubscriberStats", "RoQError", "BrokerConnectionError", "NoExchangeError",
         "BrokerTimeoutError", "BufferFullError", "ClosedError", "ConfigError", "ProtocolError",
         "QueueManager", "ManagementError", "NotFoundError", "NotLeaderError", "BadRequestError", "UnavailableError",
-        "ConflictError",
+        "ConflictError", "ForbiddenError",
     }
     for name in client.__all__:
         assert hasattr(client, name)

@@ -120,7 +120,7 @@ def test_with_a_secret_key_it_serves_curve_and_refuses_an_unsafe_key_file(tmp_pa
         config = ExchangeConfig(monitor="tcp://127.0.0.1:1", secret_key=pair.secret_path, keyring=str(ring))
         x = Exchange(config, context=ctx)
         x.start()
-        assert x.forwarder.frontend.curve_server and x.forwarder.backend.curve_server and x.zap is not None
+        assert x.forwarder.frontend.curve_server and x.forwarder.backend.curve_server and x.curve is not None
         x.close()
         os.chmod(pair.secret_path, 0o644)
         with pytest.raises(ConfigError, match="chmod 600"):

@@ -14,6 +14,7 @@ import zmq
 from exchange import MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder
 from roq import batch
 from roq.config import MIN_SUBSCRIBER_HWM, ExchangeConfig
+from roq.curve import Curve
 from roq.runtime import DropCounter
 
 log = logging.getLogger("test")
@@ -363,11 +364,11 @@ def secure(tmp_path):
         os.link(pairs[name].public_path, ring / f"{name}.key")
     ctx = zmq.Context()
     drops = DropCounter(log, "test")
-    keyring = zap.Keyring(str(ring))
-    server = zap.ZapServer(ctx, zap.Authenticator(keyring), drops)
+    curve = Curve(ctx, pairs["server"].secret_path, str(ring), drops)
+    server = curve.zap
     server.start()
     config = ExchangeConfig(monitor="tcp://127.0.0.1:1", max_batch_bytes=1 << 16, ack_interval=0.0)
-    fwd = Forwarder(ctx, config, drops, security=(pairs["server"].secret, keyring))
+    fwd = Forwarder(ctx, config, drops, curve=curve)
     fwd.bind("127.0.0.1", 0, 0)
     made = []
 
