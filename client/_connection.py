@@ -15,7 +15,7 @@ from client.locator import MonitorLocator
 from roq import control
 from roq.config import CurveClient, PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
-from roq.sockets import RefusalWatch, check_endpoint, poll_ms
+from roq.sockets import PLAINTEXT_HINT, RefusalWatch, check_endpoint, poll_ms
 from roq.zk import DEFAULT_ROOT
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class Connection:
             sock.send(control.encode(request))
             if not (watch.wait(timeout, f"monitor {self.monitor}") if watch else sock.poll(poll_ms(timeout))):
                 raise BrokerConnectionError(f"monitor {self.monitor} did not answer within {timeout:.1f}s"
-                                            f"{watch.silence() if watch else ''}")
+                                            f"{watch.silence() if watch else PLAINTEXT_HINT}")
             reply = control.Reply.parse(sock.recv())
         except ProtocolError as exc:
             raise BrokerConnectionError(f"monitor {self.monitor} answered garbage: {exc}") from exc

@@ -28,7 +28,7 @@ from roq.errors import (
     ProtocolError,
     ZooKeeperError,
 )
-from roq.sockets import RefusalWatch, poll_ms
+from roq.sockets import PLAINTEXT_HINT, RefusalWatch, poll_ms
 from roq.zk import Paths, Session, check_hosts
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,8 @@ class GcmLeader:
                 if watch.wait(wait, f"GCM {leader.id}") if watch else sock.poll(poll_ms(wait)):
                     return Reply.parse(sock.recv())
                 if time.monotonic() >= deadline:
-                    raise BrokerTimeoutError(f"GCM {leader.id} did not answer {what}{watch.silence() if watch else ''}")
+                    raise BrokerTimeoutError(f"GCM {leader.id} did not answer {what}"
+                                             f"{watch.silence() if watch else PLAINTEXT_HINT}")
                 if self._changed(czxid):
                     return None
         except ProtocolError as exc:

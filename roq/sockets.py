@@ -13,8 +13,10 @@ from zmq.utils.monitor import recv_monitor_message
 from roq.errors import BrokerConnectionError, ConfigError
 from roq.runtime import DropCounter
 
-__all__ = ["bind", "check_endpoint", "poll_ms", "HandshakeWatch", "RefusalWatch"]
+__all__ = ["bind", "check_endpoint", "poll_ms", "HandshakeWatch", "RefusalWatch", "PLAINTEXT_HINT"]
 
+#: what a client without CURVE keys adds to "did not answer"
+PLAINTEXT_HINT = " (a cluster that serves CURVE answers only clients with credentials)"
 _FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from roq.errors import RoQError
 from roq.runtime import ExitCode
+from roqcli.keys import DEFAULT_CLUSTER_KEYS
 
 __all__ = ["ClusterSettings", "cluster_up"]
 
@@ -35,6 +36,8 @@ class ClusterSettings:
     kpi_archive: str = ""  # "" = LOG_DIR/kpi-archive
     host_cpus: str = ""  # each host's CPU budget in cores: one for all (0.5) or one per host (0.5,1,2); "" = none
     host_bandwidth: str = ""  # each host's link rate (100mbit), one for all or one per host; "" = loopback hosts
+    keys: str = ""  # the cluster's keys (made where missing); "" = ~/.roq/cluster
+    insecure: bool = False  # no CURVE: anyone who reaches the cluster's ports may use it
 
 
 def cluster_up(s: ClusterSettings) -> int:
@@ -52,11 +55,12 @@ def cluster_up(s: ClusterSettings) -> int:
     budgets = parse_budgets(s.hosts, s.host_cpus, s.host_bandwidth) if s.host_cpus or s.host_bandwidth else None
     log_dir = s.log_dir or tempfile.mkdtemp(prefix="roq-cluster-")
     archive = os.path.abspath(s.kpi_archive or os.path.join(log_dir, "kpi-archive"))
+    keys = os.path.expanduser(s.keys or DEFAULT_CLUSTER_KEYS)
     cluster = EmbeddedCluster(
         hosts=s.hosts, first_host=s.first_host, zk=s.zk or None, zk_port=s.zk_port, gcms=s.gcms, root=s.root,
         session_timeout=s.session_timeout, max_exchanges=s.max_exchanges, log_dir=log_dir,
         gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port), kpi_archive=archive, budgets=budgets,
-        http_port=s.http_port,
+        http_port=s.http_port, secure=not s.insecure, keys=keys,
     )  # fmt: skip
     print(f"starting: {s.hosts} host(s) from {s.first_host}, {s.gcms} GCM(s); logs in {log_dir}; "
           f"KPI archive {archive}", flush=True)
@@ -71,10 +75,16 @@ def cluster_up(s: ClusterSettings) -> int:
                   f"{' (leader)' if gid == leader['id'] else ''}")
         print(f"http api    dashboard and API at {cluster.http_url()}/ (writes need the bearer token in "
               f"{cluster.api_token_file})")
+        if cluster.keys is not None:
+            print(f"security    CURVE on every socket: the cluster's keys in {cluster.keys.directory} (keyring "
+                  f"{cluster.keys.keyring}); the admin's credentials: {cluster.credentials}")
+        else:
+            print("security    INSECURE (--insecure): no CURVE, anyone who reaches the cluster's ports may use it")
         hosts = cluster.emulation.describe() if cluster.emulation is not None else cluster.addresses
         for line, child in zip(hosts, cluster.hostmanagers.values()):
             print(f"hostmanager {line} pid {child.pid}")
-        print(f"ready. try: roq queue create demo --zk {cluster.zk}    (Ctrl-C stops everything)",
+        creds = f" --credentials {cluster.credentials}" if cluster.credentials else ""
+        print(f"ready. try: roq queue create demo --zk {cluster.zk}{creds}    (Ctrl-C stops everything)",
               flush=True)
         _status_loop(cluster)
     except KeyboardInterrupt:

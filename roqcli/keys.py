@@ -1,21 +1,36 @@
-"""``roq keys new NAME``: a CURVE key pair for a process or a client of the cluster (see :mod:`roq.keys`)."""
+"""``roq keys``: CURVE key pairs (``new``), a client's credentials in a cluster's keys (``client``), and taking a
+client's key back (``revoke``); see :mod:`roq.keys`."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from roq.keys import new_keypair
+from roq.errors import ConfigError
+from roq.keys import ClusterKeys, new_keypair
 from roq.runtime import ExitCode
 
-__all__ = ["DEFAULT_DIR", "keys"]
+__all__ = ["DEFAULT_DIR", "DEFAULT_CLUSTER_KEYS", "keys"]
 
 DEFAULT_DIR = os.path.join("~", ".roq", "keys")
+#: where ``roq cluster up`` keeps the keys of the cluster it runs
+DEFAULT_CLUSTER_KEYS = os.path.join("~", ".roq", "cluster")
 
 
 def keys(args: argparse.Namespace) -> int:
-    directory = os.path.expanduser(args.dir or DEFAULT_DIR)
-    pair = new_keypair(directory, args.name, overwrite=args.force)
-    print(f"public key {pair.public_path}  (give it to the peers that must know this key)")
-    print(f"secret key {pair.secret_path}  (mode 600: this process's or client's alone)")
+    if args.action == "new":
+        directory = os.path.expanduser(args.dir or DEFAULT_DIR)
+        pair = new_keypair(directory, args.name, overwrite=args.force)
+        print(f"public key {pair.public_path}  (give it to the peers that must know this key)")
+        print(f"secret key {pair.secret_path}  (mode 600: this process's or client's alone)")
+        return ExitCode.OK
+    cluster = ClusterKeys(os.path.expanduser(args.keys or DEFAULT_CLUSTER_KEYS))
+    if not os.path.exists(cluster.secret_key):
+        raise ConfigError(f"{cluster.directory} holds no cluster keys (cluster.key_secret); roq cluster up makes them")
+    if args.action == "client":
+        print(f"credentials {cluster.client(args.name)}  (use with --credentials, or export ROQ_CREDENTIALS=...)")
+        return ExitCode.OK
+    if not cluster.revoke(args.name):
+        raise ConfigError(f"no key named {args.name!r} in {cluster.keyring}")
+    print(f"revoked: {args.name}'s key is out of {cluster.keyring}; it opens no more connections")
     return ExitCode.OK

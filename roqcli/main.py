@@ -11,10 +11,11 @@
     roq kpi report --archive DIR        throughput, latency, events per queue / exchange / host (PySpark)
     roq kpi tune --archive DIR [--follow]   thresholds from each exchange's measured capacity
     roq deploy up|status|down cluster.toml  containers on Docker hosts (see deploy/)
+    roq keys new NAME | client NAME | revoke NAME   CURVE keys; a client's credentials; taking a key back
 
 Settings come from a TOML file (``--config``: a ``[cluster]`` table for ``cluster up``, a ``[client]``
 table for the others) overridden by flags; an unknown key or a value of the wrong type is an error naming
-it. ``--zk`` defaults to ``$ROQ_ZK`` or 127.0.0.1:2181.
+it. ``--zk`` defaults to ``$ROQ_ZK`` or 127.0.0.1:2181, ``--credentials`` to ``$ROQ_CREDENTIALS``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from roq.runtime import ExitCode, setup_logging
 from roq.settings import build, read_toml
 from roqcli.cluster import ClusterSettings, cluster_up
 from roqcli.deploying import deploy
-from roqcli.keys import keys
+from roqcli.keys import DEFAULT_CLUSTER_KEYS, keys
 from roqcli.kpi.command import add_parsers as kpi_parsers, run as run_kpi
 from roqcli.manage import ClientSettings, manage
 
@@ -49,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--zk", help="ZooKeeper servers (default $ROQ_ZK or 127.0.0.1:2181)")
         q.add_argument("--root", help="ZooKeeper root of the cluster (default /roq)")
         q.add_argument("--timeout", type=float, help="seconds to wait for the cluster (default 30)")
+        q.add_argument("--credentials", help="your credentials directory, for a cluster that serves CURVE (your "
+                       "secret key and cluster.key; default $ROQ_CREDENTIALS; roq cluster up prints the admin's)")
         q.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     cluster = sub.add_parser("cluster", help="run an embedded local cluster")
@@ -62,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--gcms", type=int, help="GCMs: one leader, the rest standbys (default 2); any GCM or host "
                     "manager that exits is started again")
     up.add_argument("--root", help="ZooKeeper root (default /roq)")
+    up.add_argument("--keys", help="the cluster's CURVE keys, made where missing (default ~/.roq/cluster): every "
+                    "socket is encrypted and only keys of KEYS/keyring may connect; the admin's credentials are "
+                    "KEYS/clients/admin")
+    up.add_argument("--insecure", action="store_true", default=None,
+                    help="no CURVE: anyone who reaches the cluster's ports may use it (said so in the log)")
     up.add_argument("--session-timeout", type=float, help="ZooKeeper session timeout, seconds (default 6)")
     up.add_argument("--max-exchanges", type=int, help="exchanges per host (default 4)")
     up.add_argument("--lookup-port", type=int, help="first GCM's look-up port (default 5000; 0 = any free)")
@@ -120,6 +128,13 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("name", help="the key's name: 1-64 letters, digits, '.', '_' or '-'")
     new.add_argument("--dir", help="where to write it (default ~/.roq/keys, made with mode 700)")
     new.add_argument("--force", action="store_true", help="replace a pair of that name")
+    for action, text in (("client", "make a client's credentials in a cluster's keys (KEYS/clients/NAME) and admit "
+                                    "its key (KEYS/keyring/NAME.key); an existing one is only printed"),
+                         ("revoke", "take a client's key out of a cluster's keyring: it opens no more connections "
+                                    "(within a second; nothing restarts)")):
+        a = ksub.add_parser(action, help=text)
+        a.add_argument("name", help="the client's name (its principal)")
+        a.add_argument("--keys", help=f"the cluster's keys directory (default {DEFAULT_CLUSTER_KEYS})")
     deploy = sub.add_parser("deploy", help="deploy a cluster file's processes as containers on its Docker hosts")
     dsub = deploy.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, text in (("up", "check the Docker hosts and images, then start ZooKeeper, GCMs and host managers, "
@@ -149,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             flags = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(ClusterSettings)}
             return cluster_up(build(ClusterSettings, file=file, section="cluster", source=args.config or "", flags=flags))
         flags = {"zk": getattr(args, "zk", None) or os.environ.get("ROQ_ZK") or None, "root": getattr(args, "root", None),
-                 "timeout": getattr(args, "timeout", None)}
+                 "timeout": getattr(args, "timeout", None),
+                 "credentials": getattr(args, "credentials", None) or os.environ.get("ROQ_CREDENTIALS") or None}
         settings = build(ClientSettings, file=file, section="client", source=args.config or "", flags=flags)
         if args.command == "kpi":
             return run_kpi(args, settings)

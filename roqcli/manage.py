@@ -23,18 +23,19 @@ class ClientSettings:
     zk: str = "127.0.0.1:2181"
     root: str = "/roq"
     timeout: float = 30.0
+    credentials: str = ""  # a credentials directory, for a cluster that serves CURVE ("" = plaintext)
 
 
 def manage(args: argparse.Namespace, s: ClientSettings) -> int:
     from client import QueueManager
 
-    with QueueManager(s.zk, root=s.root, timeout=s.timeout) as qm:
+    with QueueManager(s.zk, root=s.root, timeout=s.timeout, credentials=s.credentials or None) as qm:
         if args.command == "hosts":
             return _show(args, qm.hosts(), _host_line)
         if args.command == "status":
             return _status(args, qm)
         if args.command == "watch":
-            return _watch(args, qm)
+            return _watch(args, qm, s.credentials)
         if args.command == "events":
             return _events(args, qm)
         action = args.action
@@ -189,12 +190,14 @@ def _events(args: argparse.Namespace, qm: Any) -> int:
         seen = {key(e) for e in latest}
 
 
-def _watch(args: argparse.Namespace, qm: Any) -> int:
+def _watch(args: argparse.Namespace, qm: Any, credentials: str) -> int:
     import zmq
 
     from roq import management as m
+    from roq.config import CurveClient
     from roq.sockets import poll_ms
 
+    curve = CurveClient.load(credentials) if credentials else None
     ctx = zmq.Context()
     seen = 0
     try:
@@ -203,6 +206,8 @@ def _watch(args: argparse.Namespace, qm: Any) -> int:
             sub = ctx.socket(zmq.SUB)
             sub.setsockopt(zmq.LINGER, 0)
             sub.setsockopt(zmq.SUBSCRIBE, b"")
+            if curve is not None:
+                curve.apply(sub)
             sub.connect(leader["broadcast"])
             print(f"# watching {leader['id']} at {leader['broadcast']}", flush=True)
             try:

@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         print(f"scenario {scenario.info.name} ({scenario.source}): {scenario.info.description or 'no description'}")
         runner = Runner(scenario, out, progress=progress, stop_requested=lambda: wakeup.count > 0,
-                        zk=args.zk or "", root=args.root)
+                        zk=args.zk or "", root=args.root, secure=not args.insecure,
+                        credentials=args.credentials or os.environ.get("ROQ_CREDENTIALS") or None)
         summary = runner.run()
     except RoQError as exc:
         print(f"\nsimulation run: {exc}", file=sys.stderr)
@@ -158,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="run on the cluster of these ZooKeeper servers instead of starting one (its hosts replace "
                          "the scenario's; faults on hosts, GCMs and ZooKeeper need the runner's own cluster)")
     rp.add_argument("--root", default=DEFAULT_ROOT, help=f"ZooKeeper root of that cluster (default {DEFAULT_ROOT})")
+    rp.add_argument("--credentials", default=None, help="with --zk: the credentials directory for that cluster, if it "
+                                                        "serves CURVE (default $ROQ_CREDENTIALS)")
+    rp.add_argument("--insecure", action="store_true", help="run the runner's own cluster without CURVE (by default "
+                                                            "every socket is encrypted and authenticated)")
     rp.set_defaults(run=run)
     pp = sub.add_parser("report", help="render the plots and index.html of a run's results directory again")
     pp.add_argument("dir", help="a results directory written by 'run'")

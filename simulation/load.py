@@ -121,8 +121,8 @@ def _report(doc: dict[str, Any]) -> None:
 
 def _connect(args: argparse.Namespace) -> client.Connection:
     if args.monitor:
-        return client.connect(args.monitor)
-    return client.connect(zk=args.zk, queue=args.queue, root=args.root)
+        return client.connect(args.monitor, credentials=args.credentials or None)
+    return client.connect(zk=args.zk, queue=args.queue, root=args.root, credentials=args.credentials or None)
 
 
 def publish(args: argparse.Namespace) -> int:
@@ -298,6 +298,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         q.add_argument("--zk", default="", help="or: ZooKeeper servers, with --queue (follows a moving monitor)")
         q.add_argument("--queue", default="", help="the queue's name, with --zk")
         q.add_argument("--root", default="/roq", help="ZooKeeper root of the cluster, with --zk (default /roq)")
+        q.add_argument("--credentials", default="", help="the client's credentials directory, for a cluster that "
+                                                          "serves CURVE (its secret key and cluster.key)")
         q.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     if bool(args.monitor) == bool(args.zk) or bool(args.zk) != bool(args.queue):

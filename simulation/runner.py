@@ -51,10 +51,10 @@ class GivenCluster:
     zookeeper = None
     emulation = None
 
-    def __init__(self, zk: str, root: str = DEFAULT_ROOT) -> None:
-        self.zk, self.root = zk, root
+    def __init__(self, zk: str, root: str = DEFAULT_ROOT, credentials: str | None = None) -> None:
+        self.zk, self.root, self.credentials = zk, root, credentials
         self.addresses: list[str] = []
-        self.manager = client.QueueManager(zk, root=root)
+        self.manager = client.QueueManager(zk, root=root, credentials=credentials)
 
     def start(self) -> GivenCluster:
         self.addresses = sorted(h["Address"] for h in self.manager.hosts())
@@ -63,7 +63,7 @@ class GivenCluster:
         return self
 
     def connect(self, queue: str) -> client.Connection:
-        return client.connect(zk=self.zk, queue=queue, root=self.root)
+        return client.connect(zk=self.zk, queue=queue, root=self.root, credentials=self.credentials)
 
     def address_of(self, host: str) -> str:
         return host
@@ -96,19 +96,24 @@ class Runner:
         zk, root: run on this existing cluster instead of an embedded one of its own. Its hosts replace the
             scenario's; the scenario's queues must not exist there yet and are removed at the end; the faults
             of :data:`OWN_CLUSTER_FAULTS` are refused.
+        secure: the runner's own cluster runs with CURVE on every socket (keys in ``out_dir/keys``); its
+            processes and load processes use the admin's credentials.
+        credentials: with ``zk``, the credentials directory to use that cluster with (None: plaintext).
 
     Raises:
         ConfigError: (with ``zk``) the scenario has a fault only the runner's own cluster can take.
     """
 
     def __init__(self, scenario: Scenario, out_dir: str, *, progress: Callable[[str], None] = print,
-                 stop_requested: Callable[[], bool] = lambda: False, zk: str = "", root: str = DEFAULT_ROOT) -> None:
+                 stop_requested: Callable[[], bool] = lambda: False, zk: str = "", root: str = DEFAULT_ROOT,
+                 secure: bool = True, credentials: str | None = None) -> None:
         if zk:
             for i, f in enumerate(scenario.faults):
                 if f.kind in OWN_CLUSTER_FAULTS:
                     raise ConfigError(f"{scenario.source}: [[faults]] #{i + 1} {f.kind} needs the runner's own "
                                       f"cluster; run the scenario without --zk")
         self.zk, self.root = zk, root
+        self.secure, self.credentials = secure, credentials
         self.scenario = scenario
         self.out_dir = out_dir
         self.progress = progress
@@ -136,11 +141,12 @@ class Runner:
         logs = os.path.join(self.out_dir, "logs")
         os.makedirs(logs, exist_ok=True)
         if self.zk:
-            cluster = self.cluster = GivenCluster(self.zk, self.root)
+            cluster = self.cluster = GivenCluster(self.zk, self.root, self.credentials)
         else:
             cluster = self.cluster = EmbeddedCluster(hosts=s.info.hosts, gcms=s.info.gcms, log_dir=logs,
                                                      hostmanager_args=s.info.exchange_options(),
-                                                     budgets=s.budgets or None)
+                                                     budgets=s.budgets or None, secure=self.secure,
+                                                     keys=os.path.join(self.out_dir, "keys"))
         loads = Loads(logs)
         pending = [_Pending(g, i, group.queue, join, leave)
                    for g, group in enumerate(s.publishers)
@@ -156,6 +162,9 @@ class Runner:
             else:
                 hosts = cluster.emulation.describe() if cluster.emulation is not None else cluster.addresses
                 self.progress(f"cluster up: ZooKeeper {cluster.zk}, {s.info.gcms} GCM(s), hosts {'; '.join(hosts)}")
+                self.progress(f"CURVE on every socket: the cluster's keys and the admin's credentials in "
+                              f"{cluster.keys.directory}" if cluster.keys is not None else
+                              "INSECURE (--insecure): no CURVE, anyone who reaches the cluster's ports may use it")
                 self.progress(f"watch it live: {cluster.http_url()}/ (the dashboard; metrics at /metrics)")
             for q in s.queues:
                 if self.zk:
@@ -215,7 +224,9 @@ class Runner:
 
     def _where(self, queue: str) -> tuple[str, ...]:
         assert self.cluster is not None
-        return ("--zk", self.cluster.zk, "--queue", queue, "--root", self.cluster.root)
+        credentials = self.cluster.credentials
+        return ("--zk", self.cluster.zk, "--queue", queue, "--root", self.cluster.root,
+                *(("--credentials", credentials) if credentials else ()))
 
     def _drive(self, loads: Loads, pending: list[_Pending]) -> bool:
         """Start and stop publishers, inject faults, sample; True if the run was cut short."""

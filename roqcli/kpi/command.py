@@ -167,7 +167,8 @@ class _Writer:
         if self._manager is None:
             from client import QueueManager
 
-            self._manager = QueueManager(self.client.zk, root=self.client.root, timeout=self.client.timeout)
+            self._manager = QueueManager(self.client.zk, root=self.client.root, timeout=self.client.timeout,
+                                         credentials=self.client.credentials or None)
         return self._manager
 
     def close(self) -> None:

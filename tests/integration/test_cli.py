@@ -21,14 +21,20 @@ def pid_in(line: str) -> int:
     return int(line.split("pid ", 1)[1].split(":")[0].split(")")[0].split()[0])
 
 
-def roq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "roqcli", *args], capture_output=True, text=True, timeout=timeout)
+def roq(*args: str, timeout: float = 60, credentials: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if credentials is not None:
+        env["ROQ_CREDENTIALS"] = credentials
+    return subprocess.run([sys.executable, "-m", "roqcli", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
+    keys = tmp_path / "keys"
     up = spawn("roq cluster up", "roqcli", [
         "cluster", "up", "--hosts", "2", "--zk-port", "0", "--lookup-port", "0", "--management-port", "0",
         "--broadcast-port", "0", "--http-port", "0", "--session-timeout", "4", "--log-dir", str(tmp_path / "logs"),
+        "--keys", str(keys),
     ], stderr=open(tmp_path / "up.err", "wb"))  # fmt: skip
     try:
         out = b""
@@ -47,6 +53,22 @@ def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
         pids = [pid_in(line) for line in text.splitlines() if " pid " in line]
         leader = next(pid_in(line) for line in text.splitlines() if "(leader)" in line)
         host2 = next(pid_in(line) for line in text.splitlines() if line.startswith("hostmanager 127.0.0.12"))
+        # secure by default: the keys it made, with safe modes, and the admin's credentials, printed
+        admin = next(line.rsplit("credentials: ", 1)[1] for line in text.splitlines() if line.startswith("security"))
+        assert admin == str(keys / "clients" / "admin") and f"--credentials {admin}" in text
+        assert oct((keys / "cluster.key_secret").stat().st_mode & 0o777) == "0o600"
+        assert oct((keys / "clients" / "admin" / "admin.key_secret").stat().st_mode & 0o777) == "0o600"
+        stranger = roq("queue", "create", "orders", "--zk", zk, "--timeout", "3")
+        assert stranger.returncode == ExitCode.FAILURE and "only clients with credentials" in stranger.stderr
+        os.environ["ROQ_CREDENTIALS"] = admin  # for every roq below
+        bob = roq("keys", "client", "bob", "--keys", str(keys))
+        assert bob.returncode == 0 and str(keys / "clients" / "bob") in bob.stdout, bob.stderr
+        wait_until(lambda: roq("queue", "list", "--zk", zk, "--timeout", "3",
+                               credentials=str(keys / "clients" / "bob")).returncode == 0, 30, "bob admitted")
+        assert roq("keys", "revoke", "bob", "--keys", str(keys)).returncode == 0
+        wait_until(lambda: "refused this client's key" in roq("queue", "list", "--zk", zk, "--timeout", "3",
+                                                               credentials=str(keys / "clients" / "bob")).stderr,
+                   30, "bob refused")
 
         made = roq("queue", "create", "orders", "--host", "127.0.0.11", "--zk", zk, "--exchanges", "2")
         assert made.returncode == 0, made.stderr
@@ -89,6 +111,7 @@ def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
         assert up.wait(60) == 0
         assert all(gone(p) for p in pids)
     finally:
+        os.environ.pop("ROQ_CREDENTIALS", None)
         up.stop()
 
 
