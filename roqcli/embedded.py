@@ -33,7 +33,7 @@ from roqcli.zkserver import ZooKeeperServer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EmbeddedCluster", "host_addresses", "wait_for", "spawn_logged"]
+__all__ = ["EmbeddedCluster", "host_addresses", "wait_for", "spawn_logged", "secure", "crash", "new_token"]
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -170,13 +170,10 @@ class EmbeddedCluster:
                 self.zookeeper = ZooKeeperServer(address=self.bind, port=self.zk_port, log_path=log_path).start(timeout)
                 self.zk = self.zookeeper.hosts
             if self.secure:
-                self._secure()
+                self.keys, self.credentials = secure(self._keys_dir, self.gcm_args, self.hostmanager_args)
             if not self.api_token_file:
                 self._token_dir = tempfile.mkdtemp(prefix="roq-api-")
-                self.api_token_file = os.path.join(self._token_dir, "api-token")
-                fd = os.open(self.api_token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(secrets.token_urlsafe(32) + "\n")
+                self.api_token_file = new_token(os.path.join(self._token_dir, "api-token"))
             for i in range(self.n_gcms):
                 self.add_gcm(ports=self.gcm_ports if i == 0 else (0, 0, 0), timeout=timeout,
                              http_port=self.http_port if i == 0 else min(self.http_port, 0))
@@ -220,18 +217,6 @@ class EmbeddedCluster:
         if self.keys is not None and not self._keys_dir:  # keys of its own making
             shutil.rmtree(self.keys.directory, ignore_errors=True)
             self.keys = None
-
-    def _secure(self) -> None:
-        """The cluster's keys (made where missing), the flags that give them to its processes, the admin's
-        credentials."""
-        self.keys = ClusterKeys(self._keys_dir or tempfile.mkdtemp(prefix="roq-keys-"))
-        made = self.keys.ensure()
-        self.credentials = self.keys.client("admin")
-        if made:
-            log.info("cluster keys made in %s: %s", self.keys.directory, ", ".join(made))
-        flags = ["--secret-key", self.keys.secret_key, "--keyring", self.keys.keyring]
-        self.gcm_args += flags
-        self.hostmanager_args += flags
 
     @property
     def api_token(self) -> str:
@@ -285,7 +270,7 @@ class EmbeddedCluster:
             args += ["--log-dir", os.path.join(self.log_dir, address)]
         enter = None
         if self.emulation is not None:
-            named = self._named(address)
+            named = self.emulation.named(address)
             enter = self.emulation.enter(named)
             if self.emulation.budgets[named].bandwidth:
                 args += ["--link-rate", self.emulation.budgets[named].bandwidth]
@@ -338,19 +323,7 @@ class EmbeddedCluster:
 
     def crash_host(self, address: str) -> list[int]:
         """SIGKILL a host manager and every process it runs at once, as when the machine dies; their pids."""
-        child = self.hostmanagers.pop(address)
-        child.signal(signal.SIGSTOP)  # it must not restart its children as they die
-        try:
-            victims = psutil.Process(child.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            victims = []
-        for p in victims:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        child.kill()
-        return [child.pid, *(p.pid for p in victims)]
+        return crash(self.hostmanagers.pop(address))
 
     def pids(self) -> list[int]:
         children = [*self.gcms.values(), *self.hostmanagers.values()]
@@ -382,13 +355,42 @@ class EmbeddedCluster:
         own has another, in 198.18.0.0/15)."""
         return self.emulation.addresses.get(host, host) if self.emulation is not None else host
 
-    def _named(self, address: str) -> str:
-        """The name an emulated host was given (its loopback address) from its address."""
-        assert self.emulation is not None
-        return next((h for h, a in self.emulation.addresses.items() if a == address), address)
-
     def _spawn(self, name: str, module: str, args: list[str]) -> Child:
         return spawn_logged(name, module, args, self.log_dir, self._logs)
+
+
+def secure(directory: str, *args: list[str]) -> tuple[ClusterKeys, str]:
+    """A cluster's keys in ``directory`` ("" = a new temporary one), made where missing, and the flags that
+    give them to its processes appended to each of ``args``; the keys and the admin's credentials."""
+    keys = ClusterKeys(directory or tempfile.mkdtemp(prefix="roq-keys-"))
+    log.info("cluster keys in %s (made: %s)", keys.directory, ", ".join(keys.ensure()) or "none")
+    for flags in args:
+        flags += ["--secret-key", keys.secret_key, "--keyring", keys.keyring]
+    return keys, keys.client("admin")
+
+
+def new_token(path: str) -> str:
+    """Write a new bearer token into ``path`` (a new file, its owner's only); return ``path``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(32) + "\n")
+    return path
+
+
+def crash(child: Child) -> list[int]:
+    """SIGKILL ``child`` and every process under it at once, as when a machine dies; their pids."""
+    child.signal(signal.SIGSTOP)  # it must not restart its children as they die
+    try:
+        victims = psutil.Process(child.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        victims = []
+    for p in victims:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    child.kill()
+    return [child.pid, *(p.pid for p in victims)]
 
 
 def spawn_logged(name: str, module: str, args: list[str], log_dir: str | None, files: list[IO[Any]],

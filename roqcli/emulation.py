@@ -132,6 +132,10 @@ class Emulation:
     def networked(self) -> bool:
         return any(b.bandwidth for b in self.budgets.values())
 
+    def named(self, address: str) -> str:
+        """The name a host was given (its loopback address) from its address."""
+        return next((h for h, a in self.addresses.items() if a == address), address)
+
     def start(self) -> Emulation:
         """Make the groups, namespaces and links (removing first what dead launchers left)."""
         if os.geteuid() != 0:
