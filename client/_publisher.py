@@ -15,7 +15,7 @@ import zmq
 
 from client._sender import Sender
 from client.locator import MonitorLocator
-from client.outbox import Outbox
+from client.outbox import Outbox, failure
 from roq.config import PublisherConfig
 from roq.zap import identity_for
 from roq.errors import BrokerConnectionError, NoExchangeError
@@ -53,7 +53,7 @@ class Publisher:
         if not outbox.assignment.wait(config.connect_timeout) or outbox.error is not None:
             self._shutdown()
             if outbox.error is not None:
-                raise BrokerConnectionError(f"publisher failed: {outbox.error}") from outbox.error
+                raise failure(outbox.error) from outbox.error
             if outbox.assignment.no_exchange:
                 raise NoExchangeError(f"monitor {endpoint} has no exchange for a publisher: {outbox.assignment.no_exchange}")
             raise BrokerConnectionError(f"monitor {endpoint} assigned no exchange within {config.connect_timeout:.1f}s")

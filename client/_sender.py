@@ -32,7 +32,7 @@ from client.locator import MonitorLocator
 from client.outbox import Outbox
 from roq import batch, control
 from roq.config import PublisherConfig
-from roq.errors import BrokerConnectionError
+from roq.errors import BrokerConnectionError, ForbiddenError, Result
 from roq.sockets import poll_ms
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class Sender(threading.Thread):
             self._poller.register(self._outbox.wakeup.fd, zmq.POLLIN)
             self._loop()
             self._channel.send(control.PublisherBye(publisher=self._hex))
-        except BrokerConnectionError as exc:  # refused: the application learns it on its next call
+        except (BrokerConnectionError, ForbiddenError) as exc:  # refused: the application learns it on its next call
             log.error("%s: %s", self._who, exc)
             self._outbox.fail(exc)
         except Exception as exc:  # the application learns it on its next call
@@ -222,6 +222,8 @@ class Sender(threading.Thread):
                 self._on_relocate(msg)
             elif isinstance(msg, control.NoExchange) and self._outbox.assignment.refused(msg.comment):
                 log.warning("%s: %s; buffering until an exchange appears", self._who, msg.comment)
+            elif isinstance(msg, control.Reply) and msg.result == Result.FORBIDDEN:
+                raise ForbiddenError(f"monitor refused this publisher: {msg.comment}")
 
     def _on_relocate(self, msg: control.Relocate) -> None:
         now = time.monotonic()

@@ -25,7 +25,7 @@ from client.ordering import Reassembler
 from roq import control
 from roq.config import SubscriberConfig
 from roq.zap import identity_for
-from roq.errors import BrokerConnectionError, ClosedError
+from roq.errors import BrokerConnectionError, ClosedError, ForbiddenError, Result
 from roq.sockets import poll_ms
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class Subscriber:
         self._kpi_from = (0.0, 0, 0)  # the previous hello: when, records received, batches measured
         self._received = 0
         self._listed = False
+        self._forbidden: ForbiddenError | None = None  # the monitor refused this subscriber's principal
         self._next_hello = 0.0
         self._poller = zmq.Poller()
         self._feeds = Feeds(context, self._poller, self.id, prefix, config.rcvhwm, self._order, self._deliver,
@@ -91,6 +92,8 @@ class Subscriber:
         deadline = time.monotonic() + self.config.connect_timeout
         while time.monotonic() < deadline:
             self._pump(min(_JOIN_TURN, max(0.0, deadline - time.monotonic())))
+            if self._forbidden is not None:
+                raise self._forbidden
             if self._listed and not self._feeds.deaf():
                 return
             refused = self._feeds.refused()
@@ -107,6 +110,8 @@ class Subscriber:
 
         Raises:
             ClosedError: the subscriber is closed.
+            ForbiddenError: the cluster no longer lets this subscriber's key subscribe (once what arrived before
+                is read).
         """
         records = self._records
         if records:
@@ -128,6 +133,7 @@ class Subscriber:
 
         Raises:
             ClosedError: the subscriber is closed.
+            ForbiddenError: as :meth:`recv`.
             ValueError: ``max_records`` is below 1.
         """
         if max_records < 1:
@@ -217,6 +223,8 @@ class Subscriber:
             self._pump(1.0 if left is None else max(0.0, min(left, 1.0)))
             if self._batches:
                 return True
+            if self._forbidden is not None:  # what arrived before is read first
+                raise self._forbidden
             if left is not None and left <= 0:
                 return False
 
@@ -267,6 +275,8 @@ class Subscriber:
                 self._on_exchanges(msg)
             elif isinstance(msg, control.Prepare):
                 self._on_prepare(msg)
+            elif isinstance(msg, control.Reply) and msg.result == Result.FORBIDDEN:
+                self._forbidden = ForbiddenError(f"monitor refused this subscriber: {msg.comment}")
 
     def _on_exchanges(self, msg: control.Exchanges) -> None:
         self._listed = True

@@ -34,9 +34,10 @@ from typing import Any, Iterable, NamedTuple
 
 from roq import batch
 from roq.config import PublisherConfig
-from roq.errors import BrokerConnectionError, BrokerTimeoutError, BufferFullError, ClosedError, ProtocolError
+from roq.errors import (BrokerConnectionError, BrokerTimeoutError, BufferFullError, ClosedError, ForbiddenError,
+                        ProtocolError, RoQError)
 
-__all__ = ["Outbox", "Assignment", "Sealed", "WakePipe", "MAX_KEYS", "MAX_RECORD_BYTES", "as_bytes", "measured"]
+__all__ = ["Outbox", "Assignment", "Sealed", "WakePipe", "MAX_KEYS", "MAX_RECORD_BYTES", "as_bytes", "measured", "failure"]
 
 #: Largest record accepted, so that a one-record batch stays within an exchange's default bound.
 MAX_RECORD_BYTES = (4 << 20) - 4
@@ -255,7 +256,7 @@ class Outbox:
             self._wake()
             while self._acked < target:
                 if self._error is not None:
-                    raise BrokerConnectionError(f"publisher failed: {self._error}") from self._error
+                    raise failure(self._error) from self._error
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise BrokerTimeoutError(
@@ -369,7 +370,7 @@ class Outbox:
             if self._closed or self._closing:
                 raise ClosedError("publisher is closed")
             if self._error is not None:
-                raise BrokerConnectionError(f"publisher failed: {self._error}") from self._error
+                raise failure(self._error) from self._error
             if self._payloads and (
                 key != self._key or len(self._payloads) >= cfg.batch_records or self._size + size > cfg.batch_bytes
             ):
@@ -415,7 +416,7 @@ class Outbox:
             if self._closed:
                 raise ClosedError("publisher is closed")
             if self._error is not None:
-                raise BrokerConnectionError(f"publisher failed: {self._error}") from self._error
+                raise failure(self._error) from self._error
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise BufferFullError(
@@ -429,3 +430,11 @@ class Outbox:
         if self._idle:
             self._idle = False
             self.wakeup.ring()
+
+
+def failure(error: BaseException) -> RoQError:
+    """What the application is told of the sender's ``error``: the same refusal (a key the cluster no longer
+    lets publish), or that the publisher failed."""
+    if isinstance(error, ForbiddenError):
+        return ForbiddenError(f"publisher failed: {error}", data=error.data)
+    return BrokerConnectionError(f"publisher failed: {error}")

@@ -6,6 +6,7 @@ Run it with ``python -m exchange --monitor tcp://HOST:PORT --address ADDR`` (see
 from __future__ import annotations
 
 from exchange._accounting import MAX_PUBLISHERS, Accounting
+from exchange._admission import Admission
 from exchange._control import CommandPipe, MonitorLink
 from exchange._exchange import Exchange
 from exchange._forwarder import (BURST, MAX_PENDING_ACKS, MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES,
@@ -17,7 +18,7 @@ __all__ = [
     "Exchange",
     # its data plane and its bounds
     "Forwarder", "Accounting", "BURST", "MAX_PENDING_ACKS", "MAX_PUBLISHERS", "PUBLISHER_QUEUE_BYTES",
-    "MIN_PUBLISHER_HWM", "Subscribers", "Subscriber", "MAX_SUBSCRIBERS", "BEHIND_HOLD",
+    "MIN_PUBLISHER_HWM", "Subscribers", "Subscriber", "MAX_SUBSCRIBERS", "BEHIND_HOLD", "Admission",
     # its control path
     "MonitorLink", "CommandPipe",
 ]

@@ -29,6 +29,7 @@ from roq.pipe import MAX_FRAME
 from roq.runtime import DropCounter, SignalWakeup
 from roq.server import Dispatcher, Request
 from roq.sockets import HandshakeWatch, check_endpoint, poll_ms
+from exchange._admission import Admission
 from roq.curve import Curve
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,15 @@ class Exchange:
         self._next_reply_log = 0.0
         # ConfigError: an unsafe or unreadable key file, an unreadable keyring
         self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops)
+        # with CURVE, nobody is read until the monitor sent the permissions
+        self.admission = Admission() if self.curve is not None else None
         self.forwarder = Forwarder(self._ctx, config, self.drops, name=self.id, beacon_id=uuid.uuid4().bytes,
-                                   curve=self.curve)
+                                   curve=self.curve, admission=self.admission)
         monitor_orders = Dispatcher(f"exchange {self.id} (monitor)", {
             control.Shutdown: self._on_shutdown,
             control.KpiPeriod: self._on_kpi_period,
             control.Reply: self._on_reply,
+            control.AclRules: self._on_permissions,
         }, self.drops, max_bytes=MAX_CONTROL_BYTES)
         self.monitor = MonitorLink(self._ctx, config.monitor, monitor_orders, self.curve)
         host_orders = Dispatcher(f"exchange {self.id} (commands)", {control.Retarget: self._on_retarget},
@@ -134,8 +138,10 @@ class Exchange:
         cfg = self.config
         fwd = self.forwarder
         poller = zmq.Poller()
-        poller.register(fwd.frontend, zmq.POLLIN)
-        poller.register(fwd.backend, zmq.POLLIN)  # subscriptions
+        # with CURVE, publishers and subscribers wait until the monitor sent the permissions
+        closed = self.admission is not None and not self.admission.known
+        poller.register(fwd.frontend, 0 if closed else zmq.POLLIN)
+        poller.register(fwd.backend, 0 if closed else zmq.POLLIN)  # subscriptions
         poller.register(self.monitor.socket, zmq.POLLIN)
         for watch in self._watches:
             poller.register(watch.socket, zmq.POLLIN)
@@ -171,6 +177,10 @@ class Exchange:
                 poller.modify(fwd.frontend, 0 if fwd.held is not None else zmq.POLLIN)
             if self.monitor.socket in events:
                 self.monitor.readable()
+                if closed and self.admission is not None and self.admission.known:
+                    closed = False
+                    poller.modify(fwd.frontend, zmq.POLLIN)
+                    poller.modify(fwd.backend, zmq.POLLIN)
             if wakeup is not None and wakeup.fd in events and wakeup.consume():
                 self._begin_drain("signal")
             if commands is not None and commands.fd in events:
@@ -217,6 +227,17 @@ class Exchange:
             log.info("exchange %s: KPI period now %.2fs (was %.2fs)", self.id, msg.period, self._kpi_period)
             self._kpi_period = msg.period
 
+    def _on_permissions(self, msg: control.AclRules, _request: Request) -> None:
+        """The cluster's permissions, from the monitor: held from now on; a subscriber they no longer allow gets
+        nothing more at once (a publisher's batches are refused as they are read)."""
+        admission = self.admission
+        if admission is None or not admission.adopt(msg):  # ConfigError: a rule that does not read, counted
+            return
+        gone = self.forwarder.subscriptions.revoke()
+        log.info("exchange %s: permissions %s (%s)%s", self.id, admission.digest,
+                 f"{len(msg.rules)} rules" if msg.enforced else "none set: every key of the keyring",
+                 f"; {len(gone)} subscribers no longer allowed, dropped" if gone else "")
+
     def _on_reply(self, msg: control.Reply, _request: Request) -> None:
         now = time.monotonic()
         if msg.result != control.Result.OK and now >= self._next_reply_log:
@@ -235,7 +256,8 @@ class Exchange:
 
     def _heartbeat(self) -> control.Heartbeat:
         return control.Heartbeat(exchange=self.id, frontend=self.frontend_endpoint, backend=self.backend_endpoint,
-                                 pid=os.getpid(), draining=self._draining_since is not None)
+                                 pid=os.getpid(), draining=self._draining_since is not None,
+                                 permissions=self.admission.digest if self.admission is not None else "-")
 
     def _begin_drain(self, why: str) -> None:
         if self._draining_since is not None:

@@ -56,11 +56,14 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from typing import Callable
 
 import zmq
 
 from exchange._accounting import Accounting
+from exchange._admission import Admission
 from exchange._subscribers import BEHIND_HOLD, Subscriber, Subscribers
+from exchange._subscriptions import Subscriptions
 from roq import batch
 from roq.batch import BatchError
 from roq.config import ExchangeConfig
@@ -73,7 +76,7 @@ from roq.zap import Keyring, recv_from
 log = logging.getLogger(__name__)
 
 __all__ = ["Forwarder", "BURST", "MAX_PENDING_ACKS", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
-           "SYNC_MASK", "RETRY_S", "MAX_SUBSCRIPTIONS_READ"]
+           "SYNC_MASK", "RETRY_S"]
 
 #: Batches forwarded before the loop looks at its timers and other sockets again.
 BURST = 256
@@ -87,8 +90,6 @@ MIN_PUBLISHER_HWM = BURST
 SYNC_MASK = 63
 #: How often a held batch is tried again, seconds.
 RETRY_S = 0.001
-#: Subscription messages read at most per turn of the loop.
-MAX_SUBSCRIPTIONS_READ = 1000
 
 
 class Forwarder:
@@ -102,16 +103,14 @@ class Forwarder:
         beacon_id: the id in its beacons' headers.
         curve: the process's CURVE (its ZAP handler must answer for ``context`` before anyone connects);
             None = plaintext.
+        admission: with ``curve``, who may publish and subscribe (None: every key of the keyring).
     """
 
     def __init__(self, context: zmq.Context, config: ExchangeConfig, drops: DropCounter, *, name: str = "x",
-                 beacon_id: bytes = bytes(16), curve: Curve | None = None) -> None:
+                 beacon_id: bytes = bytes(16), curve: Curve | None = None, admission: Admission | None = None) -> None:
         self.config = config
         self.drops = drops
         self.keyring = curve.keyring if curve is not None else None
-        self.name = name
-        self.beacon_id = beacon_id
-        self.beacons = 0
         self.subscribers = Subscribers()
         largest = config.max_batch_bytes + batch.MAX_KEY + batch.HEADER_SIZE
         self.publisher_hwm = max(MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES // largest)
@@ -147,12 +146,13 @@ class Forwarder:
             # batches go *to* a subscriber's id: a second connection with it must not take them over, even
             # from a key of the keyring (what comes *from* an id is checked against its key, message by message)
             self.backend.setsockopt(zmq.ROUTER_HANDOVER, 0)
-        # how a message is read from each socket: with CURVE, only if its id is its sender's key's own
+        # how a batch is read: with CURVE, only if its id is its sender's key's own and its sender may publish
         self._recv_batch = self.frontend.recv_multipart
-        self._recv_subscription = self.backend.recv_multipart
         if self.keyring is not None:
-            self._recv_batch = functools.partial(recv_owned, self.frontend, self.keyring, drops)
-            self._recv_subscription = functools.partial(recv_owned, self.backend, self.keyring, drops)
+            self._recv_batch = functools.partial(recv_owned, self.frontend, self.keyring, drops,
+                                                 admission.may_publish if admission is not None else None)
+        self.subscriptions = Subscriptions(self.backend, self.subscribers, drops, name=name, beacon_id=beacon_id,
+                                           keyring=self.keyring, admission=admission if curve is not None else None)
 
     def bind(self, address: str, frontend_port: int, backend_port: int) -> None:
         """Bind the frontend and the backend.
@@ -326,29 +326,8 @@ class Forwarder:
         return True
 
     def read_subscriptions(self) -> None:
-        """Read what subscribers sent the backend: their subscriptions (a new subscriber gets a beacon at once);
-        anything else is dropped and counted."""
-        recv = self._recv_subscription
-        for _ in range(MAX_SUBSCRIPTIONS_READ):
-            try:
-                frames = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if frames is None:
-                continue
-            try:
-                subscriber, prefix = batch.check_subscription(frames[1:])
-            except BatchError as exc:
-                self.drops.drop(exc.reason, str(exc))
-                continue
-            if subscriber != frames[0]:
-                self.drops.drop("bad subscription", "subscriber id does not match the connection's identity")
-                continue
-            sub, new = self.subscribers.subscribe(subscriber, prefix)
-            if sub is None:
-                self.drops.drop("too many subscribers", f"{len(self.subscribers)} subscribers already")
-            elif new:
-                self._beacon_to(sub, self._beacon_frames())
+        """Read what subscribers sent the backend (:meth:`~exchange._subscriptions.Subscriptions.readable`)."""
+        self.subscriptions.readable()
 
     def send_acks(self) -> None:
         """Acknowledge every publisher owed one, without blocking."""
@@ -363,28 +342,14 @@ class Forwarder:
 
     def beacon(self) -> None:
         """Tell every subscriber its subscription is live (and which exchange this is)."""
-        self.beacons += 1
-        frames = self._beacon_frames()
-        for sub in self.subscribers.all:
-            self._beacon_to(sub, frames)
-
-    def _beacon_frames(self) -> list[bytes]:
-        header = batch.pack_header(batch.BEACON, self.beacon_id, self.beacons, 0, timestamp_ns=time.time_ns())
-        return [b"", batch.CONTROL_TOPIC, header, self.name.encode()]
-
-    def _beacon_to(self, sub: Subscriber, frames: list[bytes]) -> None:
-        frames[0] = sub.ident
-        try:
-            self.backend.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.ZMQError as exc:  # a full pipe: the next heartbeat's beacon; a gone peer: forgotten
-            if exc.errno != zmq.EAGAIN:
-                self.subscribers.remove(sub)
+        self.subscriptions.beacon()
 
 
-def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, flags: int) -> list[bytes] | None:
+def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publish: Callable[[str], bool] | None,
+               flags: int) -> list[bytes] | None:
     """A message from the CURVE socket ``sock``, as ``recv_multipart`` reads it, if its routing id is its
-    sender's key's own (the principal its handshake gave it, :meth:`roq.zap.Keyring.owns`); None (dropped and
-    counted as ``forged id``) if not.
+    sender's key's own (the principal its handshake gave it, :meth:`roq.zap.Keyring.owns`) and its principal
+    may publish; None (dropped and counted as ``forged id`` or ``refused: may not publish``) if not.
 
     Raises:
         zmq.Again: nothing to read.
@@ -394,5 +359,8 @@ def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, flags: in
         return frames  # the identity alone: the frame count is checked by the caller
     if not keyring.owns(principal, frames[0]):
         drops.drop("forged id", f"{principal} sent with the id {frames[0].hex()[:32]}, not its key's")
+        return None
+    if may_publish is not None and not may_publish(principal):
+        drops.drop("refused: may not publish", str(principal))
         return None
     return frames

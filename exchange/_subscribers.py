@@ -27,11 +27,12 @@ class Subscriber:
     """One subscriber of the exchange: its routing id, the prefixes it gets (its own and the control topic's),
     until when it is behind, and how many batches went past it."""
 
-    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed")
+    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed", "principal")
 
-    def __init__(self, ident: bytes, prefix: bytes) -> None:
+    def __init__(self, ident: bytes, prefix: bytes, principal: str = "") -> None:
         self.ident = ident
         self.prefix = prefix
+        self.principal = principal  # the principal of its key, with CURVE
         self.prefixes = (prefix, batch.CONTROL_TOPIC)  # one bytes.startswith for both
         self.behind_until = 0.0
         self.missed = 0
@@ -61,8 +62,9 @@ class Subscribers:
     def get(self, ident: bytes) -> Subscriber | None:
         return self._by_ident.get(ident)
 
-    def subscribe(self, ident: bytes, prefix: bytes) -> tuple[Subscriber | None, bool]:
-        """Record ``ident``'s subscription; ``(subscriber, new)``, or ``(None, False)`` when the table is full."""
+    def subscribe(self, ident: bytes, prefix: bytes, principal: str = "") -> tuple[Subscriber | None, bool]:
+        """Record ``ident``'s subscription (``principal``: its key's, with CURVE); ``(subscriber, new)``, or
+        ``(None, False)`` when the table is full."""
         sub = self._by_ident.get(ident)
         if sub is not None:
             if sub.prefix != prefix:
@@ -71,7 +73,7 @@ class Subscribers:
             return sub, False
         if len(self.all) >= self.limit:
             return None, False
-        sub = self._by_ident[ident] = Subscriber(ident, prefix)
+        sub = self._by_ident[ident] = Subscriber(ident, prefix, principal)
         self.all = self.all + [sub]  # a new list: a loop over the old one is not disturbed
         return sub, True
 

@@ -4,8 +4,9 @@ Requests arrive through a :class:`~roq.server.Dispatcher` per port (the look-up 
 :class:`~roq.management.Lookup`; the management port every request, look-ups too), which decodes and checks
 them and turns whatever a handler raises into the reply. A standby refuses everything with NOT_LEADER naming
 the leader's endpoint for the port asked. The leader answers reads from its view (:mod:`gcm._reads`) and
-hands each decision (:mod:`gcm._lifecycle`, :mod:`gcm._scaling`, :mod:`gcm._rules`) to the :class:`Shell`,
-which commits its outcome and answers now or once the cluster reaches the state waited for.
+hands each decision (:mod:`gcm._lifecycle`, :mod:`gcm._scaling`, :mod:`gcm._rules`, :mod:`gcm._acl`) to the
+:class:`Shell`, which commits its outcome and answers now or once the cluster reaches the state waited for.
+With CURVE, the leader first checks that the request's principal may send it (:func:`gcm._acl.check`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Protocol
 
-from gcm import _lifecycle, _reads, _rules, _scaling
+from gcm import _acl, _lifecycle, _reads, _rules, _scaling
 from gcm._outcome import Outcome
 from gcm._view import QueueView, View
 from roq import management as m
@@ -38,6 +39,8 @@ DECISIONS: dict[type[Message], Decision] = {
     m.RemoveExchange: _scaling.remove_exchange,
     m.SetRules: _rules.set_rules,
     m.SetThresholds: _rules.set_thresholds,
+    m.Grant: _acl.grant,
+    m.Revoke: _acl.revoke,
 }
 
 #: request type -> its answer from the view alone
@@ -47,6 +50,7 @@ READS: dict[type[Message], Callable[[View, Any], Reply]] = {
     m.ListQueues: _reads.list_queues,
     m.ListHosts: _reads.list_hosts,
     m.GetRules: _reads.get_rules,
+    m.GetAcl: _acl.get_acl,
 }
 
 
@@ -104,9 +108,11 @@ class Api:
                               data={"Leader": where, "LeaderId": leader.id})
 
     def _led(self, port: str, handler: Handler) -> Handler:
+        """``handler`` on the leader alone, for a sender with the permission it needs (:func:`gcm._acl.check`)."""
         def handle(msg: Any, request: Request) -> Reply | None:
             if not self.shell.leading:
                 raise self.not_leader(port)
+            _acl.check(self.shell.view, msg, request.principal)
             return handler(msg, request)
 
         return handle

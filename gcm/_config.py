@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from roq.acl import Rule
 from roq.config import check_curve_settings
 from roq.errors import ConfigError
 from roq.zk import DEFAULT_ROOT, Paths, check_hosts
@@ -42,6 +43,8 @@ class GcmConfig:
         secret_key: the cluster's CURVE secret key file: the look-up, management and broadcast ports are served
             with CURVE, and the GCM asks the monitors with it ("" = plaintext, anyone may connect)
         keyring: with ``secret_key``, the directory of the public keys that may connect
+        admin: with ``secret_key``, the principal a cluster without permissions yet starts with as its
+            administrator (allowed to administer, publish and subscribe; nobody else anything)
     """
 
     zk: str
@@ -63,10 +66,12 @@ class GcmConfig:
     metrics_top: int = 10
     secret_key: str = ""
     keyring: str = ""
+    admin: str = "admin"
 
     def __post_init__(self) -> None:
         check_hosts(self.zk)
         check_curve_settings(self)
+        Rule(self.admin, "admin")  # a principal's name
         Paths(self.root)
         for name in ("lookup_port", "management_port", "broadcast_port"):
             if not 0 <= getattr(self, name) < 65536:

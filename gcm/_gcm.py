@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import zmq
 
+from gcm._acl import bootstrap
 from gcm._api import Api
 from gcm._broadcast import Broadcaster
 from gcm._config import GcmConfig
@@ -45,7 +46,7 @@ from roq.runtime import DropCounter, SignalWakeup
 from roq.http import HttpServer
 from roq.server import Dispatcher, PendingReplies, Request, RouterServer
 from roq.sockets import bind, poll_ms
-from roq.zk import Paths, Session
+from roq.zk import Create, Paths, Session
 
 __all__ = ["Gcm"]
 
@@ -126,7 +127,7 @@ class Gcm:
         self.election.me = dataclasses.replace(self.election.me, **endpoints)
         self.session.start()
         try:
-            self.session.ensure(self.paths.queues, self.paths.hosts, self.paths.assignments)
+            _prepare(self.session, self.paths, c.admin if self.curve is not None else None)
         except ZooKeeperError as exc:
             raise BrokerConnectionError(f"cannot prepare the cluster's nodes in ZooKeeper: {exc}") from exc
         self._refresh()
@@ -353,6 +354,21 @@ class Gcm:
         if time.monotonic() >= self._next_trace:
             self._next_trace = time.monotonic() + 10.0
             log.exception("GCM %s: %s failed", self.id, what)
+
+
+def _prepare(session: Session, paths: Paths, admin: str | None) -> None:
+    """The cluster's nodes, made if missing; with ``admin`` (a secure cluster), its first permissions too.
+
+    Raises:
+        ZooKeeperError: ZooKeeper refused or did not answer.
+    """
+    session.ensure(paths.queues, paths.hosts, paths.assignments)
+    if admin is not None and session.exists(paths.acl) is None:
+        try:
+            session.commit([Create(paths.acl, bootstrap(admin).encode())])
+            log.info("the cluster's permissions start with %s administering it", admin)
+        except NodeExistsError:
+            pass  # another GCM wrote them first
 
 
 def _socket(ctx: zmq.Context, kind: int, curve: Curve | None) -> zmq.Socket:

@@ -14,7 +14,9 @@ import dataclasses
 import functools
 from typing import Any, Mapping
 
+from roq.acl import Rule
 from roq.documents import (
+    AclDoc,
     REMOVING,
     RUNNING,
     Assignment,
@@ -29,7 +31,7 @@ from roq.management import HostSummary, QueueSummary
 from roq.rules import DEFAULT_RULES, effective_rules
 from roq.zk import Paths, Session, check_queue_name
 
-__all__ = ["QueueView", "HostView", "View", "read_view", "echo", "checked_name"]
+__all__ = ["QueueView", "HostView", "View", "read_view", "read_acl", "echo", "checked_name"]
 
 _ECHO = 80  # characters of a peer's text quoted back in a refusal
 
@@ -145,12 +147,16 @@ class HostView:
 @dataclasses.dataclass(frozen=True)
 class View:
     """The topology: queues and registered hosts by name, the assignment names under each host met, and where
-    in ZooKeeper it was read (``paths``: where a decision's writes go)."""
+    in ZooKeeper it was read (``paths``: where a decision's writes go); the cluster's permissions (``acl``:
+    None while no rule was ever set, () when the node holds rules that do not read: nothing is allowed then)
+    and the version of their node."""
 
     queues: Mapping[str, QueueView] = dataclasses.field(default_factory=dict)
     hosts: Mapping[str, HostView] = dataclasses.field(default_factory=dict)
     assignments: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     paths: Paths = Paths()
+    acl: tuple[Rule, ...] | None = None
+    acl_version: int = -1
 
     def find(self, name: str) -> QueueView | None:
         """The queue named ``name`` (a request's ``QName``), None if there is none.
@@ -210,7 +216,21 @@ def read_view(session: Session, paths: Paths) -> View:
         met.add(q.host)
         met.update(q.placement.values())
     assignments = {h: frozenset(session.children(paths.host_assignments(h))) for h in sorted(met) if _node_name(h)}
-    return View(queues, hosts, assignments, paths)
+    acl, acl_version = read_acl(session, paths)
+    return View(queues, hosts, assignments, paths, acl, acl_version)
+
+
+def read_acl(session: Session, paths: Paths) -> tuple[tuple[Rule, ...] | None, int]:
+    """The cluster's permissions and their node's version, leaving a watch: None when there is no node, ()
+    (nothing allowed) when it holds rules that do not read (a corrupted node must not open every door).
+
+    Raises:
+        ZooKeeperError: ZooKeeper could not be read.
+    """
+    doc, version = session.read(paths.acl, AclDoc.decode, watch=True)
+    if version < 0:
+        return None, version
+    return (doc.rules if doc is not None else ()), version
 
 
 def _read_queue(session: Session, paths: Paths, name: str) -> QueueView | None:

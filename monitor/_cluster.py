@@ -26,7 +26,7 @@ from monitor._topology import QueueView
 from roq import control
 from roq.control import Reply
 from roq.curve import Curve
-from roq.documents import EventsDoc, GcmDoc, QueueDoc, RulesDoc
+from roq.documents import AclDoc, EventsDoc, GcmDoc, QueueDoc, RulesDoc
 from roq.errors import BrokerConnectionError, ProtocolError, ZooKeeperError
 from roq.rules import effective_rules
 from roq.zk import MAX_EVENTS, Paths, Session
@@ -113,7 +113,8 @@ class ClusterLink:
         return self.refresh(now) if self._dirty else False
 
     def refresh(self, now: float) -> bool:
-        """Re-read rules, thresholds, the queue and the leader (re-arming the watches); True if read."""
+        """Re-read rules, thresholds, the queue, the leader and the permissions (re-arming the watches); True if
+        read."""
         self._dirty = False
         paths, read = self.paths, self.session.read
         try:
@@ -121,6 +122,7 @@ class ClusterLink:
             thresholds, _ = read(paths.thresholds(self.queue), RulesDoc.decode, watch=True)
             queue, _ = read(paths.queue(self.queue), QueueDoc.decode, watch=True)
             leader, _ = read(paths.leader, GcmDoc.decode, watch=True)
+            acl, acl_version = read(paths.acl, AclDoc.decode, watch=True)
         except ZooKeeperError as exc:
             log.warning("queue %s: reading ZooKeeper failed (%s); keeping the rules in force", self.queue, exc)
             self._dirty = True
@@ -133,6 +135,8 @@ class ClusterLink:
             rules=effective_rules(rules, tuned),
             thresholds=tuned,
             explicit=rules,
+            # no node: no rule was ever set; a node that does not read allows nothing (it must not open the doors)
+            acl=None if acl_version < 0 else (acl.rules if acl is not None else ()),
         )
         if view.rules != self.view.rules:
             changed = {k: v for k, v in view.rules.items() if self.view.rules.get(k) != v}

@@ -29,6 +29,7 @@ from monitor._kpis import Kpis
 from monitor._moves import Mover
 from monitor._operators import Operators
 from monitor._outbox import Outbox
+from monitor._permissions import Permissions
 from monitor._publishers import Publishers
 from monitor._rules import Adoption, Rules
 from monitor._scaling import Scaling
@@ -75,6 +76,7 @@ class Core:
         self.kpis = Kpis(t, self.rules, out, archiving=archiving)
         self.balancer = Balancer(t, self.rules, self.mover, events, out)
         self.adoption = Adoption(self.rules, t, out)
+        self.permissions = Permissions(config.queue, t, out)
         self.scaling = (Scaling(config.queue, t, self.rules, self.mover, self.exchanges, self.subscribers, events, out)
                         if clustered else None)
         self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state,
@@ -122,11 +124,12 @@ class Core:
                           + (f"; continuing {earlier} earlier events" if earlier else ""), endpoint=endpoint)
 
     def cluster_changed(self, view: QueueView) -> None:
-        """ZooKeeper says something new of the queue: rules, thresholds, state or placement."""
+        """ZooKeeper says something new of the queue: rules, thresholds, state, placement or permissions."""
         self._adopt(view)
         self.adoption.note_thresholds(view)
 
     def _adopt(self, view: QueueView) -> None:
+        self.permissions.adopt(view.acl)
         if self.scaling is not None:
             self.scaling.view = view
         if self.adoption.adopt(view) and self.scaling is not None:
@@ -166,6 +169,7 @@ class Core:
     # ------------------------------------------------------------------ handlers that span rooms
 
     def _heartbeat(self, hb: control.Heartbeat, identity: bytes, now: float) -> None:
+        self.permissions.heartbeat(hb, identity)  # before anything is assigned to a new exchange
         x: ExchangeEntry | None = self.exchanges.heartbeat(hb, identity, now)
         if x is not None and self.scaling is not None and self.scaling.exchange_joined(x, now):
             self.balancer.fresh = x.id  # the hot exchanges move onto it once every subscriber hears it

@@ -211,6 +211,7 @@ class Monitor:
     def _serving(self, handler: Handler) -> Callable[[Any, Request], control.Reply | None]:
         """A Dispatcher handler: the core's handler with the sender and the time, then the outbox applied."""
         def serve(msg: Any, request: Request) -> control.Reply | None:
+            self.core.permissions.check(msg, request.principal)  # ForbiddenError: answered FORBIDDEN
             try:
                 return handler(msg, request.identity, time.monotonic())
             finally:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from monitor._rule import Ewma
+from roq.acl import Rule
 from roq.errors import ProtocolError, UnavailableError
 from roq.rules import DEFAULT_RULES
 
@@ -179,6 +180,7 @@ class QueueView:
         rules: the rules in force (operator rules over tuner thresholds over defaults).
         thresholds: the thresholds as written (by the KPI tuner or an operator).
         explicit: the rules an operator set.
+        acl: the cluster's permissions (None: no rule was ever set; () when they do not read: nothing allowed).
     """
 
     state: str = ""
@@ -186,6 +188,7 @@ class QueueView:
     rules: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_RULES))
     thresholds: Mapping[str, Any] = field(default_factory=dict)
     explicit: Mapping[str, Any] = field(default_factory=dict)
+    acl: tuple[Rule, ...] | None = None
 
 
 class Topology:

@@ -82,7 +82,7 @@ class Rule:
             raise ConfigError("a rule is an object with principal, permission, queues, allow, prefixes")
         unknown = set(doc) - {"principal", "permission", "queues", "allow", "prefixes"}
         if unknown:
-            raise ConfigError(f"unknown key {sorted(unknown)[0]!r} in a rule")
+            raise ConfigError(f"unknown key {sorted(unknown)[0][:40]!r} in a rule")
         for key, kind in (("principal", str), ("permission", str), ("queues", str), ("allow", bool)):
             if key in doc and not isinstance(doc[key], kind):
                 raise ConfigError(f"a rule's {key!r} must be {'true or false' if kind is bool else 'text'}")

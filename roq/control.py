@@ -16,6 +16,8 @@ publisher init, 3 panic, 5 heartbeat, 6 exchange shut down, 7 publisher disconne
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from typing import Any, Callable, ClassVar, TypeVar
 
 import bson
@@ -38,6 +40,7 @@ __all__ = [
     "PublisherRate",
     "Shutdown",
     "KpiPeriod",
+    "AclRules",
     "Retarget",
     "PublisherHello",
     "Relocate",
@@ -164,6 +167,7 @@ class Heartbeat(Message):
     backend: str
     pid: int
     draining: bool = False
+    permissions: str = "-"  # the digest of the permissions it holds (AclRules.digest); "" none yet; "-" plaintext
 
 
 @message(6)
@@ -216,6 +220,23 @@ class KpiPeriod(Message):
     """Monitor -> exchange: report KPIs every ``period`` seconds from now on (the queue's ``kpi_period_s``)."""
 
     period: float
+
+
+@message(1108)
+class AclRules(Message):
+    """Monitor -> exchange, when it joins, whenever they change and whenever its heartbeat shows others: the
+    cluster's permissions (rule documents, :mod:`roq.acl`) for ``queue``, which the exchange holds every batch
+    and subscription it reads to; ``enforced`` false: none are set, every key of the keyring may publish and
+    subscribe."""
+
+    rules: list[dict]
+    queue: str = ""
+    enforced: bool = True
+
+    def digest(self) -> str:
+        """A short digest of these permissions, for a heartbeat to say which the exchange holds."""
+        text = json.dumps([self.rules, self.queue, self.enforced], sort_keys=True, separators=(",", ":"))
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 # --------------------------------------------------------------------------- publisher <-> monitor

@@ -33,11 +33,13 @@ import re
 from typing import Any, ClassVar, TypeVar
 
 from roq import shape
+from roq.acl import Rule
 from roq.errors import ConfigError, ProtocolError
 from roq.zk import check_queue_name
 
 __all__ = [
     "Document",
+    "AclDoc",
     "GcmDoc",
     "HostKpis",
     "HostDoc",
@@ -173,6 +175,26 @@ class RulesDoc(Document):
         values = {k: v for k, v in found.items()
                   if type(k) is str and isinstance(v, (int, float)) and not isinstance(v, bool)}
         return cls(values)
+
+
+@dataclasses.dataclass(frozen=True)
+class AclDoc(Document):
+    """The cluster's permissions: its rules (:mod:`roq.acl`), in the order they were granted."""
+
+    rules: tuple[Rule, ...] = ()
+
+    def encode(self) -> bytes:
+        return _dumps({"rules": [r.document() for r in self.rules]})
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> AclDoc:
+        found = _loads(data)
+        if type(found) is not dict or type(found.get("rules", [])) is not list:
+            raise ProtocolError("permissions must be a JSON object with a list of rules")
+        try:
+            return cls(tuple(Rule.of(r) for r in found.get("rules", [])))
+        except ConfigError as exc:
+            raise ProtocolError(f"a rule that does not read: {exc}") from exc
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,9 @@ from roq.errors import ProtocolError
 
 __all__ = [
     "BROADCAST",
+    "GetAcl",
+    "Grant",
+    "Revoke",
     "MAX_REQUEST_BYTES",
     "Lookup",
     "RemoveQueue",
@@ -192,6 +195,26 @@ class GetEvents(Message):
 
     QName: str
     Limit: int = 200
+
+
+@message(2020)
+class GetAcl(Message):
+    """The cluster's permissions (``Rules``: rule documents, :mod:`roq.acl`; ``Enforced``: false while no rule
+    was ever set)."""
+
+
+@message(2021)
+class Grant(Message):
+    """Add a rule to the cluster's permissions (``Rule``: a rule document, :meth:`roq.acl.Rule.of`); idempotent."""
+
+    Rule: dict
+
+
+@message(2022)
+class Revoke(Message):
+    """Take a rule out of the cluster's permissions (the one equal to ``Rule``); NOT_FOUND if none is."""
+
+    Rule: dict
 
 
 # --------------------------------------------------------------------------- what the GCM says of the cluster

@@ -151,6 +151,8 @@ class Dispatcher:
         try:
             reply = handler(msg, request)
         except ManagementError as exc:  # a refusal (no such queue...): an answer, not a drop
+            if exc.code == Result.FORBIDDEN:  # but a stranger's attempt is counted
+                self.drops.drop("refused: no permission", f"{type(msg).__name__} from {request.principal}: {exc}"[:300])
             return reply_for(exc, msg.CMD)
         except (ProtocolError, ConfigError) as exc:
             self.drops.drop("bad request", f"{type(msg).__name__}: {exc}"[:200])

@@ -125,6 +125,7 @@ class Paths:
         self.hosts = f"{root}/hosts"
         self.assignments = f"{root}/assignments"
         self.queues = f"{root}/queues"
+        self.acl = f"{root}/acl"  # who may do what (an AclDoc)
 
     def host(self, address: str) -> str:
         return f"{self.hosts}/{address}"

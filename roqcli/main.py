@@ -12,6 +12,7 @@
     roq kpi tune --archive DIR [--follow]   thresholds from each exchange's measured capacity
     roq deploy up|status|down cluster.toml  containers on Docker hosts (see deploy/)
     roq keys new NAME | client NAME | revoke NAME   CURVE keys; a client's credentials; taking a key back
+    roq acl list | grant|revoke PRINCIPAL PERMISSION [--queues P] [--deny] [--prefix K]   permissions
 
 Settings come from a TOML file (``--config``: a ``[cluster]`` table for ``cluster up``, a ``[client]``
 table for the others) overridden by flags; an unknown key or a value of the wrong type is an error naming
@@ -114,6 +115,19 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("--limit", type=int, default=200, help="how many of the latest to show (1-1000, default 200)")
     events.add_argument("--follow", action="store_true", help="then print new events as they come (Ctrl-C stops)")
     client_flags(events)
+    acl = sub.add_parser("acl", help="the cluster's permissions: who may publish, subscribe, manage, administer")
+    asub = acl.add_subparsers(dest="action", required=True, metavar="ACTION")
+    client_flags(asub.add_parser("list", help="every rule"))
+    for action, text in (("grant", "add a rule (in force within a second everywhere)"),
+                         ("revoke", "take a rule out (the same fields as it was granted with)")):
+        a = asub.add_parser(action, help=text)
+        a.add_argument("principal", help="a key's name (its principal), or * for everyone")
+        a.add_argument("permission", choices=("publish", "subscribe", "manage", "admin"))
+        a.add_argument("--queues", default="*", help="the queues it covers: a name or a pattern (orders.*; default *)")
+        a.add_argument("--deny", action="store_true", help="a deny rule (a matching deny wins over any allow)")
+        a.add_argument("--prefix", action="append", default=[], help="subscribe only: the key prefixes it covers "
+                                                                     "(repeatable; default every key)")
+        client_flags(a)
     client_flags(sub.add_parser("hosts", help="every live host with its capacity and KPIs"))
     client_flags(sub.add_parser("status", help="one screen: the leader, every host, and the busiest queues with "
                                 "their traffic, latency and moves"))

@@ -38,6 +38,8 @@ def manage(args: argparse.Namespace, s: ClientSettings) -> int:
             return _watch(args, qm, s.credentials)
         if args.command == "events":
             return _events(args, qm)
+        if args.command == "acl":
+            return _acl(args, qm)
         action = args.action
         if action == "create":
             return _show(args, qm.create(args.name, args.host, exchanges=args.exchanges), _queue_line)
@@ -52,6 +54,25 @@ def manage(args: argparse.Namespace, s: ClientSettings) -> int:
         getattr(qm, action)(args.name)
         print(f"queue {args.name}: {action} done")
         return ExitCode.OK
+
+
+def _acl(args: argparse.Namespace, qm: Any) -> int:
+    if args.action == "list":
+        found = qm.acl()
+        if not found["Enforced"] and not args.json:
+            print("no permissions set: every key of the keyring may do anything")
+        return _show(args, found["Rules"], _rule_line)
+    change = qm.grant if args.action == "grant" else qm.revoke
+    done = change(args.principal, args.permission, args.queues, allow=not args.deny, prefixes=tuple(args.prefix))
+    if not args.json:
+        print(f"{'granted' if args.action == 'grant' else 'revoked'}; the rules now:")
+    return _show(args, done["Rules"], _rule_line)
+
+
+def _rule_line(r: dict[str, Any]) -> str:
+    where = "" if r["permission"] == "admin" else f" on {r['queues']}"
+    keys = f" (keys {', '.join(r['prefixes'])})" if r.get("prefixes") else ""
+    return f"{'allow' if r['allow'] else 'deny '} {r['permission']:<9} to {r['principal']}{where}{keys}"
 
 
 def _parse_changes(changes: list[str]) -> dict[str, Any]:

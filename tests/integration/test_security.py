@@ -3,15 +3,17 @@ with keys of the keyring, a stranger with none."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import time
 
 import pytest
 
 import client
 from roq import keys
 from roq.config import CurveClient
-from roq.errors import BrokerConnectionError
+from roq.errors import BrokerConnectionError, RoQError
 
 
 @pytest.fixture
@@ -162,6 +164,7 @@ def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_
         client.connect(monitor, credentials=elsewhere.client("eve"), timeout=2)
     # a key of the keyring may not speak for an exchange
     bob = cluster.keys.client("bob")
+    cluster.manager.grant("bob", "publish", "orders")
 
     def admitted() -> bool:  # once the monitor has read its keyring again (every 0.25 s)
         try:
@@ -193,3 +196,126 @@ def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_
     assert cluster.manager.list()[0]["Name"] == "orders"  # the admin's requests still go through
     gcm_log = open(os.path.join(cluster.log_dir, "gcm1.log")).read()
     assert "refused: unknown key" in gcm_log
+
+
+def _publish_timed(conn, key: bytes, stop, errors: list, counts: list) -> None:
+    """Publish records ``b"I T"`` (number, wall-clock time sent) under ``key`` at about 20,000 a second
+    until ``stop`` is set (then flush) or the publisher fails (its error appended to ``errors``)."""
+    try:
+        pub = conn.publisher()
+        i = 0
+        while not stop.is_set():
+            for _ in range(100):
+                pub.send(key, b"%d %.6f" % (i, time.time()))
+                i += 1
+            counts[0] = i
+            time.sleep(0.005)
+        pub.flush(20)
+    except RoQError as exc:
+        errors.append(exc)
+
+
+def _read_timed(sub, got: list, stop, errors: list) -> None:
+    """Append ``(key, number, time sent)`` of every record ``sub`` receives until ``stop`` or an error."""
+    try:
+        while not stop.is_set():
+            for b in sub.recv_many(timeout=0.2):
+                for p in b.payloads:
+                    i, t = p.split()
+                    got.append((b.key, int(i), float(t)))
+    except RoQError as exc:
+        errors.append(exc)
+
+
+def test_permissions_refuse_strangers_and_a_revocation_stops_a_publisher_and_a_subscriber_within_a_second(
+        make_embedded):
+    """A key of the keyring without permissions is refused everything (clear errors, counted); under load, a
+    revoked publisher has nothing delivered that it sent a second after the revocation, a revoked subscriber
+    receives nothing published a second after its revocation, and a publisher still allowed loses nothing."""
+    import threading
+
+    from roq.errors import ForbiddenError
+
+    cluster = make_embedded(hosts=1, secure=True)
+    admin = cluster.manager
+    admin.create("orders")
+    creds = {name: cluster.keys.client(name) for name in ("alice", "bob", "carol", "dave")}
+    admin.grant("alice", "publish", "orders")
+    admin.grant("dave", "publish", "orders")
+    admin.grant("bob", "subscribe", "orders")
+    assert {r["principal"] for r in admin.acl()["Rules"]} == {"admin", "alice", "bob", "dave"}
+
+    def admitted() -> bool:  # every process reads the keyring again within 0.25 s
+        try:
+            with client.QueueManager(cluster.zk, root=cluster.root, credentials=creds["bob"], timeout=2) as m:
+                return bool(m.lookup("orders", timeout=2))
+        except (BrokerConnectionError, client.BrokerTimeoutError):
+            return False
+
+    cluster.wait_for(admitted, 10, "the new keys admitted")
+    # carol's key is in the keyring, but she may do nothing
+    with client.QueueManager(cluster.zk, root=cluster.root, credentials=creds["carol"], timeout=5) as carol:
+        for call in (lambda: carol.create("mine"), lambda: carol.remove("orders"), lambda: carol.lookup("orders"),
+                     lambda: carol.set_rules("orders", {"min_exchanges": 2}), carol.list, carol.acl,
+                     lambda: carol.grant("carol", "admin")):
+            with pytest.raises(ForbiddenError, match="carol may not|default deny"):
+                call()
+    with pytest.raises(ForbiddenError):
+        client.connect(zk=cluster.zk, queue="orders", root=cluster.root, credentials=creds["carol"])
+    stranger = client.connect(admin.lookup("orders"), credentials=creds["carol"], timeout=5)
+    try:
+        with pytest.raises(ForbiddenError, match="carol may not subscribe"):
+            stranger.subscriber(b"")
+        with pytest.raises(ForbiddenError, match="carol may not publish"):
+            stranger.publisher()
+    finally:
+        stranger.close()
+
+    conns = {name: client.connect(zk=cluster.zk, queue="orders", root=cluster.root, credentials=creds[name])
+             for name in ("alice", "bob", "dave")}
+    conns["admin"] = cluster.connect("orders")
+    stop_pub, stop_read = threading.Event(), threading.Event()
+    errors: dict[str, list] = {name: [] for name in conns}
+    got: dict[str, list] = {"admin": [], "bob": []}
+    counts = {"alice": [0], "dave": [0]}
+    threads = [threading.Thread(target=_read_timed, args=(conns[n].subscriber(b""), got[n], stop_read, errors[n]))
+               for n in ("admin", "bob")]
+    threads += [threading.Thread(target=_publish_timed, args=(conns[n], n.encode(), stop_pub, errors[n], counts[n]))
+                for n in ("alice", "dave")]
+    try:
+        for t in threads:
+            t.start()
+        cluster.wait_for(lambda: sum(k == b"alice" for k, _, _ in got["bob"][-5000:]) > 1000, 30, "alice's records flow")
+        revoked_alice = time.time()
+        admin.revoke("alice", "publish", "orders")
+        cluster.wait_for(lambda: errors["alice"], 15, "alice's publisher told it may not publish")
+        revoked_bob = time.time()
+        admin.revoke("bob", "subscribe", "orders")
+        cluster.wait_for(lambda: errors["bob"], 15, "bob's subscriber told it may not subscribe")
+        cluster.wait_for(lambda: time.time() > revoked_bob + 2, 5, "dave publishing on after both revocations")
+    finally:
+        stop_pub.set()
+        for t in threads[2:]:
+            t.join(30)
+        sent_dave = counts["dave"][0]
+        cluster.wait_for(lambda: sum(k == b"dave" for k, _, _ in got["admin"]) >= sent_dave, 30,
+                         "every record of dave's at the admin's subscriber")
+        stop_read.set()
+        for t in threads[:2]:
+            t.join(10)
+        for conn in conns.values():
+            conn.close()
+    assert isinstance(errors["alice"][0], ForbiddenError) and "alice may not publish" in str(errors["alice"][0])
+    assert isinstance(errors["bob"][0], ForbiddenError) and "bob may not subscribe" in str(errors["bob"][0])
+    late_alice = [t for k, _, t in got["admin"] if k == b"alice" and t > revoked_alice + 1.0]
+    late_bob = [t for _, _, t in got["bob"] if t > revoked_bob + 1.0]
+    dave = [i for k, i, _ in got["admin"] if k == b"dave"]
+    alice = sum(k == b"alice" for k, _, _ in got["admin"])
+    print(f"alice: {alice:,} records delivered, the last sent {max(t for k, _, t in got['admin'] if k == b'alice') - revoked_alice:+.3f} s "
+          f"from her revocation; bob: {len(got['bob']):,} received, the last sent "
+          f"{max(t for _, _, t in got['bob']) - revoked_bob:+.3f} s from his; dave: {len(dave):,} of {sent_dave:,}")
+    assert not late_alice, f"{len(late_alice)} of alice's records sent over a second after her revocation delivered"
+    assert not late_bob, f"bob received {len(late_bob)} records published over a second after his revocation"
+    assert dave == list(range(sent_dave)) and not errors["dave"] and not errors["admin"]
+    logs = "".join(open(p).read() for p in glob.glob(os.path.join(cluster.log_dir, "**", "*.log"), recursive=True))
+    assert "refused: no permission" in logs and "refused: may not publish" in logs

@@ -1,0 +1,112 @@
+"""The exchange's side of its subscribers' connections: their subscriptions read from the backend, the beacons
+that tell them their subscription is live, and, with CURVE, who may subscribe to what.
+
+A subscription (:func:`roq.batch.pack_subscription`) puts its subscriber in the table
+(:class:`~exchange._subscribers.Subscribers`), and a new one gets a beacon at once. With CURVE its routing id
+must be its key's own and its principal must be allowed to subscribe to the queue's keys under its prefix
+(:class:`~exchange._admission.Admission`); when the permissions change, every subscriber they no longer allow
+is dropped from the table at once (:meth:`Subscriptions.revoke`): nothing more is sent to it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import zmq
+
+from exchange._admission import Admission
+from exchange._subscribers import Subscriber, Subscribers
+from roq import batch
+from roq.batch import BatchError
+from roq.runtime import DropCounter
+from roq.zap import Keyring, recv_from
+
+__all__ = ["Subscriptions", "MAX_SUBSCRIPTIONS_READ"]
+
+#: Subscription messages read at most per turn of the loop.
+MAX_SUBSCRIPTIONS_READ = 1000
+
+
+class Subscriptions:
+    """Subscriptions and beacons on an exchange's backend.
+
+    Args:
+        backend: the backend ROUTER.
+        subscribers: the table the forward loop sends by.
+        drops: counts what is dropped, per reason.
+        name: the exchange's id, which its beacons carry.
+        beacon_id: the id in its beacons' headers.
+        keyring, admission: with CURVE, whose keys own which ids and who may subscribe (both None: plaintext).
+    """
+
+    def __init__(self, backend: zmq.Socket, subscribers: Subscribers, drops: DropCounter, *, name: str,
+                 beacon_id: bytes, keyring: Keyring | None = None, admission: Admission | None = None) -> None:
+        self.backend = backend
+        self.subscribers = subscribers
+        self.drops = drops
+        self.name = name
+        self.beacon_id = beacon_id
+        self.keyring = keyring
+        self.admission = admission
+        self.beacons = 0
+
+    def readable(self) -> None:
+        """Read what subscribers sent (their subscriptions); anything else is dropped and counted."""
+        keyring, admission = self.keyring, self.admission
+        principal = ""
+        for _ in range(MAX_SUBSCRIPTIONS_READ):
+            try:
+                if keyring is None:
+                    frames = self.backend.recv_multipart(zmq.NOBLOCK)
+                else:
+                    frames, principal = recv_from(self.backend, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                subscriber, prefix = batch.check_subscription(frames[1:])
+            except BatchError as exc:
+                self.drops.drop(exc.reason, str(exc))
+                continue
+            if subscriber != frames[0]:
+                self.drops.drop("bad subscription", "subscriber id does not match the connection's identity")
+                continue
+            if keyring is not None and not keyring.owns(principal, subscriber):
+                self.drops.drop("forged id", f"{principal} subscribed with the id {subscriber.hex()[:32]}, not its key's")
+                continue
+            if admission is not None and not admission.may_subscribe(principal, prefix):
+                self.drops.drop("refused: may not subscribe", f"{principal} to {prefix[:40]!r}")
+                continue
+            sub, new = self.subscribers.subscribe(subscriber, prefix, principal)
+            if sub is None:
+                self.drops.drop("too many subscribers", f"{len(self.subscribers)} subscribers already")
+            elif new:
+                self._beacon_to(sub, self._beacon_frames())
+
+    def revoke(self) -> list[Subscriber]:
+        """Drop every subscriber the permissions held no longer allow; those dropped."""
+        admission = self.admission
+        if admission is None:
+            return []
+        gone = [s for s in self.subscribers.all if not admission.may_subscribe(s.principal, s.prefix)]
+        for sub in gone:
+            self.subscribers.remove(sub)
+        return gone
+
+    def beacon(self) -> None:
+        """Tell every subscriber its subscription is live (and which exchange this is)."""
+        self.beacons += 1
+        frames = self._beacon_frames()
+        for sub in self.subscribers.all:
+            self._beacon_to(sub, frames)
+
+    def _beacon_frames(self) -> list[bytes]:
+        header = batch.pack_header(batch.BEACON, self.beacon_id, self.beacons, 0, timestamp_ns=time.time_ns())
+        return [b"", batch.CONTROL_TOPIC, header, self.name.encode()]
+
+    def _beacon_to(self, sub: Subscriber, frames: list[bytes]) -> None:
+        frames[0] = sub.ident
+        try:
+            self.backend.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # a full pipe: the next heartbeat's beacon; a gone peer: forgotten
+            if exc.errno != zmq.EAGAIN:
+                self.subscribers.remove(sub)
