@@ -7,6 +7,7 @@ every change it makes is decided by a pure function of the view and the request 
 :class:`Outcome`. Those cores are exported for the tests and for tools that want the same answers.
 """
 
+from gcm._acl import bootstrap, check, get_acl, grant, required, revoke
 from gcm._api import DECISIONS, READS, Api
 from gcm._broadcast import Broadcaster
 from gcm._config import GcmConfig
@@ -54,6 +55,12 @@ __all__ = [
     "remove_exchange",
     "set_rules",
     "set_thresholds",
+    "grant",
+    "revoke",
+    "get_acl",
+    "required",
+    "check",
+    "bootstrap",
     "HostLoss",
     "LostHosts",
     "MAX_AT_ONCE",

@@ -45,6 +45,8 @@ class GcmConfig:
         keyring: with ``secret_key``, the directory of the public keys that may connect
         admin: with ``secret_key``, the principal a cluster without permissions yet starts with as its
             administrator (allowed to administer, publish and subscribe; nobody else anything)
+        zk_auth: a file holding the cluster's ZooKeeper identity (``USER:PASSWORD``, its owner's only): the GCM
+            authenticates with it and the nodes it creates may be changed by it alone ("" = none)
     """
 
     zk: str
@@ -67,6 +69,7 @@ class GcmConfig:
     secret_key: str = ""
     keyring: str = ""
     admin: str = "admin"
+    zk_auth: str = ""
 
     def __post_init__(self) -> None:
         check_hosts(self.zk)

@@ -46,7 +46,7 @@ from roq.runtime import DropCounter, SignalWakeup
 from roq.http import HttpServer
 from roq.server import Dispatcher, PendingReplies, Request, RouterServer
 from roq.sockets import bind, poll_ms
-from roq.zk import Create, Paths, Session
+from roq.zk import Create, Paths, Session, ZkAuth
 
 __all__ = ["Gcm"]
 
@@ -68,7 +68,9 @@ class Gcm:
         self.config = config
         self.paths = Paths(config.root)
         self.id = config.gcm_id or f"gcm-{uuid.uuid4().hex[:6]}"
-        self.session = Session(config.zk, timeout=config.session_timeout)
+        # ConfigError: unsafe or unreadable ZooKeeper credentials
+        self.session = Session(config.zk, timeout=config.session_timeout,
+                               auth=ZkAuth.load(config.zk_auth) if config.zk_auth else None)
         self.election = Election(self.session, self.paths, GcmDoc(id=self.id, pid=os.getpid()))
         self._ctx = zmq.Context()
         self.drops = DropCounter(log, "gcm")

@@ -25,7 +25,7 @@ __all__ = ["HostManagerConfig", "ChildSettings", "MODULES"]
 MODULES = {"monitor": "monitor", "exchange": "exchange"}
 #: fields the host manager sets itself (an option may not)
 _OWN_MONITOR_FIELDS = ("address", "port", "queue", "zk", "root", "session_timeout", "kpi_archive", "secret_key",
-                       "keyring")
+                       "keyring", "zk_auth")
 _OWN_EXCHANGE_FIELDS = ("monitor", "address", "frontend_port", "backend_port", "exchange_id", "commands",
                         "secret_key", "keyring")
 #: a syntactically valid endpoint to check exchange options against, before any monitor is known
@@ -61,6 +61,8 @@ class HostManagerConfig:
         secret_key: the cluster's CURVE secret key file: its control port is served with CURVE, and so are its
             monitors' and exchanges', which it starts with the same key and keyring ("" = plaintext)
         keyring: with ``secret_key``, the directory of the public keys that may connect
+        zk_auth: a file holding the cluster's ZooKeeper identity (``USER:PASSWORD``): the host manager and its
+            monitors authenticate with it ("" = none)
     """
 
     zk: str
@@ -82,6 +84,7 @@ class HostManagerConfig:
     http_port: int = -1
     secret_key: str = ""
     keyring: str = ""
+    zk_auth: str = ""
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -129,7 +132,7 @@ class ChildSettings:
         c = self.config
         return MonitorConfig(address=c.address, port=port, queue=queue, zk=c.zk, root=c.root,
                              session_timeout=c.session_timeout, kpi_archive=c.kpi_archive, **self._curve,
-                             **self.monitor_options)
+                             zk_auth=os.path.abspath(c.zk_auth) if c.zk_auth else "", **self.monitor_options)
 
     def exchange(self, monitor: str, frontend_port: int, backend_port: int, name: str) -> ExchangeConfig:
         """The settings of an exchange named ``name`` reporting to ``monitor``, taking commands on stdin."""

@@ -38,7 +38,7 @@ from roq.runtime import DropCounter, SignalWakeup
 from roq.http import HttpServer
 from roq.server import Dispatcher, Request, RouterServer
 from roq.sockets import bind, check_endpoint, poll_ms
-from roq.zk import Paths, Session
+from roq.zk import Paths, Session, ZkAuth
 
 __all__ = ["HostManager"]
 
@@ -57,7 +57,9 @@ class HostManager:
         self.config = config
         self.paths = Paths(config.root)
         self.address = config.address
-        self.session = Session(config.zk, timeout=config.session_timeout)
+        # ConfigError: unsafe or unreadable ZooKeeper credentials
+        self.session = Session(config.zk, timeout=config.session_timeout,
+                               auth=ZkAuth.load(config.zk_auth) if config.zk_auth else None)
         archive = (ArchiveWriter(config.kpi_archive, HOSTS_PARTITION, f"host-{config.address}-{os.getpid()}")
                    if config.kpi_archive else None)
         self.host = HostSampler(config.address, config.max_exchanges, archive, config.cpus, config.link_bytes_per_s)

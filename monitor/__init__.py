@@ -15,6 +15,7 @@ from monitor._monitor import Monitor
 from monitor._moves import Mover
 from monitor._operators import MAX_STATUS_BYTES, fit
 from monitor._outbox import Event, GcmRequest, Outbox, Outgoing
+from monitor._permissions import NEEDS, Permissions
 from monitor._rule import Ewma, ExchangeLoad, LimitCase, Move, evaluate, saturation_mark
 from monitor._rules import Rules
 from monitor._topology import (
@@ -45,6 +46,8 @@ __all__ = [
     "EventLog",
     "QueueView",
     "Rules",
+    "Permissions",
+    "NEEDS",
     # what it knows, and its bounds
     "Topology",
     "ExchangeEntry",

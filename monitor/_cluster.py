@@ -29,7 +29,7 @@ from roq.curve import Curve
 from roq.documents import AclDoc, EventsDoc, GcmDoc, QueueDoc, RulesDoc
 from roq.errors import BrokerConnectionError, ProtocolError, ZooKeeperError
 from roq.rules import effective_rules
-from roq.zk import MAX_EVENTS, Paths, Session
+from roq.zk import MAX_EVENTS, Paths, Session, ZkAuth
 
 __all__ = ["ClusterLink", "FLUSH_PERIOD", "ANSWER_TIMEOUT"]
 
@@ -51,17 +51,18 @@ class ClusterLink:
         context: the monitor's ZeroMQ context.
         session_timeout: ZooKeeper session timeout.
         curve: the monitor's CURVE (it speaks to the GCM as the cluster), or None for plaintext.
+        auth: the cluster's ZooKeeper identity, or None.
 
     Raises:
         ConfigError: a malformed connection string or root.
     """
 
     def __init__(self, zk: str, root: str, queue: str, context: zmq.Context, *, session_timeout: float = 6.0,
-                 curve: Curve | None = None) -> None:
+                 curve: Curve | None = None, auth: ZkAuth | None = None) -> None:
         self.paths = Paths(root)
         self._curve = curve
         self.queue = queue
-        self.session = Session(zk, timeout=session_timeout)
+        self.session = Session(zk, timeout=session_timeout, auth=auth)
         self._ctx = context
         self.view = QueueView()
         self.leader = ""  # the GCM leader's management endpoint

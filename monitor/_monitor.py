@@ -35,6 +35,7 @@ from roq.kpi.records import EventRecord
 from roq.runtime import DropCounter, SignalWakeup
 from roq.server import Dispatcher, Request, RouterServer
 from roq.sockets import HandshakeWatch, bind, poll_ms
+from roq.zk import ZkAuth
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ class Monitor:
             self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops)
             if config.zk:
                 self.cluster = ClusterLink(config.zk, config.root, config.queue, self._ctx,
-                                           session_timeout=config.session_timeout, curve=self.curve)
+                                           session_timeout=config.session_timeout, curve=self.curve,
+                                           auth=ZkAuth.load(config.zk_auth) if config.zk_auth else None)
         except BaseException:
             if self.curve is not None:
                 self.curve.close()

@@ -58,9 +58,10 @@ class Driver:
 
     # ------------------------------------------------------------------ inputs
 
-    def send(self, msg: Message, identity: bytes = b"peer") -> Reply | None:
-        """Hand ``msg`` from ``identity`` to the core; the reply the peer gets, if any."""
-        return self.dispatcher.handle(msg, Request(None, (identity,)))
+    def send(self, msg: Message, identity: bytes = b"peer", principal: str | None = None) -> Reply | None:
+        """Hand ``msg`` from ``identity`` (with CURVE: of ``principal``) to the core; the reply the peer gets,
+        if any."""
+        return self.dispatcher.handle(msg, Request(None, (identity,), principal))
 
     def frame(self, body: bytes, identity: bytes = b"peer") -> Reply | None:
         """Hand a raw frame (decoded at the boundary, as the shell does); the reply the peer gets, if any."""
@@ -68,6 +69,7 @@ class Driver:
 
     def _serving(self, handler: Any) -> Any:
         def serve(msg: Any, request: Request) -> Reply | None:
+            self.core.permissions.check(msg, request.principal)  # as the shell does
             try:
                 return handler(msg, request.identity, self.now)
             finally:

@@ -231,6 +231,8 @@ class MonitorConfig:
         secret_key: the cluster's CURVE secret key file: the control port is served with CURVE, and the
             monitor connects to the GCM with it ("" = plaintext, anyone may connect).
         keyring: with ``secret_key``, the directory of the public keys that may connect.
+        zk_auth: a file holding the cluster's ZooKeeper identity (``USER:PASSWORD``): the monitor
+            authenticates with it ("" = none).
     """
 
     address: str = "127.0.0.1"
@@ -254,9 +256,10 @@ class MonitorConfig:
     archive_retention_days: float = 7.0
     secret_key: str = ""
     keyring: str = ""
+    zk_auth: str = ""
 
     def __post_init__(self) -> None:
-        _text(self, "address", "queue", "zk", "root", "kpi_archive")
+        _text(self, "address", "queue", "zk", "root", "kpi_archive", "zk_auth")
         check_curve_settings(self)
         _positive(self, "archive_retention_days", allow_zero=True)
         _positive(self, "session_timeout")

@@ -19,6 +19,7 @@ import stat
 import zmq.auth
 
 from roq.errors import ConfigError
+from roq.zk import ZkAuth
 
 __all__ = ["KeyPair", "new_keypair", "load_secret", "load_public", "load_credentials", "ClusterKeys",
            "PUBLIC_SUFFIX", "SECRET_SUFFIX", "CLUSTER_KEY"]
@@ -147,7 +148,8 @@ class ClusterKeys:
     * ``keyring/``: the public key of every client that may connect, ``NAME.key`` for the principal NAME
       (``--keyring``; a key removed there stops opening connections);
     * ``clients/NAME/``: a client's credentials (its pair and ``cluster.key``), what
-      ``client.connect(credentials=...)`` and ``roq --credentials`` take.
+      ``client.connect(credentials=...)`` and ``roq --credentials`` take;
+    * ``zookeeper.secret``: the cluster's identity in ZooKeeper (:class:`roq.zk.ZkAuth`, ``--zk-auth``).
 
     Raises:
         ConfigError: the directory cannot be made or written.
@@ -158,6 +160,7 @@ class ClusterKeys:
         self.secret_key = os.path.join(self.directory, "cluster" + SECRET_SUFFIX)
         self.public_key = os.path.join(self.directory, CLUSTER_KEY)
         self.keyring = os.path.join(self.directory, "keyring")
+        self.zk_auth = os.path.join(self.directory, "zookeeper.secret")
 
     def ensure(self) -> list[str]:
         """Make the cluster's pair and its keyring if missing; the paths made (none when all were there).
@@ -175,6 +178,10 @@ class ClusterKeys:
             except OSError as exc:
                 raise ConfigError(f"cannot make the keyring {self.keyring}: {exc.strerror or exc}") from exc
             made.append(self.keyring)
+        if not os.path.exists(self.zk_auth):
+            ZkAuth.new(self.zk_auth)
+            made.append(self.zk_auth)
+        ZkAuth.load(self.zk_auth)  # unsafe or malformed: refused here too
         return made
 
     def credentials(self, name: str) -> str:

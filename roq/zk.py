@@ -36,6 +36,7 @@ import dataclasses
 import logging
 import os
 import re
+import secrets
 import threading
 from collections import deque
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -45,6 +46,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
+from kazoo.security import make_acl, make_digest_acl
 
 from roq.errors import (
     BrokerConnectionError,
@@ -59,6 +61,7 @@ from roq.errors import (
 __all__ = [
     "Paths",
     "Session",
+    "ZkAuth",
     "Create",
     "SetData",
     "Delete",
@@ -213,6 +216,62 @@ def _mapped(what: str) -> Iterator[None]:
 _RACES = 5  # reads again of a node that appeared between a read and the watch set for its creation
 
 
+@dataclasses.dataclass(frozen=True)
+class ZkAuth:
+    """The cluster's identity in ZooKeeper (the ``digest`` scheme): its processes authenticate with it, and the
+    nodes they create may be changed by it alone; anyone may read them (nothing secret is kept in ZooKeeper:
+    keys stay in files). A file holds it, ``USER:PASSWORD`` on one line, readable by its owner only."""
+
+    user: str
+    password: str
+
+    def __repr__(self) -> str:  # never the password
+        return f"ZkAuth(user={self.user!r})"
+
+    def acl(self) -> list[Any]:
+        """The ACL of every node the cluster creates: all to the cluster, read to anyone."""
+        return [make_digest_acl(self.user, self.password, all=True), make_acl("world", "anyone", read=True)]
+
+    @classmethod
+    def load(cls, path: str) -> ZkAuth:
+        """The identity in the file ``path``.
+
+        Raises:
+            ConfigError: missing or unreadable, readable by others, or not ``USER:PASSWORD``.
+        """
+        try:
+            mode = os.stat(path).st_mode
+            with open(path, encoding="utf-8") as f:
+                text = f.read(1024).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"ZooKeeper credentials {path!r} cannot be read: {exc}") from exc
+        if mode & 0o077:
+            raise ConfigError(f"ZooKeeper credentials {path!r} may be read by others (mode {mode & 0o777:o}): "
+                              f"refused; chmod 600 {path}")
+        user, sep, password = text.partition(":")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", user) or not 16 <= len(password) <= 256 or \
+                "\n" in password:
+            raise ConfigError(f"ZooKeeper credentials {path!r} must be one line USER:PASSWORD (a password of 16 to "
+                              "256 characters)")
+        return cls(user, password)
+
+    @classmethod
+    def new(cls, path: str, user: str = "roq") -> ZkAuth:
+        """Write a new identity with a random password into ``path`` (a new file, its owner's only).
+
+        Raises:
+            ConfigError: the file exists or cannot be written.
+        """
+        auth = cls(user, secrets.token_urlsafe(32))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(f"{auth.user}:{auth.password}\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot write ZooKeeper credentials {path!r}: {exc.strerror or exc}") from exc
+        return auth
+
+
 class Session:
     """A ZooKeeper session whose watch and session events wake a poll loop; every call is mapped.
 
@@ -227,6 +286,8 @@ class Session:
     Args:
         hosts: ZooKeeper connection string (``host:port[,host:port...]``).
         timeout: the session timeout in seconds: ephemeral nodes vanish this long after the process dies.
+        auth: the cluster's identity: the session authenticates with it and every node it creates carries its
+            ACL (None: no authentication, nodes open to anyone).
     """
 
     @contextlib.contextmanager
@@ -239,7 +300,7 @@ class Session:
         with _mapped(what):
             yield
 
-    def __init__(self, hosts: str, *, timeout: float = 6.0) -> None:
+    def __init__(self, hosts: str, *, timeout: float = 6.0, auth: ZkAuth | None = None) -> None:
         self.hosts = check_hosts(hosts)
         self.timeout = timeout
         self._zk = KazooClient(
@@ -247,6 +308,8 @@ class Session:
             timeout=timeout,
             connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
             command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0},
+            auth_data=[("digest", f"{auth.user}:{auth.password}")] if auth is not None else None,
+            default_acl=auth.acl() if auth is not None else None,
         )
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)

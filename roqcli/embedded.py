@@ -365,7 +365,7 @@ def secure(directory: str, *args: list[str]) -> tuple[ClusterKeys, str]:
     keys = ClusterKeys(directory or tempfile.mkdtemp(prefix="roq-keys-"))
     log.info("cluster keys in %s (made: %s)", keys.directory, ", ".join(keys.ensure()) or "none")
     for flags in args:
-        flags += ["--secret-key", keys.secret_key, "--keyring", keys.keyring]
+        flags += ["--secret-key", keys.secret_key, "--keyring", keys.keyring, "--zk-auth", keys.zk_auth]
     return keys, keys.client("admin")
 
 

@@ -197,7 +197,7 @@ def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int
 
 def _curve(directory: str) -> tuple[list[str], Any]:
     """Keys for (j): the cluster's pair and a client's in ``directory``, the client's public key in a keyring;
-    the exchange's flags and the client's :class:`~roq.config.CurveClient`."""
+    the monitor's and the exchange's flags and the client's :class:`~roq.config.CurveClient`."""
     from roq import keys
     from roq.config import CurveClient
 
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
         log_dir = tempfile.mkdtemp(prefix="roq-bench-")
         exchange_args, curve = _curve(log_dir) if label == "j" else ([], None)
         with LocalCluster(address="127.0.0.11", exchanges=exchanges, log_dir=log_dir, exchange_args=exchange_args,
-                          monitor_args=["--no-relocation-rule"]) as cluster:
+                          monitor_args=["--no-relocation-rule", *exchange_args], curve=curve) as cluster:
             progress(f"({label}) RoQ throughput")
             raw = bench_roq(cluster, "throughput", pubs, subs, n, 0, 0, size, many, curve)
             r = throughput(name, raw, n * subs)

@@ -48,6 +48,8 @@ import bson
 import zmq
 
 from roq import batch, control, management  # noqa: F401  (management registers the GCM's commands)
+from roq.config import CurveClient
+from roq.zap import identity_for
 
 __all__ = ["Target", "sweep", "fuzz_round", "wrong_values", "command_variants", "broken_batches",
            "broken_subscriptions", "Tally"]
@@ -361,10 +363,12 @@ def raw_payloads(rng: random.Random) -> list[tuple[str, bytes]]:
 
 
 class _Sockets:
-    """ZeroMQ sockets of the fuzzer, every one closed at once with linger 0."""
+    """ZeroMQ sockets of the fuzzer, every one closed at once with linger 0; with ``curve``, CURVE clients with
+    those keys (their garbage then gets past the handshake and the ZAP handler, as a principal's)."""
 
-    def __init__(self, ctx: zmq.Context) -> None:
+    def __init__(self, ctx: zmq.Context, curve: CurveClient | None = None) -> None:
         self.ctx = ctx
+        self.curve = curve
         self.open: list[zmq.Socket] = []
 
     def connect(self, kind: int, endpoint: str, *, replies: bool = False, peer: int = zmq.ROUTER) -> zmq.Socket:
@@ -376,8 +380,11 @@ class _Sockets:
         sock.setsockopt(zmq.SNDHWM, 100_000)
         # replies that are not read are dropped at the peer
         sock.setsockopt(zmq.RCVHWM, 100_000 if replies else 10)
-        if kind == zmq.DEALER:
-            sock.setsockopt(zmq.ROUTING_ID, os.urandom(16))
+        if kind == zmq.DEALER:  # with CURVE, half of them with an id of the key's own: past the forgery check
+            own = self.curve is not None and random.random() < 0.5
+            sock.setsockopt(zmq.ROUTING_ID, identity_for(self.curve.public_key.encode()) if own else os.urandom(16))
+        if self.curve is not None:
+            self.curve.apply(sock)
         if kind == zmq.SUB:
             sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.connect(endpoint)
@@ -394,6 +401,47 @@ class _Sockets:
         for sock in self.open:
             sock.close()
         self.open.clear()
+
+
+def strangers(targets: list[Target], seed: int, server_key: bytes, *, per_target: int = 10) -> Tally:
+    """CURVE handshakes that must fail, to every ZeroMQ target: keys no keyring holds (ZAP refuses them), a
+    wrong server key (the server cannot read the hello), the NULL and PLAIN mechanisms, each then sending
+    random frames that must never arrive."""
+    rng = random.Random(seed)
+    tally = Tally()
+    ctx = zmq.Context()
+    open_: list[zmq.Socket] = []
+    try:
+        for target in targets:
+            if target.kind == "http":
+                continue
+            for i in range(per_target):
+                sock = ctx.socket(zmq.SUB if target.kind == "pub" else zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                open_.append(sock)
+                how = ("unknown key", "wrong server key", "plain", "null")[i % 4]
+                if how in ("unknown key", "wrong server key"):
+                    public, secret = zmq.curve_keypair()
+                    sock.curve_serverkey = server_key if how == "unknown key" else zmq.curve_keypair()[0]
+                    sock.curve_publickey, sock.curve_secretkey = public, secret
+                elif how == "plain":
+                    sock.plain_username, sock.plain_password = b"admin", os.urandom(8)
+                if target.kind == "pub":
+                    sock.setsockopt(zmq.SUBSCRIBE, b"")
+                sock.connect(target.endpoint)
+                if target.kind != "pub":
+                    frames = [os.urandom(rng.choice((0, 1, 52, 300))) for _ in range(rng.randint(1, 4))]
+                    try:
+                        sock.send_multipart(frames, zmq.NOBLOCK)
+                    except zmq.ZMQError:
+                        pass
+                tally.add(f"CURVE handshakes: {how}")
+        time.sleep(0.2)  # let the handshakes be made (and refused) before the sockets close
+    finally:
+        for sock in open_:
+            sock.close()
+        ctx.term()
+    return tally
 
 
 def sweep(targets: list[Target], queue: str, *, huge: bool = True) -> Tally:
@@ -477,15 +525,17 @@ def _answers(sock: zmq.Socket, expected: int, tally: Tally) -> None:
     tally.add("answered", got)
 
 
-def fuzz_round(targets: list[Target], seed: int, queue: str, *, per_target: int = 40) -> Tally:
+def fuzz_round(targets: list[Target], seed: int, queue: str, *, per_target: int = 40,
+               curve: CurveClient | None = None) -> Tally:
     """One seed's random mix: ``per_target`` items for each target, each a random pick of a family (random
-    frames from a random socket type, a command variant, a bad value, a broken batch, raw bytes)."""
+    frames from a random socket type, a command variant, a bad value, a broken batch, raw bytes); with
+    ``curve``, sent by CURVE clients with those keys."""
     rng = random.Random(seed)
     tally = Tally()
     variants = list(command_variants())
     values = list(bad_values(queue))
     ctx = zmq.Context()
-    socks = _Sockets(ctx)
+    socks = _Sockets(ctx, curve)
     try:
         for target in targets:
             if target.kind == "http":

@@ -20,7 +20,8 @@ READY_S = 60.0
 def _running(cluster: Any, name: str) -> bool:
     """Whether queue ``name``'s monitor answers and has an exchange."""
     try:
-        with client.connect(monitor=cluster.manager.lookup(name), timeout=2.0) as conn:
+        with client.connect(monitor=cluster.manager.lookup(name), timeout=2.0,
+                            credentials=getattr(cluster, "credentials", None)) as conn:
             return bool(conn.status(timeout=2.0)["exchanges"])
     except RoQError:
         return False
@@ -40,8 +41,10 @@ class Queue:
         if rules:
             cluster.manager.set_rules(name, rules)
         self.monitor = cluster.manager.lookup(name)
-        self.conn = cluster.connect(name) if follow else client.connect(monitor=self.monitor)
+        credentials = getattr(cluster, "credentials", None)  # a secure cluster's admin's
+        self.conn = cluster.connect(name) if follow else client.connect(monitor=self.monitor, credentials=credentials)
         self.where = ("", "--zk", cluster.zk, "--queue", name, "--root", cluster.root) if follow else (self.monitor,)
+        self.where += ("--credentials", credentials) if credentials else ()
         self.pubs: list[Any] = []
         self.subs: list[Any] = []
         self.sent: dict[str, dict[str, int]] = {}

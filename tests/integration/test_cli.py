@@ -63,12 +63,19 @@ def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
         os.environ["ROQ_CREDENTIALS"] = admin  # for every roq below
         bob = roq("keys", "client", "bob", "--keys", str(keys))
         assert bob.returncode == 0 and str(keys / "clients" / "bob") in bob.stdout, bob.stderr
-        wait_until(lambda: roq("queue", "list", "--zk", zk, "--timeout", "3",
-                               credentials=str(keys / "clients" / "bob")).returncode == 0, 30, "bob admitted")
+        as_bob = str(keys / "clients" / "bob")
+        # admitted by the keyring (within a second), but allowed nothing: a clear refusal, until granted
+        wait_until(lambda: "bob may not admin" in roq("queue", "list", "--zk", zk, "--timeout", "3",
+                                                      credentials=as_bob).stderr, 30, "bob's key admitted")
+        granted = roq("acl", "grant", "bob", "admin", "--zk", zk)
+        assert granted.returncode == 0 and "allow admin     to bob" in granted.stdout, granted.stderr
+        assert roq("queue", "list", "--zk", zk, credentials=as_bob).returncode == 0
+        listed = roq("acl", "list", "--zk", zk, "--json")
+        assert {"principal": "bob", "permission": "admin", "queues": "*", "allow": True, "prefixes": []} in json.loads(
+            listed.stdout)
         assert roq("keys", "revoke", "bob", "--keys", str(keys)).returncode == 0
         wait_until(lambda: "refused this client's key" in roq("queue", "list", "--zk", zk, "--timeout", "3",
-                                                               credentials=str(keys / "clients" / "bob")).stderr,
-                   30, "bob refused")
+                                                               credentials=as_bob).stderr, 30, "bob's key refused")
 
         made = roq("queue", "create", "orders", "--host", "127.0.0.11", "--zk", zk, "--exchanges", "2")
         assert made.returncode == 0, made.stderr

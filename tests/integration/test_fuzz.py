@@ -54,6 +54,17 @@ def _rss(pids: dict[str, int]) -> dict[str, int]:
     return {name: psutil.Process(pid).memory_info().rss for name, pid in pids.items()}
 
 
+def _fresh_run_is_exact(loads, q: Queue) -> None:
+    """A fresh audited run of 10,000 records through ``q`` arrives exactly."""
+    sub = loads.start("subscribe", *q.where, "--idle-exit", "3")
+    pub = loads.start("publish", *q.where, "--count", "10000", "--rate", "5000", "--keys", "fresh,again")
+    report = loads.report(pub)
+    assert report["error"] == "" and sum(report["keys"].values()) == 10_000, report
+    audit = compare(loads.report(sub)["audit"], {report["publisher"]: report["keys"]})
+    assert (audit["expected"], audit["received"], audit["lost"], audit["duplicated"], audit["reordered"]) == (
+        10_000, 10_000, 0, 0, 0), audit
+
+
 @pytest.mark.timeout(240 + 3 * len(SEEDS))
 def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, loads):
     cluster = make_embedded(hosts=2, gcms=2)
@@ -89,15 +100,44 @@ def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, lo
     audits = q.audit()  # the load that ran through all of it
     assert audits[0]["expected"] > 1000
 
-    # and a fresh run of 10,000 records is exact
-    sub = loads.start("subscribe", *q.where, "--idle-exit", "3")
-    pub = loads.start("publish", *q.where, "--count", "10000", "--rate", "5000", "--keys", "fresh,again")
-    report = loads.report(pub)
-    assert report["error"] == "" and sum(report["keys"].values()) == 10_000, report
-    audit = compare(loads.report(sub)["audit"], {report["publisher"]: report["keys"]})
-    assert (audit["expected"], audit["received"], audit["lost"], audit["duplicated"], audit["reordered"]) == (
-        10_000, 10_000, 0, 0, 0), audit
+    _fresh_run_is_exact(loads, q)
     wait_until(lambda: _processes(cluster, q) == before, 5, "still the same processes")
     for target in [t for t in targets if t.kind == "http"]:  # the HTTP ports serve on
         assert fuzz.send_raw(target.endpoint, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n", wait=2.0).startswith(
             b"HTTP/1.1 200"), target
+
+
+@pytest.mark.timeout(240)
+def test_garbage_and_strangers_handshakes_at_a_secure_cluster_kill_nothing_and_lose_nothing(make_embedded, loads):
+    """The same at a cluster that serves CURVE everywhere: garbage from clients without keys dies at the
+    handshake; handshakes with unknown keys, a wrong server key or another mechanism are refused (ZAP, or the
+    handshake itself) and counted; garbage from a key of the keyring without permissions reaches the
+    dispatchers and is refused there; and the audited load through all of it, and a fresh run, are exact."""
+    from roq.config import CurveClient
+
+    cluster = make_embedded(hosts=2, gcms=1, secure=True)
+    q = Queue(cluster, loads, "fuzzq", "127.0.0.11", min_exchanges=2, max_exchanges_per_host=1, host_cpu_percent=100)
+    q.wait(lambda s: len(s["exchanges"]) == 2, 30, "the queue's two exchanges, one per host")
+    q.subscribe()
+    q.publish(400, "a,b")
+    q.wait(lambda s: sum(x["records_per_s"] for x in s["exchanges"]) > 200, 20, "the load flowing")
+    targets = _targets(cluster, q)
+    before = _processes(cluster, q)
+    mallory = CurveClient.load(cluster.keys.client("mallory"))  # in the keyring, allowed nothing
+    server_key = mallory.server_key.encode()
+    tally = fuzz.Tally()
+    for seed in range(5):
+        for part in (fuzz.fuzz_round(targets, seed, "fuzzq"), fuzz.fuzz_round(targets, seed, "fuzzq", curve=mallory),
+                     fuzz.strangers(targets, seed, server_key)):
+            tally.counts.update({k: tally.counts.get(k, 0) + v for k, v in part.counts.items()})
+    print(f"sent {tally.total:,} pieces of garbage and handshakes: {tally.counts}")
+    assert _processes(cluster, q) == before
+    assert [x["Name"] for x in cluster.manager.list()] == ["fuzzq"]
+    audits = q.audit()
+    assert audits[0]["expected"] > 1000
+    logs = ""
+    for root, _, files in os.walk(cluster.log_dir):
+        logs += "".join(open(os.path.join(root, f), errors="replace").read() for f in files if f.endswith(".log"))
+    for reason in ("refused: unknown key", "refused: no permission", "bad connection"):
+        assert reason in logs, reason
+    _fresh_run_is_exact(loads, q)

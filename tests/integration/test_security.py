@@ -125,7 +125,7 @@ def test_garbage_and_strange_keys_at_a_curve_exchange_kill_nothing_and_lose_noth
     assert log.count("refused: unknown key") >= 1  # counted (the log line is rate-limited)
 
 
-def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_embedded, tmp_path):
+def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_embedded, tmp_path, kz, zookeeper):
     """CURVE on every socket of a whole cluster (GCM, host managers, monitors, exchanges): the admin's
     credentials create a queue and move records through it; a stranger (no key, or a key the keyring does not
     hold) gets a clear error from the GCM's management and look-up ports and from the monitor, and the refusals
@@ -194,6 +194,25 @@ def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_
         with pytest.raises(BrokerConnectionError, match="refused this client.s key"):
             cluster.wait_for(lambda: manager.lookup("orders", timeout=3) and False, 5, "bob refused")
     assert cluster.manager.list()[0]["Name"] == "orders"  # the admin's requests still go through
+    # ZooKeeper: anyone may read the topology, only the cluster's identity may change it
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+
+    root = cluster.root
+    assert kz.get(f"{root}/queues/orders")[0]
+    wrong = KazooClient(hosts=zookeeper.hosts, auth_data=[("digest", "roq:not-the-password-at-all")])
+    wrong.start(timeout=10)
+    try:
+        for zk in (kz, wrong):
+            for write in (lambda: zk.set(f"{root}/queues/orders", b"{}"), lambda: zk.set(f"{root}/acl", b"{}"),
+                          lambda: zk.create(f"{root}/queues/evil", b"{}"),
+                          lambda: zk.delete(f"{root}/queues/orders", recursive=True)):
+                with pytest.raises(NoAuthError):
+                    write()
+    finally:
+        wrong.stop()
+        wrong.close()
+    assert [q["Name"] for q in cluster.manager.list()] == ["orders"]
     gcm_log = open(os.path.join(cluster.log_dir, "gcm1.log")).read()
     assert "refused: unknown key" in gcm_log
 

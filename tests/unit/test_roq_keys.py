@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from roq.errors import ConfigError
-from roq.keys import load_public, load_secret, new_keypair
+from roq.keys import load_credentials, load_public, load_secret, new_keypair
 
 
 def mode(path: str) -> int:
@@ -85,3 +85,24 @@ def test_credentials_are_one_secret_key_beside_the_cluster_key_and_anything_else
         load_credentials(pair.secret_path)
     with pytest.raises(ConfigError, match="cannot be read"):
         load_credentials(str(tmp_path / "missing"))
+
+
+def test_a_clusters_keys_are_made_once_with_safe_modes_and_a_client_is_admitted_and_revoked(tmp_path):
+    from roq.keys import ClusterKeys
+
+    cluster = ClusterKeys(str(tmp_path / "cluster"))
+    made = cluster.ensure()
+    assert made == [cluster.secret_key, cluster.keyring, cluster.zk_auth] and cluster.ensure() == []
+    assert oct(os.stat(cluster.zk_auth).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(cluster.directory).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(cluster.secret_key).st_mode & 0o777) == "0o600"
+    path = cluster.client("alice")
+    assert cluster.client("alice") == path  # once
+    server, mine = load_credentials(path)
+    assert server == load_public(cluster.public_key) and mine.secret is not None
+    assert os.path.exists(os.path.join(cluster.keyring, "alice.key"))
+    assert cluster.revoke("alice") and not cluster.revoke("alice")
+    assert os.path.exists(os.path.join(path, "alice.key_secret"))  # the credentials stay
+    os.chmod(cluster.secret_key, 0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        cluster.ensure()
