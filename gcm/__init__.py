@@ -21,10 +21,11 @@ from gcm._reads import exists, get_events, get_rules, get_thresholds, list_hosts
 from gcm._rules import MAX_EVIDENCE, set_rules, set_thresholds
 from gcm._scaling import remove_exchange, scale_out
 from gcm._stats import StatsAsks, stats_reply
+from gcm._tokens import Tokens
 from gcm._view import HostView, QueueView, View, checked_name
 from gcm._census import Census, Snapshot
 from gcm._feed import LiveFeed
-from gcm._http import STATUS, HttpApi, read_token
+from gcm._http import ANONYMOUS, STATUS, HttpApi, read_token
 from gcm._metrics import Exposition, families, queue_lines, render
 from gcm._openapi import ROUTES, document
 from gcm._shapes import snake
@@ -96,6 +97,8 @@ __all__ = [
     "ROUTES",
     "document",
     "read_token",
+    "ANONYMOUS",
+    "Tokens",
     "snake",
     "Census",
     "Snapshot",

@@ -45,6 +45,8 @@ class GcmConfig:
         keyring: with ``secret_key``, the directory of the public keys that may connect
         admin: with ``secret_key``, the principal a cluster without permissions yet starts with as its
             administrator (allowed to administer, publish and subscribe; nobody else anything)
+        api_tokens: a directory of bearer tokens for the HTTP API, ``NAME.token`` for the principal NAME (read again
+            when it changes); ``api_token_file`` is the ``admin``'s ("" = none)
         zk_auth: a file holding the cluster's ZooKeeper identity (``USER:PASSWORD``, its owner's only): the GCM
             authenticates with it and the nodes it creates may be changed by it alone ("" = none)
     """
@@ -70,6 +72,7 @@ class GcmConfig:
     keyring: str = ""
     admin: str = "admin"
     zk_auth: str = ""
+    api_tokens: str = ""
 
     def __post_init__(self) -> None:
         check_hosts(self.zk)

@@ -31,6 +31,7 @@ from gcm._election import Election
 from gcm._census import Census
 from gcm._events import EventLog
 from gcm._http import HttpApi, read_token
+from gcm._tokens import Tokens
 from gcm._hostloss import HostLoss
 from gcm._lifecycle import finish_removals
 from gcm._outcome import READY, REMOVED, STOPPED, Outcome, Wait
@@ -94,8 +95,9 @@ class Gcm:
         if config.http_port >= 0:
             dispatcher = Dispatcher(f"gcm {self.id} http", api.handlers("http"), self.drops,
                                     max_bytes=m.MAX_REQUEST_BYTES)
-            self.http_api = HttpApi(self, dispatcher, token=read_token(config.api_token_file),
-                                    top=config.metrics_top)
+            token = read_token(config.api_token_file)
+            self.http_api = HttpApi(self, dispatcher, token=token, top=config.metrics_top, secure=self.curve is not None,
+                                    tokens=Tokens(token, config.admin, config.api_tokens))
             self.census.on_status = self.http_api.census_taken
             self.census.on_round = self.http_api.feed.tick
             self.http = HttpServer(self.http_api.handle, where=f"gcm {self.id} http", drops=self.drops,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import hmac
 import importlib.resources
 import os
 import re
@@ -29,6 +28,7 @@ from gcm._events import MAX_LIMIT
 from gcm._metrics import CONTENT_TYPE, Exposition
 from gcm._openapi import API, ROUTES, document
 from gcm._shapes import snake
+from gcm._tokens import Tokens
 from gcm._view import View
 from roq import management as m
 from roq.control import Message, Reply
@@ -39,13 +39,15 @@ from roq.rules import DEFAULT_RULES
 from roq.server import Dispatcher, Request
 from roq.status import latency, live_subscribers, number, rate, traffic
 
-__all__ = ["HttpApi", "HttpShell", "STATUS", "read_token", "MIN_TOKEN"]
+__all__ = ["HttpApi", "HttpShell", "STATUS", "read_token", "MIN_TOKEN", "ANONYMOUS"]
 
 #: RESULT code -> HTTP status (NOT_LEADER is a redirect to the leader)
 STATUS = {Result.OK: 200, Result.BAD_REQUEST: 400, Result.UNKNOWN_COMMAND: 400, Result.NOT_FOUND: 404,
           Result.CONFLICT: 409, Result.FORBIDDEN: 403, Result.UNAVAILABLE: 503, Result.FAIL: 500, Result.NOT_LEADER: 503}
 WRITES = ("POST", "PUT", "DELETE", "PATCH")
 MIN_TOKEN = 16  # characters of a bearer token, at least
+#: the principal of an HTTP request without a token in a secure cluster (nothing is allowed it unless granted)
+ANONYMOUS = "anonymous"
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'"
 STATIC_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 STATIC_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
@@ -90,16 +92,22 @@ class HttpApi:
         shell: the GCM.
         dispatcher: the management API's dispatcher (the handlers of the "http" port: a standby's refusal
             names the leader's HTTP URL).
-        token: the bearer token of write methods ("" = writes are refused).
+        token: the administrator's bearer token ("" = none).
         top: publishers and subscribers per queue with series of their own in the metrics.
         clock: wall clock.
+        tokens: every principal's bearer token (default: ``token`` alone, the administrator's).
+        secure: the cluster checks principals (CURVE): every API call is made as the principal of its bearer
+            token, or as ``anonymous`` without one, and the permissions decide; else reads are open and writes
+            need a token.
     """
 
     def __init__(self, shell: HttpShell, dispatcher: Dispatcher, *, token: str, top: int,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tokens: Tokens | None = None, secure: bool = False) -> None:
         self.shell = shell
         self.dispatcher = dispatcher
-        self.token = token
+        self.tokens = tokens if tokens is not None else Tokens(token)
+        self.secure = secure
+        self._principal: str | None = None  # the caller of the request being handled (the loop has one thread)
         self.clock = clock
         self.feed = LiveFeed(shell, clock)
         self.exposition = Exposition(top)
@@ -121,28 +129,32 @@ class HttpApi:
                                           allow=allow).with_headers(("allow", allow))
             if req.path.startswith(API) and not self.shell.leading:
                 return self._not_leader(req)
-            if method in WRITES:
-                refused = self._authorize(req)
-                if refused is not None:
-                    return refused
+            refused, self._principal = self._authorize(req, method in WRITES)
+            if refused is not None:
+                return refused
             try:
                 return getattr(self, handler)(req, later, **match.groupdict())
             except ConfigError as exc:  # a bad parameter or body: the message names it
                 return HttpResponse.error(400, str(exc))
         return HttpResponse.error(404, f"no such resource: {req.path[:200]}")
 
-    def _authorize(self, req: HttpRequest) -> HttpResponse | None:
-        if not self.token:
-            return HttpResponse.error(403, "writes over HTTP are disabled: the GCM has no api_token_file")
+    def _authorize(self, req: HttpRequest, write: bool) -> tuple[HttpResponse | None, str | None]:
+        """The refusal of a request whose token is wrong or missing where one is needed, else its principal
+        (None: not checked)."""
         scheme, _, given = req.headers.get("authorization", "").partition(" ")
+        if not given and not write:
+            return None, ANONYMOUS if self.secure else None
+        if write and not self.tokens:
+            return HttpResponse.error(403, "writes over HTTP are disabled: the GCM has no api_token_file"), None
         if scheme.lower() != "bearer" or not given:
             return HttpResponse.error(401, "this method needs 'Authorization: Bearer <token>'").with_headers(
-                ("www-authenticate", 'Bearer realm="roq"'))
-        if not hmac.compare_digest(given.strip().encode(), self.token.encode()):
+                ("www-authenticate", 'Bearer realm="roq"')), None
+        principal = self.tokens.principal(given.strip())
+        if principal is None:
             self.dispatcher.drops.drop("HTTP token refused", req.peer)
             return HttpResponse.error(401, "the bearer token is not this cluster's").with_headers(
-                ("www-authenticate", 'Bearer realm="roq", error="invalid_token"'))
-        return None
+                ("www-authenticate", 'Bearer realm="roq", error="invalid_token"')), None
+        return None, principal if self.secure else None
 
     def _not_leader(self, req: HttpRequest) -> HttpResponse:
         leader = self.shell.leader
@@ -160,7 +172,7 @@ class HttpApi:
         def respond(reply: Reply) -> HttpResponse:
             return ok(reply) if reply.ok else self.refusal(reply)
 
-        reply = self.dispatcher.handle(msg, Request(_Answer(later, respond), ()))
+        reply = self.dispatcher.handle(msg, Request(_Answer(later, respond), (), self._principal))
         return None if reply is None else respond(reply)
 
     def refusal(self, reply: Reply) -> HttpResponse:

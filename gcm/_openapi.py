@@ -172,7 +172,8 @@ SCHEMAS: dict[str, Any] = {
 }
 
 _ERRORS = {400: "bad request: the message names the parameter or key", 401: "no bearer token, or not this "
-           "cluster's", 403: "writes over HTTP are disabled (no api_token_file)", 404: "no such queue or host",
+           "cluster's", 403: "the caller may not do this (a secure cluster: the comment names the rule; without a "
+           "token the caller is 'anonymous'), or writes over HTTP are disabled (no api_token_file)", 404: "no such queue or host",
            405: "method not allowed on this path", 409: "the queue's state forbids it (being removed...)",
            413: "the body is over 1 MiB", 500: "an internal error; nothing was done",
            503: "ZooKeeper or the queue's monitor is unavailable, or no leader is elected; retry"}
@@ -192,7 +193,7 @@ def document() -> dict[str, Any]:
             }
             if op.status == 201:
                 responses["200"] = responses["201"]
-            errors = {400, 500, 503, *op.errors} if route.path.startswith(API) else {500, 503, *op.errors}
+            errors = {400, 401, 403, 500, 503, *op.errors} if route.path.startswith(API) else {500, 503, *op.errors}
             for status in sorted(errors):
                 responses[str(status)] = {"description": _ERRORS[status],
                                           "content": {"application/json": {"schema": _ref("Error")}}}

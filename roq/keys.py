@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import secrets
 import shutil
 import stat
 
@@ -22,12 +23,14 @@ from roq.errors import ConfigError
 from roq.zk import ZkAuth
 
 __all__ = ["KeyPair", "new_keypair", "load_secret", "load_public", "load_credentials", "ClusterKeys",
-           "PUBLIC_SUFFIX", "SECRET_SUFFIX", "CLUSTER_KEY"]
+           "PUBLIC_SUFFIX", "SECRET_SUFFIX", "CLUSTER_KEY", "TOKEN_SUFFIX"]
 
 PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
 #: The cluster's public key in a client's credentials directory.
 CLUSTER_KEY = "cluster" + ".key"
+#: A principal's bearer token for the HTTP API.
+TOKEN_SUFFIX = ".token"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -148,7 +151,8 @@ class ClusterKeys:
     * ``keyring/``: the public key of every client that may connect, ``NAME.key`` for the principal NAME
       (``--keyring``; a key removed there stops opening connections);
     * ``clients/NAME/``: a client's credentials (its pair and ``cluster.key``), what
-      ``client.connect(credentials=...)`` and ``roq --credentials`` take;
+      ``client.connect(credentials=...)`` and ``roq --credentials`` take, and its bearer token for the HTTP API
+      (``NAME.token``), which ``tokens/`` holds too (``--api-tokens``);
     * ``zookeeper.secret``: the cluster's identity in ZooKeeper (:class:`roq.zk.ZkAuth`, ``--zk-auth``).
 
     Raises:
@@ -161,6 +165,7 @@ class ClusterKeys:
         self.public_key = os.path.join(self.directory, CLUSTER_KEY)
         self.keyring = os.path.join(self.directory, "keyring")
         self.zk_auth = os.path.join(self.directory, "zookeeper.secret")
+        self.tokens = os.path.join(self.directory, "tokens")
 
     def ensure(self) -> list[str]:
         """Make the cluster's pair and its keyring if missing; the paths made (none when all were there).
@@ -172,12 +177,13 @@ class ClusterKeys:
         if not os.path.exists(self.secret_key):
             made += [new_keypair(self.directory, "cluster", overwrite=True).secret_path]
         load_secret(self.secret_key)  # an unsafe one is refused here, before any process starts with it
-        if not os.path.isdir(self.keyring):
-            try:
-                os.makedirs(self.keyring, mode=0o700, exist_ok=True)
-            except OSError as exc:
-                raise ConfigError(f"cannot make the keyring {self.keyring}: {exc.strerror or exc}") from exc
-            made.append(self.keyring)
+        for directory in (self.keyring, self.tokens):
+            if not os.path.isdir(directory):
+                try:
+                    os.makedirs(directory, mode=0o700, exist_ok=True)
+                except OSError as exc:
+                    raise ConfigError(f"cannot make {directory}: {exc.strerror or exc}") from exc
+                made.append(directory)
         if not os.path.exists(self.zk_auth):
             ZkAuth.new(self.zk_auth)
             made.append(self.zk_auth)
@@ -201,12 +207,24 @@ class ClusterKeys:
             try:
                 shutil.copyfile(self.public_key, os.path.join(path, CLUSTER_KEY))
                 shutil.copyfile(pair.public_path, os.path.join(self.keyring, name + PUBLIC_SUFFIX))
+                token = secrets.token_urlsafe(32) + "\n"
+                for where in (os.path.join(path, name + TOKEN_SUFFIX), os.path.join(self.tokens, name + TOKEN_SUFFIX)):
+                    fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                    with os.fdopen(fd, "w", encoding="utf-8") as f:
+                        f.write(token)
             except OSError as exc:
                 raise ConfigError(f"cannot write {name}'s credentials: {exc.strerror or exc}") from exc
         return path
 
     def revoke(self, name: str) -> bool:
-        """Take the client ``name``'s key out of the keyring (its credentials stay); False if it was not there."""
+        """Take the client ``name``'s key out of the keyring and its token out of ``tokens/`` (its credentials
+        stay); False if its key was not there."""
+        try:
+            os.remove(os.path.join(self.tokens, name + TOKEN_SUFFIX))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise ConfigError(f"cannot remove {name}'s token from {self.tokens}: {exc.strerror or exc}") from exc
         try:
             os.remove(os.path.join(self.keyring, name + PUBLIC_SUFFIX))
         except FileNotFoundError:

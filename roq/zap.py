@@ -26,7 +26,8 @@ import dataclasses
 import hashlib
 import logging
 import os
-from typing import Iterable
+import time
+from typing import Callable, Iterable
 
 import zmq
 import zmq.auth
@@ -49,6 +50,8 @@ TAG_BYTES = 8
 MAX_PER_TURN = 1000
 #: Key files read at most from a keyring directory.
 MAX_KEYS = 100_000
+#: An unknown key makes the keyring's directory be looked at again, at most this often (seconds).
+RECHECK_S = 0.01
 #: The principal of the cluster's own key: its processes (a monitor, an exchange, a GCM) talking to each other.
 CLUSTER = "cluster"
 
@@ -206,22 +209,34 @@ class Decision:
 
 
 class Authenticator:
-    """Decides a ZAP request (pure but for the keyring's files).
+    """Decides a ZAP request (pure but for the keyring's files). A key it does not know makes it look at the
+    keyring's directory again first (at most every :data:`RECHECK_S`): a key added there is admitted at once,
+    not at the next periodic read.
 
     Args:
         keyring: the keys that may connect.
+        clock: monotonic time.
     """
 
-    def __init__(self, keyring: Keyring) -> None:
+    def __init__(self, keyring: Keyring, clock: Callable[[], float] = time.monotonic) -> None:
         self.keyring = keyring
+        self._clock = clock
+        self._next_recheck = 0.0
 
     def decide(self, request: ZapRequest) -> Decision:
         if request.mechanism != "CURVE":
             return Decision(400, f"mechanism {request.mechanism[:20]} refused")
         if len(request.credentials) != 1 or len(request.credentials[0]) != 32:
             return Decision(400, "bad CURVE credentials")
-        raw = request.credentials[0]
-        principal = self.keyring.principal(zmq.utils.z85.encode(raw))
+        public = zmq.utils.z85.encode(request.credentials[0])
+        principal = self.keyring.principal(public)
+        if principal is None and self.keyring.directory is not None and self._clock() >= self._next_recheck:
+            self._next_recheck = self._clock() + RECHECK_S
+            try:
+                if self.keyring.refresh():
+                    principal = self.keyring.principal(public)
+            except ConfigError:  # unreadable now: the keys known stay, counted by the next periodic read
+                pass
         if principal is None:
             return Decision(400, "unknown key")
         return Decision(200, "", principal)

@@ -359,13 +359,15 @@ class EmbeddedCluster:
         return spawn_logged(name, module, args, self.log_dir, self._logs)
 
 
-def secure(directory: str, *args: list[str]) -> tuple[ClusterKeys, str]:
+def secure(directory: str, gcm_args: list[str], hostmanager_args: list[str]) -> tuple[ClusterKeys, str]:
     """A cluster's keys in ``directory`` ("" = a new temporary one), made where missing, and the flags that
-    give them to its processes appended to each of ``args``; the keys and the admin's credentials."""
+    give them to its GCMs and host managers appended to their arguments; the keys and the admin's
+    credentials."""
     keys = ClusterKeys(directory or tempfile.mkdtemp(prefix="roq-keys-"))
     log.info("cluster keys in %s (made: %s)", keys.directory, ", ".join(keys.ensure()) or "none")
-    for flags in args:
+    for flags in (gcm_args, hostmanager_args):
         flags += ["--secret-key", keys.secret_key, "--keyring", keys.keyring, "--zk-auth", keys.zk_auth]
+    gcm_args += ["--api-tokens", keys.tokens]
     return keys, keys.client("admin")
 
 

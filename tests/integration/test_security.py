@@ -338,3 +338,38 @@ def test_permissions_refuse_strangers_and_a_revocation_stops_a_publisher_and_a_s
     assert dave == list(range(sent_dave)) and not errors["dave"] and not errors["admin"]
     logs = "".join(open(p).read() for p in glob.glob(os.path.join(cluster.log_dir, "**", "*.log"), recursive=True))
     assert "refused: no permission" in logs and "refused: may not publish" in logs
+
+
+def test_the_http_api_of_a_secure_cluster_acts_for_the_principal_of_its_bearer_token(make_embedded):
+    """Every API call is made as the principal of its bearer token (the administrator's, or a client's from
+    ``api_tokens``), or as ``anonymous`` without one, and the permissions decide; a token removed stops
+    working; the dashboard's stream, the metrics and the health checks stay open."""
+    from tests.integration.httpapi import Api
+
+    cluster = make_embedded(hosts=1, secure=True)
+    cluster.manager.create("orders")
+    cluster.manager.create("billing")
+    alice = open(os.path.join(cluster.keys.client("alice"), "alice.token")).read().strip()
+    cluster.manager.grant("alice", "manage", "orders")
+    api = Api(cluster.http_url(), cluster.api_token)
+    assert api.call("GET", "/api/v1/queues").status == 200  # the administrator
+    anonymous = api.call("GET", "/api/v1/queues", token="", check=False)
+    assert anonymous.status == 403 and "anonymous may not admin" in anonymous.json["error"], anonymous
+
+    def alice_in() -> bool:  # the token directory is read again within a second
+        return api.call("GET", "/api/v1/queues/orders/rules", token=alice, check=False).status == 200
+
+    cluster.wait_for(alice_in, 10, "alice's token known")
+    assert api.call("PUT", "/api/v1/queues/orders/rules", {"max_exchanges": 3}, token=alice).status == 200
+    for method, path in (("GET", "/api/v1/queues/billing"), ("DELETE", "/api/v1/queues/billing"),
+                         ("GET", "/api/v1/hosts"), ("POST", "/api/v1/queues/billing/stop")):
+        refused = api.call(method, path, token=alice, check=False)
+        assert refused.status == 403 and "alice may not" in refused.json["error"], (method, path, refused)
+    wrong = api.call("GET", "/api/v1/queues", token="x" * 40, check=False)
+    assert wrong.status == 401
+    assert cluster.keys.revoke("alice")
+    cluster.wait_for(lambda: api.call("GET", "/api/v1/queues/orders/rules", token=alice, check=False).status == 401,
+                     10, "alice's token refused once removed")
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert api.call("GET", path, token="", check=False).status == 200, path
+    assert [q["Name"] for q in cluster.manager.list()] == ["billing", "orders"]

@@ -92,7 +92,7 @@ def test_a_clusters_keys_are_made_once_with_safe_modes_and_a_client_is_admitted_
 
     cluster = ClusterKeys(str(tmp_path / "cluster"))
     made = cluster.ensure()
-    assert made == [cluster.secret_key, cluster.keyring, cluster.zk_auth] and cluster.ensure() == []
+    assert made == [cluster.secret_key, cluster.keyring, cluster.tokens, cluster.zk_auth] and cluster.ensure() == []
     assert oct(os.stat(cluster.zk_auth).st_mode & 0o777) == "0o600"
     assert oct(os.stat(cluster.directory).st_mode & 0o777) == "0o700"
     assert oct(os.stat(cluster.secret_key).st_mode & 0o777) == "0o600"
@@ -101,7 +101,11 @@ def test_a_clusters_keys_are_made_once_with_safe_modes_and_a_client_is_admitted_
     server, mine = load_credentials(path)
     assert server == load_public(cluster.public_key) and mine.secret is not None
     assert os.path.exists(os.path.join(cluster.keyring, "alice.key"))
+    token = open(os.path.join(path, "alice.token")).read()
+    assert token == open(os.path.join(cluster.tokens, "alice.token")).read() and len(token.strip()) >= 32
+    assert oct(os.stat(os.path.join(path, "alice.token")).st_mode & 0o777) == "0o600"
     assert cluster.revoke("alice") and not cluster.revoke("alice")
+    assert not os.path.exists(os.path.join(cluster.tokens, "alice.token"))
     assert os.path.exists(os.path.join(path, "alice.key_secret"))  # the credentials stay
     os.chmod(cluster.secret_key, 0o644)
     with pytest.raises(ConfigError, match="chmod 600"):

@@ -179,3 +179,19 @@ def test_an_unreadable_keyring_is_a_clear_error(tmp_path):
     (tmp_path / "broken.key").write_text("not a certificate")
     ring = zap.Keyring(str(tmp_path))
     assert len(ring) == 0 and ring.skipped and ring.skipped[0].startswith("broken.key")
+
+
+def test_a_key_added_to_the_keyring_is_admitted_at_its_first_handshake(tmp_path):
+    """An unknown key makes the authenticator read the directory again (at most every RECHECK_S): a client made
+    just now need not wait for the next periodic read."""
+    now = [0.0]
+    ring = zap.Keyring(str(tmp_path))
+    auth = zap.Authenticator(ring, clock=lambda: now[0])
+    pair = keys.new_keypair(str(tmp_path / "secrets"), "alice")
+    base = dict(envelope=(b"r", b""), request_id=b"1", domain="roq", address="127.0.0.1", identity=b"",
+                mechanism="CURVE", credentials=(zmq.utils.z85.decode(pair.public),))
+    assert auth.decide(zap.ZapRequest(**base)).reason == "unknown key"
+    os.link(pair.public_path, tmp_path / "alice.key")
+    assert auth.decide(zap.ZapRequest(**base)).reason == "unknown key"  # looked again too soon
+    now[0] += zap.RECHECK_S
+    assert auth.decide(zap.ZapRequest(**base)) == zap.Decision(200, "", "alice")
