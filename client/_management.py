@@ -220,6 +220,11 @@ class QueueManager:
         """
         return self._call(m.Revoke(Rule=_rule(principal, permission, queues, allow, prefixes)), None)
 
+    def audit(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The audit trail: the latest ``limit`` (1-1000) management actions, oldest first, each with ``time``,
+        ``principal``, ``via``, ``action``, ``queue``, ``detail``, ``result`` and ``comment``. Needs ``admin``."""
+        return list(self._call(m.GetAudit(Limit=int(limit)), None)["Entries"])
+
     def lookup(self, queue: str, *, timeout: float = 10.0) -> str:
         """The endpoint of ``queue``'s monitor (waits while the queue is starting)."""
         deadline = time.monotonic() + timeout

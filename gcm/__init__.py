@@ -9,6 +9,8 @@ every change it makes is decided by a pure function of the view and the request 
 
 from gcm._acl import bootstrap, check, get_acl, grant, required, revoke
 from gcm._api import DECISIONS, READS, Api
+from gcm._audit import AuditTrail
+from gcm._audit import entry as audit_entry
 from gcm._broadcast import Broadcaster
 from gcm._config import GcmConfig
 from gcm._events import MAX_LIMIT, appended, merge_events
@@ -62,6 +64,8 @@ __all__ = [
     "required",
     "check",
     "bootstrap",
+    "AuditTrail",
+    "audit_entry",
     "HostLoss",
     "LostHosts",
     "MAX_AT_ONCE",

@@ -30,7 +30,7 @@ __all__ = ["grant", "revoke", "get_acl", "required", "check", "bootstrap", "QUEU
 #: what a client needs of a queue to look it up: any of these
 QUEUE_READS = ("publish", "subscribe", "manage")
 #: requests on the whole cluster: admin only
-_CLUSTER_WIDE = (m.ListQueues, m.ListHosts, m.GetAcl, m.Grant, m.Revoke)
+_CLUSTER_WIDE = (m.ListQueues, m.ListHosts, m.GetAcl, m.Grant, m.Revoke, m.GetAudit)
 #: requests that find a queue: any permission on it
 _LOOKUPS = (m.Lookup, m.QueueExists)
 

@@ -15,12 +15,14 @@ import time
 from typing import Any, Callable, Protocol
 
 from gcm import _acl, _lifecycle, _reads, _rules, _scaling
+from gcm._audit import AuditTrail, entry
 from gcm._outcome import Outcome
 from gcm._view import QueueView, View
 from roq import management as m
 from roq.control import Message, Reply
 from roq.documents import GcmDoc
-from roq.errors import NotLeaderError
+from roq.errors import ManagementError, NotLeaderError, Result
+from roq.zk import Paths
 from roq.server import Handler, Request
 
 __all__ = ["Api", "Shell", "DECISIONS", "READS"]
@@ -81,11 +83,13 @@ class Api:
     Args:
         shell: the process around the API.
         clock: wall-clock time, for what the decisions store (creation, removal, evidence times).
+        audit: where the management actions are recorded (default: in memory only).
     """
 
-    def __init__(self, shell: Shell, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, shell: Shell, *, clock: Callable[[], float] = time.time, audit: AuditTrail | None = None) -> None:
         self.shell = shell
         self.clock = clock
+        self.audit = audit if audit is not None else AuditTrail(None, Paths())
 
     def handlers(self, port: str) -> dict[type[Message], Handler]:
         """The handlers of ``port`` ("lookup" or "management")."""
@@ -95,6 +99,7 @@ class Api:
         table[m.GetThresholds] = lambda msg, _: _reads.get_thresholds(self.shell.view, msg, self.shell.read)
         table[m.GetEvents] = lambda msg, _: _reads.get_events(self.shell.view, msg, self.shell.read)
         table[m.QueueStats] = lambda msg, request: self.shell.ask_stats(self.shell.view.queue(msg.QName), request)
+        table[m.GetAudit] = lambda msg, _: Reply(data={"Entries": self.audit.latest(msg.Limit)})
         table.update({t: self._decision(decide) for t, decide in DECISIONS.items()})
         return {t: self._led(port, handler) for t, handler in table.items()}
 
@@ -112,10 +117,21 @@ class Api:
         def handle(msg: Any, request: Request) -> Reply | None:
             if not self.shell.leading:
                 raise self.not_leader(port)
-            _acl.check(self.shell.view, msg, request.principal)
-            return handler(msg, request)
+            try:
+                _acl.check(self.shell.view, msg, request.principal)
+                reply = handler(msg, request)
+            except ManagementError as exc:
+                self._record(msg, request, port, exc.code, str(exc))
+                raise
+            self._record(msg, request, port, None if reply is None else reply.result, "" if reply is None else reply.comment)
+            return reply
 
         return handle
+
+    def _record(self, msg: Message, request: Request, via: str, code: int | None, comment: str) -> None:
+        """Put a change, or a refusal for want of permission, in the audit trail."""
+        if type(msg) in DECISIONS or code == Result.FORBIDDEN:
+            self.audit.record(entry(msg, request.principal, via, code, comment, self.clock()))
 
     def _read(self, read: Callable[[View, Any], Reply]) -> Handler:
         return lambda msg, _: read(self.shell.view, msg)

@@ -25,6 +25,7 @@ import zmq
 
 from gcm._acl import bootstrap
 from gcm._api import Api
+from gcm._audit import AuditTrail
 from gcm._broadcast import Broadcaster
 from gcm._config import GcmConfig
 from gcm._election import Election
@@ -81,7 +82,8 @@ class Gcm:
             self._ctx.term()
             raise
         keyring = self.curve.keyring if self.curve is not None else None
-        api = Api(self)
+        self.audit = AuditTrail(self.session, self.paths)
+        api = Api(self, audit=self.audit)
         self.lookup, self.management = (
             RouterServer(_socket(self._ctx, zmq.ROUTER, self.curve), Dispatcher(
                 f"gcm {port} port", api.handlers(port), self.drops, max_bytes=m.MAX_REQUEST_BYTES), keyring=keyring)
@@ -90,18 +92,7 @@ class Gcm:
         self.pending = PendingReplies()
         self.stats = StatsAsks(self._ctx, curve=self.curve)
         self.census = Census(self._ctx, config.census_period, curve=self.curve)
-        self.http: HttpServer | None = None
-        self.http_api: HttpApi | None = None
-        if config.http_port >= 0:
-            dispatcher = Dispatcher(f"gcm {self.id} http", api.handlers("http"), self.drops,
-                                    max_bytes=m.MAX_REQUEST_BYTES)
-            token = read_token(config.api_token_file)
-            self.http_api = HttpApi(self, dispatcher, token=token, top=config.metrics_top, secure=self.curve is not None,
-                                    tokens=Tokens(token, config.admin, config.api_tokens))
-            self.census.on_status = self.http_api.census_taken
-            self.census.on_round = self.http_api.feed.tick
-            self.http = HttpServer(self.http_api.handle, where=f"gcm {self.id} http", drops=self.drops,
-                                   max_body=m.MAX_REQUEST_BYTES)
+        self.http_api, self.http = _http(self, api) if config.http_port >= 0 else (None, None)
         self.events = EventLog(self.session, self.paths)
         self.host_loss = HostLoss(config.host_grace)
         self.view = View(paths=self.paths)
@@ -215,6 +206,8 @@ class Gcm:
                 self._guarded("the census", self.census.round, self.view, now)  # the feeds follow its answers
             if self.leading and not self._dirty:
                 self._guarded("host loss and removals", self._maintain, now)
+            if self.leading:
+                self._guarded("the audit trail", self.audit.flush)
             if self.leading and now >= self.broadcaster.next_at:
                 self._guarded("the broadcast", self.broadcaster.publish, self.view, now, force=True)
 
@@ -358,6 +351,23 @@ class Gcm:
         if time.monotonic() >= self._next_trace:
             self._next_trace = time.monotonic() + 10.0
             log.exception("GCM %s: %s failed", self.id, what)
+
+
+def _http(gcm: Gcm, api: Api) -> tuple[HttpApi, HttpServer]:
+    """The GCM's HTTP API, fed by its census, and the server that serves it.
+
+    Raises:
+        ConfigError: the token file or the token directory is unsafe or unreadable.
+    """
+    c = gcm.config
+    dispatcher = Dispatcher(f"gcm {gcm.id} http", api.handlers("http"), gcm.drops, max_bytes=m.MAX_REQUEST_BYTES)
+    token = read_token(c.api_token_file)
+    http_api = HttpApi(gcm, dispatcher, token=token, top=c.metrics_top, secure=gcm.curve is not None,
+                       tokens=Tokens(token, c.admin, c.api_tokens))
+    gcm.census.on_status = http_api.census_taken
+    gcm.census.on_round = http_api.feed.tick
+    return http_api, HttpServer(http_api.handle, where=f"gcm {gcm.id} http", drops=gcm.drops,
+                                max_body=m.MAX_REQUEST_BYTES)
 
 
 def _prepare(session: Session, paths: Paths, admin: str | None) -> None:

@@ -309,6 +309,10 @@ class HttpApi:
 
         return self._ask(m.GetEvents(QName=queue, Limit=MAX_LIMIT), later, ok)
 
+    def audit(self, req: HttpRequest, later: Later) -> HttpResponse | None:
+        limit = _int(req.query, "limit", 100, 1, 1000)
+        return self._ask(m.GetAudit(Limit=limit), later, lambda r: HttpResponse.json(200, {"entries": r.data["Entries"]}))
+
     # ------------------------------------------------------------------ the live feed
 
     def stream(self, req: HttpRequest, later: Later) -> HttpResponse | EventStream:

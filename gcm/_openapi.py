@@ -81,6 +81,9 @@ ROUTES: tuple[Route, ...] = (
             ("until", "string", "only events before this time"),
             ("limit", "integer", "events in the page, 1 to 1000 (100)"),
             ("offset", "integer", "events skipped, newest first (0)")))}),
+    Route(f"{API}/audit", {"GET": Operation(
+        "audit", "the audit trail: the latest management actions, oldest first (admin)", "AuditPage", query=(
+            ("limit", "integer", "entries, 1 to 1000 (100)"),))}),
     Route(f"{API}/stream", {"GET": Operation(
         "stream", "a live feed (server-sent events): 'state' every census round, 'event' for each topology event",
         "Text", content_type="text/event-stream")}),
@@ -165,6 +168,9 @@ SCHEMAS: dict[str, Any] = {
     "SubscriberList": _obj({"subscribers": {"type": "array", "items": _ref("Subscriber")},
                             "truncated": {"type": ["object", "null"]}}),
     "Event": _obj({"seq": _INT, "time": _NUM, "kind": _STR, "text": _STR}),
+    "AuditEntry": _obj({"time": _NUM, "principal": _STR, "via": _STR, "action": _STR, "queue": _STR,
+                        "detail": _STR, "result": _STR, "comment": _STR}),
+    "AuditPage": _obj({"entries": {"type": "array", "items": _ref("AuditEntry")}}),
     "EventPage": _obj({"events": {"type": "array", "items": _ref("Event")}, "total": _INT, "offset": _INT,
                        "limit": _INT, "counters": {"type": "object", "additionalProperties": _INT}}),
     "Done": _obj({"comment": _STR}),

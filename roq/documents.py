@@ -40,6 +40,7 @@ from roq.zk import check_queue_name
 __all__ = [
     "Document",
     "AclDoc",
+    "AuditDoc",
     "GcmDoc",
     "HostKpis",
     "HostDoc",
@@ -232,6 +233,13 @@ class EventsDoc(Document):
 
     events: list[dict] = dataclasses.field(default_factory=list)
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditDoc(Document):
+    """The cluster's audit trail: its latest management actions, oldest first (see :mod:`gcm._audit`)."""
+
+    entries: list[dict] = dataclasses.field(default_factory=list)
 
 
 _ROLE = re.compile(r"^(monitor|x\d{1,9})$")

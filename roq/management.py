@@ -35,6 +35,7 @@ __all__ = [
     "GetAcl",
     "Grant",
     "Revoke",
+    "GetAudit",
     "MAX_REQUEST_BYTES",
     "Lookup",
     "RemoveQueue",
@@ -215,6 +216,14 @@ class Revoke(Message):
     """Take a rule out of the cluster's permissions (the one equal to ``Rule``); NOT_FOUND if none is."""
 
     Rule: dict
+
+
+@message(2023)
+class GetAudit(Message):
+    """The audit trail: the latest ``Limit`` management actions (``Entries``, oldest first: time, principal,
+    via, action, queue, detail, result, comment)."""
+
+    Limit: int = 100
 
 
 # --------------------------------------------------------------------------- what the GCM says of the cluster

@@ -129,6 +129,7 @@ class Paths:
         self.assignments = f"{root}/assignments"
         self.queues = f"{root}/queues"
         self.acl = f"{root}/acl"  # who may do what (an AclDoc)
+        self.audit = f"{root}/audit"  # who did what, when, with what result (an AuditDoc)
 
     def host(self, address: str) -> str:
         return f"{self.hosts}/{address}"

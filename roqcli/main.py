@@ -13,6 +13,7 @@
     roq deploy up|status|down cluster.toml  containers on Docker hosts (see deploy/)
     roq keys new NAME | client NAME | revoke NAME   CURVE keys; a client's credentials; taking a key back
     roq acl list | grant|revoke PRINCIPAL PERMISSION [--queues P] [--deny] [--prefix K]   permissions
+    roq audit [--limit N]               the latest management actions: who, what, when, result
 
 Settings come from a TOML file (``--config``: a ``[cluster]`` table for ``cluster up``, a ``[client]``
 table for the others) overridden by flags; an unknown key or a value of the wrong type is an error naming
@@ -128,6 +129,9 @@ def _parser() -> argparse.ArgumentParser:
         a.add_argument("--prefix", action="append", default=[], help="subscribe only: the key prefixes it covers "
                                                                      "(repeatable; default every key)")
         client_flags(a)
+    audit = sub.add_parser("audit", help="the audit trail: who did what, when, through which port, and the result")
+    audit.add_argument("--limit", type=int, default=100, help="the latest entries to show (1-1000, default 100)")
+    client_flags(audit)
     client_flags(sub.add_parser("hosts", help="every live host with its capacity and KPIs"))
     client_flags(sub.add_parser("status", help="one screen: the leader, every host, and the busiest queues with "
                                 "their traffic, latency and moves"))

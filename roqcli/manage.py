@@ -40,6 +40,8 @@ def manage(args: argparse.Namespace, s: ClientSettings) -> int:
             return _events(args, qm)
         if args.command == "acl":
             return _acl(args, qm)
+        if args.command == "audit":
+            return _show(args, qm.audit(args.limit), _audit_line)
         action = args.action
         if action == "create":
             return _show(args, qm.create(args.name, args.host, exchanges=args.exchanges), _queue_line)
@@ -67,6 +69,13 @@ def _acl(args: argparse.Namespace, qm: Any) -> int:
     if not args.json:
         print(f"{'granted' if args.action == 'grant' else 'revoked'}; the rules now:")
     return _show(args, done["Rules"], _rule_line)
+
+
+def _audit_line(e: dict[str, Any]) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("time", 0)))
+    said = f": {e['comment']}" if e.get("comment") and e.get("result") != "OK" else ""
+    what = " ".join(str(e[k]) for k in ("action", "queue", "detail") if e.get(k))
+    return f"{when}  {e.get('principal') or '-':<12} {e.get('via', ''):<10} {what} -> {e.get('result', '')}{said}"
 
 
 def _rule_line(r: dict[str, Any]) -> str:

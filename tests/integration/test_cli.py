@@ -70,6 +70,9 @@ def test_cluster_up_serves_the_queue_commands_and_stops_on_ctrl_c(tmp_path):
         granted = roq("acl", "grant", "bob", "admin", "--zk", zk)
         assert granted.returncode == 0 and "allow admin     to bob" in granted.stdout, granted.stderr
         assert roq("queue", "list", "--zk", zk, credentials=as_bob).returncode == 0
+        audit = roq("audit", "--zk", zk)
+        assert audit.returncode == 0 and "admin" in audit.stdout and "Grant" in audit.stdout, audit.stderr
+        assert "bob" in audit.stdout and "ListQueues -> FORBIDDEN" in audit.stdout, audit.stdout
         listed = roq("acl", "list", "--zk", zk, "--json")
         assert {"principal": "bob", "permission": "admin", "queues": "*", "allow": True, "prefixes": []} in json.loads(
             listed.stdout)

@@ -340,7 +340,7 @@ def test_permissions_refuse_strangers_and_a_revocation_stops_a_publisher_and_a_s
     assert "refused: no permission" in logs and "refused: may not publish" in logs
 
 
-def test_the_http_api_of_a_secure_cluster_acts_for_the_principal_of_its_bearer_token(make_embedded):
+def test_the_http_api_of_a_secure_cluster_acts_for_the_principal_of_its_bearer_token(make_embedded, kz):
     """Every API call is made as the principal of its bearer token (the administrator's, or a client's from
     ``api_tokens``), or as ``anonymous`` without one, and the permissions decide; a token removed stops
     working; the dashboard's stream, the metrics and the health checks stay open."""
@@ -373,3 +373,15 @@ def test_the_http_api_of_a_secure_cluster_acts_for_the_principal_of_its_bearer_t
     for path in ("/healthz", "/readyz", "/metrics"):
         assert api.call("GET", path, token="", check=False).status == 200, path
     assert [q["Name"] for q in cluster.manager.list()] == ["billing", "orders"]
+    # the audit trail: who did what through which port, and how it ended; kept in ZooKeeper
+    trail = api.call("GET", "/api/v1/audit?limit=1000").json["entries"]
+    seen = {(e["principal"], e["via"], e["action"], e["queue"], e["result"]) for e in trail}
+    assert {("admin", "management", "Grant", "", "OK"), ("alice", "http", "SetRules", "orders", "OK"),
+            ("anonymous", "http", "ListQueues", "", "FORBIDDEN"),
+            ("alice", "http", "RemoveQueue", "billing", "FORBIDDEN")} <= seen, seen
+    assert api.call("GET", "/api/v1/audit", token="", check=False).status == 403
+    from roq.documents import AuditDoc
+
+    where = f"{cluster.root}/audit"
+    cluster.wait_for(lambda: kz.exists(where) and len(AuditDoc.decode(kz.get(where)[0]).entries) >= len(trail), 10,
+                     "the trail written to ZooKeeper")

@@ -107,7 +107,7 @@ def _wrong_cases():
 
 def test_every_management_command_is_served():
     served = set(Api(Shell(_view())).handlers("management"))
-    assert served == set(COMMANDS) and len(COMMANDS) == 21
+    assert served == set(COMMANDS) and len(COMMANDS) == 22
 
 
 @pytest.mark.parametrize("cls, field, value", list(_wrong_cases()))

@@ -1,0 +1,60 @@
+"""gcm._audit: the entries of the audit trail, and what the API records."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from gcm import Api, AuditTrail, View, audit_entry
+from roq import control
+from roq import management as m
+from roq.errors import BadRequestError, Result
+from roq.runtime import DropCounter
+from roq.server import Dispatcher, Request
+from roq.acl import Rule
+from roq.zk import Paths
+
+
+def test_an_entry_says_who_what_where_when_and_how_it_ended():
+    e = audit_entry(m.Grant(Rule={"principal": "bob", "permission": "publish"}), "ops", "management", 0, "granted", 5.0)
+    assert e == {"time": 5.0, "principal": "ops", "via": "management", "action": "Grant", "queue": "",
+                 "detail": '{"Rule": {"permission": "publish", "principal": "bob"}}', "result": "OK",
+                 "comment": "granted"}
+    e = audit_entry(m.RemoveQueue(QName="orders"), None, "http", Result.FORBIDDEN, "x" * 500, 6.0)
+    assert (e["principal"], e["queue"], e["result"], len(e["comment"])) == ("", "orders", "FORBIDDEN", 200)
+    assert audit_entry(m.CreateQueueAnywhere(QName="q"), "ops", "management", None, "", 7.0)["result"] == "ACCEPTED"
+
+
+def test_memory_is_bounded_and_the_latest_come_last():
+    trail = AuditTrail(None, Paths())
+    for i in range(1500):
+        trail.record({"n": i})
+    assert trail.dropped == 500 and [e["n"] for e in trail.latest(3)] == [1497, 1498, 1499]
+    with pytest.raises(BadRequestError):
+        trail.latest(0)
+
+
+class _Shell:
+    def __init__(self, view: View) -> None:
+        self.view, self.leading, self.leader = view, True, None
+
+    def apply(self, decide, request, cmd):
+        return decide(self.view).reply
+
+
+def test_the_api_records_changes_and_refusals_for_want_of_permission_not_reads():
+    view = View(paths=Paths("/roq"), acl=(Rule("ops", "admin"),), acl_version=1)
+    trail = AuditTrail(None, Paths())
+    handlers = Api(_Shell(view), clock=lambda: 9.0, audit=trail).handlers("management")
+    dispatcher = Dispatcher("gcm", handlers, DropCounter(logging.getLogger("test"), "test"))
+    ask = lambda msg, who: dispatcher.handle(msg, Request(None, (b"x",), who))  # noqa: E731
+    ask(m.Grant(Rule={"principal": "bob", "permission": "publish"}), "ops")
+    ask(m.RemoveQueue(QName="orders"), "mallory")
+    ask(m.ListQueues(), "ops")  # a read: not recorded
+    ask(m.Revoke(Rule={"principal": "nobody", "permission": "publish"}), "ops")  # refused: recorded
+    got = [(e["principal"], e["action"], e["result"]) for e in trail.latest(10)]
+    assert got == [("ops", "Grant", "OK"), ("mallory", "RemoveQueue", "FORBIDDEN"), ("ops", "Revoke", "NOT_FOUND")]
+    reply = ask(m.GetAudit(Limit=2), "ops")
+    assert reply is not None and [e["action"] for e in reply.data["Entries"]] == ["RemoveQueue", "Revoke"]
+    assert ask(m.GetAudit(Limit=2), "mallory").result == control.Result.FORBIDDEN
