@@ -7,6 +7,8 @@ A cluster file reads like this (``roq deploy up cluster.toml``)::
     image = "roq:latest"               # the RoQ image (deploy/Dockerfile), on every Docker host used
     zookeeper_image = "zookeeper:3.9"  # the official image by default; or a RoQ image (role "zookeeper")
     root = "/roq"                      # the cluster's ZooKeeper root
+    keys = "~/.roq/deployments/prod"   # the cluster's keys, made where missing (the default: this, by name)
+    insecure = false                   # true: no CURVE, no permissions, no ZooKeeper authentication
 
     [[docker_hosts]]
     name = "a"
@@ -61,6 +63,8 @@ class Deployment:
     zookeeper_image: str = OFFICIAL_ZOOKEEPER
     root: str = "/roq"
     session_timeout: float = 6.0
+    keys: str = ""  # "" = ~/.roq/deployments/NAME
+    insecure: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

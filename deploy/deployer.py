@@ -6,22 +6,37 @@ container yet. Then it starts ZooKeeper, the GCMs, the host managers, in that or
 the ones before to be healthy (the containers' own health checks), with host networking (the addresses
 are the Docker hosts'), ``--init`` as PID 1, and labels ``roq.deployment``, ``roq.role``,
 ``roq.address``. If anything fails, every container it created is removed before the error is raised:
-nothing half-deployed stays running. ``down`` stops and removes exactly the containers that carry the
+nothing half-deployed stays running.
+
+**Secure unless the cluster file says ``insecure = true``**: ``up`` makes the cluster's keys where they are
+missing (:class:`roq.keys.ClusterKeys` in the deployment's ``keys`` directory: its pair, keyring, bearer
+tokens, ZooKeeper identity, and the admin's credentials) and copies what the servers need (never a client's
+secret) into each GCM and host manager container before it starts, under :data:`KEYS_IN_CONTAINER`, mode 0700;
+they run with CURVE, permissions and ZooKeeper authentication. ``keys`` copies the keyring and the tokens
+into the running containers again (``keys_again``), after ``roq keys client`` or ``revoke``. ``down`` stops and removes exactly the containers that carry the
 deployment's label, host managers first (they stop their monitors and exchanges), then the GCMs, then
 ZooKeeper; images are left alone.
 """
 
 from __future__ import annotations
 
+import io
+import os
+import tarfile
 import time
 from typing import Any, Callable
 
 from deploy.cluster_file import ClusterFile
 from roq.errors import RoQError
+from roq.keys import ClusterKeys
 
-__all__ = ["Deployer", "DeployError", "LABEL"]
+__all__ = ["Deployer", "DeployError", "LABEL", "KEYS_IN_CONTAINER", "keys_of"]
 
 LABEL = "roq.deployment"
+#: where a secure deployment's GCM and host manager containers find the cluster's keys
+KEYS_IN_CONTAINER = "/etc/roq/keys"
+#: what of the keys directory the servers get (no client's secret)
+_SERVER_KEYS = ("cluster.key", "cluster.key_secret", "zookeeper.secret", "keyring", "tokens")
 ORDER = ("zookeeper", "gcm", "hostmanager")
 _SECOND = 1_000_000_000  # the Engine API counts health-check times in nanoseconds
 
@@ -44,6 +59,8 @@ class Deployer:
         self.progress = progress
         self._factory = client_factory or _client
         self._clients: dict[str, Any] = {}
+        self.keys = keys_of(cluster)
+        self.credentials = ""  # the admin's, once up made them
 
     # ------------------------------------------------------------------ the three commands
 
@@ -65,6 +82,13 @@ class Deployer:
             where = ", ".join(sorted({row["docker_host"] for row in existing}))
             raise DeployError(f"deployment {c.deployment.name!r} already has {len(existing)} container(s) on {where}: "
                               f"'roq deploy down' first")
+        if self.keys is not None:
+            made = self.keys.ensure()
+            self.credentials = self.keys.client("admin")
+            self.progress(f"keys in {self.keys.directory}{' (made now)' if made else ''}; the admin's credentials "
+                          f"{self.credentials}")
+        else:
+            self.progress("INSECURE (insecure = true): no CURVE, no permissions, no ZooKeeper authentication")
         created: list[tuple[str, Any]] = []
         try:
             for role in ORDER:
@@ -126,6 +150,34 @@ class Deployer:
                     errors.append(f"{host.name}: container {container.name} not removed")
         return removed, errors
 
+    def keys_again(self) -> int:
+        """Copy the keyring and the bearer tokens into every running GCM and host manager container again (what
+        ``roq keys client`` added and ``revoke`` removed: each process reads them again within a second);
+        return how many containers.
+
+        Raises:
+            DeployError: the deployment is insecure, or a container could not be updated.
+        """
+        if self.keys is None:
+            raise DeployError(f"deployment {self.cluster.deployment.name!r} is insecure: it has no keys")
+        done = 0
+        for row in self._existing():
+            if row.get("role") not in ("gcm", "hostmanager") or row.get("status") != "running":
+                continue
+            container = self._client(row["docker_host"]).containers.get(row["id"])
+            try:
+                for part in ("keyring", "tokens"):  # replaced whole: a removed key must go
+                    container.exec_run(["rm", "-rf", f"{KEYS_IN_CONTAINER}/{part}.new"])
+                    container.put_archive("/", _archive(self.keys.directory, (part,), suffix=".new"))
+                    container.exec_run(["sh", "-c", f"rm -rf {KEYS_IN_CONTAINER}/{part} && "
+                                                    f"mv {KEYS_IN_CONTAINER}/{part}.new {KEYS_IN_CONTAINER}/{part}"])
+            except Exception as exc:  # the SDK's APIError, a container gone meanwhile
+                raise DeployError(f"{row['role']} on {row['docker_host']} ({row.get('address')}): the keys were "
+                                  f"not copied: {_first_line(exc)}") from None
+            self.progress(f"keys copied to {row['role']} on {row['docker_host']} ({row.get('address')})")
+            done += 1
+        return done
+
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
@@ -158,6 +210,8 @@ class Deployer:
                        "--http-address", g.address, "--http-port", str(g.http_port)]
             health = ["CMD", "python3", "-m", "deploy.node", "health", "gcm", "--address", g.address, "--port",
                       str(g.management_port), "--http-port", str(g.http_port)]
+            if self.keys is not None:
+                command += [*_secure_flags(), "--api-tokens", f"{KEYS_IN_CONTAINER}/tokens"]
             plan.append((g.docker_host, "gcm", g.address, d.image, command, health, {}))
         for h in c.hostmanagers:
             command = ["hostmanager", "--zk", zk, "--root", d.root, "--address", h.address, "--port", str(h.port),
@@ -165,6 +219,8 @@ class Deployer:
                        "--http-address", h.address, "--http-port", str(h.http_port)]
             health = ["CMD", "python3", "-m", "deploy.node", "health", "hostmanager", "--address", h.address,
                       "--zk", zk, "--root", d.root, "--http-port", str(h.http_port)]
+            if self.keys is not None:
+                command += _secure_flags()
             plan.append((h.docker_host, "hostmanager", h.address, d.image, command, health, {}))
         return plan
 
@@ -212,13 +268,22 @@ class Deployer:
         import docker.errors
 
         try:
-            return self._client(host).containers.run(
+            container = self._client(host).containers.create(
                 image, command or None, name=name, detach=True, network_mode="host", init=True, environment=env,
                 labels={LABEL: self.cluster.deployment.name, "roq.role": role, "roq.address": address},
                 healthcheck={"test": health, "interval": _SECOND, "timeout": 5 * _SECOND, "retries": 3,
                              "start_period": 60 * _SECOND},
                 stop_signal="SIGTERM")
         except docker.errors.APIError as exc:
+            raise DeployError(f"{role} on Docker host {host!r}: the container was not made: "
+                              f"{_first_line(exc)}") from None
+        try:
+            if self.keys is not None and role in ("gcm", "hostmanager"):
+                container.put_archive("/", _archive(self.keys.directory, _SERVER_KEYS))
+            container.start()
+            return container
+        except docker.errors.APIError as exc:
+            _remove(container)
             raise DeployError(f"{role} on Docker host {host!r}: the container did not start: "
                               f"{_first_line(exc)}") from None
 
@@ -240,6 +305,39 @@ class Deployer:
                 raise DeployError(f"{role} on Docker host {host!r} ({address}) not healthy after {timeout:g} s "
                                   f"(health {health or 'unknown'}):\n{logs}")
             time.sleep(0.5)
+
+
+def keys_of(cluster: ClusterFile) -> ClusterKeys | None:
+    """The keys of a secure deployment (None: ``insecure = true``)."""
+    d = cluster.deployment
+    if d.insecure:
+        return None
+    return ClusterKeys(os.path.expanduser(d.keys or os.path.join("~", ".roq", "deployments", d.name)))
+
+
+def _secure_flags() -> list[str]:
+    return ["--secret-key", f"{KEYS_IN_CONTAINER}/cluster.key_secret", "--keyring", f"{KEYS_IN_CONTAINER}/keyring",
+            "--zk-auth", f"{KEYS_IN_CONTAINER}/zookeeper.secret"]
+
+
+def _archive(directory: str, names: tuple[str, ...], suffix: str = "") -> bytes:
+    """A tar of ``names`` under ``directory`` (each named with ``suffix`` added), placed at
+    :data:`KEYS_IN_CONTAINER`, modes kept, owned by root."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            return info
+
+        top = tarfile.TarInfo(KEYS_IN_CONTAINER.lstrip("/"))
+        top.type, top.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(owned(top))
+        for name in names:
+            path = os.path.join(directory, name)
+            if os.path.exists(path):
+                tar.add(path, arcname=f"{KEYS_IN_CONTAINER.lstrip('/')}/{name}{suffix}", filter=owned)
+    return buffer.getvalue()
 
 
 def _client(url: str) -> Any:

@@ -129,7 +129,9 @@ class HttpApi:
                                           allow=allow).with_headers(("allow", allow))
             if req.path.startswith(API) and not self.shell.leading:
                 return self._not_leader(req)
-            refused, self._principal = self._authorize(req, method in WRITES)
+            # the dashboard's page, the metrics and the health checks are open; the API decides by principal
+            refused, self._principal = (self._authorize(req, method in WRITES) if req.path.startswith(API)
+                                        else (None, None))
             if refused is not None:
                 return refused
             try:
@@ -142,8 +144,10 @@ class HttpApi:
         """The refusal of a request whose token is wrong or missing where one is needed, else its principal
         (None: not checked)."""
         scheme, _, given = req.headers.get("authorization", "").partition(" ")
+        if not write and not self.secure:
+            return None, None  # reads are open, whatever token they bear
         if not given and not write:
-            return None, ANONYMOUS if self.secure else None
+            return None, ANONYMOUS
         if write and not self.tokens:
             return HttpResponse.error(403, "writes over HTTP are disabled: the GCM has no api_token_file"), None
         if scheme.lower() != "bearer" or not given:

@@ -21,8 +21,12 @@ def deploy(args: argparse.Namespace) -> int:
         if args.action == "up":
             rows = deployer.up(timeout=args.timeout, pull=args.pull)
             _print_containers(rows, args.json)
+            creds = f" --credentials {deployer.credentials}" if deployer.credentials else ""
             print(f"up: ZooKeeper {cluster.zk} (root {cluster.deployment.root}); "
-                  f"try: roq queue create demo --zk {cluster.zk}")
+                  f"try: roq queue create demo --zk {cluster.zk}{creds}")
+            return ExitCode.OK
+        if args.action == "keys":
+            print(f"keys copied to {deployer.keys_again()} container(s) of deployment {cluster.deployment.name!r}")
             return ExitCode.OK
         if args.action == "status":
             rows = deployer.status()

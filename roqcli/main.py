@@ -158,7 +158,9 @@ def _parser() -> argparse.ArgumentParser:
     for action, text in (("up", "check the Docker hosts and images, then start ZooKeeper, GCMs and host managers, "
                                 "each healthy before the next; on failure remove what was started"),
                          ("status", "the deployment's containers on every Docker host"),
-                         ("down", "stop and remove exactly the deployment's containers (images are kept)")):
+                         ("down", "stop and remove exactly the deployment's containers (images are kept)"),
+                         ("keys", "copy the keyring and the bearer tokens into the running containers again "
+                                  "(after roq keys client|revoke --keys DIR)")):
         a = dsub.add_parser(action, help=text)
         a.add_argument("file", nargs="?", default="cluster.toml", help="the cluster file (default cluster.toml)")
         a.add_argument("--json", action="store_true", help="print JSON instead of text")

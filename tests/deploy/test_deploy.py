@@ -41,7 +41,7 @@ pytestmark = pytest.mark.timeout(900)  # the first test also waits for debootstr
 
 
 def cluster_toml(sock: str, image: str, *, name: str = "t", extra_host: str = "", hostmanager_image: str = "",
-                 hm_port: int = 0) -> str:
+                 hm_port: int = 0, keys: str = "") -> str:
     zk = free_port(ZK_ADDRESS)
     lookup, management, broadcast = (free_port(GCM_ADDRESS) for _ in range(3))
     return f"""
@@ -50,6 +50,7 @@ name = "{name}"
 image = "{hostmanager_image or image}"
 zookeeper_image = "{image}"   # ZooKeeper from the RoQ image: its base has Debian's zookeeper
 session_timeout = 4.0
+{f'keys = "{keys}"' if keys else 'insecure = true'}
 
 [[docker_hosts]]
 name = "here"
@@ -96,17 +97,42 @@ def no_roq_processes() -> list[str]:
 def test_a_cluster_deployed_on_docker_serves_this_machine_and_goes_away_whole(dockerd, roq_image, tmp_path):
     sock, docker_client = dockerd
     path = tmp_path / "cluster.toml"
-    path.write_text(cluster_toml(sock, roq_image))
+    keys = tmp_path / "keys"
+    path.write_text(cluster_toml(sock, roq_image, keys=str(keys)))
     up = roq("deploy", "up", str(path))
     assert up.returncode == 0, up.stderr
     assert up.stdout.count("healthy") >= 8  # 4 progress lines and 4 rows
     zk = next(line.split("ZooKeeper ")[1].split()[0] for line in up.stdout.splitlines() if line.startswith("up:"))
+    admin = str(keys / "clients" / "admin")  # secure by default: the keys made, the admin's credentials printed
+    assert f"--credentials {admin}" in up.stdout and oct((keys / "cluster.key_secret").stat().st_mode & 0o777) == "0o600"
 
     # from this machine: the management API, then records through the deployed cluster
-    with client.QueueManager(zk, timeout=30) as qm:
+    def lookup(credentials: str | None) -> str:
+        with client.QueueManager(zk, timeout=5, credentials=credentials) as m:
+            return m.lookup("orders", timeout=5) if credentials else str(m.hosts())
+
+    with pytest.raises(client.BrokerTimeoutError, match="answers only clients with credentials"):
+        lookup(None)
+    with client.QueueManager(zk, timeout=30, credentials=admin) as qm:
         assert {h["Address"] for h in qm.hosts()} == {HOST_A, HOST_B}
         qm.create("orders", HOST_B, exchanges=1)
-    with client.connect(zk=zk, queue="orders") as conn:
+        # a client made after the deployment: its key reaches the containers with roq deploy keys
+        assert roq("keys", "client", "bob", "--keys", str(keys)).returncode == 0
+        bob = str(keys / "clients" / "bob")
+        with pytest.raises(client.BrokerConnectionError, match="refused this client's key"):
+            lookup(bob)
+        copied = roq("deploy", "keys", str(path))
+        assert copied.returncode == 0 and "copied to 3 container(s)" in copied.stdout, copied.stderr
+        qm.grant("bob", "subscribe", "orders")
+        deadline = time.monotonic() + 10
+        while True:  # every process reads its keyring again within a second
+            try:
+                assert lookup(bob)
+                break
+            except client.BrokerConnectionError:
+                assert time.monotonic() < deadline, "bob's key not admitted after roq deploy keys"
+                time.sleep(0.2)
+    with client.connect(zk=zk, queue="orders", credentials=admin) as conn:
         sub = conn.subscriber(prefix=b"orders.")
         pub = conn.publisher()
         for i in range(2000):

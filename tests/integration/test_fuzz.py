@@ -126,7 +126,7 @@ def test_garbage_and_strangers_handshakes_at_a_secure_cluster_kill_nothing_and_l
     mallory = CurveClient.load(cluster.keys.client("mallory"))  # in the keyring, allowed nothing
     server_key = mallory.server_key.encode()
     tally = fuzz.Tally()
-    for seed in range(5):
+    for seed in range(2):
         for part in (fuzz.fuzz_round(targets, seed, "fuzzq"), fuzz.fuzz_round(targets, seed, "fuzzq", curve=mallory),
                      fuzz.strangers(targets, seed, server_key)):
             tally.counts.update({k: tally.counts.get(k, 0) + v for k, v in part.counts.items()})

@@ -149,6 +149,9 @@ def test_every_route_answers_as_its_openapi_document_says(make_embedded):
     assert api.call("GET", "/api/v1/queues/orders").status == 404
     metrics = api.call("GET", "/metrics")
     assert metrics.status == 200 and b'roq_gcm_leader{gcm="gcm1"} 1.0' in metrics.body
+    trail = api.call("GET", "/api/v1/audit?limit=1000").json["entries"]  # what was done above, in order
+    done = [(e["via"], e["action"], e["result"]) for e in trail if e["queue"] == "orders"]
+    assert ("http", "StopQueue", "ACCEPTED") in done and done[-1] == ("http", "RemoveQueue", "ACCEPTED"), done
 
     # every route of the document was called, and answered as the document says
     routes = {(m.upper(), p) for p, item in api.document["paths"].items() for m in item}

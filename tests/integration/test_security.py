@@ -153,15 +153,15 @@ def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_
     for credentials, error, match in ((mallory, BrokerConnectionError, refused),
                                       (elsewhere.client("eve"), client.BrokerTimeoutError, "no CURVE handshake"),
                                       (None, client.BrokerTimeoutError, "did not answer")):
-        with client.QueueManager(cluster.zk, root=cluster.root, credentials=credentials, timeout=3) as manager:
+        with client.QueueManager(cluster.zk, root=cluster.root, credentials=credentials, timeout=1) as manager:
             with pytest.raises(error, match=match):
                 manager.remove("orders")
             with pytest.raises(error, match=match):
-                manager.lookup("orders", timeout=3)
+                manager.lookup("orders", timeout=1)
     with pytest.raises(BrokerConnectionError, match=refused):
         client.connect(monitor, credentials=mallory, timeout=3)
     with pytest.raises(BrokerConnectionError, match="no CURVE handshake"):
-        client.connect(monitor, credentials=elsewhere.client("eve"), timeout=2)
+        client.connect(monitor, credentials=elsewhere.client("eve"), timeout=1)
     # a key of the keyring may not speak for an exchange
     bob = cluster.keys.client("bob")
     cluster.manager.grant("bob", "publish", "orders")
