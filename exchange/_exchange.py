@@ -199,8 +199,8 @@ class Exchange:
                 next_beat = now + cfg.heartbeat_interval
                 self.monitor.send(self._heartbeat())
                 fwd.beacon()
-                if self.curve is not None:
-                    self.curve.refresh()
+                if self.curve is not None and self.curve.refresh():  # a key removed: its subscribers go now
+                    self.forwarder.subscriptions.revoke()
                 self._check_drained(now)
                 if commands is not None:
                     commands.expire(now)

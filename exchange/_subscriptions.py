@@ -19,7 +19,7 @@ from exchange._subscribers import Subscriber, Subscribers
 from roq import batch
 from roq.batch import BatchError
 from roq.runtime import DropCounter
-from roq.zap import Keyring, recv_from
+from roq.zap import KEY_REMOVED, Keyring, recv_from
 
 __all__ = ["Subscriptions", "MAX_SUBSCRIPTIONS_READ"]
 
@@ -71,7 +71,8 @@ class Subscriptions:
                 self.drops.drop("bad subscription", "subscriber id does not match the connection's identity")
                 continue
             if keyring is not None and not keyring.owns(principal, subscriber):
-                self.drops.drop("forged id", f"{principal} subscribed with the id {subscriber.hex()[:32]}, not its key's")
+                reason = KEY_REMOVED if keyring.removed(principal, subscriber) else "forged id"
+                self.drops.drop(reason, f"{principal} subscribed with the id {subscriber.hex()[:32]}")
                 continue
             if admission is not None and not admission.may_subscribe(principal, prefix):
                 self.drops.drop("refused: may not subscribe", f"{principal} to {prefix[:40]!r}")
@@ -83,11 +84,13 @@ class Subscriptions:
                 self._beacon_to(sub, self._beacon_frames())
 
     def revoke(self) -> list[Subscriber]:
-        """Drop every subscriber the permissions held no longer allow; those dropped."""
-        admission = self.admission
-        if admission is None:
+        """Drop every subscriber the permissions held no longer allow, or whose key left the keyring; those
+        dropped."""
+        admission, keyring = self.admission, self.keyring
+        if admission is None or keyring is None:
             return []
-        gone = [s for s in self.subscribers.all if not admission.may_subscribe(s.principal, s.prefix)]
+        gone = [s for s in self.subscribers.all
+                if not keyring.has(s.principal) or not admission.may_subscribe(s.principal, s.prefix)]
         for sub in gone:
             self.subscribers.remove(sub)
         return gone

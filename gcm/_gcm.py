@@ -85,10 +85,10 @@ class Gcm:
         self.audit = AuditTrail(self.session, self.paths)
         api = Api(self, audit=self.audit)
         self.lookup, self.management = (
-            RouterServer(_socket(self._ctx, zmq.ROUTER, self.curve), Dispatcher(
+            RouterServer(_socket(self._ctx, zmq.ROUTER, self.curve, port), Dispatcher(
                 f"gcm {port} port", api.handlers(port), self.drops, max_bytes=m.MAX_REQUEST_BYTES), keyring=keyring)
             for port in ("lookup", "management"))
-        self.broadcaster = Broadcaster(_socket(self._ctx, zmq.PUB, self.curve), config.broadcast_period)
+        self.broadcaster = Broadcaster(_socket(self._ctx, zmq.PUB, self.curve, "broadcast"), config.broadcast_period)
         self.pending = PendingReplies()
         self.stats = StatsAsks(self._ctx, curve=self.curve)
         self.census = Census(self._ctx, config.census_period, curve=self.curve)
@@ -159,8 +159,8 @@ class Gcm:
         for item in (wakeup.fd, self.session.fd, self.lookup.socket, self.management.socket, self.broadcaster.socket):
             poller.register(item, zmq.POLLIN)
         curve = self.curve
-        if curve is not None:
-            poller.register(curve.zap.socket, zmq.POLLIN)
+        for sock in curve.sockets if curve is not None else ():
+            poller.register(sock, zmq.POLLIN)
         asking: set[zmq.Socket] = set()
         while True:
             wanted = self.stats.sockets() | self.census.sockets()
@@ -385,13 +385,14 @@ def _prepare(session: Session, paths: Paths, admin: str | None) -> None:
             pass  # another GCM wrote them first
 
 
-def _socket(ctx: zmq.Context, kind: int, curve: Curve | None) -> zmq.Socket:
-    """One of the GCM's bound sockets: a ROUTER for requests or the broadcast's PUB."""
+def _socket(ctx: zmq.Context, kind: int, curve: Curve | None, name: str) -> zmq.Socket:
+    """One of the GCM's bound sockets: a ROUTER for requests or the broadcast's PUB (``name``: for the count of
+    failed handshakes)."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     if kind == zmq.ROUTER:
         sock.setsockopt(zmq.MAXMSGSIZE, _MAX_ZMQ_MESSAGE)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
     if curve is not None:
-        curve.serve(sock)
+        curve.serve(sock, name)
     return sock

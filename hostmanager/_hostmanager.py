@@ -77,7 +77,7 @@ class HostManager:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
         if self.curve is not None:
-            self.curve.serve(sock)
+            self.curve.serve(sock, "control")
         self.server = RouterServer(sock, Dispatcher("host manager", {control.Ping: self._on_status,
                                                                      control.Status: self._on_status}, self.drops),
                                    keyring=self.curve.keyring if self.curve is not None else None)
@@ -126,8 +126,8 @@ class HostManager:
         for fixed in (wakeup.fd, self.session.fd, self.server.socket):
             poller.register(fixed, zmq.POLLIN)
         curve = self.curve
-        if curve is not None:
-            poller.register(curve.zap.socket, zmq.POLLIN)
+        for sock in curve.sockets if curve is not None else ():
+            poller.register(sock, zmq.POLLIN)
         watched: dict[int, Any] = {}
         while True:
             current = self.children.outputs()  # children's outputs come and go: keep the poller in step

@@ -24,6 +24,7 @@ from roq.config import CurveClient
 from roq.errors import ConfigError
 from roq.keys import load_secret
 from roq.runtime import DropCounter
+from roq.sockets import HandshakeWatch
 from roq.zap import CLUSTER, Authenticator, Keyring, ZapServer
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,12 @@ class Curve:
         self.zap = ZapServer(context, Authenticator(self.keyring), drops)
         self._drops = drops
         self._next_refresh = 0.0
+        self._watches: list[HandshakeWatch] = []
+
+    @property
+    def sockets(self) -> list[zmq.Socket]:
+        """What the process's loop polls for :meth:`tend`: the ZAP handler, and the watches of :meth:`serve`."""
+        return [self.zap.socket, *(w.socket for w in self._watches)]
 
     @classmethod
     def of(cls, context: zmq.Context, secret_key: str, keyring: str, drops: DropCounter) -> Curve | None:
@@ -80,8 +87,12 @@ class Curve:
         """
         self.zap.start()
 
-    def serve(self, sock: zmq.Socket) -> None:
-        """Make ``sock`` a CURVE server with the cluster's key; before it is bound."""
+    def serve(self, sock: zmq.Socket, name: str = "") -> None:
+        """Make ``sock`` a CURVE server with the cluster's key; before it is bound. With ``name``, a peer that
+        fails the handshake there (no CURVE, another server key, garbage) is counted as ``bad connection``
+        (a process that watches its sockets itself gives none)."""
+        if name:
+            self._watches.append(HandshakeWatch(sock, name, self._drops))
         sock.curve_server = True
         sock.curve_secretkey = self._secret
         sock.setsockopt(zmq.ZAP_DOMAIN, DOMAIN)
@@ -113,6 +124,9 @@ class Curve:
         if :data:`REFRESH_PERIOD` has passed (for a loop that polls :attr:`zap` ``.socket``)."""
         if self.zap.socket in events:
             self.zap.readable()
+        for watch in self._watches:
+            if watch.socket in events:
+                watch.handle()
         now = time.monotonic()
         if now >= self._next_refresh:
             self._next_refresh = now + REFRESH_PERIOD
@@ -122,4 +136,7 @@ class Curve:
         return f"CURVE on, {len(self.keyring)} keys may connect (keyring {self.keyring.directory})"
 
     def close(self) -> None:
+        """Close the ZAP handler and the watches (before the sockets they watch are closed)."""
+        for watch in self._watches:
+            watch.close()
         self.zap.close()

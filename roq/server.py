@@ -41,7 +41,7 @@ from roq.errors import (
     UnknownCommandError,
 )
 from roq.runtime import DropCounter
-from roq.zap import CLUSTER, Keyring, may_use, recv_from
+from roq.zap import CLUSTER, KEY_REMOVED, Keyring, may_use, recv_from
 
 __all__ = ["Request", "Replier", "Handler", "Dispatcher", "RouterServer", "PendingReplies", "reply_for", "MAX_PENDING"]
 
@@ -210,9 +210,14 @@ class RouterServer:
                 log.debug("%s: receive failed: %s", self.dispatcher.where, exc)
                 return
             self.requests += 1
-            if keyring is not None and not may_use(keyring, principal, frames[0]):
-                drops.drop("forged id", f"{principal} sent with the id {frames[0].hex()[:32]}, not its key's")
-                continue  # an answer would go to the id's owner
+            refused = may_use(keyring, principal, frames[0]) if keyring is not None else ""
+            if refused:  # a forgery is not answered (the answer would go to the id's owner); a removed key is told
+                drops.drop(refused, f"{principal} sent with the id {frames[0].hex()[:32]}")
+                if refused == KEY_REMOVED and len(frames) == 2:
+                    self.send((frames[0],), Reply(result=Result.FORBIDDEN,
+                                                  comment=f"the key of {principal} was removed from the cluster's "
+                                                          "keyring"))
+                continue
             # a DEALER sends [body] (the ROUTER adds its identity), a REQ ["", body]: answer in the same envelope
             if len(frames) == 2:
                 envelope = (frames[0],)

@@ -40,7 +40,8 @@ from roq.runtime import DropCounter
 log = logging.getLogger(__name__)
 
 __all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "identity_for", "owns", "Keyring", "Decision",
-           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from", "may_use"]
+           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from", "may_use",
+           "KEY_REMOVED"]
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 VERSION = b"1.0"
@@ -50,6 +51,8 @@ TAG_BYTES = 8
 MAX_PER_TURN = 1000
 #: Key files read at most from a keyring directory.
 MAX_KEYS = 100_000
+#: What a message from a connection whose key left the keyring is counted under (its sender is told).
+KEY_REMOVED = "refused: key removed"
 #: An unknown key makes the keyring's directory be looked at again, at most this often (seconds).
 RECHECK_S = 0.01
 #: The principal of the cluster's own key: its processes (a monitor, an exchange, a GCM) talking to each other.
@@ -127,10 +130,16 @@ def recv_from(sock: zmq.Socket, flags: int) -> tuple[list[bytes], str]:
     return frames, principal
 
 
-def may_use(keyring: Keyring, principal: str, identity: bytes) -> bool:
-    """Whether ``principal`` may send with the routing id ``identity``: its key's own, one the ROUTER gave
-    (they begin with a zero byte, which no peer may choose), or any for the cluster's own processes."""
-    return identity[:1] == b"\0" or principal == CLUSTER or keyring.owns(principal, identity)
+def may_use(keyring: Keyring, principal: str, identity: bytes) -> str:
+    """Why ``principal`` may not send with the routing id ``identity`` ("" = it may): its key was removed from
+    the keyring since it connected (:data:`KEY_REMOVED`), or the id is another key's (``forged id``). Its
+    key's own ids are its, any the ROUTER gave (they begin with a zero byte, which no peer may choose), and
+    any for the cluster's own processes."""
+    if not keyring.has(principal):
+        return KEY_REMOVED if identity[:1] == b"\0" or keyring.removed(principal, identity) else "forged id"
+    if identity[:1] == b"\0" or principal == CLUSTER or keyring.owns(principal, identity):
+        return ""
+    return "forged id"
 
 
 class Keyring:
@@ -147,6 +156,7 @@ class Keyring:
         self._given = {public: principal for principal, public in keys}
         self._by_key: dict[bytes, str] = dict(self._given)
         self._tags = self._tags_of(self._by_key)
+        self._removed: dict[str, bytes] = {}  # principals whose key left the keyring, with their keys' tags
         self.skipped: list[str] = []  # files that could not be read, with why
         if directory is not None:
             self.refresh()
@@ -154,6 +164,16 @@ class Keyring:
     def principal(self, public_key: bytes) -> str | None:
         """The principal of ``public_key`` (Z85 text), or None."""
         return self._by_key.get(public_key)
+
+    def has(self, principal: str) -> bool:
+        """Whether ``principal`` has a key in the keyring (a key removed since its connection was made has not)."""
+        return principal in self._tags
+
+    def removed(self, principal: str, identity: bytes) -> bool:
+        """Whether ``identity`` belongs to ``principal`` whose key was removed from the keyring since this
+        process read it (its connections made before still stand: they are told, then ignored)."""
+        tag = self._removed.get(principal)
+        return tag is not None and len(identity) == 16 and identity[:TAG_BYTES] == tag
 
     def owns(self, principal: str, identity: bytes) -> bool:
         """Whether ``identity`` (a routing id) is one of ``principal``'s key's own (:func:`identity_for`)."""
@@ -197,7 +217,12 @@ class Keyring:
         by_key.update(self._given)  # a key given outright keeps its principal
         if skipped and skipped != self.skipped:
             log.warning("keyring %s: %d files skipped: %s", self.directory, len(skipped), "; ".join(skipped[:5]))
-        self._by_key, self._tags, self.skipped, self._stamp = by_key, self._tags_of(by_key), skipped, stamp
+        tags = self._tags_of(by_key)
+        gone = {p: t for p, t in self._tags.items() if p not in tags}
+        self._removed = {p: t for p, t in {**self._removed, **gone}.items() if p not in tags}
+        if len(self._removed) > MAX_KEYS:  # bounded: the oldest forgotten (their connections then read as forged)
+            self._removed = dict(list(self._removed.items())[-MAX_KEYS:])
+        self._by_key, self._tags, self.skipped, self._stamp = by_key, tags, skipped, stamp
         return True
 
 
