@@ -98,7 +98,7 @@ def _roq_publisher(monitor: str, mode: str, n: int, rate: float, duration: float
                    go: Any, done: Any, many: bool = False, curve: Any = None) -> None:
     import client
 
-    with client.connect(monitor) as conn:
+    with client.connect(monitor, publisher_config=client.PublisherConfig(curve=curve)) as conn:  # CURVE: the monitor too
         pub = conn.publisher(curve=curve)
         done.put(("ready", pub.name))
         go.wait()
@@ -128,7 +128,7 @@ def _roq_subscriber(monitor: str, mode: str, publishers: int, results: Any, read
                     curve: Any = None) -> None:
     import client
 
-    with client.connect(monitor) as conn:
+    with client.connect(monitor, subscriber_config=client.SubscriberConfig(curve=curve)) as conn:
         sub = conn.subscriber(curve=curve)
         ready.put(sub.name)
         count, first, last, ends, latency = 0, 0.0, 0.0, 0, []

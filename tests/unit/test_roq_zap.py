@@ -108,7 +108,10 @@ def test_a_stranger_is_refused_at_the_handshake_and_counted(rig, ring):
     client, events = rig.client(ring["stranger"])
     failed = rig.outcome(events)
     assert failed["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH and failed["value"] == 400
-    client.send(b"let me in", zmq.NOBLOCK)
+    try:  # refused, the client may have no connection to queue it on at all
+        client.send(b"let me in", zmq.NOBLOCK)
+    except zmq.Again:
+        pass
     assert not rig.server.poll(300)
     assert rig.zap.refused == {"unknown key": 1} and rig.drops.by_reason == {"refused: unknown key": 1}
 
