@@ -11,6 +11,7 @@ of its own plus the cluster's public key.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import re
 import secrets
@@ -22,7 +23,7 @@ import zmq.auth
 from roq.errors import ConfigError
 from roq.zk import ZkAuth
 
-__all__ = ["KeyPair", "new_keypair", "load_secret", "load_public", "load_credentials", "ClusterKeys",
+__all__ = ["KeyPair", "new_keypair", "load_secret", "load_public", "load_credentials", "ClusterKeys", "expiry",
            "PUBLIC_SUFFIX", "SECRET_SUFFIX", "CLUSTER_KEY", "TOKEN_SUFFIX"]
 
 PUBLIC_SUFFIX = ".key"
@@ -44,9 +45,10 @@ class KeyPair:
     secret_path: str = ""
 
 
-def new_keypair(directory: str, name: str, *, overwrite: bool = False) -> KeyPair:
+def new_keypair(directory: str, name: str, *, overwrite: bool = False, expires: float | None = None) -> KeyPair:
     """Write a new key pair ``NAME.key`` and ``NAME.key_secret`` into ``directory`` (made with mode 0700 if
-    missing); the secret file is created readable by its owner only.
+    missing); the secret file is created readable by its owner only. With ``expires`` (seconds since the
+    epoch), both carry it in their metadata: a keyring holding the public key stops admitting it then.
 
     Raises:
         ConfigError: a bad name, a pair of that name exists already (unless ``overwrite``), or the directory
@@ -67,6 +69,12 @@ def new_keypair(directory: str, name: str, *, overwrite: bool = False) -> KeyPai
             if overwrite and os.path.exists(path):
                 os.remove(path)
         zmq.auth.create_certificates(directory, name)
+        if expires is not None:  # in both files (pyzmq writes metadata into the secret one only)
+            for path in (public_path, secret_path):
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text.replace("metadata\n", f'metadata\n    expires = "{_iso(expires)}"\n', 1))
     except OSError as exc:
         raise ConfigError(f"cannot write a key pair into {directory}: {exc.strerror or exc}") from exc
     finally:
@@ -95,6 +103,32 @@ def load_secret(path: str) -> KeyPair:
                           f"{SECRET_SUFFIX})")
     public_path = path[: -len(SECRET_SUFFIX)] + PUBLIC_SUFFIX if path.endswith(SECRET_SUFFIX) else ""
     return KeyPair(public, secret, public_path, path)
+
+
+def _iso(when: float) -> str:
+    return datetime.datetime.fromtimestamp(when, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_EXPIRES = re.compile(r'^\s*expires\s*=\s*"([^"]*)"\s*$', re.MULTILINE)
+
+
+def expiry(path: str) -> float | None:
+    """When the key in ``path`` expires (seconds since the epoch; its metadata's ``expires``, ISO 8601 in
+    UTC), or None if it does not.
+
+    Raises:
+        ConfigError: the file cannot be read, or its ``expires`` is not a time.
+        OSError: the file cannot be read.
+    """
+    with open(path, encoding="utf-8", errors="replace") as f:
+        found = _EXPIRES.search(f.read(64 << 10))
+    if found is None:
+        return None
+    try:
+        when = datetime.datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError as exc:
+        raise ConfigError(f"{path}: expires = {found.group(1)[:40]!r} is not a time like 2026-12-31T00:00:00Z") from exc
+    return when.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def load_public(path: str) -> bytes:
@@ -194,16 +228,16 @@ class ClusterKeys:
         """The credentials directory of the client ``name``."""
         return os.path.join(self.directory, "clients", name)
 
-    def client(self, name: str) -> str:
+    def client(self, name: str, expires: float | None = None) -> str:
         """The credentials directory of the client ``name``, its key made and admitted (its public key in the
-        keyring) if it has none yet.
+        keyring) if it has none yet; ``expires`` (seconds since the epoch): a new key stops working then.
 
         Raises:
             ConfigError: a bad name, or the keys cannot be written.
         """
         path = self.credentials(name)
         if not os.path.exists(os.path.join(path, name + SECRET_SUFFIX)):
-            pair = new_keypair(path, name, overwrite=True)
+            pair = new_keypair(path, name, overwrite=True, expires=expires)
             try:
                 shutil.copyfile(self.public_key, os.path.join(path, CLUSTER_KEY))
                 shutil.copyfile(pair.public_path, os.path.join(self.keyring, name + PUBLIC_SUFFIX))

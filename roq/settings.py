@@ -49,6 +49,18 @@ def parse_rate(text: str) -> float:
     return rate
 
 
+def parse_duration(text: str) -> float:
+    """A duration such as ``90s``, ``30m``, ``12h`` or ``7d``, in seconds.
+
+    Raises:
+        ConfigError: not of that form.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text or "")
+    if not match:
+        raise ConfigError(f"a duration must look like 90s, 30m, 12h or 7d, got {text!r}")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+
+
 def read_toml(path: str) -> dict[str, Any]:
     """Parse a TOML file.
 

@@ -34,7 +34,7 @@ import zmq.auth
 import zmq.utils.z85
 
 from roq.errors import ConfigError, ProtocolError
-from roq.keys import PUBLIC_SUFFIX
+from roq.keys import PUBLIC_SUFFIX, expiry
 from roq.runtime import DropCounter
 
 log = logging.getLogger(__name__)
@@ -144,14 +144,19 @@ def may_use(keyring: Keyring, principal: str, identity: bytes) -> str:
 
 class Keyring:
     """Public keys and the principals they stand for (one key each): a directory of ``NAME.key`` files
-    (:mod:`roq.keys`), or given pairs. :meth:`refresh` reads the directory again when it changed.
+    (:mod:`roq.keys`), or given pairs. :meth:`refresh` reads the directory again when it changed, or when a
+    key's expiry (``expires`` in its file's metadata, :func:`roq.keys.expiry`) has passed: an expired key is
+    one removed.
 
     Raises:
         ConfigError: the directory cannot be read.
     """
 
-    def __init__(self, directory: str | None = None, keys: Iterable[tuple[str, bytes]] = ()) -> None:
+    def __init__(self, directory: str | None = None, keys: Iterable[tuple[str, bytes]] = (), *,
+                 clock: Callable[[], float] = time.time) -> None:
         self.directory = directory
+        self._clock = clock
+        self._next_expiry = float("inf")  # the earliest expiry of a key held
         self._stamp: tuple[int, int] | None = None
         self._given = {public: principal for principal, public in keys}
         self._by_key: dict[bytes, str] = dict(self._given)
@@ -197,19 +202,27 @@ class Keyring:
         except OSError as exc:
             raise ConfigError(f"keyring {self.directory!r} cannot be read: {exc.strerror or exc}") from exc
         stamp = (st.st_mtime_ns, len(names))
-        if stamp == self._stamp:
+        now = self._clock()
+        if stamp == self._stamp and now < self._next_expiry:
             return False
         by_key: dict[bytes, str] = {}
         skipped = []
+        next_expiry = float("inf")
         for name in names[:MAX_KEYS]:
             if not name.endswith(PUBLIC_SUFFIX):
                 continue
             path = os.path.join(self.directory, name)
             try:
                 public, _ = zmq.auth.load_certificate(path)
-            except (OSError, ValueError) as exc:
+                expires = expiry(path)
+            except (OSError, ValueError, ConfigError) as exc:
                 skipped.append(f"{name}: {exc}")
                 continue
+            if expires is not None and expires <= now:
+                skipped.append(f"{name}: expired")
+                continue
+            if expires is not None:
+                next_expiry = min(next_expiry, expires)
             if public and len(public) == 40:
                 by_key[public] = name[: -len(PUBLIC_SUFFIX)]
             else:
@@ -223,6 +236,7 @@ class Keyring:
         if len(self._removed) > MAX_KEYS:  # bounded: the oldest forgotten (their connections then read as forged)
             self._removed = dict(list(self._removed.items())[-MAX_KEYS:])
         self._by_key, self._tags, self.skipped, self._stamp = by_key, tags, skipped, stamp
+        self._next_expiry = next_expiry
         return True
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 from roq.errors import ConfigError
-from roq.keys import ClusterKeys, new_keypair
+from roq.keys import PUBLIC_SUFFIX, ClusterKeys, expiry, new_keypair
 from roq.runtime import ExitCode
+from roq.settings import parse_duration
 
 __all__ = ["DEFAULT_DIR", "DEFAULT_CLUSTER_KEYS", "keys"]
 
@@ -28,7 +30,12 @@ def keys(args: argparse.Namespace) -> int:
     if not os.path.exists(cluster.secret_key):
         raise ConfigError(f"{cluster.directory} holds no cluster keys (cluster.key_secret); roq cluster up makes them")
     if args.action == "client":
-        print(f"credentials {cluster.client(args.name)}  (use with --credentials, or export ROQ_CREDENTIALS=...)")
+        expires = time.time() + parse_duration(args.valid_for) if getattr(args, "valid_for", None) else None
+        path = cluster.client(args.name, expires)
+        print(f"credentials {path}  (use with --credentials, or export ROQ_CREDENTIALS=...)")
+        when = expiry(os.path.join(path, args.name + PUBLIC_SUFFIX))
+        if when is not None:
+            print(f"expires {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(when))}: the key stops working then")
         return ExitCode.OK
     if not cluster.revoke(args.name):
         raise ConfigError(f"no key named {args.name!r} in {cluster.keyring}")

@@ -153,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
         a = ksub.add_parser(action, help=text)
         a.add_argument("name", help="the client's name (its principal)")
         a.add_argument("--keys", help=f"the cluster's keys directory (default {DEFAULT_CLUSTER_KEYS})")
+        if action == "client":
+            a.add_argument("--valid-for", help="a new key expires after this long (90s, 30m, 12h, 30d; default never)")
     deploy = sub.add_parser("deploy", help="deploy a cluster file's processes as containers on its Docker hosts")
     dsub = deploy.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, text in (("up", "check the Docker hosts and images, then start ZooKeeper, GCMs and host managers, "

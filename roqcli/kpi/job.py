@@ -32,6 +32,7 @@ from typing import Any, Callable
 from roq.errors import ConfigError, RoQError
 from roq.kpi.archive import HOSTS_PARTITION
 from roq.kpi.records import KINDS, columns
+from roq.settings import parse_duration
 from roqcli.kpi.capacity import Budget, Evidence, HostMoments, Moments, TuneRule, estimate, fanout, thresholds_for
 
 log = logging.getLogger(__name__)
@@ -133,9 +134,10 @@ def parse_since(text: str | None, now: float | None = None) -> float | None:
     if not text:
         return None
     now = time.time() if now is None else now
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
-    if match:
-        return now - float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+    try:
+        return now - parse_duration(text)
+    except ConfigError:
+        pass
     try:
         moment = datetime.datetime.fromisoformat(text.strip())
     except ValueError:

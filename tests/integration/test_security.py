@@ -39,6 +39,14 @@ def credentials(name: str, tmp_path) -> str:
     return str(mine)
 
 
+def _answers(manager) -> bool:
+    """Whether the GCM answers ``manager`` (False: its key was refused or removed)."""
+    try:
+        return bool(manager.lookup("orders", timeout=2))
+    except (BrokerConnectionError, client.ForbiddenError, client.BrokerTimeoutError):
+        return False
+
+
 def exchanged(pub, sub, n: int, keys: int = 1) -> list[int]:
     """Publish ``n`` numbered records over ``keys`` keys "k.I", flush; the numbers ``sub`` received, in order."""
     for i in range(n):
@@ -195,6 +203,14 @@ def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_
         with pytest.raises((BrokerConnectionError, ForbiddenError), match="refused this client.s key|was removed"):
             cluster.wait_for(lambda: manager.lookup("orders", timeout=3) and False, 5, "bob refused")
     assert cluster.manager.list()[0]["Name"] == "orders"  # the admin's requests still go through
+    # a key that expires stops working then, its connections included, nothing restarted
+    zoe = cluster.keys.client("zoe", expires=time.time() + 3)
+    cluster.manager.grant("zoe", "publish", "orders")
+    with client.QueueManager(cluster.zk, root=cluster.root, credentials=zoe, timeout=3) as manager:
+        cluster.wait_for(lambda: _answers(manager), 5, "zoe's key admitted")
+        cluster.wait_for(lambda: not _answers(manager), 10, "zoe's key refused once expired")
+        with pytest.raises((BrokerConnectionError, ForbiddenError), match="refused this client.s key|was removed"):
+            manager.lookup("orders", timeout=3)
     # ZooKeeper: anyone may read the topology, only the cluster's identity may change it
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoAuthError

@@ -113,3 +113,12 @@ def test_an_error_in_a_read_file_names_the_file(tmp_path):
     path.write_text('[svc]\nname = "a"\nport = "high"\n')
     with pytest.raises(ConfigError, match=r"roq\.toml: \[svc\] key 'port'"):
         build(_Settings, file=read_toml(str(path)), section="svc", source=str(path))
+
+
+def test_a_duration_reads_seconds_minutes_hours_and_days():
+    from roq.settings import parse_duration
+
+    assert [parse_duration(t) for t in ("90s", "30m", "1.5h", "7d")] == [90, 1800, 5400, 604800]
+    for bad in ("", "7", "7w", "-1d", "d"):
+        with pytest.raises(ConfigError, match="duration"):
+            parse_duration(bad)

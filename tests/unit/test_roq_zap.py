@@ -198,3 +198,22 @@ def test_a_key_added_to_the_keyring_is_admitted_at_its_first_handshake(tmp_path)
     assert auth.decide(zap.ZapRequest(**base)).reason == "unknown key"  # looked again too soon
     now[0] += zap.RECHECK_S
     assert auth.decide(zap.ZapRequest(**base)) == zap.Decision(200, "", "alice")
+
+
+def test_an_expired_key_is_one_removed_without_the_directory_changing(tmp_path):
+    now = [1_000_000.0]
+    ring_dir = tmp_path / "ring"
+    ring_dir.mkdir()
+    pair = keys.new_keypair(str(tmp_path / "secrets"), "alice", expires=1_000_010.0)
+    assert keys.expiry(pair.public_path) == 1_000_010.0 and keys.expiry(pair.secret_path) == 1_000_010.0
+    os.link(pair.public_path, ring_dir / "alice.key")
+    ring = zap.Keyring(str(ring_dir), clock=lambda: now[0])
+    alice_id = zap.identity_for(pair.public)
+    assert ring.principal(pair.public) == "alice" and ring.has("alice") and not ring.refresh()
+    now[0] = 1_000_010.0
+    assert ring.refresh()  # the directory did not change: its expiry did it
+    assert ring.principal(pair.public) is None and not ring.has("alice") and ring.removed("alice", alice_id)
+    assert ring.skipped == ["alice.key: expired"]
+    (tmp_path / "bad.key").write_text('metadata\n    expires = "soon"\ncurve\n    public-key = "x"\n')
+    with pytest.raises(ConfigError, match="not a time"):
+        keys.expiry(str(tmp_path / "bad.key"))
