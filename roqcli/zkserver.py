@@ -113,6 +113,9 @@ def _zoo_cfg(*, data_dir: str, address: str, client_port: int, tick_ms: int, ext
         # The admin server needs Jetty, which Debian's package does not ship.
         "admin.enableServer=false",
         "4lw.commands.whitelist=ruok,srvr",
+        # Every write, create and delete, with who asked and whether it was allowed, in the server's log: the
+        # server's own record of what a client without the cluster's identity tried (NoAuth: result=failure).
+        "audit.enable=true",
         # Lets clients keep their session over a leader election (the default max is 20 ticks).
         f"maxSessionTimeout={max(20000, 20 * tick_ms)}",
         *extra,

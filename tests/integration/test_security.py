@@ -230,6 +230,14 @@ def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_
         wrong.stop()
         wrong.close()
     assert [q["Name"] for q in cluster.manager.list()] == ["orders"]
+    # and ZooKeeper's own audit log records each refused write (who, what, where, failure): the two strangers'
+    def refused_there(operation: str, znode: str) -> int:
+        lines = open(zookeeper.log_path, errors="replace").read().splitlines()
+        return sum(f"operation={operation}\t" in line and f"znode={znode}\t" in line and "result=failure" in line
+                   for line in lines)
+
+    cluster.wait_for(lambda: refused_there("setData", f"{root}/acl") == 2
+                     and refused_there("create", f"{root}/queues/evil") == 2, 10, "ZooKeeper's audit of the refusals")
     gcm_log = open(os.path.join(cluster.log_dir, "gcm1.log")).read()
     assert "refused: unknown key" in gcm_log and "bad connection" in gcm_log  # a wrong server key, no CURVE
 
