@@ -71,7 +71,7 @@ from roq.errors import ProtocolError
 from roq.runtime import DropCounter
 from roq.sockets import bind
 from roq.curve import Curve
-from roq.zap import KEY_REMOVED, Keyring, recv_from
+from roq.zap import Keyring, recv_from
 
 log = logging.getLogger(__name__)
 
@@ -358,8 +358,7 @@ def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publi
     if len(frames) == 1:
         return frames  # the identity alone: the frame count is checked by the caller
     if not keyring.owns(principal, frames[0]):
-        reason = KEY_REMOVED if keyring.removed(principal, frames[0]) else "forged id"
-        drops.drop(reason, f"{principal} sent with the id {frames[0].hex()[:32]}")
+        drops.drop(keyring.why_not(principal, frames[0]), f"{principal} sent with the id {frames[0].hex()[:32]}")
         return None
     if may_publish is not None and not may_publish(principal):
         drops.drop("refused: may not publish", str(principal))

@@ -19,7 +19,7 @@ from exchange._subscribers import Subscriber, Subscribers
 from roq import batch
 from roq.batch import BatchError
 from roq.runtime import DropCounter
-from roq.zap import KEY_REMOVED, Keyring, recv_from
+from roq.zap import Keyring, recv_from
 
 __all__ = ["Subscriptions", "MAX_SUBSCRIPTIONS_READ"]
 
@@ -71,8 +71,8 @@ class Subscriptions:
                 self.drops.drop("bad subscription", "subscriber id does not match the connection's identity")
                 continue
             if keyring is not None and not keyring.owns(principal, subscriber):
-                reason = KEY_REMOVED if keyring.removed(principal, subscriber) else "forged id"
-                self.drops.drop(reason, f"{principal} subscribed with the id {subscriber.hex()[:32]}")
+                self.drops.drop(keyring.why_not(principal, subscriber),
+                                f"{principal} subscribed with the id {subscriber.hex()[:32]}")
                 continue
             if admission is not None and not admission.may_subscribe(principal, prefix):
                 self.drops.drop("refused: may not subscribe", f"{principal} to {prefix[:40]!r}")

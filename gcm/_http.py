@@ -28,7 +28,7 @@ from gcm._events import MAX_LIMIT
 from gcm._metrics import CONTENT_TYPE, Exposition
 from gcm._openapi import API, ROUTES, document
 from gcm._shapes import snake
-from gcm._tokens import Tokens
+from gcm._tokens import MIN_TOKEN, Tokens
 from gcm._view import View
 from roq import management as m
 from roq.control import Message, Reply
@@ -45,7 +45,6 @@ __all__ = ["HttpApi", "HttpShell", "STATUS", "read_token", "MIN_TOKEN", "ANONYMO
 STATUS = {Result.OK: 200, Result.BAD_REQUEST: 400, Result.UNKNOWN_COMMAND: 400, Result.NOT_FOUND: 404,
           Result.CONFLICT: 409, Result.FORBIDDEN: 403, Result.UNAVAILABLE: 503, Result.FAIL: 500, Result.NOT_LEADER: 503}
 WRITES = ("POST", "PUT", "DELETE", "PATCH")
-MIN_TOKEN = 16  # characters of a bearer token, at least
 #: the principal of an HTTP request without a token in a secure cluster (nothing is allowed it unless granted)
 ANONYMOUS = "anonymous"
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'"

@@ -20,12 +20,12 @@ from roq.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Tokens", "SUFFIX", "REFRESH_S", "MAX_TOKENS"]
+__all__ = ["Tokens", "SUFFIX", "REFRESH_S", "MAX_TOKENS", "MIN_TOKEN"]
 
 SUFFIX = ".token"
 REFRESH_S = 0.25  # seconds between looks at the directory
 MAX_TOKENS = 10_000
-MIN_TOKEN = 16
+MIN_TOKEN = 16  # characters of a bearer token, at least
 
 
 def _digest(token: str) -> bytes:

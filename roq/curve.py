@@ -20,7 +20,6 @@ from typing import Container
 
 import zmq
 
-from roq.config import CurveClient
 from roq.errors import ConfigError
 from roq.keys import load_secret
 from roq.runtime import DropCounter
@@ -103,10 +102,6 @@ class Curve:
         sock.curve_serverkey = self.public
         sock.curve_publickey = self.public
         sock.curve_secretkey = self._secret
-
-    def client(self) -> CurveClient:
-        """The cluster's own keys as a client's (for a process that uses the client library's sockets)."""
-        return CurveClient(self.public.decode(), self.public.decode(), self._secret.decode())
 
     def refresh(self) -> bool:
         """Read the keyring again if it changed (a key removed there opens no more connections); True if it

@@ -136,7 +136,7 @@ def may_use(keyring: Keyring, principal: str, identity: bytes) -> str:
     key's own ids are its, any the ROUTER gave (they begin with a zero byte, which no peer may choose), and
     any for the cluster's own processes."""
     if not keyring.has(principal):
-        return KEY_REMOVED if identity[:1] == b"\0" or keyring.removed(principal, identity) else "forged id"
+        return KEY_REMOVED if identity[:1] == b"\0" else keyring.why_not(principal, identity)
     if identity[:1] == b"\0" or principal == CLUSTER or keyring.owns(principal, identity):
         return ""
     return "forged id"
@@ -179,6 +179,11 @@ class Keyring:
         process read it (its connections made before still stand: they are told, then ignored)."""
         tag = self._removed.get(principal)
         return tag is not None and len(identity) == 16 and identity[:TAG_BYTES] == tag
+
+    def why_not(self, principal: str, identity: bytes) -> str:
+        """Why a message from ``principal`` with the id ``identity``, which is not its key's own, is dropped:
+        :data:`KEY_REMOVED` (its key left the keyring since it connected) or ``forged id``."""
+        return KEY_REMOVED if self.removed(principal, identity) else "forged id"
 
     def owns(self, principal: str, identity: bytes) -> bool:
         """Whether ``identity`` (a routing id) is one of ``principal``'s key's own (:func:`identity_for`)."""
