@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-deploy fuzz image bench setup clean
+.PHONY: demo test test-deploy fuzz crash image bench setup clean
 
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
@@ -17,6 +17,10 @@ test: $(STAMP)
 # the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
 fuzz: $(STAMP)
 	ROQ_FUZZ_SEEDS=1000 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_fuzz.py
+
+# the journal's crash consistency with 200 seeded trials instead of make test's 20 (a few minutes)
+crash: $(STAMP)
+	ROQ_CRASH_TRIALS=200 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_journal_crash.py
 
 # the deployment tests run their own Docker engine and build images offline (a few minutes)
 test-deploy: $(STAMP)

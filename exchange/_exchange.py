@@ -21,9 +21,10 @@ import psutil
 import zmq
 
 from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
-from exchange._forwarder import RETRY_S, Forwarder
+from exchange._forwarder import RETRY_S, Forwarder, describe_bounds
+from exchange._journaling import JournalFeed
 from roq import control
-from roq.config import ExchangeConfig
+from roq.config import DURABILITIES, ExchangeConfig
 from roq.errors import ProtocolError
 from roq.pipe import MAX_FRAME
 from roq.runtime import DropCounter, SignalWakeup
@@ -76,12 +77,15 @@ class Exchange:
             control.KpiPeriod: self._on_kpi_period,
             control.Reply: self._on_reply,
             control.AclRules: self._on_permissions,
+            control.Journaling: self._on_journaling,
         }, self.drops, max_bytes=MAX_CONTROL_BYTES)
         self.monitor = MonitorLink(self._ctx, config.monitor, monitor_orders, self.curve)
         host_orders = Dispatcher(f"exchange {self.id} (commands)", {control.Retarget: self._on_retarget},
                                  self.drops, max_bytes=MAX_FRAME)
         self._commands = CommandPipe(commands_fd, host_orders, self.drops) if commands_fd is not None else None
         self._watches: list[HandshakeWatch] = []
+        self._journal_told = False  # no publisher is read before the monitor said whether the queue is durable
+        self._poller: zmq.Poller | None = None
 
     @property
     def frontend_endpoint(self) -> str:
@@ -110,7 +114,7 @@ class Exchange:
         self.monitor.send(self._heartbeat())
         log.info("exchange %s: frontend %s, backend %s, monitor %s", self.id, fwd.frontend_endpoint,
                  fwd.backend_endpoint, cfg.monitor)
-        log.info("exchange %s: memory bounds: %s", self.id, fwd.bounds())
+        log.info("exchange %s: memory bounds: %s", self.id, describe_bounds(fwd))
         if self.curve is not None:
             log.info("exchange %s: %s", self.id, self.curve.describe())
         else:
@@ -138,8 +142,10 @@ class Exchange:
         cfg = self.config
         fwd = self.forwarder
         poller = zmq.Poller()
-        # with CURVE, publishers and subscribers wait until the monitor sent the permissions
-        closed = self.admission is not None and not self.admission.known
+        self._poller = poller
+        # publishers and subscribers wait until the monitor said whether the queue is durable, and with CURVE
+        # until it sent the permissions
+        closed = not self._open()
         poller.register(fwd.frontend, 0 if closed else zmq.POLLIN)
         poller.register(fwd.backend, 0 if closed else zmq.POLLIN)  # subscriptions
         poller.register(self.monitor.socket, zmq.POLLIN)
@@ -160,7 +166,7 @@ class Exchange:
         next_kpi = now + self._kpi_period
         while not self._stopping:
             timeout = max(0.0, min(next_beat, next_kpi, fwd.ack_due) - time.monotonic())
-            holding = fwd.held is not None  # then the frontend is not polled: retry every RETRY_S
+            holding = fwd.blocked  # then the frontend is not polled: retry every RETRY_S
             if holding:
                 timeout = min(timeout, RETRY_S)
             polled = time.monotonic()
@@ -170,16 +176,18 @@ class Exchange:
             if zap is not None and zap.socket in events:
                 zap.readable()
             if fwd.backend in events:
-                fwd.read_subscriptions()
-            if holding or fwd.frontend in events:
+                fwd.subscriptions.readable()
+            if fwd.journal is not None and fwd.journal.socket in events:
+                fwd.read_journal()
+            if not closed and (holding or fwd.frontend in events):
                 fwd.forward()  # the held batch first
-            if holding != (fwd.held is not None):  # a full pipe holds the publishers back, or lets them go again
-                poller.modify(fwd.frontend, 0 if fwd.held is not None else zmq.POLLIN)
+            if not closed and holding != fwd.blocked:  # a full pipe holds the publishers back, or lets them go
+                poller.modify(fwd.frontend, 0 if fwd.blocked else zmq.POLLIN)
             if self.monitor.socket in events:
                 self.monitor.readable()
-                if closed and self.admission is not None and self.admission.known:
+                if closed and self._open():
                     closed = False
-                    poller.modify(fwd.frontend, zmq.POLLIN)
+                    poller.modify(fwd.frontend, 0 if fwd.blocked else zmq.POLLIN)
                     poller.modify(fwd.backend, zmq.POLLIN)
             if wakeup is not None and wakeup.fd in events and wakeup.consume():
                 self._begin_drain("signal")
@@ -198,9 +206,11 @@ class Exchange:
             if now >= next_beat:
                 next_beat = now + cfg.heartbeat_interval
                 self.monitor.send(self._heartbeat())
-                fwd.beacon()
+                fwd.subscriptions.beacon()
                 if self.curve is not None and self.curve.refresh():  # a key removed: its subscribers go now
                     self.forwarder.subscriptions.revoke()
+                if fwd.journal is not None:
+                    fwd.journal.tick(now)
                 self._check_drained(now)
                 if commands is not None:
                     commands.expire(now)
@@ -238,6 +248,33 @@ class Exchange:
                  f"{len(msg.rules)} rules" if msg.enforced else "none set: every key of the keyring",
                  f"; {len(gone)} subscribers no longer allowed, dropped" if gone else "")
 
+    def _open(self) -> bool:
+        """May publishers and subscribers be read: the monitor said whether the queue is durable, and (CURVE)
+        sent the permissions."""
+        return self._journal_told and (self.admission is None or self.admission.known)
+
+    def _on_journaling(self, msg: control.Journaling, _request: Request) -> None:
+        """The queue's durability and journal, from the monitor: feed that journal from now on."""
+        if msg.durability not in DURABILITIES:
+            raise ProtocolError(f"durability {msg.durability!r}: not one of {', '.join(DURABILITIES)}")
+        endpoint = check_endpoint(msg.journal) if msg.journal else ""
+        if bool(endpoint) != (msg.durability != "none"):
+            raise ProtocolError(f"durability {msg.durability!r} with journal {msg.journal!r}")
+        self._journal_told = True
+        fwd = self.forwarder
+        current = fwd.journal.endpoint if fwd.journal is not None else ""
+        if endpoint == current:
+            return
+        poller = self._poller
+        if fwd.journal is not None and poller is not None:
+            poller.unregister(fwd.journal.socket)
+        feed = (JournalFeed(self._ctx, endpoint, msg.durability, self.id.encode(), self.curve) if endpoint else None)
+        fwd.set_journal(feed)
+        if feed is not None and poller is not None:
+            poller.register(feed.socket, zmq.POLLIN)
+        log.info("exchange %s: %s", self.id, f"journal {endpoint} ({msg.durability}): publishers are acknowledged "
+                 "once it has their records" if endpoint else "no journal: the queue is not durable")
+
     def _on_reply(self, msg: control.Reply, _request: Request) -> None:
         now = time.monotonic()
         if msg.result != control.Result.OK and now >= self._next_reply_log:
@@ -257,7 +294,9 @@ class Exchange:
     def _heartbeat(self) -> control.Heartbeat:
         return control.Heartbeat(exchange=self.id, frontend=self.frontend_endpoint, backend=self.backend_endpoint,
                                  pid=os.getpid(), draining=self._draining_since is not None,
-                                 permissions=self.admission.digest if self.admission is not None else "-")
+                                 permissions=self.admission.digest if self.admission is not None else "-",
+                                 journal=(self.forwarder.journal.endpoint if self.forwarder.journal is not None else "")
+                                 if self._journal_told else "?")
 
     def _begin_drain(self, why: str) -> None:
         if self._draining_since is not None:

@@ -62,6 +62,7 @@ import zmq
 
 from exchange._accounting import Accounting
 from exchange._admission import Admission
+from exchange._journaling import JournalFeed
 from exchange._subscribers import BEHIND_HOLD, Subscriber, Subscribers
 from exchange._subscriptions import Subscriptions
 from roq import batch
@@ -75,7 +76,7 @@ from roq.zap import Keyring, recv_from
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Forwarder", "BURST", "MAX_PENDING_ACKS", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
+__all__ = ["Forwarder", "describe_bounds", "BURST", "MAX_PENDING_ACKS", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
            "SYNC_MASK", "RETRY_S"]
 
 #: Batches forwarded before the loop looks at its timers and other sockets again.
@@ -121,12 +122,14 @@ class Forwarder:
         self.ack_due = float("inf")
         self.last_data = 0.0
         # a batch that full pipes could not take yet, and the subscribers it waits for
-        self.held: tuple[list[bytes], batch.Header, list[Subscriber]] | None = None
+        # (None: it waits for the journal's pipe, and then goes to every subscriber)
+        self.held: tuple[list[bytes], batch.Header, list[Subscriber] | None] | None = None
         self.held_since = 0.0
         self.missed = 0  # batches a subscriber behind did not get
         self.stalls = 0  # times a subscriber's pipe stayed full for subscriber_grace
         self.frontend_endpoint = ""
         self.backend_endpoint = ""
+        self.journal: JournalFeed | None = None  # a durable queue's journal (see set_journal)
 
         self.frontend = context.socket(zmq.ROUTER)
         self.frontend.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -163,18 +166,11 @@ class Forwarder:
         self.frontend_endpoint = bind(self.frontend, address, frontend_port)
         self.backend_endpoint = bind(self.backend, address, backend_port)
 
-    def bounds(self) -> str:
-        """The memory bounds in force, for the log."""
-        largest = self.config.max_batch_bytes + batch.MAX_KEY + batch.HEADER_SIZE
-        return (f"{self.subscriber_hwm} batches per subscriber (at most {self.subscriber_hwm * largest >> 20} MiB of "
-                f"batches up to {largest} bytes; subscriber_queue_bytes {self.config.subscriber_queue_bytes >> 20} "
-                f"MiB), {self.publisher_hwm} batches per publisher (at most {self.publisher_hwm * largest >> 20} "
-                f"MiB), {self.acct.max_publishers} publishers counted per KPI period, {self.max_pending_acks} "
-                f"acknowledgements pending at most, {self.subscribers.limit} subscribers at most")
-
     def close(self) -> None:
         for sock in (self.frontend, self.backend):
             sock.close()
+        if self.journal is not None:
+            self.journal.close()
 
     # ------------------------------------------------------------------ the hot path
 
@@ -183,8 +179,10 @@ class Forwarder:
         while a batch is held (see :meth:`retry`)."""
         if self.held is not None and not self.retry(time.monotonic()):
             return
+        journal = self.journal
+        if journal is not None and (not journal.flush() or journal.full):
+            return  # the journal is behind: publishers wait
         recv = self._recv_batch
-        send = self.backend.send_multipart
         events = self.backend.getsockopt
         check = batch.check_incoming
         data_kind = batch.DATA
@@ -194,9 +192,8 @@ class Forwarder:
         publishers = acct.publishers
         room = acct.max_publishers - len(publishers)
         acks = self.acks
-        subscribers = self.subscribers
         urgent = False
-        records = size_in = 0
+        records = size_in = forwarded = 0
         nowait = zmq.NOBLOCK
         for i in range(BURST):
             if not i & SYNC_MASK:  # learn how far the subscribers' pipes were read (see the module's doc)
@@ -219,15 +216,11 @@ class Forwarder:
             if h.publisher != ident:
                 self.drops.drop("bad header", "publisher id does not match the connection's identity")
                 continue
-            waiting = None
-            for sub in subscribers.all:  # frames[0], the publisher's id, becomes each subscriber's in turn
-                if key.startswith(sub.prefixes):
-                    frames[0] = sub.ident
-                    try:
-                        send(frames, nowait)
-                    except zmq.ZMQError as exc:
-                        if self._refused(sub, exc):
-                            waiting = [sub] if waiting is None else waiting + [sub]
+            if journal is not None and not journal.send([key, header, body], h):
+                self.held = ([key, header, body], h, None)  # the journal's pipe is full: nobody gets it yet
+                self.held_since = time.monotonic()
+                break
+            waiting = self._send_out(frames, key)
             if waiting is not None:  # held: no more reading until it is out
                 self.held = ([key, header, body], h, waiting)
                 self.held_since = time.monotonic()
@@ -235,7 +228,8 @@ class Forwarder:
             if h.kind == data_kind:
                 count = h.count
                 size = len(body)
-                acks[ident] = h.first_seq + count - 1
+                if journal is None:  # with a journal, its acknowledgements are relayed (read_journal)
+                    acks[ident] = h.first_seq + count - 1
                 urgent |= h.flags & ack_now
                 records += count
                 size_in += size
@@ -246,10 +240,28 @@ class Forwarder:
                 elif room > 0:
                     room -= 1
                     publishers[ident] = [count, size]
-            else:  # a marker: check_incoming lets nothing else through
+            elif journal is None:  # a marker: check_incoming lets nothing else through
                 acks[ident] = h.first_seq - 1
                 urgent = True  # the publisher holds its new batches until this one is acknowledged
+            forwarded += 1
+        if forwarded:
+            self.last_data = time.monotonic()
         self._counted(records, size_in, urgent)
+
+    def _send_out(self, frames: list[bytes], key: bytes) -> list[Subscriber] | None:
+        """Send a batch (``frames[0]`` replaced by each subscriber's id in turn) to every subscriber whose
+        prefix its key starts with; the subscribers whose full pipe it waits for (None: none)."""
+        send = self.backend.send_multipart
+        waiting = None
+        for sub in self.subscribers.all:
+            if key.startswith(sub.prefixes):
+                frames[0] = sub.ident
+                try:
+                    send(frames, zmq.NOBLOCK)
+                except zmq.ZMQError as exc:
+                    if self._refused(sub, exc):
+                        waiting = [sub] if waiting is None else waiting + [sub]
+        return waiting
 
     def _counted(self, records: int, size: int, urgent: bool) -> None:
         """Count what went out and schedule its acknowledgements."""
@@ -260,7 +272,6 @@ class Forwarder:
         acct.bytes_in += size
         acct.bytes_out += size
         if acks:
-            self.last_data = time.monotonic()
             if urgent or len(acks) >= self.max_pending_acks:
                 self.send_acks()
             elif self.ack_due == float("inf"):
@@ -292,9 +303,18 @@ class Forwarder:
         if self.held is None:
             return True
         frames, h, waiting = self.held
+        key, header, body = frames
+        if waiting is None:  # the journal's pipe was full: it goes there first, then to the subscribers
+            if self.journal is not None and not self.journal.send(frames, h):
+                return False
+            waiting = self._send_out([h.publisher, key, header, body], key)
+            if waiting is None:
+                return self._released(h, body)
+            self.held = (frames, h, waiting)
+            self.held_since = now
+            return False
         self.backend.getsockopt(zmq.EVENTS)  # take in the subscribers' reads
         send = self.backend.send_multipart
-        key, header, body = frames
         still = []
         for sub in waiting:
             try:
@@ -307,27 +327,58 @@ class Forwarder:
                 else:
                     self.stalls += 1
                     self._past(sub, now)
-                    if self.stalls <= 10 or self.stalls % 100 == 0:
-                        log.warning("subscriber %s: its pipe stayed full for %.1fs: it misses what finds its pipe "
-                                    "full until its pipe has had room for %.1fs (%d times in all)",
-                                    sub.ident.hex()[:8], now - self.held_since,
-                                    BEHIND_HOLD * self.config.subscriber_grace, self.stalls)
+                    _log_stall(sub, now - self.held_since, BEHIND_HOLD * self.config.subscriber_grace, self.stalls)
         if still:
             self.held = (frames, h, still)
             return False
+        return self._released(h, body)
+
+    def _released(self, h: batch.Header, body: bytes) -> bool:
+        """The held batch is out: count it and schedule its acknowledgement (with a journal, the journal's)."""
         self.held = None
+        self.last_data = time.monotonic()
+        journal = self.journal is not None
         if h.kind != batch.DATA:  # a marker
-            self.acks[h.publisher] = h.first_seq - 1
+            if not journal:
+                self.acks[h.publisher] = h.first_seq - 1
             self._counted(0, 0, True)
             return True
-        self.acks[h.publisher] = h.last_seq
+        if not journal:
+            self.acks[h.publisher] = h.last_seq
         self.acct.count_publisher(h.publisher, h.count, len(body))
         self._counted(h.count, len(body), bool(h.flags & batch.FLAG_ACK_NOW))
         return True
 
-    def read_subscriptions(self) -> None:
-        """Read what subscribers sent the backend (:meth:`~exchange._subscriptions.Subscriptions.readable`)."""
-        self.subscriptions.readable()
+    @property
+    def blocked(self) -> bool:
+        """True while the forward loop reads no publisher: a batch is held, or the journal is behind."""
+        return self.held is not None or (self.journal is not None and self.journal.full)
+
+    # ------------------------------------------------------------------ the journal
+
+    def set_journal(self, feed: JournalFeed | None) -> None:
+        """Feed ``feed``'s journal from now on; None: no journal, the queue is not durable any more (what the
+        previous one had not acknowledged is acknowledged by the exchange, as everything is from now on)."""
+        old, self.journal = self.journal, feed
+        if old is None:
+            return
+        if feed is not None:
+            feed.take_over(old)
+        else:
+            self.acks.update(old.last_seqs())
+            self._counted(0, 0, True)
+        old.close()
+
+    def read_journal(self) -> None:
+        """Relay the journal's acknowledgements to the publishers they are for, at once."""
+        try:
+            pairs = self.journal.readable() if self.journal is not None else []
+        except ProtocolError as exc:
+            self.drops.drop("bad journal acknowledgement", str(exc))
+            return
+        if pairs:
+            self.acks.update(pairs)
+            self.send_acks()
 
     def send_acks(self) -> None:
         """Acknowledge every publisher owed one, without blocking."""
@@ -339,10 +390,6 @@ class Forwarder:
                 pass
         self.acks.clear()
         self.ack_due = float("inf")
-
-    def beacon(self) -> None:
-        """Tell every subscriber its subscription is live (and which exchange this is)."""
-        self.subscriptions.beacon()
 
 
 def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publish: Callable[[str], bool] | None,
@@ -364,3 +411,19 @@ def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publi
         drops.drop("refused: may not publish", str(principal))
         return None
     return frames
+
+
+def _log_stall(sub: Subscriber, waited: float, hold: float, stalls: int) -> None:
+    if stalls <= 10 or stalls % 100 == 0:
+        log.warning("subscriber %s: its pipe stayed full for %.1fs: it misses what finds its pipe full until its pipe "
+                    "has had room for %.1fs (%d times in all)", sub.ident.hex()[:8], waited, hold, stalls)
+
+
+def describe_bounds(fwd: Forwarder) -> str:
+    """The memory bounds a forwarder keeps, for the log."""
+    largest = fwd.config.max_batch_bytes + batch.MAX_KEY + batch.HEADER_SIZE
+    return (f"{fwd.subscriber_hwm} batches per subscriber (at most {fwd.subscriber_hwm * largest >> 20} MiB of "
+            f"batches up to {largest} bytes; subscriber_queue_bytes {fwd.config.subscriber_queue_bytes >> 20} "
+            f"MiB), {fwd.publisher_hwm} batches per publisher (at most {fwd.publisher_hwm * largest >> 20} "
+            f"MiB), {fwd.acct.max_publishers} publishers counted per KPI period, {fwd.max_pending_acks} "
+            f"acknowledgements pending at most, {fwd.subscribers.limit} subscribers at most")

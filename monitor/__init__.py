@@ -15,6 +15,7 @@ from monitor._monitor import Monitor
 from monitor._moves import Mover
 from monitor._operators import MAX_STATUS_BYTES, fit
 from monitor._outbox import Event, GcmRequest, Outbox, Outgoing
+from monitor._durability import Durability
 from monitor._permissions import NEEDS, Permissions
 from monitor._rule import Ewma, ExchangeLoad, LimitCase, Move, evaluate, saturation_mark
 from monitor._rules import Rules
@@ -47,6 +48,7 @@ __all__ = [
     "QueueView",
     "Rules",
     "Permissions",
+    "Durability",
     "NEEDS",
     # what it knows, and its bounds
     "Topology",

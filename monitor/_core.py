@@ -29,6 +29,7 @@ from monitor._kpis import Kpis
 from monitor._moves import Mover
 from monitor._operators import Operators
 from monitor._outbox import Outbox
+from monitor._durability import Durability
 from monitor._permissions import Permissions
 from monitor._publishers import Publishers
 from monitor._rules import Adoption, Rules
@@ -77,6 +78,7 @@ class Core:
         self.balancer = Balancer(t, self.rules, self.mover, events, out)
         self.adoption = Adoption(self.rules, t, out)
         self.permissions = Permissions(config.queue, t, out)
+        self.durability = Durability(t, out, config.journal, config.durability)
         self.scaling = (Scaling(config.queue, t, self.rules, self.mover, self.exchanges, self.subscribers, events, out)
                         if clustered else None)
         self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state,
@@ -170,6 +172,7 @@ class Core:
 
     def _heartbeat(self, hb: control.Heartbeat, identity: bytes, now: float) -> None:
         self.permissions.heartbeat(hb, identity)  # before anything is assigned to a new exchange
+        self.durability.heartbeat(hb, identity)
         x: ExchangeEntry | None = self.exchanges.heartbeat(hb, identity, now)
         if x is not None and self.scaling is not None and self.scaling.exchange_joined(x, now):
             self.balancer.fresh = x.id  # the hot exchanges move onto it once every subscriber hears it

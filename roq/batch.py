@@ -47,6 +47,9 @@ __all__ = [
     "decode_body",
     "encode_ack",
     "decode_ack",
+    "encode_journal_ack",
+    "decode_journal_ack",
+    "MAX_JOURNAL_ACKS",
 ]
 
 VERSION = 1
@@ -79,6 +82,14 @@ HEADER_SIZE = HEADER.size
 #: Acknowledgement from exchange to publisher: version u8, kind u8 (= ACK_KIND), highest seq u64.
 ACK = struct.Struct("<BBQ")
 ACK_KIND = 4
+
+#: Acknowledgement from a journal to an exchange: version u8, kind u8 (= JOURNAL_ACK_KIND), count u16, the
+#: journal's incarnation u64; then ``count`` times publisher 16s, highest seq journaled u64.
+JOURNAL_ACK = struct.Struct("<BBHQ")
+JOURNAL_ACK_ENTRY = struct.Struct("<16sQ")
+JOURNAL_ACK_KIND = 6
+#: Publishers in one journal acknowledgement, at most.
+MAX_JOURNAL_ACKS = 4096
 
 _LITTLE = sys.byteorder == "little"
 _unpack = HEADER.unpack
@@ -262,3 +273,35 @@ def decode_ack(frame: bytes) -> int:
     if version != VERSION or kind != ACK_KIND:
         raise ProtocolError(f"not an ack (version {version}, kind {kind})")
     return seq
+
+
+def encode_journal_ack(incarnation: int, acks: Sequence[tuple[bytes, int]]) -> bytes:
+    """Encode a journal's acknowledgement to an exchange: each publisher's records up to its seq are journaled
+    (on disk, or written to the kernel, as the queue's durability says) by the journal ``incarnation``.
+
+    Raises:
+        ProtocolError: more than :data:`MAX_JOURNAL_ACKS` publishers, or a field that does not fit.
+    """
+    if len(acks) > MAX_JOURNAL_ACKS:
+        raise ProtocolError(f"{len(acks)} publishers in one journal acknowledgement > {MAX_JOURNAL_ACKS}")
+    try:
+        return JOURNAL_ACK.pack(VERSION, JOURNAL_ACK_KIND, len(acks), incarnation) + b"".join(
+            JOURNAL_ACK_ENTRY.pack(p, s) for p, s in acks)
+    except struct.error as exc:
+        raise ProtocolError(f"cannot encode a journal acknowledgement: {exc}") from exc
+
+
+def decode_journal_ack(frame: bytes) -> tuple[int, list[tuple[bytes, int]]]:
+    """Decode a journal's acknowledgement: its incarnation and (publisher, seq) pairs.
+
+    Raises:
+        ProtocolError: not a journal acknowledgement, or its length does not match its count.
+    """
+    if len(frame) < JOURNAL_ACK.size:
+        raise ProtocolError(f"journal acknowledgement of {len(frame)} bytes")
+    version, kind, count, incarnation = JOURNAL_ACK.unpack_from(frame)
+    if version != VERSION or kind != JOURNAL_ACK_KIND:
+        raise ProtocolError(f"not a journal acknowledgement (version {version}, kind {kind})")
+    if len(frame) != JOURNAL_ACK.size + count * JOURNAL_ACK_ENTRY.size:
+        raise ProtocolError(f"journal acknowledgement of {len(frame)} bytes for {count} publishers")
+    return incarnation, list(JOURNAL_ACK_ENTRY.iter_unpack(frame[JOURNAL_ACK.size:]))

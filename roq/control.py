@@ -41,6 +41,7 @@ __all__ = [
     "Shutdown",
     "KpiPeriod",
     "AclRules",
+    "Journaling",
     "Retarget",
     "PublisherHello",
     "Relocate",
@@ -168,6 +169,7 @@ class Heartbeat(Message):
     pid: int
     draining: bool = False
     permissions: str = "-"  # the digest of the permissions it holds (AclRules.digest); "" none yet; "-" plaintext
+    journal: str = "?"  # the journal it feeds (Journaling.journal): "" none; "?" not told yet
 
 
 @message(6)
@@ -237,6 +239,17 @@ class AclRules(Message):
         """A short digest of these permissions, for a heartbeat to say which the exchange holds."""
         text = json.dumps([self.rules, self.queue, self.enforced], sort_keys=True, separators=(",", ":"))
         return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+@message(1109)
+class Journaling(Message):
+    """Monitor -> exchange, when it joins, whenever it changes and whenever its heartbeat shows another: the
+    queue's durability and its journal's intake. With a journal the exchange sends it every batch it
+    forwards and acknowledges a publisher only with what the journal acknowledged; ``durability`` "none" (and
+    ``journal`` ""): the exchange acknowledges by itself. An exchange reads no publisher before it is told."""
+
+    journal: str = ""
+    durability: str = "none"
 
 
 # --------------------------------------------------------------------------- publisher <-> monitor

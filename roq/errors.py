@@ -26,6 +26,8 @@ __all__ = [
     "BrokerTimeoutError",
     "BufferFullError",
     "ClosedError",
+    "JournalError",
+    "CorruptJournalError",
     "ManagementError",
     "NotLeaderError",
     "NotFoundError",
@@ -88,6 +90,16 @@ class BufferFullError(RoQError):
 
 class ClosedError(RoQError):
     """The object was used after ``close()``."""
+
+
+class JournalError(RoQError):
+    """A queue's journal cannot be used as asked: its directory is missing, not ours or full, a file of it
+    does not read back as written. The message names the file and what to do."""
+
+
+class CorruptJournalError(JournalError):
+    """A journal file holds bytes that fail their checksum or layout where whole entries were expected (not a
+    torn tail, which recovery cuts off): nothing past them is served."""
 
 
 class ManagementError(RoQError):

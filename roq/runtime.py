@@ -29,6 +29,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     CONFIG = 3
     BIND = 4  # the address or port could not be bound
+    STORAGE = 5  # a journal's directory or files cannot be used
     SIGNALLED = 130
 
 
@@ -135,16 +136,17 @@ def announce_ready(role: str, **info: Any) -> None:
 
 
 def run_main(role: str, config_cls: type, make_node: Callable[[Any], Any], argv: list[str] | None, *,
-             description: str) -> int:
+             description: str, module: str = "") -> int:
     """The whole ``__main__`` of a RoQ process: flags and ``--config`` from ``config_cls``, logging, the
     config built and checked, the node made and run (see :func:`run_node`). Returns the exit code.
 
-    ``make_node(config)`` returns the node; its ``ready_info()`` gives the ready line's fields.
+    ``make_node(config)`` returns the node; its ``ready_info()`` gives the ready line's fields. ``module`` is
+    what ``python -m`` runs, when it is not ``role``.
     """
     from roq.errors import ConfigError
     from roq.settings import from_args, parser_for
 
-    args = parser_for(config_cls, prog=f"python -m {role}", description=description, section=role).parse_args(argv)
+    args = parser_for(config_cls, prog=f"python -m {module or role}", description=description, section=role).parse_args(argv)
     setup_logging(args.log_level)
     try:
         config = from_args(config_cls, role, args)
@@ -162,16 +164,16 @@ def run_node(role: str, node: Any, ready: Callable[[], dict[str, Any]]) -> int:
     bound, a server cannot be reached), ``serve(wakeup)`` and ``close()``; ``ready()`` gives the ready
     line's fields once it started. Returns the process's exit code.
     """
-    from roq.errors import BrokerConnectionError, ConfigError
+    from roq.errors import BrokerConnectionError, ConfigError, JournalError
 
     wakeup = SignalWakeup()
     try:
         try:
             node.start()
-        except (BrokerConnectionError, ConfigError) as exc:
+        except (BrokerConnectionError, ConfigError, JournalError) as exc:
             print(f"{role}: {exc}", file=sys.stderr)
             node.close()
-            return ExitCode.BIND
+            return ExitCode.STORAGE if isinstance(exc, JournalError) else ExitCode.BIND
         announce_ready(role, **ready())
         try:
             node.serve(wakeup)

@@ -27,6 +27,16 @@ def next_of(sock: zmq.Socket, kind: type, timeout: float = 5.0):
     raise AssertionError(f"no {kind.__name__} within {timeout}s")
 
 
+def beat_saying(sock: zmq.Socket, journal: str, timeout: float = 5.0) -> bytes:
+    """Wait for a heartbeat that says the exchange feeds ``journal``; its sender's identity."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ident, beat = next_of(sock, control.Heartbeat, max(0.1, deadline - time.monotonic()))
+        if beat.journal == journal:
+            return ident
+        assert time.monotonic() < deadline, f"heartbeats say journal {beat.journal!r}, not {journal!r}"
+
+
 @pytest.fixture
 def running():
     ctx = zmq.Context()
@@ -70,28 +80,49 @@ def test_it_reports_follows_its_monitor_when_told_and_stops_when_told(running):
     assert x.drops.by_reason.get("bad request") == 1 and x.drops.by_reason.get("garbage on the command pipe") == 1
 
 
-def test_it_forwards_and_acknowledges_while_it_serves(running):
+def _clients(ctx: zmq.Context, x: Exchange, me: bytes) -> tuple[zmq.Socket, zmq.Socket]:
+    """A publisher (id ``me``) and a subscriber to keys "k..." at ``x``, the subscription live."""
+    pub, sub = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    pub.setsockopt(zmq.ROUTING_ID, me)
+    sub.setsockopt(zmq.ROUTING_ID, b"s" * 16)
+    for s in (pub, sub):
+        s.setsockopt(zmq.LINGER, 0)
+    sub.connect(x.backend_endpoint)
+    sub.send_multipart(batch.pack_subscription(b"s" * 16, b"k"))
+    pub.connect(x.frontend_endpoint)
+    welcome = sub.recv_multipart() if sub.poll(5000) else [b""]  # the subscription is live
+    assert welcome[0] == batch.CONTROL_TOPIC and welcome[2] == b"xu"
+    return pub, sub
+
+
+def _data(sub: zmq.Socket) -> list[bytes]:
+    got = [batch.CONTROL_TOPIC]
+    while got[0] == batch.CONTROL_TOPIC:  # past the beacons
+        assert sub.poll(5000)
+        got = sub.recv_multipart()
+    return got
+
+
+def test_it_reads_nobody_until_its_monitor_says_whether_the_queue_is_durable_then_forwards_and_acknowledges(running):
     x, thread, (old, _), _, _ = running
     ctx = zmq.Context()
     me = os.urandom(16)
-    pub, sub = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
     try:
-        pub.setsockopt(zmq.ROUTING_ID, me)
+        ident, beat = next_of(old, control.Heartbeat)
+        assert beat.journal == "?"
+        sub = ctx.socket(zmq.DEALER)
+        sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.ROUTING_ID, b"s" * 16)
-        for s in (pub, sub):
-            s.setsockopt(zmq.LINGER, 0)
         sub.connect(x.backend_endpoint)
         sub.send_multipart(batch.pack_subscription(b"s" * 16, b"k"))
-        pub.connect(x.frontend_endpoint)
-        welcome = sub.recv_multipart() if sub.poll(5000) else [b""]  # the subscription is live
-        assert welcome[0] == batch.CONTROL_TOPIC and welcome[2] == b"xu"
+        assert not sub.poll(300)  # not served yet
+        sub.close()
+        old.send_multipart([ident, control.encode(control.Journaling())])
+        beat_saying(old, "")
+        pub, sub = _clients(ctx, x, me)
         frames = [b"k.1", batch.pack_header(batch.DATA, me, 1, 1), batch.encode_body([b"hello"])]
         pub.send_multipart(frames)
-        got = [batch.CONTROL_TOPIC]
-        while got[0] == batch.CONTROL_TOPIC:
-            assert sub.poll(5000)
-            got = sub.recv_multipart()
-        assert got == frames
+        assert _data(sub) == frames
         assert pub.poll(5000) and batch.decode_ack(pub.recv()) == 1
         ident, kpi = next_of(old, control.ExchangeKpi)
         while kpi.records_in == 0:
@@ -100,10 +131,52 @@ def test_it_forwards_and_acknowledges_while_it_serves(running):
         old.send_multipart([ident, control.encode(control.Shutdown("test over"))])
         thread.join(5)
         assert not thread.is_alive()
-    finally:
         pub.close()
         sub.close()
-        ctx.term()
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_with_a_journal_a_publisher_is_acknowledged_only_with_what_the_journal_acknowledged(running):
+    """A stand-in journal: every batch reaches it before the subscriber; the publisher's acknowledgement waits
+    for the journal's; a new incarnation gets every batch it has not acknowledged again."""
+    x, thread, (old, _), _, _ = running
+    ctx = zmq.Context()
+    me = os.urandom(16)
+    journal = ctx.socket(zmq.ROUTER)
+    journal.setsockopt(zmq.LINGER, 0)
+    port = journal.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        ident, _ = next_of(old, control.Heartbeat)
+        old.send_multipart([ident, control.encode(control.Journaling(f"tcp://127.0.0.1:{port}", "always"))])
+        pub, sub = _clients(ctx, x, me)
+        sent = []
+        for seq in (1, 2, 3):
+            frames = [b"k.1", batch.pack_header(batch.DATA, me, seq, 1), batch.encode_body([b"r%d" % seq])]
+            pub.send_multipart(frames)
+            sent.append(frames)
+            assert journal.poll(5000)
+            source, *got = journal.recv_multipart()
+            assert got == frames and source == b"xu"
+            assert _data(sub) == frames
+        assert not pub.poll(200)  # the exchange does not acknowledge by itself
+        journal.send_multipart([source, batch.encode_journal_ack(7, [(me, 2)])])
+        assert pub.poll(5000) and batch.decode_ack(pub.recv()) == 2
+        ident = beat_saying(old, f"tcp://127.0.0.1:{port}")
+        journal.send_multipart([source, batch.encode_journal_ack(8, [(me, 2)])])  # started again: seq 3 resent
+        assert journal.poll(5000)
+        assert journal.recv_multipart()[1:] == sent[2]
+        journal.send_multipart([source, batch.encode_journal_ack(8, [(me, 3)])])
+        assert pub.poll(5000) and batch.decode_ack(pub.recv()) == 3
+        journal.send_multipart([source, b"garbage"])
+        old.send_multipart([ident, control.encode(control.Shutdown("test over"))])
+        thread.join(5)
+        assert not thread.is_alive()
+        assert x.drops.by_reason.get("bad journal acknowledgement") == 1
+        pub.close()
+        sub.close()
+    finally:
+        ctx.destroy(linger=0)
 
 
 def test_with_a_secret_key_it_serves_curve_and_refuses_an_unsafe_key_file(tmp_path):

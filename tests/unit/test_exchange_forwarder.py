@@ -11,7 +11,7 @@ import time
 import pytest
 import zmq
 
-from exchange import MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder
+from exchange import MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder, describe_bounds
 from roq import batch
 from roq.config import MIN_SUBSCRIBER_HWM, ExchangeConfig
 from roq.curve import Curve
@@ -34,7 +34,7 @@ def subscribe(ctx: zmq.Context, fwd: Forwarder, prefix: bytes = b"", *, small: b
     deadline = time.monotonic() + 5.0
     while not sub.poll(10):
         assert time.monotonic() < deadline, "the subscription never reached the forwarder"
-        fwd.read_subscriptions()
+        fwd.subscriptions.readable()
     welcome = sub.recv_multipart()
     assert welcome[0] == batch.CONTROL_TOPIC and batch.parse_header(welcome[1]).kind == batch.BEACON
     return sub
@@ -130,7 +130,7 @@ def test_the_pipes_are_bounded_in_bytes_of_the_largest_batch(queue_bytes, backen
         largest = (1 << 20) + batch.MAX_KEY + batch.HEADER_SIZE
         assert fwd.backend.getsockopt(zmq.SNDHWM) == expected
         assert fwd.frontend.getsockopt(zmq.RCVHWM) == max(MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES // largest)
-        assert f"{expected} batches per subscriber" in fwd.bounds()
+        assert f"{expected} batches per subscriber" in describe_bounds(fwd)
         fwd.close()
     finally:
         ctx.term()
@@ -304,13 +304,13 @@ def test_a_subscriber_that_left_is_forgotten_and_a_repeated_subscription_kept_on
     deadline = time.monotonic() + 5
     while fwd.subscribers.get(ident).prefix != b"k":
         assert time.monotonic() < deadline
-        fwd.read_subscriptions()
+        fwd.subscriptions.readable()
     assert len(fwd.subscribers) == 2
     other.close()
     deadline = time.monotonic() + 5
     while len(fwd.subscribers) == 2:  # a beacon finds its connection gone
         assert time.monotonic() < deadline, "the subscriber that left is still there"
-        fwd.beacon()
+        fwd.subscriptions.beacon()
         time.sleep(0.01)
     assert fwd.subscribers.get(ident) is None
 
@@ -340,7 +340,7 @@ def test_a_bad_subscription_is_dropped_under_its_reason(rig, frames, reason):
         deadline = time.monotonic() + 5
         while fwd.drops.total == 0:
             assert time.monotonic() < deadline
-            fwd.read_subscriptions()
+            fwd.subscriptions.readable()
             time.sleep(0.005)
         assert fwd.drops.by_reason == {reason: 1} and len(fwd.subscribers) == 1
         assert not peer.poll(100)  # no welcome beacon
@@ -388,7 +388,7 @@ def secure(tmp_path):
             assert time.monotonic() < deadline, "timed out"
             if server.socket.poll(1):
                 server.readable()
-            fwd.read_subscriptions()
+            fwd.subscriptions.readable()
             fwd.forward()
 
     yield fwd, pairs, connect, turn, server

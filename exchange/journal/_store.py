@@ -1,0 +1,393 @@
+"""A queue's journal on disk: its directory of segments, appended to and read back by offset or time.
+
+The directory holds ``journal.json`` (the format and the queue's name: a journal is never opened for another
+queue) and the segments (:mod:`exchange.journal._segment`), named by their first offset. Appends go to the
+last segment; once it holds ``segment_bytes`` it is sealed (synced, its index written whole) and a new one
+begins, with the publishers' table (each publisher's highest seq journaled) beside it.
+
+**One round at a time.** The owner :meth:`Store.append` s the batches it read, then :meth:`Store.write` s them
+(one ``writev``: a process crash after it loses nothing) and, as its policy says, :meth:`Store.sync` s (one
+``fdatasync`` covers every batch of the round: group commit). A write that fails (a full disk) leaves the
+journal as it was before the round: the file cut back, the offsets and the publishers' table as before.
+
+**Each publisher's records once, in order.** :meth:`Store.high` is the highest seq of a publisher journaled
+(or queued in this round); the owner decides from it what to append (:mod:`exchange.journal._sequencer`).
+
+**Recovery** (:meth:`Store.open`) reads the last segment whole and cuts its torn tail (a power failure
+leaves whatever the disk got of the writes after the last sync); the bytes cut are kept beside it
+(``.torn-N``). Sealed segments were synced when sealed and are read back only when asked for; a read that
+meets bytes that do not check raises :class:`~roq.errors.CorruptJournalError` rather than serve them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from exchange.journal._format import (Entry, decode_publishers, encode_entry, encode_publishers, entry_size,
+                                      segment_base, segment_name)
+from exchange.journal._segment import Scan, Segment
+from roq.batch import parse_header
+from roq.errors import CorruptJournalError, JournalError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Store", "Recovery", "FORMAT", "META", "MAX_PUBLISHERS", "check_directory"]
+
+FORMAT = 1
+META = "journal.json"
+#: publishers whose highest seq the journal keeps at most; the least recently written is forgotten first
+MAX_PUBLISHERS = 65536
+
+
+@dataclass
+class Recovery:
+    """What opening a journal found."""
+
+    segments: int = 0
+    entries_scanned: int = 0
+    next_offset: int = 0
+    torn_bytes: int = 0  # bytes cut off the last segment's tail
+    damage: str = ""
+    publishers: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        torn = f", {self.torn_bytes} torn bytes cut ({self.damage})" if self.torn_bytes else ""
+        return (f"{self.segments} segment(s), next offset {self.next_offset}, {self.publishers} publishers known"
+                f"{torn}")
+
+
+def check_directory(path: str) -> None:
+    """Make the journal's directory if it is missing; refuse one this process does not own or cannot write.
+
+    Raises:
+        JournalError: naming the directory and what to do.
+    """
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as exc:
+        raise JournalError(f"journal directory {path}: {exc.strerror}") from exc
+    if not os.path.isdir(path):
+        raise JournalError(f"journal directory {path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise JournalError(f"journal directory {path} belongs to uid {st.st_uid}, and this process runs as uid "
+                           f"{os.geteuid()}: give it to this user (chown) or choose another directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise JournalError(f"journal directory {path} is not writable by this process (chmod u+rwx)")
+
+
+class Store:
+    """The journal of ``queue`` in ``directory``. Use :meth:`open`."""
+
+    def __init__(self, directory: str, queue: str, segment_bytes: int) -> None:
+        self.directory = directory
+        self.queue = queue
+        self.segment_bytes = segment_bytes
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._highs: dict[bytes, int] = {}  # publisher -> highest seq journaled, least recently written first
+        self._round: dict[bytes, int] = {}  # the same, for what this round queued
+        self._round_start = (0, 0)  # the active segment's next offset and last time when the round began
+        self.appended = 0  # entries appended since open
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, directory: str, queue: str, *, segment_bytes: int = 64 << 20) -> tuple[Store, Recovery]:
+        """Open (or make) the journal of ``queue`` in ``directory``, recovering the last segment.
+
+        Raises:
+            JournalError: the directory is not ours, belongs to another queue or cannot be read.
+            CorruptJournalError: a sealed segment does not read.
+        """
+        check_directory(directory)
+        store = cls(directory, queue, segment_bytes)
+        store._check_meta()
+        bases = sorted(b for b in (segment_base(n) for n in os.listdir(directory)) if b is not None)
+        rec = Recovery()
+        if not bases:
+            store._start(Segment.create(directory, 0))
+        else:
+            for base in bases[:-1]:
+                seg, _ = Segment.open(directory, base, active=False)
+                store._start(seg)
+            seg, scan = Segment.open(directory, bases[-1], active=True)
+            store._start(seg)
+            assert scan is not None
+            rec.entries_scanned = scan.entries
+            rec.torn_bytes, rec.damage = store._torn(bases[-1], scan), scan.damage
+            store._highs = _recover_publishers(store.segments, rec)
+        rec.segments = len(store.segments)
+        rec.next_offset = store.next_offset
+        rec.publishers = len(store._highs)
+        return store, rec
+
+    def _check_meta(self) -> None:
+        path = os.path.join(self.directory, META)
+        try:
+            with open(path) as f:
+                meta = json.load(f)
+        except FileNotFoundError:
+            try:
+                with open(path + ".new", "w") as f:
+                    json.dump({"format": FORMAT, "queue": self.queue}, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(path + ".new", path)
+            except OSError as exc:
+                raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
+            return
+        except (OSError, ValueError) as exc:
+            raise JournalError(f"{path} does not read as a journal's description: {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise JournalError(f"{path}: a journal of format {meta.get('format') if isinstance(meta, dict) else '?'}"
+                               f", this version reads format {FORMAT}")
+        if meta.get("queue") != self.queue:
+            raise JournalError(f"{self.directory} is the journal of queue {meta.get('queue')!r}, not {self.queue!r}")
+
+    def _start(self, seg: Segment) -> None:
+        self.segments.append(seg)
+        self._bases.append(seg.base)
+
+    def _torn(self, base: int, scan: Scan) -> int:
+        path = os.path.join(self.directory, segment_name(base, f".log.torn-{scan.size}"))
+        try:
+            return os.path.getsize(path) if scan.damage else 0
+        except OSError:
+            return 0
+
+    # ------------------------------------------------------------------ the extent
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next record gets."""
+        return self.active.next_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The offset after the last record written (what reads reach)."""
+        return self.active.written_offset
+
+    @property
+    def first_offset(self) -> int:
+        """The oldest offset kept."""
+        return self.segments[0].base
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(seg.size for seg in self.segments) + self.active.pending
+
+    @property
+    def unsynced_bytes(self) -> int:
+        return self.active.size + self.active.pending - self.active.synced
+
+    def high(self, publisher: bytes) -> int | None:
+        """The highest seq of ``publisher`` journaled or queued in this round; None if it is not known."""
+        high = self._round.get(publisher)
+        return self._highs.get(publisher) if high is None else high
+
+    @property
+    def publishers(self) -> int:
+        return len(self._highs)
+
+    # ------------------------------------------------------------------ a round
+
+    def append(self, key: bytes, header: bytes, body: bytes, publisher: bytes, count: int, last_seq: int,
+               time_ns: int) -> int:
+        """Queue one batch of ``count`` records (``publisher``'s up to ``last_seq``); its offset."""
+        seg = self.active
+        if not self._round:
+            self._round_start = (seg.next_offset, seg.last_time_ns)
+        offset = seg.next_offset
+        time_ns = max(time_ns, seg.last_time_ns)
+        seg.append(encode_entry(offset, time_ns, key, header, body), entry_size(key, body), offset, count, time_ns)
+        self._round[publisher] = last_seq
+        self.appended += 1
+        return offset
+
+    def write(self) -> None:
+        """Hand the round to the kernel; then it counts (:meth:`high`), and the segment rolls if full.
+
+        Raises:
+            JournalError: the write failed; the journal is as it was before the round.
+        """
+        seg = self.active
+        try:
+            seg.write()
+        except JournalError:
+            seg.rollback(*self._round_start)
+            self._round.clear()
+            raise
+        highs = self._highs
+        for publisher, seq in self._round.items():
+            highs.pop(publisher, None)
+            highs[publisher] = seq
+        self._round.clear()
+        while len(highs) > MAX_PUBLISHERS:
+            del highs[next(iter(highs))]
+        if seg.size >= self.segment_bytes:
+            self._roll()
+
+    def sync(self) -> None:
+        """Put every written round on the disk (one ``fdatasync``).
+
+        Raises:
+            JournalError: the disk refused.
+        """
+        self.active.sync()
+
+    @property
+    def synced(self) -> bool:
+        seg = self.active
+        return seg.synced == seg.size
+
+    def _roll(self) -> None:
+        old = self.active
+        old.seal()
+        base = old.next_offset
+        pub = os.path.join(self.directory, segment_name(base, ".pub"))
+        try:
+            with open(pub, "wb") as f:
+                f.write(encode_publishers(self._highs))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            log.warning("cannot write %s (%s): recovery will read older segments", pub, exc.strerror)
+        self._start(Segment.create(self.directory, base))
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, offset: int, max_bytes: int) -> list[Entry]:
+        """The entries written from the one holding ``offset`` (whole: its first records may be before
+        ``offset``), about ``max_bytes`` of them (at least one); [] at the end. An offset before the oldest
+        kept reads from the oldest.
+
+        Raises:
+            CorruptJournalError: the bytes there do not check (nothing past them is read).
+        """
+        offset = max(offset, self.first_offset)
+        out: list[Entry] = []
+        got = 0
+        while got < max_bytes:
+            i = bisect.bisect_right(self._bases, offset) - 1
+            seg = self.segments[i]
+            if offset >= seg.written_offset:
+                if i + 1 == len(self.segments):
+                    break
+                offset = self.segments[i + 1].base
+                continue
+            for entry in seg.entries(seg.position_of(offset)):
+                end = entry.offset + entry.count
+                if end <= offset:
+                    continue
+                out.append(entry)
+                got += entry.size
+                offset = end
+                if got >= max_bytes:
+                    break
+            else:
+                if offset < seg.written_offset:
+                    raise CorruptJournalError(f"{seg.path} ends at offset {offset}, before {seg.written_offset}")
+        return out
+
+    def offset_at(self, time_ns: int) -> int:
+        """The offset of the first record appended at or after ``time_ns`` (the end if none)."""
+        for seg in self.segments:
+            if seg.last_time_ns < time_ns:
+                continue
+            for entry in seg.entries(seg.position_at_time(time_ns)):
+                if entry.time_ns >= time_ns:
+                    return entry.offset
+        return self.end_offset
+
+    # ------------------------------------------------------------------ retention
+
+    def retain(self, now_ns: int, max_bytes: int, max_age_ns: int) -> int:
+        """Remove the oldest sealed segments while the journal is over ``max_bytes`` (0: no bound) or their
+        newest record is older than ``max_age_ns`` (0: no bound); the segments removed."""
+        removed = 0
+        while len(self.segments) > 1:
+            oldest, after = self.segments[0], self.segments[1]
+            too_big = max_bytes and self.size_bytes - oldest.size >= max_bytes
+            too_old = max_age_ns and after.first_time_ns and after.first_time_ns < now_ns - max_age_ns
+            if not (too_big or too_old):
+                break
+            oldest.remove()
+            self.segments.pop(0)
+            self._bases.pop(0)
+            removed += 1
+        return removed
+
+    def verify(self) -> Iterator[str]:
+        """Read every segment whole: a line per problem (none for a sound journal)."""
+        return verify(self.segments)
+
+    def close(self) -> None:
+        """Write and sync what is queued, and close every file."""
+        try:
+            self.write()
+            self.sync()
+        finally:
+            for seg in self.segments:
+                seg.close()
+
+
+def _recover_publishers(segments: list[Segment], rec: Recovery) -> dict[bytes, int]:
+    """The publishers' table: the newest ``.pub`` that reads, then the segments from it on."""
+    start = 0
+    highs: dict[bytes, int] = {}
+    for i in range(len(segments) - 1, -1, -1):
+        path = segments[i].path[:-4] + ".pub"
+        try:
+            with open(path, "rb") as f:
+                highs = decode_publishers(f.read())
+            start = i
+            break
+        except FileNotFoundError:
+            continue
+        except (OSError, CorruptJournalError) as exc:
+            rec.notes.append(f"{path}: {exc}; read from an older table")
+    else:
+        if segments[0].base:
+            rec.notes.append("no publishers' table reads: publishers seen only before the oldest segment kept are "
+                             "not known (their resent batches could be journaled again)")
+    for seg in segments[start:]:
+        for entry in seg.entries(0):
+            h = parse_header(entry.header)
+            highs.pop(h.publisher, None)
+            highs[h.publisher] = h.last_seq
+    while len(highs) > MAX_PUBLISHERS:
+        del highs[next(iter(highs))]
+    return highs
+
+
+def verify(segments: list[Segment]) -> Iterator[str]:
+    """Read ``segments`` whole: a line per problem (a checksum that fails, offsets that do not follow on, time
+    that goes back); none for a sound journal."""
+    expected = segments[0].base if segments else 0
+    last_time = 0
+    for seg in segments:
+        if seg.base != expected:
+            yield f"{seg.path}: begins at offset {seg.base}, expected {expected}"
+        expected = seg.base
+        try:
+            for entry in seg.entries(0):
+                if entry.offset != expected:
+                    yield f"{seg.path}: offset {entry.offset} follows {expected - 1}"
+                if entry.time_ns < last_time:
+                    yield f"{seg.path}: time goes back at offset {entry.offset}"
+                expected = entry.offset + entry.count
+                last_time = entry.time_ns
+        except CorruptJournalError as exc:
+            yield str(exc)
+            expected = seg.next_offset

@@ -1,0 +1,201 @@
+"""The journal's storage: appends, reads by offset and time, rolls, retention, recovery, full disks, owners."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+from exchange.journal import INDEX_INTERVAL, Store, segment_name
+from roq import batch
+from roq.errors import CorruptJournalError, JournalError
+
+PUB_A = b"A" * 16
+PUB_B = b"B" * 16
+
+
+def _batch(publisher: bytes, first: int, payloads: list[bytes], key: bytes = b"k") -> tuple[bytes, bytes, bytes]:
+    header = batch.pack_header(batch.DATA, publisher, first, len(payloads), timestamp_ns=1)
+    return key, header, batch.encode_body(payloads)
+
+
+def _put(store: Store, publisher: bytes, first: int, n: int, size: int = 100, t: int = 0) -> int:
+    payloads = [bytes([first % 251]) * size for _ in range(n)]
+    key, header, body = _batch(publisher, first, payloads)
+    return store.append(key, header, body, publisher, n, first + n - 1, t)
+
+
+def _records(store: Store, offset: int = 0) -> list[tuple[bytes, int]]:
+    """(publisher, seq) of every record from ``offset``."""
+    out = []
+    while True:
+        entries = store.read(offset, 1 << 20)
+        if not entries:
+            return out
+        for e in entries:
+            h = batch.parse_header(e.header)
+            for i in range(h.count):
+                if e.offset + i >= offset:
+                    out.append((h.publisher, h.first_seq + i))
+            offset = e.offset + h.count
+
+
+def test_appended_batches_read_back_by_offset_in_order_with_their_frames(tmp_path):
+    store, rec = Store.open(str(tmp_path), "q")
+    assert rec.next_offset == 0
+    assert _put(store, PUB_A, 1, 3) == 0
+    assert _put(store, PUB_B, 1, 2) == 3
+    assert store.read(0, 1 << 20) == []  # queued, not written: nothing is read before the write
+    store.write()
+    store.sync()
+    entries = store.read(0, 1 << 20)
+    assert [(e.offset, e.count) for e in entries] == [(0, 3), (3, 2)]
+    assert batch.decode_body(entries[1].body, 2) == [bytes([1]) * 100] * 2
+    assert entries[0].key == b"k"
+    assert [e.offset for e in store.read(4, 1 << 20)] == [3]  # the entry holding offset 4, whole
+    assert store.high(PUB_A) == 3 and store.high(PUB_B) == 2 and store.high(b"C" * 16) is None
+    store.close()
+
+
+def test_segments_roll_and_reads_cross_them_and_the_index_finds_offsets_and_times(tmp_path):
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=20_000)
+    seq = 1
+    for i in range(200):
+        _put(store, PUB_A, seq, 2, size=200, t=1_000 + i)
+        seq += 2
+        store.write()
+    assert len(store.segments) >= 4
+    assert [s for _, s in _records(store)] == list(range(1, seq))
+    assert [s for _, s in _records(store, 301)] == list(range(302, seq))
+    assert store.offset_at(1_000 + 150) == 300
+    assert store.offset_at(10 ** 18) == store.end_offset == 400
+    assert list(store.verify()) == []
+    seg = store.segments[1]
+    assert len(seg.index.offsets) >= seg.size // (INDEX_INTERVAL + 500)
+    store.close()
+
+
+def test_recovery_cuts_a_torn_tail_keeps_it_aside_and_knows_the_publishers(tmp_path):
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=50_000)
+    seq = 1
+    for _ in range(100):
+        _put(store, PUB_A, seq, 1)
+        _put(store, PUB_B, seq, 1)
+        seq += 1
+        store.write()
+    store.sync()
+    active = store.active.path
+    size = os.path.getsize(active)
+    store.close()
+    rng = random.Random(7)
+    cut = size - 77  # inside the last entry
+    os.truncate(active, cut)
+    with open(active, "ab") as f:
+        f.write(bytes(rng.randrange(256) for _ in range(300)))
+    store, rec = Store.open(str(tmp_path), "q", segment_bytes=50_000)
+    assert rec.torn_bytes == cut + 300 - os.path.getsize(active)
+    assert os.path.exists(active + f".torn-{os.path.getsize(active)}")
+    recs = _records(store)
+    assert recs[-1] == (PUB_A, 100)  # B's 100th was torn
+    assert store.high(PUB_A) == 100 and store.high(PUB_B) == 99
+    assert list(store.verify()) == []
+    _put(store, PUB_B, 100, 1)
+    store.write()
+    assert _records(store)[-1] == (PUB_B, 100)
+    store.close()
+
+
+def test_a_missing_or_wrong_index_is_rebuilt_from_the_log(tmp_path):
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=30_000)
+    for seq in range(1, 301):
+        _put(store, PUB_A, seq, 1, size=300)
+        store.write()
+    store.close()
+    first, second = sorted(p for p in os.listdir(tmp_path) if p.endswith(".idx"))[:2]
+    os.unlink(tmp_path / first)
+    with open(tmp_path / second, "r+b") as f:
+        f.write(b"\xff" * 24)
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=30_000)
+    assert [s for _, s in _records(store, 0)] == list(range(1, 301))
+    assert os.path.getsize(tmp_path / first) > 0
+    store.close()
+
+
+def test_a_corrupt_sealed_segment_is_never_served_and_verify_names_it(tmp_path):
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=20_000)
+    for seq in range(1, 201):
+        _put(store, PUB_A, seq, 1, size=300)
+        store.write()
+    store.close()
+    seg = tmp_path / segment_name(0, ".log")
+    data = bytearray(seg.read_bytes())
+    data[5000] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=20_000)
+    problems = list(store.verify())
+    assert len(problems) == 1 and "checksum fails" in problems[0] and segment_name(0, ".log") in problems[0]
+    with pytest.raises(CorruptJournalError, match="checksum"):
+        _records(store, 0)
+    later = store.segments[1].base
+    assert [s for _, s in _records(store, later)] == list(range(later + 1, 201))  # the rest still reads
+    store.close()
+
+
+def test_retention_removes_the_oldest_segments_by_size_and_by_age(tmp_path):
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=10_000)
+    for seq in range(1, 401):
+        _put(store, PUB_A, seq, 1, size=200, t=seq * 1_000)
+        store.write()
+    total = store.size_bytes
+    assert store.retain(10 ** 9, total // 2, 0) > 0
+    assert store.size_bytes <= total // 2 + 10_000 and store.first_offset > 0
+    kept = store.first_offset
+    assert _records(store, 0)[0][1] == kept + 1  # an offset before the oldest reads from the oldest
+    assert store.retain(400_000, 0, 100_000) > 0  # records older than 300,000 ns go
+    assert store.segments[1].first_time_ns >= 300_000 or len(store.segments) == 1
+    store.close()
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=10_000)
+    assert store.high(PUB_A) == 400  # the publishers' table survived the segments' removal
+    store.close()
+
+
+def test_a_journal_of_another_queue_or_owner_is_refused(tmp_path):
+    Store.open(str(tmp_path), "q")[0].close()
+    with pytest.raises(JournalError, match="journal of queue 'q', not 'other'"):
+        Store.open(str(tmp_path), "other")
+    (tmp_path / "journal.json").write_text(json.dumps({"format": 99, "queue": "q"}))
+    with pytest.raises(JournalError, match="format 99"):
+        Store.open(str(tmp_path), "q")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(JournalError, match="belongs to uid 65534.*chown"):
+        Store.open(str(theirs), "q")
+
+
+def test_a_failed_write_leaves_the_journal_as_before_the_round(tmp_path, monkeypatch):
+    store, _ = Store.open(str(tmp_path), "q")
+    _put(store, PUB_A, 1, 2)
+    store.write()
+    _put(store, PUB_A, 3, 2)
+    _put(store, PUB_B, 1, 2)
+
+    def full(fd, buffers):
+        os.write(fd, bytes(buffers[0])[:10])  # a partial write, as a filling disk makes
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "writev", full)
+    with pytest.raises(JournalError, match="the disk is full"):
+        store.write()
+    monkeypatch.undo()
+    assert store.next_offset == 2 and store.high(PUB_A) == 2 and store.high(PUB_B) is None
+    assert os.path.getsize(store.active.path) == store.active.size
+    _put(store, PUB_B, 1, 2)
+    store.write()
+    assert _records(store) == [(PUB_A, 1), (PUB_A, 2), (PUB_B, 1), (PUB_B, 2)]
+    store.close()
+    store, rec = Store.open(str(tmp_path), "q")
+    assert rec.torn_bytes == 0 and _records(store)[-1] == (PUB_B, 2)
+    store.close()
