@@ -42,6 +42,8 @@ __all__ = [
     "KpiPeriod",
     "AclRules",
     "Journaling",
+    "JournalHeartbeat",
+    "JournalPolicy",
     "Retarget",
     "PublisherHello",
     "Relocate",
@@ -169,7 +171,7 @@ class Heartbeat(Message):
     pid: int
     draining: bool = False
     permissions: str = "-"  # the digest of the permissions it holds (AclRules.digest); "" none yet; "-" plaintext
-    journal: str = "?"  # the journal it feeds (Journaling.journal): "" none; "?" not told yet
+    journal: str = "?"  # the durability and journal it holds (Journaling.digest); "?" not told yet
 
 
 @message(6)
@@ -250,6 +252,55 @@ class Journaling(Message):
 
     journal: str = ""
     durability: str = "none"
+
+    def digest(self) -> str:
+        """What an exchange's heartbeat says it holds: the durability, then the journal fed if any."""
+        return f"{self.durability} {self.journal}".rstrip()
+
+
+@message(8)
+class JournalHeartbeat(Message):
+    """Journal -> monitor, every heartbeat interval; also registers it: where its exchanges send (``intake``),
+    which policy it holds (:meth:`JournalPolicy.digest`, "" none yet) and what it holds.
+
+    ``first_offset``..``next_offset``: the records it keeps; ``unsynced_bytes``: written and not yet on disk;
+    ``sync_ms``/``sync_max_ms``: its syncs' mean and longest since the last heartbeat; ``error``: why its
+    last write failed ("" none since the last heartbeat)."""
+
+    journal: str
+    intake: str
+    pid: int
+    incarnation: int
+    policy: str = ""
+    first_offset: int = 0
+    next_offset: int = 0
+    size_bytes: int = 0
+    segments: int = 0
+    unsynced_bytes: int = 0
+    records: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    syncs: int = 0
+    sync_ms: float = 0.0
+    sync_max_ms: float = 0.0
+    write_failures: int = 0
+    error: str = ""
+
+
+@message(1110)
+class JournalPolicy(Message):
+    """Monitor -> journal, when it joins, whenever the queue's rules change them and whenever its heartbeat
+    shows others: how it acknowledges and syncs (``durability`` "interval" or "always", ``sync_interval_ms``)
+    and what it keeps (``retention_bytes``, ``retention_s``; 0 = no bound)."""
+
+    durability: str = "always"
+    sync_interval_ms: int = 100
+    retention_bytes: int = 0
+    retention_s: float = 0.0
+
+    def digest(self) -> str:
+        """A short digest of this policy, for a heartbeat to say which the journal holds."""
+        return f"{self.durability}/{self.sync_interval_ms}/{self.retention_bytes}/{self.retention_s:g}"
 
 
 # --------------------------------------------------------------------------- publisher <-> monitor
