@@ -361,6 +361,8 @@ class Forwarder:
         """Feed ``feed``'s journal from now on; None: no journal, the queue is not durable any more (what the
         previous one had not acknowledged is acknowledged by the exchange, as everything is from now on)."""
         old, self.journal = self.journal, feed
+        name = self.subscriptions.name
+        self.subscriptions.seam = (lambda subscriber: feed.mark_seam(subscriber, name)) if feed is not None else None
         if old is None:
             return
         if feed is not None:

@@ -44,6 +44,10 @@ __all__ = [
     "Journaling",
     "JournalHeartbeat",
     "JournalPolicy",
+    "Fetch",
+    "Fetched",
+    "Commit",
+    "Position",
     "Retarget",
     "PublisherHello",
     "Relocate",
@@ -301,6 +305,59 @@ class JournalPolicy(Message):
     def digest(self) -> str:
         """A short digest of this policy, for a heartbeat to say which the journal holds."""
         return f"{self.durability}/{self.sync_interval_ms}/{self.retention_bytes}/{self.retention_s:g}"
+
+
+# --------------------------------------------------------------------------- reader <-> journal
+
+
+@message(50)
+class Fetch(Message):
+    """Reader -> journal (its reads port): the entries from ``offset`` (-1: from the first record appended at
+    or after ``since``, seconds since the epoch; -2: from the end), about ``max_bytes`` of them whose key starts
+    with ``prefix``. At the end, the journal waits up to ``wait_ms`` for more before it answers. ``subscriber``
+    (its id, hex) names the seams the exchanges marked for it (see :data:`roq.batch.SEAM`)."""
+
+    offset: int
+    prefix: bytes = b""
+    max_bytes: int = 1 << 20
+    wait_ms: int = 0
+    since: float = 0.0
+    subscriber: str = ""
+
+
+@message(51)
+class Fetched(Message):
+    """Journal -> reader, the first frame of the answer to a :class:`Fetch`; ``count`` entries follow, three
+    frames each (key, header, body: the batch as its publisher sent it), ``offsets`` giving each one's first
+    record's offset. ``next_offset``: where the next fetch goes on (past entries the prefix skipped too);
+    ``end_offset``, ``first_offset``: the journal's extent now; ``seams``: exchange -> the offset before which
+    the journal holds everything that exchange forwarded before this subscriber's subscription to it went
+    live; ``error``: why nothing could be read (a corrupt entry at ``next_offset``...), "" none."""
+
+    next_offset: int
+    end_offset: int
+    first_offset: int
+    count: int = 0
+    offsets: list[int] = dataclasses.field(default_factory=list)
+    seams: dict[str, int] = dataclasses.field(default_factory=dict)
+    error: str = ""
+
+
+@message(52)
+class Commit(Message):
+    """Reader -> journal: the durable subscriber ``name`` has processed everything before ``offset``; answered
+    with a :class:`Reply` once the position is on disk."""
+
+    name: str
+    offset: int
+
+
+@message(53)
+class Position(Message):
+    """Reader -> journal: where the durable subscriber ``name`` goes on; answered with a :class:`Reply` whose
+    data is ``{"offset": int}`` (-1: it never committed)."""
+
+    name: str
 
 
 # --------------------------------------------------------------------------- publisher <-> monitor

@@ -87,8 +87,7 @@ class EmbeddedCluster:
             (:attr:`manager`, :meth:`connect`) use the credentials of the principal ``admin``.
         keys: with ``secure``, the directory of the cluster's keys (:class:`roq.keys.ClusterKeys`; what is
             missing is made); None = a temporary one, removed on stop.
-        journal_dir: where the host managers keep durable queues' journals (None = ``<log_dir>/journals``, or
-            the host managers' default, ~/.roq/journals, without a log directory).
+        journal_dir: the host managers' ``--journal-dir`` (None = ``<log_dir>/journals``, or their default).
     """
 
     def __init__(
@@ -272,8 +271,7 @@ class EmbeddedCluster:
         ]  # fmt: skip
         if self.log_dir:
             args += ["--log-dir", os.path.join(self.log_dir, address)]
-        if self.journal_dir:
-            args += ["--journal-dir", os.path.abspath(self.journal_dir)]
+        args += ["--journal-dir", os.path.abspath(self.journal_dir)] if self.journal_dir else []
         enter = None
         if self.emulation is not None:
             named = self.emulation.named(address)
