@@ -85,6 +85,7 @@ class Exchange:
         self._commands = CommandPipe(commands_fd, host_orders, self.drops) if commands_fd is not None else None
         self._watches: list[HandshakeWatch] = []
         self._journal_told = False  # no publisher is read before the monitor said whether the queue is durable
+        self._durability = "none"
         self._poller: zmq.Poller | None = None
 
     @property
@@ -254,21 +255,30 @@ class Exchange:
         return self._journal_told and (self.admission is None or self.admission.known)
 
     def _on_journaling(self, msg: control.Journaling, _request: Request) -> None:
-        """The queue's durability and journal, from the monitor: feed that journal from now on."""
+        """The queue's durability and journal, from the monitor: feed that journal from now on; a durable
+        queue with no journal named: acknowledge nothing new until one is (what waits for the old one stays)."""
         if msg.durability not in DURABILITIES:
             raise ProtocolError(f"durability {msg.durability!r}: not one of {', '.join(DURABILITIES)}")
         endpoint = check_endpoint(msg.journal) if msg.journal else ""
-        if bool(endpoint) != (msg.durability != "none"):
-            raise ProtocolError(f"durability {msg.durability!r} with journal {msg.journal!r}")
+        durable = msg.durability != "none"
+        if endpoint and not durable:
+            raise ProtocolError(f"a journal ({msg.journal!r}) for a queue that is not durable")
         self._journal_told = True
+        self._durability = msg.durability
         fwd = self.forwarder
+        holding = durable and not endpoint
+        if holding != fwd.hold_for_journal:
+            fwd.hold_for_journal = holding
+            if holding:
+                log.warning("exchange %s: the queue is durable (%s) and no journal is known: nothing new is "
+                            "acknowledged until one is", self.id, msg.durability)
         current = fwd.journal.endpoint if fwd.journal is not None else ""
-        if endpoint == current:
+        if holding or endpoint == current:
             return
         poller = self._poller
         if fwd.journal is not None and poller is not None:
             poller.unregister(fwd.journal.socket)
-        feed = (JournalFeed(self._ctx, endpoint, msg.durability, self.id.encode(), self.curve) if endpoint else None)
+        feed = JournalFeed(self._ctx, endpoint, msg.durability, self.id.encode(), self.curve) if endpoint else None
         fwd.set_journal(feed)
         if feed is not None and poller is not None:
             poller.register(feed.socket, zmq.POLLIN)
@@ -295,8 +305,16 @@ class Exchange:
         return control.Heartbeat(exchange=self.id, frontend=self.frontend_endpoint, backend=self.backend_endpoint,
                                  pid=os.getpid(), draining=self._draining_since is not None,
                                  permissions=self.admission.digest if self.admission is not None else "-",
-                                 journal=(self.forwarder.journal.endpoint if self.forwarder.journal is not None else "")
-                                 if self._journal_told else "?")
+                                 journal=self._journal_said())
+
+    def _journal_said(self) -> str:
+        """What the heartbeat says of the durability and journal held (:meth:`~roq.control.Journaling.digest`);
+        "?" not told yet."""
+        fwd = self.forwarder
+        if not self._journal_told:
+            return "?"
+        endpoint = "" if fwd.hold_for_journal or fwd.journal is None else fwd.journal.endpoint
+        return control.Journaling(journal=endpoint, durability=self._durability).digest()
 
     def _begin_drain(self, why: str) -> None:
         if self._draining_since is not None:

@@ -130,6 +130,7 @@ class Forwarder:
         self.frontend_endpoint = ""
         self.backend_endpoint = ""
         self.journal: JournalFeed | None = None  # a durable queue's journal (see set_journal)
+        self.hold_for_journal = False  # a durable queue with no journal known: read no publisher
 
         self.frontend = context.socket(zmq.ROUTER)
         self.frontend.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -180,8 +181,8 @@ class Forwarder:
         if self.held is not None and not self.retry(time.monotonic()):
             return
         journal = self.journal
-        if journal is not None and (not journal.flush() or journal.full):
-            return  # the journal is behind: publishers wait
+        if self.hold_for_journal or (journal is not None and (not journal.flush() or journal.full)):
+            return  # the journal is behind, or none is known: publishers wait
         recv = self._recv_batch
         events = self.backend.getsockopt
         check = batch.check_incoming
@@ -337,7 +338,7 @@ class Forwarder:
         """The held batch is out: count it and schedule its acknowledgement (with a journal, the journal's)."""
         self.held = None
         self.last_data = time.monotonic()
-        journal = self.journal is not None
+        journal = self.journal is not None or self.hold_for_journal
         if h.kind != batch.DATA:  # a marker
             if not journal:
                 self.acks[h.publisher] = h.first_seq - 1
@@ -352,7 +353,7 @@ class Forwarder:
     @property
     def blocked(self) -> bool:
         """True while the forward loop reads no publisher: a batch is held, or the journal is behind."""
-        return self.held is not None or (self.journal is not None and self.journal.full)
+        return self.held is not None or self.hold_for_journal or (self.journal is not None and self.journal.full)
 
     # ------------------------------------------------------------------ the journal
 
@@ -360,6 +361,8 @@ class Forwarder:
         """Feed ``feed``'s journal from now on; None: no journal, the queue is not durable any more (what the
         previous one had not acknowledged is acknowledged by the exchange, as everything is from now on)."""
         old, self.journal = self.journal, feed
+        name = self.subscriptions.name
+        self.subscriptions.seam = (lambda subscriber: feed.mark_seam(subscriber, name)) if feed is not None else None
         if old is None:
             return
         if feed is not None:

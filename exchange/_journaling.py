@@ -98,6 +98,17 @@ class JournalFeed:
         self.bytes += size
         return True
 
+    def mark_seam(self, subscriber: bytes, exchange: str) -> bool:
+        """Tell the journal that ``subscriber`` gets what this exchange forwards from now on (it replays the
+        journal up to there); False if the pipe is full (not sent)."""
+        if self._resend and not self.flush():
+            return False
+        try:
+            self.socket.send_multipart(batch.pack_seam(subscriber, exchange), zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return True
+
     def flush(self) -> bool:
         """Send what waits to be sent again; True once all of it is out."""
         resend = self._resend

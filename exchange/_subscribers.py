@@ -25,9 +25,9 @@ BEHIND_HOLD = 2.0
 
 class Subscriber:
     """One subscriber of the exchange: its routing id, the prefixes it gets (its own and the control topic's),
-    until when it is behind, and how many batches went past it."""
+    until when it is behind, how many batches went past it, and whether its seam went to the journal."""
 
-    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed", "principal")
+    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed")
 
     def __init__(self, ident: bytes, prefix: bytes, principal: str = "") -> None:
         self.ident = ident
@@ -36,6 +36,7 @@ class Subscriber:
         self.prefixes = (prefix, batch.CONTROL_TOPIC)  # one bytes.startswith for both
         self.behind_until = 0.0
         self.missed = 0
+        self.seamed = False  # a replaying subscriber's seam was sent to the journal
 
     def behind(self, now: float) -> bool:
         return now < self.behind_until

@@ -2,7 +2,10 @@
 that tell them their subscription is live, and, with CURVE, who may subscribe to what.
 
 A subscription (:func:`roq.batch.pack_subscription`) puts its subscriber in the table
-(:class:`~exchange._subscribers.Subscribers`), and a new one gets a beacon at once. With CURVE its routing id
+(:class:`~exchange._subscribers.Subscribers`), and a new one gets a beacon at once. On a durable queue, a
+subscription that asks to replay the journal has its *seam* sent to the journal (:attr:`Subscriptions.seam`)
+once the subscriber is in the table: the journal then knows it holds everything this exchange forwarded
+before the subscriber gets it live. With CURVE its routing id
 must be its key's own and its principal must be allowed to subscribe to the queue's keys under its prefix
 (:class:`~exchange._admission.Admission`); when the permissions change, every subscriber they no longer allow
 is dropped from the table at once (:meth:`Subscriptions.revoke`): nothing more is sent to it.
@@ -19,6 +22,8 @@ from exchange._subscribers import Subscriber, Subscribers
 from roq import batch
 from roq.batch import BatchError
 from roq.runtime import DropCounter
+from typing import Callable
+
 from roq.zap import Keyring, recv_from
 
 __all__ = ["Subscriptions", "MAX_SUBSCRIPTIONS_READ"]
@@ -49,6 +54,7 @@ class Subscriptions:
         self.keyring = keyring
         self.admission = admission
         self.beacons = 0
+        self.seam: Callable[[bytes], bool] | None = None  # sends a replaying subscriber's seam to the journal
 
     def readable(self) -> None:
         """Read what subscribers sent (their subscriptions); anything else is dropped and counted."""
@@ -80,8 +86,11 @@ class Subscriptions:
             sub, new = self.subscribers.subscribe(subscriber, prefix, principal)
             if sub is None:
                 self.drops.drop("too many subscribers", f"{len(self.subscribers)} subscribers already")
-            elif new:
+                continue
+            if new:
                 self._beacon_to(sub, self._beacon_frames())
+            if not sub.seamed and self.seam is not None and batch.replays(frames[1:]):
+                sub.seamed = self.seam(subscriber)  # not sent (a full pipe): with its next subscription
 
     def revoke(self) -> list[Subscriber]:
         """Drop every subscriber the permissions held no longer allow, or whose key left the keyring; those

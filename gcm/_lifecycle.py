@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
+from gcm._journals import journal_ops
 from gcm._outcome import READY, REMOVED, STOPPED as STOP_WAIT, Event, Outcome, Wait
 from gcm._placement import Placer, slot_order
 from gcm._view import QueueView, View, checked_name, echo
@@ -136,14 +137,17 @@ def start(view: View, msg: m.StartQueue, now: float) -> Outcome:
             placer.place(q.name, placement[slot], old or None)
     doc = dataclasses.replace(q.doc, state=RUNNING, host=host, placement=placement,
                               next_exchange=max(q.next_exchange, next_slot(placement)))
+    doc, journal = journal_ops(view, q, doc, q.rules)
     paths = view.paths
     wanted = [(host, MONITOR), *((h, slot) for slot, h in placement.items())]
     ops = (SetData(paths.queue(q.name), doc.encode(), q.version),
-           *(Create(paths.assignment(h, q.name, slot)) for h, slot in wanted if not view.has_assignment(h, q.name, slot)))
+           *(Create(paths.assignment(h, q.name, slot)) for h, slot in wanted if not view.has_assignment(h, q.name, slot)),
+           *journal)
     where = ", ".join(f"{x}@{h}" for x, h in placement.items())
     event = Event(q.name, "queue_started", f"started: monitor on {host}, exchanges {where}",
                   {"host": host, "exchanges": len(placement)})
-    return Outcome(ops=ops, ensure=tuple(paths.host_assignments(h) for h in sorted({host, *placement.values()})),
+    hosts = {host, *placement.values(), *([doc.journal_host] if journal and doc.journal_host else [])}
+    return Outcome(ops=ops, ensure=tuple(paths.host_assignments(h) for h in sorted(hosts)),
                    events=(event,), wait=_ready(q.name, "running"))
 
 
@@ -248,4 +252,5 @@ def _unassign(view: View, q: QueueView) -> list[Op]:
     """Deletions of the queue's assignments that exist."""
     paths = view.paths
     wanted = [(q.host, MONITOR), *((h, slot) for slot, h in q.placement.items())]
-    return [Delete(paths.assignment(h, q.name, slot)) for h, slot in wanted if view.has_assignment(h, q.name, slot)]
+    return [*(Delete(paths.assignment(h, q.name, slot)) for h, slot in wanted if view.has_assignment(h, q.name, slot)),
+            *journal_ops(view, q, dataclasses.replace(q.doc, state=STOPPED), q.rules)[1]]

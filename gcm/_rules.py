@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gcm._journals import journal_ops
 from gcm._outcome import Outcome
 from gcm._view import View, echo
 from roq import management as m
@@ -38,10 +39,14 @@ def set_rules(view: View, msg: m.SetRules, now: float) -> Outcome:
         explicit = update_rules(dict(q.explicit_rules), msg.Rules, dict(q.thresholds))
     except ConfigError as exc:
         raise BadRequestError(f"rules of {q.name!r} unchanged: {exc}") from exc
-    op = _write(view.paths.rules(q.name), RulesDoc(explicit).encode(), q.rules_version)
-    return Outcome(ops=(op,), notes=(f"queue {q.name}: rules set by the operator now {explicit}",),
-                   reply=Reply(comment="rules set",
-                               data={"Rules": effective_rules(explicit, dict(q.thresholds)), "Explicit": explicit}))
+    rules = effective_rules(explicit, dict(q.thresholds))
+    ops = [_write(view.paths.rules(q.name), RulesDoc(explicit).encode(), q.rules_version)]
+    doc, journal = journal_ops(view, q, q.doc, rules)
+    if journal:  # the queue gets its journal, or loses it: in the same transaction, against the queue's version
+        ops += [SetData(view.paths.queue(q.name), doc.encode(), q.version), *journal]
+    ensure = (view.paths.host_assignments(doc.journal_host),) if journal and doc.journal_host else ()
+    return Outcome(ops=tuple(ops), ensure=ensure, notes=(f"queue {q.name}: rules set by the operator now {explicit}",),
+                   reply=Reply(comment="rules set", data={"Rules": rules, "Explicit": explicit}))
 
 
 def set_thresholds(view: View, msg: m.SetThresholds, now: float) -> Outcome:

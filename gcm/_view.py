@@ -21,6 +21,7 @@ from roq.documents import (
     RUNNING,
     Assignment,
     ExchangeDoc,
+    JournalDoc,
     HostDoc,
     MonitorDoc,
     QueueDoc,
@@ -64,6 +65,7 @@ class QueueView:
     version: int = -1  # of the queue node, for the version check of every decision
     monitor: MonitorDoc | None = None  # the live monitor, if one is registered
     exchanges: Mapping[str, ExchangeDoc] = dataclasses.field(default_factory=dict)  # live exchanges by slot
+    journal: JournalDoc | None = None  # the live journal, if one is registered
     explicit_rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the keys an operator set
     thresholds: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     rules_version: int = -1  # -1: no node
@@ -94,21 +96,28 @@ class QueueView:
         return effective_rules({k: v for k, v in self.explicit_rules.items() if k in DEFAULT_RULES}, dict(self.thresholds))
 
     @property
+    def durable(self) -> bool:
+        """Its rules ask for a journal."""
+        return self.rules.get("durability", "none") != "none"
+
+    @property
     def ready(self) -> bool:
         """Running with its monitor and every placed exchange up, each registered by the host it is placed on
-        (a process of a host the slot was moved away from does not count)."""
+        (a process of a host the slot was moved away from does not count), and its journal if it is durable."""
         return (
             self.state == RUNNING
             and self.monitor is not None
             and (self.monitor.host or self.host) == self.host
             and bool(self.placement)
             and all(x in self.exchanges and (self.exchanges[x].host or h) == h for x, h in self.placement.items())
+            and (not self.durable or (self.journal is not None
+                                      and (self.journal.host or self.doc.journal_host) == self.doc.journal_host))
         )
 
     @property
     def quiet(self) -> bool:
         """No process of the queue is registered any more."""
-        return self.monitor is None and not self.exchanges
+        return self.monitor is None and not self.exchanges and self.journal is None
 
     def summary(self) -> QueueSummary:
         return QueueSummary.of(self.name, self.doc, self.monitor, self.exchanges)
@@ -243,6 +252,7 @@ def _read_queue(session: Session, paths: Paths, name: str) -> QueueView | None:
         x, x_version = session.read(paths.exchange(name, slot), ExchangeDoc.decode, watch=True)
         if x_version >= 0:
             exchanges[slot] = x or ExchangeDoc()
+    journal, journal_version = session.read(paths.journal(name), JournalDoc.decode, watch=True)
     explicit, rules_version = session.read(paths.rules(name), RulesDoc.decode, watch=True)
     thresholds, thresholds_version = session.read(paths.thresholds(name), RulesDoc.decode, watch=True)
     tuning = session.exists(paths.tuning(name))
@@ -252,6 +262,7 @@ def _read_queue(session: Session, paths: Paths, name: str) -> QueueView | None:
         version=version,
         monitor=(monitor or MonitorDoc()) if monitor_version >= 0 else None,
         exchanges=exchanges,
+        journal=(journal or JournalDoc()) if journal_version >= 0 else None,
         explicit_rules={k: v for k, v in (explicit or RulesDoc()).values.items() if k in DEFAULT_RULES},
         thresholds=dict((thresholds or RulesDoc()).values),
         rules_version=rules_version,

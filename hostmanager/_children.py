@@ -18,7 +18,7 @@ from typing import IO, Any
 from hostmanager._config import MODULES
 from hostmanager._converge import ChildState
 from roq import control
-from roq.config import ExchangeConfig, MonitorConfig
+from roq.config import ExchangeConfig, JournalConfig, MonitorConfig
 from roq.documents import Assignment
 from roq.errors import ProtocolError
 from roq.process import Child, spawn
@@ -41,7 +41,7 @@ class Supervised:
     def __init__(self, assignment: Assignment) -> None:
         self.assignment = assignment
         self.child: Child | None = None
-        self.config: MonitorConfig | ExchangeConfig | None = None  # the current process's settings
+        self.config: MonitorConfig | ExchangeConfig | JournalConfig | None = None  # the current process's settings
         self.ports: list[int] = []
         self.ready = False
         self.restarts = 0
@@ -72,16 +72,17 @@ class Supervised:
         """What :func:`~hostmanager._converge.converge` needs of this child."""
         return ChildState(self.assignment, running=self.child is not None,
                           stopping=self.stopping_since is not None, not_before=self.not_before,
-                          monitor=self.config.monitor if isinstance(self.config, ExchangeConfig) else "",
+                          monitor=self.config.monitor if isinstance(self.config, (ExchangeConfig, JournalConfig)) else "",
                           tellable=self.tellable)
 
-    def start(self, config: MonitorConfig | ExchangeConfig, ports: list[int], stderr: IO[Any] | None) -> None:
+    def start(self, config: MonitorConfig | ExchangeConfig | JournalConfig, ports: list[int],
+              stderr: IO[Any] | None) -> None:
         """Start the process with the flags of ``config`` (the module is the assignment's role's)."""
         a = self.assignment
         self.config, self.ports = config, ports
-        exchange = isinstance(config, ExchangeConfig)
-        # exchanges take commands on standard input (where their monitor moved)
-        self.child = spawn(f"{a.role} {a.name}", MODULES[a.role], to_args(config), stderr=stderr, commands=exchange)
+        told = isinstance(config, (ExchangeConfig, JournalConfig))
+        # exchanges and journals take commands on standard input (where their monitor moved)
+        self.child = spawn(f"{a.role} {a.name}", MODULES[a.role], to_args(config), stderr=stderr, commands=told)
         self.ready = False
         self.tellable = True
         self.restart_pending = False
@@ -89,8 +90,9 @@ class Supervised:
         log.info("started %s of queue %s (pid %d)", self.incarnation or a.slot, a.queue, self.child.pid)
 
     def tell(self, monitor: str) -> bool:
-        """Tell the exchange its monitor moved; False if it could not be told (then it is not tellable)."""
-        if self.child is None or not isinstance(self.config, ExchangeConfig):
+        """Tell the exchange or journal its monitor moved; False if it could not be told (then it is not
+        tellable)."""
+        if self.child is None or not isinstance(self.config, (ExchangeConfig, JournalConfig)):
             return False
         try:
             told = self.child.send(control.Retarget(monitor=monitor))

@@ -1,8 +1,8 @@
 """A host manager's settings, and the settings objects of the children it starts.
 
 A child is started as ``python -m <module>`` with the flags of its config object
-(:func:`roq.settings.to_args`): a :class:`~roq.config.MonitorConfig` or an
-:class:`~roq.config.ExchangeConfig` made from what the host manager knows (its address, ZooKeeper, the
+(:func:`roq.settings.to_args`): a :class:`~roq.config.MonitorConfig`, an :class:`~roq.config.ExchangeConfig`
+or a :class:`~roq.config.JournalConfig` made from what the host manager knows (its address, ZooKeeper, the
 ports it allocated, the monitor's endpoint) and the operator's ``exchange_options`` / ``monitor_options``
 (``KEY=VALUE``, checked when the host manager starts, so that a bad one stops it with a clear message
 instead of making every child die at start). The module comes from :data:`MODULES`, never from ZooKeeper.
@@ -14,7 +14,7 @@ import dataclasses
 import os
 from typing import Any
 
-from roq.config import ExchangeConfig, MonitorConfig, check_curve_settings
+from roq.config import ExchangeConfig, JournalConfig, MonitorConfig, check_curve_settings
 from roq.errors import ConfigError
 from roq.settings import parse_assignments, parse_rate
 from roq.zk import Paths, check_hosts
@@ -22,7 +22,7 @@ from roq.zk import Paths, check_hosts
 __all__ = ["HostManagerConfig", "ChildSettings", "MODULES"]
 
 #: role -> the module run for it
-MODULES = {"monitor": "monitor", "exchange": "exchange"}
+MODULES = {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal"}
 #: fields the host manager sets itself (an option may not)
 _OWN_MONITOR_FIELDS = ("address", "port", "queue", "zk", "root", "session_timeout", "kpi_archive", "secret_key",
                        "keyring", "zk_auth")
@@ -63,6 +63,8 @@ class HostManagerConfig:
         keyring: with ``secret_key``, the directory of the public keys that may connect
         zk_auth: a file holding the cluster's ZooKeeper identity (``USER:PASSWORD``): the host manager and its
             monitors authenticate with it ("" = none)
+        journal_dir: where the journals of the durable queues it runs keep their files, one directory per
+            queue under ``<journal_dir>/<address>/`` ("" = ~/.roq/journals)
     """
 
     zk: str
@@ -85,6 +87,7 @@ class HostManagerConfig:
     secret_key: str = ""
     keyring: str = ""
     zk_auth: str = ""
+    journal_dir: str = ""
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -133,6 +136,14 @@ class ChildSettings:
         return MonitorConfig(address=c.address, port=port, queue=queue, zk=c.zk, root=c.root,
                              session_timeout=c.session_timeout, kpi_archive=c.kpi_archive, **self._curve,
                              zk_auth=os.path.abspath(c.zk_auth) if c.zk_auth else "", **self.monitor_options)
+
+    def journal(self, queue: str, monitor: str, port: int) -> JournalConfig:
+        """The settings of the journal of ``queue`` on ``port``, reporting to ``monitor``, taking commands on
+        stdin; its files in ``<journal_dir>/<address>/<queue>``."""
+        c = self.config
+        base = os.path.abspath(os.path.expanduser(c.journal_dir or "~/.roq/journals"))
+        return JournalConfig(queue=queue, directory=os.path.join(base, c.address, queue), monitor=monitor,
+                             address=c.address, intake_port=port, commands=True, **self._curve)
 
     def exchange(self, monitor: str, frontend_port: int, backend_port: int, name: str) -> ExchangeConfig:
         """The settings of an exchange named ``name`` reporting to ``monitor``, taking commands on stdin."""

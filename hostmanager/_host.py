@@ -152,7 +152,9 @@ class Registration:
             log.debug("removing %s failed: %s", path, exc)
 
     def _path(self, a: Assignment) -> str:
-        return self.paths.monitor(a.queue) if a.role == "monitor" else self.paths.exchange(a.queue, a.slot)
+        if a.role == "exchange":
+            return self.paths.exchange(a.queue, a.slot)
+        return self.paths.monitor(a.queue) if a.role == "monitor" else self.paths.journal(a.queue)
 
     def _put_own(self, path: str, doc: Document) -> bool:
         """Create ``path`` holding ``doc`` in this session, or rewrite it if this session holds it already;

@@ -19,7 +19,7 @@ from hostmanager._config import ChildSettings
 from hostmanager._converge import Action, ChildState, Restart, Start, Stop, Tell
 from hostmanager._host import Registration
 from hostmanager._ports import PortAllocator
-from roq.documents import MONITOR, Document, ExchangeDoc, MonitorDoc
+from roq.documents import JOURNAL, MONITOR, Document, ExchangeDoc, JournalDoc, MonitorDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
 from roq.zk import incarnation
 
@@ -92,6 +92,10 @@ class Children:
                 ports.append(self.ports.allocate(sup.last_port))
                 sup.last_port = ports[0]
                 config: Any = self.settings.monitor(a.queue, ports[0])
+            elif a.role == JOURNAL:  # on its port of before: its exchanges find it again where they left it
+                ports.append(self.ports.allocate(sup.last_port))
+                sup.last_port = ports[0]
+                config = self.settings.journal(a.queue, monitor, ports[0])
             else:
                 ports += [self.ports.allocate(), self.ports.allocate()]
                 # every incarnation has a name of its own: the monitor must see a crashed exchange as lost (and
@@ -133,6 +137,9 @@ class Children:
         doc: Document
         if a.role == MONITOR:
             doc = MonitorDoc(endpoint=_text(info, "endpoint"), host=self.ports.address, pid=_int(info, "pid"))
+        elif a.role == JOURNAL:
+            doc = JournalDoc(host=self.ports.address, intake=_text(info, "intake"), pid=_int(info, "pid"),
+                             incarnation=_int(info, "incarnation"))
         else:
             doc = ExchangeDoc(name=sup.incarnation, host=self.ports.address, frontend=_text(info, "frontend"),
                               backend=_text(info, "backend"), pid=_int(info, "pid"))

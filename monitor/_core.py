@@ -78,17 +78,18 @@ class Core:
         self.balancer = Balancer(t, self.rules, self.mover, events, out)
         self.adoption = Adoption(self.rules, t, out)
         self.permissions = Permissions(config.queue, t, out)
-        self.durability = Durability(t, out, config.journal, config.durability)
+        self.durability = Durability(t, out, self.rules, journal_timeout=config.heartbeat_timeout)
         self.scaling = (Scaling(config.queue, t, self.rules, self.mover, self.exchanges, self.subscribers, events, out)
                         if clustered else None)
         self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state,
-                                   totals=self.kpis.totals, latency=self.kpis.latency)
+                                   totals=self.kpis.totals, latency=self.kpis.latency, journal=self.durability.describe)
         self._settled = False
 
     def handlers(self) -> dict[type[control.Message], Handler]:
         """The handler of every message a monitor serves."""
         return {
             control.Heartbeat: self._heartbeat,
+            control.JournalHeartbeat: self.durability.journal_heartbeat,
             control.ExchangeKpi: self.kpis.exchange,
             control.ExchangeBye: self.exchanges.bye,
             control.PublisherHello: self.publishers.hello,
@@ -136,6 +137,7 @@ class Core:
             self.scaling.view = view
         if self.adoption.adopt(view) and self.scaling is not None:
             self.scaling.scaler.reset()
+        self.durability.changed()
 
     # ------------------------------------------------------------------ timers
 

@@ -43,7 +43,7 @@ __all__ = ["Monitor"]
 
 TICK = 0.05  # seconds between checks of heartbeats and timeouts
 #: what only the cluster's own processes (the queue's exchanges) may send, with CURVE
-INTERNAL = (control.Heartbeat, control.ExchangeKpi, control.ExchangeBye)
+INTERNAL = (control.Heartbeat, control.ExchangeKpi, control.ExchangeBye, control.JournalHeartbeat)
 STALL = 0.25  # a tick this late means the loop itself stopped (see Core.discount_stall)
 EVALUATIONS_PER_PERIOD = 4  # rule evaluations per KPI period (each acts only on sustained conditions)
 MAX_MESSAGE = 1 << 20  # larger messages make ZeroMQ drop the connection

@@ -44,7 +44,9 @@ class Operators:
 
     def __init__(self, queue: str, pid: int, topology: Topology, mover: Mover, rules: Rules, events: EventLog,
                  drops: DropCounter, scaling: Callable[[], dict[str, Any]], *,
-                 totals: Mapping[str, int] | None = None, latency: Mapping[str, Any] | None = None) -> None:
+                 totals: Mapping[str, int] | None = None, latency: Mapping[str, Any] | None = None,
+                 journal: Callable[[float], dict[str, Any]] | None = None) -> None:
+        self.journal = journal
         self.totals = totals if totals is not None else {}
         self.latency = latency if latency is not None else {}
         self.queue = queue
@@ -67,6 +69,7 @@ class Operators:
             "relocations_in_flight": len(self.mover.relocations),
             "rules": dict(self.rules.values),
             "scaling": self.scaling(),
+            "journal": self.journal(now) if self.journal is not None else {"durability": "none", "journal": ""},
             "relocations": self.mover.describe(),
             "counters": {**self.events.counters, "dropped_messages": self.drops.total},
             "totals": dict(self.totals),

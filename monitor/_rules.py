@@ -46,6 +46,7 @@ class Rules:
             "smoothing": config.smoothing,
             "sustain_s": config.sustain,
             "cooldown_s": config.cooldown,
+            "durability": config.durability,
         })
 
     def replace(self, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,10 @@ __all__ = [
     "MARKER",
     "BEACON",
     "SUBSCRIBE",
+    "SEAM",
+    "FLAG_REPLAY",
+    "pack_seam",
+    "replays",
     "CONTROL_TOPIC",
     "HEADER",
     "HEADER_SIZE",
@@ -59,10 +63,12 @@ DATA = 1  # count >= 1 records in the body
 MARKER = 2  # the publisher's stream through this exchange ends before ``first_seq`` (epoch ``epoch`` ends)
 BEACON = 3  # sent by an exchange on its backend: "your subscription to me is live"
 SUBSCRIBE = 5  # sent by a subscriber to an exchange's backend: "send me the keys starting with the body"
+SEAM = 8  # sent by an exchange to its journal: "subscriber <publisher> is live here from now on" (body: my id)
 
 #: Flag bits.
 FLAG_RETRANSMIT = 0x1  # resent after a failover (subscribers may have it already)
 FLAG_ACK_NOW = 0x2  # the publisher waits for this acknowledgement (flush): do not coalesce it
+FLAG_REPLAY = 0x4  # on a subscription: the subscriber replays the journal; mark its seam there (SEAM)
 
 #: Sequence numbers stay below this (they are u64 on the wire).
 SEQ_LIMIT = 1 << 64
@@ -164,7 +170,7 @@ def parse_header(frame: bytes) -> Header:
     elif kind == MARKER:
         if first == 0 or count:
             raise BatchError("bad marker", f"first seq {first}, count {count}")
-    elif kind != BEACON and kind != SUBSCRIBE:
+    elif kind != BEACON and kind != SUBSCRIBE and kind != SEAM:
         raise BatchError("bad header", f"unknown frame kind {kind}")
     header = _new_tuple(Header, values)  # the fields are checked: skip NamedTuple._make's own length check
     return header
@@ -195,20 +201,28 @@ def check_incoming(key: bytes, header: bytes, body: bytes, max_body: int) -> Hea
     return h
 
 
-def pack_subscription(subscriber: bytes, prefix: bytes) -> list[bytes]:
+def pack_subscription(subscriber: bytes, prefix: bytes, replay: bool = False) -> list[bytes]:
     """The frames of a subscription: ``subscriber`` (16 bytes, also the socket's routing id) wants every key
-    starting with ``prefix`` (b"" = every key).
+    starting with ``prefix`` (b"" = every key); ``replay``: it replays the journal first (the exchange marks
+    where the live stream takes over, :data:`SEAM`).
 
     Raises:
         ProtocolError: the id is not 16 bytes or the prefix is longer than :data:`MAX_KEY`.
     """
     if len(prefix) > MAX_KEY:
         raise ProtocolError(f"prefix of {len(prefix)} bytes > {MAX_KEY}")
-    return [CONTROL_TOPIC, pack_header(SUBSCRIBE, subscriber, 0, 0), prefix]
+    return [CONTROL_TOPIC, pack_header(SUBSCRIBE, subscriber, 0, 0, flags=FLAG_REPLAY if replay else 0), prefix]
+
+
+def pack_seam(subscriber: bytes, exchange: str) -> list[bytes]:
+    """The frames an exchange sends its journal when ``subscriber``'s subscription that asked to replay is live
+    there: everything it sent the journal before comes before them."""
+    return [CONTROL_TOPIC, pack_header(SEAM, subscriber, 0, 0), exchange.encode()[:256]]
 
 
 def check_subscription(frames: list[bytes]) -> tuple[bytes, bytes]:
-    """Check what a subscriber sent an exchange (the frames after its routing id); its id and prefix.
+    """Check what a subscriber sent an exchange (the frames after its routing id); its id and prefix (whether it
+    replays: :func:`replays`).
 
     Raises:
         BatchError: not three frames, not on the control topic, not a subscription, or a prefix over
@@ -223,6 +237,11 @@ def check_subscription(frames: list[bytes]) -> tuple[bytes, bytes]:
     if len(prefix) > MAX_KEY:
         raise BatchError("bad subscription", f"prefix of {len(prefix)} bytes > {MAX_KEY}")
     return h.publisher, prefix
+
+
+def replays(frames: list[bytes]) -> bool:
+    """Whether a subscription (checked by :func:`check_subscription`) asks to replay the journal first."""
+    return bool(parse_header(frames[1]).flags & FLAG_REPLAY)
 
 
 def encode_body(payloads: Sequence[bytes]) -> bytes:

@@ -215,23 +215,28 @@ class JournalConfig:
     Attributes:
         queue: the queue's name (its journal directory says whose it is, and is refused to another).
         directory: where its segments are; made (mode 0700) if missing, refused if another user owns it.
+        monitor: the queue's monitor, which it reports to and takes its policy from ("" = none: the policy
+            is the flags below).
         address: address to bind the intake to.
         intake_port: port its exchanges send their batches to (ROUTER); 0 = any free port.
-        durability: "always" (a batch is acknowledged once on disk: one fdatasync covers every batch waiting)
-            or "interval" (once handed to the kernel: a crash of the process loses nothing acknowledged, a
-            power failure at most sync_interval of it).
+        durability: until the monitor says otherwise: "always" (a batch is acknowledged once on disk: one
+            fdatasync covers every batch waiting) or "interval" (once handed to the kernel: a crash of the
+            process loses nothing acknowledged, a power failure at most sync_interval of it).
         sync_interval: with "interval", seconds between syncs.
         segment_bytes: a segment this large is sealed and the next one begun.
         retention_bytes: the oldest segments are removed while the journal is larger (0 = no bound).
         retention: segments whose records are all older than this many seconds are removed (0 = no bound).
         max_batch_bytes: a batch body above this is refused and counted.
+        heartbeat_interval: seconds between heartbeats to the monitor.
         journal_id: its name in logs; "" = generated.
+        commands: read the host manager's commands (control messages) on standard input.
         secret_key: the CURVE secret key file the intake serves with; "" = plaintext.
         keyring: with ``secret_key``, the directory of the public keys that may connect.
     """
 
     queue: str
     directory: str
+    monitor: str = ""
     address: str = "127.0.0.1"
     intake_port: int = 0
     durability: str = "always"
@@ -240,21 +245,25 @@ class JournalConfig:
     retention_bytes: int = 0
     retention: float = 0.0
     max_batch_bytes: int = 4 << 20
+    heartbeat_interval: float = 0.25
     journal_id: str = field(default="", metadata={"flag": "--id"})
+    commands: bool = field(default=False, metadata={"flag": "--commands-on-stdin"})
     secret_key: str = ""
     keyring: str = ""
 
     def __post_init__(self) -> None:
-        _text(self, "queue", "directory", "address", "durability", "journal_id")
+        _text(self, "queue", "directory", "monitor", "address", "durability", "journal_id")
         check_curve_settings(self)
         if not self.queue:
             raise ConfigError("JournalConfig.queue must name the queue")
         if not self.directory:
             raise ConfigError("JournalConfig.directory must name the journal's directory")
+        if self.monitor:
+            _endpoint(self, "monitor")
         if self.durability not in DURABILITIES[1:]:
             raise ConfigError(f"JournalConfig.durability must be 'interval' or 'always', got {self.durability!r}")
         _port(self, "intake_port")
-        _positive(self, "sync_interval", "max_batch_bytes")
+        _positive(self, "sync_interval", "max_batch_bytes", "heartbeat_interval")
         _positive(self, "retention_bytes", "retention", allow_zero=True)
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 4096:
             raise ConfigError(f"JournalConfig.segment_bytes must be at least 4096, got {self.segment_bytes!r}")
@@ -292,9 +301,8 @@ class MonitorConfig:
         keyring: with ``secret_key``, the directory of the public keys that may connect.
         zk_auth: a file holding the cluster's ZooKeeper identity (``USER:PASSWORD``): the monitor
             authenticates with it ("" = none).
-        journal: for a monitor without ZooKeeper, the intake of the queue's journal ("" = the queue is not
-            durable); in a cluster the queue's rules and its journal's node say.
-        durability: with ``journal``, "interval" or "always" (what the journal was started with).
+        durability: for a monitor without ZooKeeper, the queue's durability ("none", "interval", "always"; its
+            journal reports to the monitor); in a cluster, the queue's rules.
     """
 
     address: str = "127.0.0.1"
@@ -319,17 +327,14 @@ class MonitorConfig:
     secret_key: str = ""
     keyring: str = ""
     zk_auth: str = ""
-    journal: str = ""
     durability: str = "none"
 
     def __post_init__(self) -> None:
-        _text(self, "address", "queue", "zk", "root", "kpi_archive", "zk_auth", "journal", "durability")
+        _text(self, "address", "queue", "zk", "root", "kpi_archive", "zk_auth", "durability")
         check_curve_settings(self)
-        if self.durability not in DURABILITIES or bool(self.journal) != (self.durability != "none"):
-            raise ConfigError(f"MonitorConfig: durability {self.durability!r} with journal {self.journal!r}: a "
-                              "journal goes with 'interval' or 'always', none with 'none'")
-        if self.journal:
-            _endpoint(self, "journal")
+        if self.durability not in DURABILITIES:
+            raise ConfigError(f"MonitorConfig.durability must be one of {', '.join(DURABILITIES)}, got "
+                              f"{self.durability!r}")
         _positive(self, "archive_retention_days", allow_zero=True)
         _positive(self, "session_timeout")
         _port(self, "port")

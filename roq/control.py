@@ -42,6 +42,12 @@ __all__ = [
     "KpiPeriod",
     "AclRules",
     "Journaling",
+    "JournalHeartbeat",
+    "JournalPolicy",
+    "Fetch",
+    "Fetched",
+    "Commit",
+    "Position",
     "Retarget",
     "PublisherHello",
     "Relocate",
@@ -169,7 +175,7 @@ class Heartbeat(Message):
     pid: int
     draining: bool = False
     permissions: str = "-"  # the digest of the permissions it holds (AclRules.digest); "" none yet; "-" plaintext
-    journal: str = "?"  # the journal it feeds (Journaling.journal): "" none; "?" not told yet
+    journal: str = "?"  # the durability and journal it holds (Journaling.digest); "?" not told yet
 
 
 @message(6)
@@ -250,6 +256,108 @@ class Journaling(Message):
 
     journal: str = ""
     durability: str = "none"
+
+    def digest(self) -> str:
+        """What an exchange's heartbeat says it holds: the durability, then the journal fed if any."""
+        return f"{self.durability} {self.journal}".rstrip()
+
+
+@message(8)
+class JournalHeartbeat(Message):
+    """Journal -> monitor, every heartbeat interval; also registers it: where its exchanges send (``intake``),
+    which policy it holds (:meth:`JournalPolicy.digest`, "" none yet) and what it holds.
+
+    ``first_offset``..``next_offset``: the records it keeps; ``unsynced_bytes``: written and not yet on disk;
+    ``sync_ms``/``sync_max_ms``: its syncs' mean and longest since the last heartbeat; ``error``: why its
+    last write failed ("" none since the last heartbeat)."""
+
+    journal: str
+    intake: str
+    pid: int
+    incarnation: int
+    policy: str = ""
+    first_offset: int = 0
+    next_offset: int = 0
+    size_bytes: int = 0
+    segments: int = 0
+    unsynced_bytes: int = 0
+    records: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    syncs: int = 0
+    sync_ms: float = 0.0
+    sync_max_ms: float = 0.0
+    write_failures: int = 0
+    error: str = ""
+
+
+@message(1110)
+class JournalPolicy(Message):
+    """Monitor -> journal, when it joins, whenever the queue's rules change them and whenever its heartbeat
+    shows others: how it acknowledges and syncs (``durability`` "interval" or "always", ``sync_interval_ms``)
+    and what it keeps (``retention_bytes``, ``retention_s``; 0 = no bound)."""
+
+    durability: str = "always"
+    sync_interval_ms: int = 100
+    retention_bytes: int = 0
+    retention_s: float = 0.0
+
+    def digest(self) -> str:
+        """A short digest of this policy, for a heartbeat to say which the journal holds."""
+        return f"{self.durability}/{self.sync_interval_ms}/{self.retention_bytes}/{self.retention_s:g}"
+
+
+# --------------------------------------------------------------------------- reader <-> journal
+
+
+@message(50)
+class Fetch(Message):
+    """Reader -> journal (its reads port): the entries from ``offset`` (-1: from the first record appended at
+    or after ``since``, seconds since the epoch; -2: from the end), about ``max_bytes`` of them whose key starts
+    with ``prefix``. At the end, the journal waits up to ``wait_ms`` for more before it answers. ``subscriber``
+    (its id, hex) names the seams the exchanges marked for it (see :data:`roq.batch.SEAM`)."""
+
+    offset: int
+    prefix: bytes = b""
+    max_bytes: int = 1 << 20
+    wait_ms: int = 0
+    since: float = 0.0
+    subscriber: str = ""
+
+
+@message(51)
+class Fetched(Message):
+    """Journal -> reader, the first frame of the answer to a :class:`Fetch`; ``count`` entries follow, three
+    frames each (key, header, body: the batch as its publisher sent it), ``offsets`` giving each one's first
+    record's offset. ``next_offset``: where the next fetch goes on (past entries the prefix skipped too);
+    ``end_offset``, ``first_offset``: the journal's extent now; ``seams``: exchange -> the offset before which
+    the journal holds everything that exchange forwarded before this subscriber's subscription to it went
+    live; ``error``: why nothing could be read (a corrupt entry at ``next_offset``...), "" none."""
+
+    next_offset: int
+    end_offset: int
+    first_offset: int
+    count: int = 0
+    offsets: list[int] = dataclasses.field(default_factory=list)
+    seams: dict[str, int] = dataclasses.field(default_factory=dict)
+    error: str = ""
+
+
+@message(52)
+class Commit(Message):
+    """Reader -> journal: the durable subscriber ``name`` has processed everything before ``offset``; answered
+    with a :class:`Reply` once the position is on disk."""
+
+    name: str
+    offset: int
+
+
+@message(53)
+class Position(Message):
+    """Reader -> journal: where the durable subscriber ``name`` goes on; answered with a :class:`Reply` whose
+    data is ``{"offset": int}`` (-1: it never committed)."""
+
+    name: str
 
 
 # --------------------------------------------------------------------------- publisher <-> monitor

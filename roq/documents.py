@@ -56,12 +56,16 @@ __all__ = [
     "REMOVING",
     "STATES",
     "MONITOR",
+    "JOURNAL",
+    "JournalDoc",
 ]
 
 RUNNING, STOPPED, REMOVING = "running", "stopped", "removing"
 STATES = (RUNNING, STOPPED, REMOVING)
 #: the role (and assignment suffix) of a queue's monitor; exchanges are assigned by slot (``x3``)
 MONITOR = "monitor"
+#: the role (and assignment suffix) of a durable queue's journal
+JOURNAL = "journal"
 
 T = TypeVar("T", bound="Document")
 
@@ -142,12 +146,13 @@ class HostDoc(Document):
 
 @dataclasses.dataclass(frozen=True)
 class QueueDoc(Document):
-    """A queue: its state, its monitor's host, and where each exchange slot is placed."""
+    """A queue: its state, its monitor's host, where each exchange slot is placed, and its journal's host."""
 
     state: str = RUNNING
     host: str = ""  # the monitor's host
     placement: dict[str, str] = dataclasses.field(default_factory=dict)  # exchange slot -> host
     next_exchange: int = 1  # number of the next slot (x<n>)
+    journal_host: str = ""  # where its journal's files are ("" = it never had one); it runs while it is durable
     created: float = 0.0  # wall clock
     removing_since: float = 0.0  # wall clock; 0 unless removing
 
@@ -158,9 +163,10 @@ class QueueDoc(Document):
 
 @dataclasses.dataclass(frozen=True)
 class RulesDoc(Document):
-    """A flat ``{rule: number}`` document: the rules an operator set, or the thresholds set for a queue.
+    """A flat ``{rule: value}`` document: the rules an operator set, or the thresholds set for a queue.
 
-    Only numbers are kept; whether a key is a rule and its value in range is :mod:`roq.rules`' business.
+    Only numbers and short words (a rule such as ``durability``) are kept; whether a key is a rule and its
+    value allowed is :mod:`roq.rules`' business.
     """
 
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -174,7 +180,8 @@ class RulesDoc(Document):
         if type(found) is not dict:
             raise ProtocolError(f"rules must be a JSON object, got {type(found).__name__}")
         values = {k: v for k, v in found.items()
-                  if type(k) is str and isinstance(v, (int, float)) and not isinstance(v, bool)}
+                  if type(k) is str and ((isinstance(v, (int, float)) and not isinstance(v, bool))
+                                         or (type(v) is str and len(v) <= 64))}
         return cls(values)
 
 
@@ -228,6 +235,16 @@ class ExchangeDoc(Document):
 
 
 @dataclasses.dataclass(frozen=True)
+class JournalDoc(Document):
+    """A durable queue's live journal (ephemeral, in its host manager's session)."""
+
+    host: str = ""
+    intake: str = ""
+    pid: int = 0
+    incarnation: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class EventsDoc(Document):
     """A source's recent topology events of a queue, oldest first, and the counters it keeps."""
 
@@ -242,17 +259,18 @@ class AuditDoc(Document):
     entries: list[dict] = dataclasses.field(default_factory=list)
 
 
-_ROLE = re.compile(r"^(monitor|x\d{1,9})$")
+_ROLE = re.compile(r"^(monitor|journal|x\d{1,9})$")
 
 
 @dataclasses.dataclass(frozen=True)
 class Assignment:
-    """A process a host must run: ``<queue>@monitor`` or ``<queue>@<slot>`` (the znode's name is all of it)."""
+    """A process a host must run: ``<queue>@monitor``, ``<queue>@journal`` or ``<queue>@<slot>`` (the znode's
+    name is all of it)."""
 
     queue: str
-    slot: str  # "monitor" or an exchange slot such as "x3"
+    slot: str  # "monitor", "journal" or an exchange slot such as "x3"
 
-    ROLES: ClassVar[tuple[str, str]] = ("monitor", "exchange")
+    ROLES: ClassVar[tuple[str, str, str]] = ("monitor", "journal", "exchange")
 
     @property
     def name(self) -> str:
@@ -260,15 +278,16 @@ class Assignment:
 
     @property
     def role(self) -> str:
-        """``monitor`` or ``exchange``."""
-        return MONITOR if self.slot == MONITOR else "exchange"
+        """``monitor``, ``journal`` or ``exchange``."""
+        return self.slot if self.slot in (MONITOR, JOURNAL) else "exchange"
 
     @classmethod
     def parse(cls, name: str) -> Assignment:
         """The assignment a znode's name stands for.
 
         Raises:
-            ProtocolError: not ``<queue>@monitor`` or ``<queue>@x<n>`` with a valid queue name.
+            ProtocolError: not ``<queue>@monitor``, ``<queue>@journal`` or ``<queue>@x<n>`` with a valid queue
+                name.
         """
         queue, sep, slot = name.rpartition("@")
         try:
@@ -276,5 +295,5 @@ class Assignment:
         except ConfigError as exc:
             raise ProtocolError(f"assignment {name!r}: {exc}") from None
         if not sep or not _ROLE.fullmatch(slot):
-            raise ProtocolError(f"assignment {name!r} is not <queue>@monitor or <queue>@x<n>")
+            raise ProtocolError(f"assignment {name!r} is not <queue>@monitor, <queue>@journal or <queue>@x<n>")
         return cls(queue, slot)

@@ -15,7 +15,7 @@ from typing import Any
 
 from roq.errors import ConfigError
 
-__all__ = ["DEFAULT_RULES", "RULE_DOCS", "RULE_RANGES", "merge_rules", "update_rules", "effective_rules", "check_thresholds"]
+__all__ = ["DEFAULT_RULES", "RULE_DOCS", "RULE_RANGES", "RULE_CHOICES", "merge_rules", "update_rules", "effective_rules", "check_thresholds"]
 
 # key -> (type, default, lowest allowed, highest allowed, description); every key has both bounds, and a
 # value outside them is refused naming the key and the range. Keys whose description says "0 = ..." also
@@ -46,20 +46,37 @@ _SPEC: dict[str, tuple[type, Any, float, float, str]] = {
     "sustain_s": (float, 2.0, 0.5, 3600.0, "seconds a condition must hold before the monitor acts"),
     "cooldown_s": (float, 10.0, 1.0, 86400.0,
                    "seconds a moved publisher stays put, and the least time between two scaling decisions"),
+    "durability": (str, "none", 0, 0,
+                   "none: nothing is kept; interval: a journal keeps every record, acknowledged once written and "
+                   "synced every sync_interval_ms; always: acknowledged once on disk"),
+    "sync_interval_ms": (int, 100, 1, 60_000, "with durability interval, milliseconds between two syncs of the journal"),
+    "retention_bytes": (int, 0, 1_000_000, 10**15,
+                        "the journal's oldest segments go while it is larger than this (0 = no bound)"),
+    "retention_s": (float, 0.0, 1.0, 10 * 365 * 86400.0,
+                    "the journal's segments whose records are all older than this many seconds go (0 = no bound)"),
 }
+#: rules whose value is one of a few words, not a number
+_CHOICES: dict[str, tuple[str, ...]] = {"durability": ("none", "interval", "always")}
 _ZERO_MEANS_OFF = {key for key, spec in _SPEC.items() if "(0 = " in spec[4]}
 
 DEFAULT_RULES: dict[str, Any] = {key: spec[1] for key, spec in _SPEC.items()}
 RULE_DOCS: dict[str, str] = {
-    key: f"{doc} [{'0, or ' if key in _ZERO_MEANS_OFF else ''}{low:g}..{high:g}]"
+    key: f"{doc} [{'|'.join(_CHOICES[key]) if key in _CHOICES else ('0, or ' if key in _ZERO_MEANS_OFF else '') + f'{low:g}..{high:g}'}]"
     for key, (_kind, _default, low, high, doc) in _SPEC.items()
 }
-#: key -> (lowest, highest) allowed (and 0 for the keys where 0 turns the rule off)
-RULE_RANGES: dict[str, tuple[float, float]] = {key: (spec[2], spec[3]) for key, spec in _SPEC.items()}
+#: key -> (lowest, highest) allowed (and 0 for the keys where 0 turns the rule off); numeric rules only
+RULE_RANGES: dict[str, tuple[float, float]] = {key: (spec[2], spec[3]) for key, spec in _SPEC.items()
+                                               if key not in _CHOICES}
+#: key -> the words allowed, for the rules that take a word
+RULE_CHOICES: dict[str, tuple[str, ...]] = dict(_CHOICES)
 
 
 def _value(key: str, value: Any) -> Any:
     kind, _default, low, high, _doc = _SPEC[key]
+    if key in _CHOICES:
+        if value not in _CHOICES[key]:
+            raise ConfigError(f"rule {key!r} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"rule {key!r} must be a number, got {type(value).__name__} {value!r}")
     if kind is int:
@@ -160,8 +177,8 @@ def check_thresholds(update: Any, current: dict[str, Any] | None = None) -> dict
         raise ConfigError(f"thresholds must be a document of name: number, got {type(update).__name__}")
     out = {}
     for key, value in update.items():
-        if key not in _SPEC:
-            raise ConfigError(f"unknown threshold {key!r}; known names: {', '.join(sorted(_SPEC))}")
+        if key not in _SPEC or key in _CHOICES:
+            raise ConfigError(f"unknown threshold {key!r}; known names: {', '.join(sorted(RULE_RANGES))}")
         out[key] = _value(key, value)
     merged = {**(current or {}), **out}
     least, most = merged.get("min_exchanges"), merged.get("max_exchanges")

@@ -158,6 +158,9 @@ class Paths:
     def exchanges(self, name: str) -> str:
         return f"{self.queues}/{name}/exchanges"
 
+    def journal(self, name: str) -> str:
+        return f"{self.queues}/{name}/journal"
+
     def exchange(self, name: str, exchange_id: str) -> str:
         return f"{self.queues}/{name}/exchanges/{exchange_id}"
 

@@ -87,6 +87,7 @@ class EmbeddedCluster:
             (:attr:`manager`, :meth:`connect`) use the credentials of the principal ``admin``.
         keys: with ``secure``, the directory of the cluster's keys (:class:`roq.keys.ClusterKeys`; what is
             missing is made); None = a temporary one, removed on stop.
+        journal_dir: the host managers' ``--journal-dir`` (None = ``<log_dir>/journals``, or their default).
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class EmbeddedCluster:
         api_token_file: str | None = None,
         secure: bool = False,
         keys: str | None = None,
+        journal_dir: str | None = None,
     ) -> None:
         self.secure = secure
         self._keys_dir = keys or ""
@@ -131,6 +133,7 @@ class EmbeddedCluster:
         self.session_timeout = session_timeout
         self.max_exchanges = max_exchanges
         self.log_dir = log_dir
+        self.journal_dir = journal_dir or (os.path.join(log_dir, "journals") if log_dir else "")
         self.gcm_ports = gcm_ports
         self.hostmanager_args = list(hostmanager_args) + (["--kpi-archive", kpi_archive] if kpi_archive else [])
         self.kpi_archive = kpi_archive
@@ -268,6 +271,7 @@ class EmbeddedCluster:
         ]  # fmt: skip
         if self.log_dir:
             args += ["--log-dir", os.path.join(self.log_dir, address)]
+        args += ["--journal-dir", os.path.abspath(self.journal_dir)] if self.journal_dir else []
         enter = None
         if self.emulation is not None:
             named = self.emulation.named(address)

@@ -13,13 +13,18 @@ DESCRIPTION = (
     "to segment files in --directory (each publisher's records once, in order), and acknowledges them once "
     "they are on disk (--durability always: one fdatasync covers every batch waiting) or written "
     "(--durability interval: synced every --sync-interval seconds). Recovery at start cuts a torn tail off the "
-    "last segment and keeps the bytes cut beside it. SIGTERM syncs and stops it. It prints one line "
-    "'READY {json}' with its intake's endpoint when bound."
+    "last segment and keeps the bytes cut beside it. With --monitor it reports to the queue's monitor and takes "
+    "the queue's policy from it. SIGTERM syncs and stops it. It prints one line 'READY {json}' with its "
+    "intake's endpoint when bound."
 )
 
 
+def make_journal(config: JournalConfig) -> Journal:
+    return Journal(config, commands_fd=sys.stdin.fileno() if config.commands else None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_main("journal", JournalConfig, Journal, argv, description=DESCRIPTION, module="exchange.journal")
+    return run_main("journal", JournalConfig, make_journal, argv, description=DESCRIPTION, module="exchange.journal")
 
 
 if __name__ == "__main__":

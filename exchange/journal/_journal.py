@@ -7,9 +7,14 @@ appends it (:class:`~exchange.journal._intake.Intake`), writes it in one ``write
 * with ``always``, syncs (one ``fdatasync`` for the whole round: group commit) and acknowledges;
 * with ``interval``, acknowledges at once, and syncs every ``sync_interval``.
 
-An exchange acknowledges a publisher only with what the journal acknowledged it, so acknowledged means
+An exchange acknowledges a publisher only with what the journal acknowledged, so acknowledged means
 journaled. Every acknowledgement carries the journal's *incarnation* (new at each start): an exchange that sees
 a new one sends again what the old one never acknowledged, and the journal drops what it has already.
+
+It reports to the queue's monitor (``--monitor``) like an exchange: a heartbeat with its intake, its policy's
+digest and its figures; the monitor answers with the queue's policy (:class:`~roq.control.JournalPolicy`:
+durability, sync interval, retention) when it holds another. Its host manager tells it on standard input
+where the monitor moved (:class:`~roq.control.Retarget`).
 
 A write that fails (the disk is full) loses the round, acknowledges none of it and pauses the intake for
 :data:`PAUSE_S`; the exchanges send it again. Nothing acknowledged is lost.
@@ -18,6 +23,7 @@ A write that fails (the disk is full) loses the round, acknowledges none of it a
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 import uuid
@@ -25,15 +31,19 @@ from typing import Any
 
 import zmq
 
+from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
 from exchange.journal._intake import Intake
+from exchange.journal._meter import Meter
 from exchange.journal._store import Store
-from roq import batch
+from roq import batch, control
 from roq.batch import BatchError
-from roq.config import JournalConfig
+from roq.config import DURABILITIES, JournalConfig
 from roq.curve import Curve
-from roq.errors import JournalError
+from roq.errors import JournalError, ProtocolError
+from roq.pipe import MAX_FRAME
 from roq.runtime import DropCounter, SignalWakeup
-from roq.sockets import HandshakeWatch, bind, poll_ms
+from roq.server import Dispatcher, Request
+from roq.sockets import HandshakeWatch, bind, check_endpoint, poll_ms
 from roq.zap import CLUSTER, recv_from
 
 log = logging.getLogger(__name__)
@@ -52,11 +62,13 @@ class Journal:
     """One journal process's sockets, store and loop.
 
     Args:
-        config: the queue, the directory, the policy, what to bind.
+        config: the queue, the directory, the policy until the monitor says, what to bind.
         context: the ZeroMQ context (default: a new one, terminated by :meth:`close`).
+        commands_fd: a pipe on which the host manager writes commands; None = no commands.
     """
 
-    def __init__(self, config: JournalConfig, *, context: zmq.Context | None = None) -> None:
+    def __init__(self, config: JournalConfig, *, context: zmq.Context | None = None,
+                 commands_fd: int | None = None) -> None:
         self.config = config
         self.id = config.journal_id or f"j-{uuid.uuid4().hex[:8]}"
         self.incarnation = random.getrandbits(63) | 1
@@ -64,28 +76,39 @@ class Journal:
         self._ctx = context or zmq.Context()
         self.drops = DropCounter(log, f"journal {self.id}")
         self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops)
+        self.policy = control.JournalPolicy(config.durability, max(1, round(config.sync_interval * 1000)),
+                                            config.retention_bytes, config.retention)
+        self.told = False  # the policy came from the monitor
         self.store: Store | None = None
         self.intake: Intake | None = None
+        self.meter = Meter()
         self.sock = self._ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self.sock.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_batch_bytes + batch.MAX_KEY + 4096)
         if self.curve is not None:
             self.curve.serve(self.sock)
-        self._recv = self.sock.recv_multipart
         self.endpoint = ""
         self._watch: HandshakeWatch | None = None
         self._stopping = False
         self._paused_until = 0.0
-        self.syncs = 0
-        self.sync_seconds = 0.0  # time spent in fdatasync, in all
-        self.sync_max = 0.0
-        self.write_failures = 0
+        self._next_sync = float("inf")
+        orders = Dispatcher(f"journal {self.id} (monitor)", {control.JournalPolicy: self._on_policy,
+                                                            control.Reply: lambda msg, request: None},
+                            self.drops, max_bytes=MAX_CONTROL_BYTES)
+        self.monitor = MonitorLink(self._ctx, config.monitor, orders, self.curve) if config.monitor else None
+        commands = Dispatcher(f"journal {self.id} (commands)", {control.Retarget: self._on_retarget}, self.drops,
+                              max_bytes=MAX_FRAME)
+        self._commands = CommandPipe(commands_fd, commands, self.drops) if commands_fd is not None else None
+
+    @property
+    def interval(self) -> bool:
+        return self.policy.durability == "interval"
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Open (recover) the journal and bind the intake.
+        """Open (recover) the journal, bind the intake, say hello to the monitor.
 
         Raises:
             JournalError: the directory or a file of it cannot be used.
@@ -101,10 +124,12 @@ class Journal:
             self.curve.start()
         self.endpoint = bind(self.sock, cfg.address, cfg.intake_port)
         self._watch = HandshakeWatch(self.sock, "intake", self.drops)
-        log.info("journal %s: intake %s, durability %s%s", self.id, self.endpoint, cfg.durability,
-                 f" (synced every {cfg.sync_interval * 1000:g} ms)" if cfg.durability == "interval" else "")
+        log.info("journal %s: intake %s, %s", self.id, self.endpoint, _describe(self.policy))
         if self.curve is None:
             log.warning("journal %s: plaintext, no CURVE: anyone who reaches its intake may write to it", self.id)
+        if self.monitor is not None:
+            self.monitor.connect()
+            self.monitor.send(self._heartbeat())
 
     def ready_info(self) -> dict[str, Any]:
         """The ready line's fields."""
@@ -118,6 +143,8 @@ class Journal:
         if self.curve is not None:
             self.curve.close()
         self.sock.close()
+        if self.monitor is not None:
+            self.monitor.close()
         if self.store is not None:
             try:
                 self.store.close()
@@ -130,26 +157,25 @@ class Journal:
 
     def serve(self, wakeup: SignalWakeup | None = None) -> None:
         """Run until a signal on ``wakeup``."""
-        cfg = self.config
         store, intake = self.store, self.intake
         assert store is not None and intake is not None
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
-        if self._watch is not None:
-            poller.register(self._watch.socket, zmq.POLLIN)
-        if wakeup is not None:
-            poller.register(wakeup.fd, zmq.POLLIN)
-        if self.curve is not None:
-            for sock in self.curve.sockets:
-                poller.register(sock, zmq.POLLIN)
-        interval = cfg.durability == "interval"
+        extra = [wakeup.fd] if wakeup is not None else []
+        extra += [self._watch.socket] if self._watch is not None else []
+        extra += [self.monitor.socket] if self.monitor is not None else []
+        extra += self.curve.sockets if self.curve is not None else []
+        commands = self._commands
+        extra += [commands.fd] if commands is not None else []
+        for item in extra:
+            poller.register(item, zmq.POLLIN)
         now = time.monotonic()
-        next_sync = now + cfg.sync_interval if interval else float("inf")
-        next_gaps, next_retain = now + GAP_CHECK_S, now
+        self._next_sync = now + self.policy.sync_interval_ms / 1000 if self.interval else float("inf")
+        next_gaps, next_retain, next_beat = now + GAP_CHECK_S, now, now + self.config.heartbeat_interval
         paused = False
         while not self._stopping:
-            timeout = min(next_sync, next_gaps, next_retain, self._paused_until if paused else float("inf"))
-            events = dict(poller.poll(poll_ms(max(0.0, timeout - time.monotonic()))))
+            due = min(self._next_sync, next_gaps, next_retain, next_beat, self._paused_until if paused else next_beat)
+            events = dict(poller.poll(poll_ms(max(0.0, due - time.monotonic()))))
             if self.curve is not None:
                 self.curve.tend(events)
             if self._watch is not None and self._watch.socket in events:
@@ -159,14 +185,28 @@ class Journal:
                 self._stopping = True
             now = time.monotonic()
             if not paused and self.sock in events:
-                self._round(now, interval)
+                self._round(now)
+            if self.monitor is not None and self.monitor.socket in events:
+                self.monitor.readable()
+            if commands is not None and commands.fd in events:
+                commands.readable(now)
+                if commands.closed:  # the host manager is gone: its death signal follows
+                    poller.unregister(commands.fd)
+                    commands = None
+            now = time.monotonic()
             if now >= next_gaps:
                 next_gaps = now + GAP_CHECK_S
                 if intake.expire(now, time.time_ns()):
-                    self._commit(interval)
-            if interval and now >= next_sync:
-                next_sync = now + cfg.sync_interval
+                    self._commit()
+            if now >= self._next_sync:
+                self._next_sync = now + self.policy.sync_interval_ms / 1000 if self.interval else float("inf")
                 self._sync()
+            if now >= next_beat:
+                next_beat = now + self.config.heartbeat_interval
+                if self.monitor is not None:
+                    self.monitor.send(self._heartbeat())
+                if commands is not None:
+                    commands.expire(now)
             if now >= next_retain:
                 next_retain = now + RETAIN_S
                 self._retain()
@@ -176,11 +216,11 @@ class Journal:
         self._sync()
         log.info("journal %s stopped: %s", self.id, self.describe())
 
-    def _round(self, now: float, interval: bool) -> None:
+    def _round(self, now: float) -> None:
         """Read what has come, append it, write it, sync it (``always``) and acknowledge it."""
         intake = self.intake
         assert intake is not None
-        recv = self._recv
+        recv = self.sock.recv_multipart
         curve = self.curve is not None
         time_ns = time.time_ns()
         for _ in range(ROUND):
@@ -201,32 +241,31 @@ class Journal:
                 intake.take(frames[0], frames[1], frames[2], frames[3], now, time_ns)
             except BatchError as exc:
                 self.drops.drop(exc.reason, str(exc))
-        self._commit(interval)
+        self._commit()
 
-    def _commit(self, interval: bool) -> None:
+    def _commit(self) -> None:
         """Write the round (and sync it, unless ``interval``), then acknowledge it."""
         store, intake = self.store, self.intake
         assert store is not None and intake is not None
         try:
             store.write()
-            if not interval:
+            if not self.interval:
                 self._sync(raising=True)
         except JournalError as exc:
-            self.write_failures += 1
             self._paused_until = time.monotonic() + PAUSE_S
             intake.acks()  # nothing of the round is acknowledged
-            if self.write_failures <= 10 or self.write_failures % 100 == 0:
+            failures = self.meter.failed(str(exc))
+            if failures <= 10 or failures % 100 == 0:
                 log.error("journal %s: %s; nothing of the last round is acknowledged, the exchanges send it again "
-                          "(intake paused for %.1fs; %d failures in all)", self.id, exc, PAUSE_S,
-                          self.write_failures)
+                          "(intake paused for %.1fs; %d failures in all)", self.id, exc, PAUSE_S, failures)
             return
         send = self.sock.send_multipart
+        most = batch.MAX_JOURNAL_ACKS
         for source, pairs in intake.acks().items():
-            for i in range(0, len(pairs), batch.MAX_JOURNAL_ACKS):
+            for i in range(0, len(pairs), most):
                 try:
-                    send([source, batch.encode_journal_ack(self.incarnation, pairs[i:i + batch.MAX_JOURNAL_ACKS])],
-                         zmq.NOBLOCK)
-                except zmq.ZMQError:  # the exchange is gone or its pipe full: it asks again
+                    send([source, batch.encode_journal_ack(self.incarnation, pairs[i:i + most])], zmq.NOBLOCK)
+                except zmq.ZMQError:  # the exchange is gone or its pipe full: it sends again, and is answered
                     pass
 
     def _sync(self, raising: bool = False) -> None:
@@ -239,30 +278,73 @@ class Journal:
         except JournalError as exc:
             if raising:
                 raise
+            self.meter.failed(str(exc))
             log.error("journal %s: %s", self.id, exc)
             return
-        took = time.perf_counter() - started
-        self.syncs += 1
-        self.sync_seconds += took
-        self.sync_max = max(self.sync_max, took)
+        self.meter.synced(time.perf_counter() - started)
 
     def _retain(self) -> None:
-        cfg = self.config
-        store = self.store
-        if store is None or not (cfg.retention_bytes or cfg.retention):
+        policy, store = self.policy, self.store
+        if store is None or not (policy.retention_bytes or policy.retention_s):
             return
-        removed = store.retain(time.time_ns(), cfg.retention_bytes, int(cfg.retention * 1e9))
+        removed = store.retain(time.time_ns(), policy.retention_bytes, int(policy.retention_s * 1e9))
         if removed:
             log.info("journal %s: retention removed %d segment(s); the oldest offset kept is %d", self.id, removed,
                      store.first_offset)
+
+    # ------------------------------------------------------------------ the monitor and the host manager
+
+    def _heartbeat(self) -> control.JournalHeartbeat:
+        store, intake = self.store, self.intake
+        syncs, sync_ms, sync_max_ms, error = self.meter.period()
+        figures: dict[str, Any] = {}
+        if store is not None and intake is not None:
+            figures = dict(first_offset=store.first_offset, next_offset=store.next_offset, size_bytes=store.size_bytes,
+                           segments=len(store.segments), unsynced_bytes=store.unsynced_bytes, records=intake.records,
+                           duplicates=intake.duplicates, skipped=intake.skipped)
+        return control.JournalHeartbeat(journal=self.id, intake=self.endpoint, pid=os.getpid(),
+                                        incarnation=self.incarnation, policy=self.policy.digest() if self.told else "",
+                                        syncs=syncs, sync_ms=sync_ms, sync_max_ms=sync_max_ms,
+                                        write_failures=self.meter.write_failures, error=error[:500], **figures)
+
+    def _on_policy(self, msg: control.JournalPolicy, _request: Request) -> None:
+        """The queue's policy, from the monitor: in force from the next round."""
+        if msg.durability not in DURABILITIES[1:]:
+            raise ProtocolError(f"durability {msg.durability!r}: a journal is 'interval' or 'always'")
+        if not 1 <= msg.sync_interval_ms <= 3_600_000 or msg.retention_bytes < 0 or msg.retention_s < 0:
+            raise ProtocolError(f"policy out of range: {msg}")
+        was, self.told = self.policy, True
+        if msg == was:
+            return
+        self.policy = msg
+        if self.interval:
+            self._next_sync = min(self._next_sync, time.monotonic() + msg.sync_interval_ms / 1000)
+        else:
+            self._sync()  # what was acknowledged under "interval" is on disk before "always" acknowledges more
+        log.info("journal %s: %s (was %s)", self.id, _describe(msg), _describe(was))
+        self._retain()
+
+    def _on_retarget(self, msg: control.Retarget, _request: Request) -> None:
+        """The queue's monitor moved to another host: report there from now on."""
+        monitor = check_endpoint(msg.monitor)
+        if self.monitor is not None and self.monitor.retarget(monitor):
+            log.info("journal %s: the queue's monitor moved to %s", self.id, monitor)
+            self.monitor.send(self._heartbeat())
 
     def describe(self) -> str:
         store, intake = self.store, self.intake
         if store is None or intake is None:
             return "not started"
-        mean = self.sync_seconds / self.syncs * 1000 if self.syncs else 0.0
         return (f"{intake.records} records in {intake.batches} batches journaled, {intake.duplicates} duplicate "
                 f"batches, {intake.skipped} records skipped past gaps, offsets {store.first_offset}.."
-                f"{store.next_offset}, {store.size_bytes} bytes in {len(store.segments)} segments, {self.syncs} "
-                f"syncs (mean {mean:.2f} ms, max {self.sync_max * 1000:.2f} ms), {self.write_failures} failed "
-                f"writes, {self.drops.total} inputs dropped")
+                f"{store.next_offset}, {store.size_bytes} bytes in {len(store.segments)} segments, "
+                f"{self.meter.describe()}, {self.drops.total} inputs dropped")
+
+
+def _describe(policy: control.JournalPolicy) -> str:
+    sync = ("acknowledged once synced" if policy.durability == "always"
+            else f"acknowledged once written, synced every {policy.sync_interval_ms} ms")
+    keep = [f"{policy.retention_bytes} bytes" if policy.retention_bytes else "",
+            f"{policy.retention_s:g} s" if policy.retention_s else ""]
+    kept = " and ".join(k for k in keep if k) or "everything"
+    return f"durability {policy.durability} ({sync}), keeps {kept}"

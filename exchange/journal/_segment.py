@@ -112,8 +112,13 @@ class Segment:
             seg.size = seg.synced = file_size
             if not seg._load_index():
                 log.warning("segment %s: its index is missing or wrong; rebuilding it from the log", seg.path)
-                seg._scan(file_size)
+                scan = seg._scan(file_size)
                 seg.index.save()
+                if scan.damage:  # it was synced when it was sealed: not a torn write but damage
+                    seg.size = file_size  # so that a read reaches the bytes that do not check, and says so
+                    log.error("segment %s: %s; reads stop there with an error (roq journal verify)", seg.path,
+                              scan.damage)
+                scan = None
         seg.synced = seg.size
         seg.written_offset = seg.next_offset
         return seg, scan

@@ -114,8 +114,9 @@ class Store:
         if not bases:
             store._start(Segment.create(directory, 0))
         else:
-            for base in bases[:-1]:
+            for base, after in zip(bases, bases[1:]):
                 seg, _ = Segment.open(directory, base, active=False)
+                seg.next_offset = seg.written_offset = after  # a sealed segment ends where the next begins
                 store._start(seg)
             seg, scan = Segment.open(directory, bases[-1], active=True)
             store._start(seg)
@@ -333,10 +334,10 @@ class Store:
         return verify(self.segments)
 
     def close(self) -> None:
-        """Write and sync what is queued, and close every file."""
+        """Write and sync what is queued (no roll), and close every file."""
         try:
-            self.write()
-            self.sync()
+            self.active.write()
+            self.active.sync()
         finally:
             for seg in self.segments:
                 seg.close()

@@ -118,7 +118,7 @@ def test_it_reads_nobody_until_its_monitor_says_whether_the_queue_is_durable_the
         assert not sub.poll(300)  # not served yet
         sub.close()
         old.send_multipart([ident, control.encode(control.Journaling())])
-        beat_saying(old, "")
+        beat_saying(old, "none")
         pub, sub = _clients(ctx, x, me)
         frames = [b"k.1", batch.pack_header(batch.DATA, me, 1, 1), batch.encode_body([b"hello"])]
         pub.send_multipart(frames)
@@ -162,7 +162,7 @@ def test_with_a_journal_a_publisher_is_acknowledged_only_with_what_the_journal_a
         assert not pub.poll(200)  # the exchange does not acknowledge by itself
         journal.send_multipart([source, batch.encode_journal_ack(7, [(me, 2)])])
         assert pub.poll(5000) and batch.decode_ack(pub.recv()) == 2
-        ident = beat_saying(old, f"tcp://127.0.0.1:{port}")
+        ident = beat_saying(old, f"always tcp://127.0.0.1:{port}")
         journal.send_multipart([source, batch.encode_journal_ack(8, [(me, 2)])])  # started again: seq 3 resent
         assert journal.poll(5000)
         assert journal.recv_multipart()[1:] == sent[2]

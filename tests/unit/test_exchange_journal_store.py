@@ -199,3 +199,33 @@ def test_a_failed_write_leaves_the_journal_as_before_the_round(tmp_path, monkeyp
     store, rec = Store.open(str(tmp_path), "q")
     assert rec.torn_bytes == 0 and _records(store)[-1] == (PUB_B, 2)
     store.close()
+
+
+def test_a_sealed_segment_whose_tail_does_not_check_is_never_read_past(tmp_path):
+    """Its index no longer fits either: rebuilt, the segment still ends where the next begins, and a read
+    that reaches the damage says so instead of skipping to the next segment."""
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=20_000)
+    for seq in range(1, 201):
+        _put(store, PUB_A, seq, 1, size=300)
+        store.write()
+    store.close()
+    seg = tmp_path / segment_name(0, ".log")
+    data = bytearray(seg.read_bytes())
+    data[-10] ^= 0xFF  # the last entry of the first segment
+    seg.write_bytes(bytes(data))
+    (tmp_path / segment_name(0, ".idx")).unlink()
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=20_000)
+    later = store.segments[1].base
+    with pytest.raises(CorruptJournalError, match="checksum fails"):
+        store.read(later - 1, 1 << 20)
+    assert any("checksum fails" in p for p in store.verify())
+    assert [s for _, s in _records(store, later)] == list(range(later + 1, 201))
+    store.close()
+
+
+def test_closing_writes_and_syncs_but_never_rolls(tmp_path):
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=4096)
+    _put(store, PUB_A, 1, 20, size=300)
+    store.active.write()  # full, not rolled yet (a crash between the write and the roll)
+    store.close()
+    assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".log")) == [segment_name(0, ".log")]

@@ -41,7 +41,7 @@ def test_a_monitor_gets_its_settings_and_the_options_back_from_its_flags():
 
 
 def test_the_module_of_a_role_comes_from_a_fixed_table():
-    assert MODULES == {"monitor": "monitor", "exchange": "exchange"}
+    assert MODULES == {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal"}
 
 
 @pytest.mark.parametrize("options, named", [

@@ -29,7 +29,7 @@ def test_malformed_assignment_names_are_refused(name):
 
 def test_documents_are_compact_sorted_json_and_round_trip():
     doc = QueueDoc(state=STOPPED, host="h", placement={"x2": "b", "x1": "a"}, next_exchange=3)
-    assert doc.encode().startswith(b'{"created":0.0,"host":"h","next_exchange":3,"placement":{"x1":"a","x2":"b"}')
+    assert doc.encode().startswith(b'{"created":0.0,"host":"h","journal_host":"","next_exchange":3,"placement":{"x1":"a","x2":"b"}')
     assert QueueDoc.decode(doc.encode()) == doc
     host = HostDoc(address="a", max_exchanges=4, kpis=HostKpis(cpu_percent=12.5))
     assert HostDoc.decode(host.encode()) == host
@@ -47,8 +47,10 @@ def test_a_node_holding_anything_else_is_refused(data):
         QueueDoc.decode(data)
 
 
-def test_rules_keep_numbers_only():
-    assert RulesDoc.decode(b'{"cooldown_s": 3, "smoothing": "x", "max_exchanges": true}') == RulesDoc({"cooldown_s": 3})
+def test_rules_keep_numbers_and_short_words_only():
+    long = "x" * 65
+    assert RulesDoc.decode(b'{"cooldown_s": 3, "durability": "always", "max_exchanges": true, "smoothing": [1], '
+                           b'"k": "' + long.encode() + b'"}') == RulesDoc({"cooldown_s": 3, "durability": "always"})
     assert RulesDoc({"a": 1.5}).encode() == b'{"a":1.5}'
     with pytest.raises(ProtocolError):
         RulesDoc.decode(b"[1]")

@@ -181,13 +181,16 @@ def test_the_protocol_document_gives_every_rule_with_its_default_and_range():
     import pathlib
     import re
 
-    from roq.rules import RULE_RANGES
+    from roq.rules import RULE_CHOICES, RULE_RANGES
 
     text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
     rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \|", text, re.M)}
     assert set(rows) >= set(DEFAULT_RULES)
     for key, (default, span) in rows.items():
         if key not in DEFAULT_RULES:
+            continue
+        if key in RULE_CHOICES:
+            assert default.strip() == DEFAULT_RULES[key] and span.strip() == ", ".join(RULE_CHOICES[key]), key
             continue
         low, high = RULE_RANGES[key]
         assert float(default) == DEFAULT_RULES[key], key
@@ -200,3 +203,13 @@ def test_thresholds_are_checked_as_a_whole_with_those_stored():
     with pytest.raises(ConfigError, match="min_exchanges"):
         check_thresholds({"min_exchanges": 5}, {"max_exchanges": 3})
     assert check_thresholds({"max_exchanges": 8}, {"min_exchanges": 5}) == {"max_exchanges": 8}
+
+
+def test_durability_is_one_of_three_words_and_no_threshold():
+    assert merge_rules(None, {"durability": "always", "sync_interval_ms": 5})["durability"] == "always"
+    with pytest.raises(ConfigError, match="'durability' must be one of none, interval, always, got 'sometimes'"):
+        merge_rules(None, {"durability": "sometimes"})
+    with pytest.raises(ConfigError, match="'durability' must be one of"):
+        merge_rules(None, {"durability": 1})
+    with pytest.raises(ConfigError, match="unknown threshold 'durability'"):
+        check_thresholds({"durability": "always"})
