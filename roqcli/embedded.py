@@ -232,8 +232,7 @@ class EmbeddedCluster:
         return str(self.hostmanagers[address].info.get("http", ""))
 
     def http_url(self, gid: str | None = None) -> str:
-        """The base URL of the HTTP API of GCM ``gid`` (the first running one by default; a standby redirects
-        to the leader)."""
+        """The base URL of GCM ``gid``'s HTTP API (default: the first running one; a standby redirects)."""
         child = self.gcms[gid] if gid is not None else next(iter(self.gcms.values()))
         return str(child.info.get("http", ""))
 
@@ -355,8 +354,7 @@ class EmbeddedCluster:
         return wait_for(condition, timeout, what, interval)
 
     def address_of(self, host: str) -> str:
-        """The address of the host named ``host`` (its loopback address; an emulated host with a link of its
-        own has another, in 198.18.0.0/15)."""
+        """The address of host ``host`` (its loopback address; an emulated host's link has one in 198.18.0.0/15)."""
         return self.emulation.addresses.get(host, host) if self.emulation is not None else host
 
     def _spawn(self, name: str, module: str, args: list[str]) -> Child:
