@@ -93,15 +93,21 @@ class Connection:
         config = replace(self.publisher_config, **options) if options else self.publisher_config
         return self._adopt(lambda: Publisher(context=self._ctx, monitor=self._locator, config=config))
 
-    def subscriber(self, prefix: bytes = b"", **options: Any) -> Subscriber:
+    def subscriber(self, prefix: bytes = b"", *, start: Any = "latest", **options: Any) -> Subscriber:
         """A new subscriber to the records whose key starts with ``prefix`` (b"" = all).
+
+        ``start``: "latest" (what is published from now on), or, on a durable queue, where in its journal to
+        begin: "earliest", an offset (int), or a datetime with its time zone; the subscriber reads the journal
+        from there, then the live stream, each record once, in each publisher's order.
 
         Raises:
             ConfigError: an unknown option or a bad value.
-            BrokerConnectionError: the monitor did not answer.
+            ValueError: a ``start`` of none of those kinds.
+            BrokerConnectionError: the monitor did not answer; a ``start`` on a queue that is not durable.
         """
         config = replace(self.subscriber_config, **options) if options else self.subscriber_config
-        return self._adopt(lambda: Subscriber(context=self._ctx, monitor=self._locator, prefix=prefix, config=config))
+        return self._adopt(lambda: Subscriber(context=self._ctx, monitor=self._locator, prefix=prefix, config=config,
+                                              start=start))
 
     def close(self) -> None:
         """Close every publisher (flushing it) and subscriber, then the context."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
 import zmq
 
@@ -67,13 +67,15 @@ class Feeds:
 
     def __init__(self, context: zmq.Context, poller: zmq.Poller, ident: bytes, prefix: bytes, rcvhwm: int,
                  order: Reassembler, deliver: Callable[[list], None], heard: Callable[[str], None], who: str, *,
-                 curve: CurveClient | None = None) -> None:
+                 curve: CurveClient | None = None, replay: bool = False) -> None:
         self._ctx = context
         self._curve = curve
         self._poller = poller
         self._ident = ident
         self._prefix = prefix
-        self._subscription = batch.pack_subscription(ident, prefix)
+        self._subscription = batch.pack_subscription(ident, prefix, replay)
+        # while the subscriber replays the journal: what the exchanges send is held there, not ordered yet
+        self.hold: Callable[[tuple, bytes, int, int, int], None] | None = None
         self._rcvhwm = rcvhwm
         self._order = order
         self._deliver = deliver
@@ -135,7 +137,7 @@ class Feeds:
     def remove(self, feed: Feed) -> None:
         """Stop listening to an exchange, after reading what it already sent us."""
         self.read(feed, None)
-        self._deliver(self._order.source_lost(feed.exchange, time.monotonic()))
+        self.lost(feed.exchange)
         self._poller.unregister(feed.socket)
         self._close(feed)
         del self._feeds[feed.exchange]
@@ -143,6 +145,24 @@ class Feeds:
         if feed.watch is not None:
             self._poller.unregister(feed.watch.socket)
             del self._by_socket[feed.watch.socket]
+
+    def lost(self, exchange: str) -> None:
+        """``exchange`` is gone: none of its epochs will send a marker."""
+        if self.hold is not None:
+            self.hold(("lost", exchange), b"", 0, 0, 0)
+        else:
+            self._deliver(self._order.source_lost(exchange, time.monotonic()))
+
+    def release(self, held: Iterable[tuple]) -> None:
+        """Order what was held while replaying, as if it came now (the journal gave what it holds already)."""
+        order, deliver, now = self._order, self._deliver, time.monotonic()
+        for call in held:
+            if call[0] == "data":
+                deliver(order.data(*call[1:], now))
+            elif call[0] == "marker":
+                deliver(order.marker(*call[1:], now))
+            else:
+                deliver(order.source_lost(call[1], now))
 
     def readable(self, sock: zmq.Socket) -> None:
         """The poller says ``sock`` has frames: read a burst of them."""
@@ -198,11 +218,18 @@ class Feeds:
                     self._drop(exchange, str(exc))
                     continue
                 pub, first = h.publisher, h.first_seq
-                out = order.data(exchange, pub, h.epoch, first, h.count, h.key_prev, key,
-                                 (key, payloads, pub, first, h.timestamp_ns), clock())
+                item = (key, payloads, pub, first, h.timestamp_ns)
+                if self.hold is not None:
+                    self.hold(("data", exchange, pub, h.epoch, first, h.count, h.key_prev, key, item), pub, first,
+                              first + h.count - 1, len(body))
+                    continue
+                out = order.data(exchange, pub, h.epoch, first, h.count, h.key_prev, key, item, clock())
                 if out:
                     deliver(out)
             elif kind == marker_kind:
+                if self.hold is not None:
+                    self.hold(("marker", exchange, h.publisher, h.epoch), h.publisher, 0, 0, 0)
+                    continue
                 deliver(order.marker(exchange, h.publisher, h.epoch, clock()))
             elif body != exchange.encode():  # a beacon (parse_header knows no other kind)
                 self._drop(exchange, f"beacon of {body[:40]!r} on the socket of {exchange}")

@@ -7,19 +7,19 @@ not read stops answering the monitor after a while and is then no longer waited 
 
 from __future__ import annotations
 
-import bisect
 import collections
 import logging
 import time
 import uuid
-from itertools import islice
-from typing import Iterator
+from typing import Any, Iterator
 
 import zmq
 
 from client._channel import MonitorChannel
 from client._feeds import Feeds
+from client._latency import Latency
 from client._message import Batch, Message, SubscriberStats
+from client._replay import Replay
 from client.locator import MonitorLocator
 from client.ordering import Reassembler
 from roq import control
@@ -38,7 +38,6 @@ _JOIN_TURN = 0.05
 MAX_PREPARES = 1024
 #: Records ``recv_many`` returns at most by default.
 MAX_RECORDS = 65536
-BOUNDS_S = [b / 1000 for b in control.LATENCY_BOUNDS_MS]  # the latency histogram's bounds, in seconds
 
 
 class Subscriber:
@@ -50,7 +49,7 @@ class Subscriber:
     """
 
     def __init__(self, *, context: zmq.Context, monitor: str | MonitorLocator, prefix: bytes,
-                 config: SubscriberConfig) -> None:
+                 config: SubscriberConfig, start: Any = "latest") -> None:
         if not isinstance(prefix, bytes):
             raise TypeError(f"prefix must be bytes, got {type(prefix).__name__}")
         self.config = config
@@ -66,18 +65,19 @@ class Subscriber:
         self._order = Reassembler(filtered=bool(prefix), hold_timeout=config.hold_timeout, max_held=config.max_held_batches)
         self._prepares: dict[int, str] = {}  # relocation -> target exchange, until we hear it
         self._names: dict[bytes, str] = {}
-        self._latency: collections.deque[float] = collections.deque(maxlen=config.latency_samples)
-        self._latency_count = 0  # batches measured in all
-        self._buckets = [0] * (len(control.LATENCY_BOUNDS_MS) + 1)  # batches per latency bound since the hello
-        self._latency_sum = 0.0  # seconds, of the batches counted there
-        self._kpi_from = (0.0, 0, 0)  # the previous hello: when, records received, batches measured
-        self._received = 0
+        self._latency = Latency(config.latency_samples)
         self._listed = False
         self._forbidden: ForbiddenError | None = None  # the monitor refused this subscriber's principal
         self._next_hello = 0.0
         self._poller = zmq.Poller()
+        # start anywhere but "latest": the journal first (ValueError: a start of no known kind)
+        self._replay = (Replay(context, self._poller, self.id, prefix, start, config.curve) if start != "latest"
+                        else None)
+        self._journal = ""  # where the queue's journal is read, as the monitor said
         self._feeds = Feeds(context, self._poller, self.id, prefix, config.rcvhwm, self._order, self._deliver,
-                            self._heard, self._who, curve=config.curve)
+                            self._heard, self._who, curve=config.curve, replay=self._replay is not None)
+        if self._replay is not None:
+            self._feeds.hold = self._replay.hold
         locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
         self._monitor = MonitorChannel(context, locator, self.id, self._who, config.curve)
         self._poller.register(self._monitor.socket, zmq.POLLIN)
@@ -94,6 +94,10 @@ class Subscriber:
             self._pump(min(_JOIN_TURN, max(0.0, deadline - time.monotonic())))
             if self._forbidden is not None:
                 raise self._forbidden
+            if self._replay is not None and self._listed and not self._journal:
+                raise BrokerConnectionError("the queue is not durable (or its journal has not started yet): there "
+                                            "is no journal to start from; set its rule durability, or start "
+                                            "'latest'")
             if self._listed and not self._feeds.deaf():
                 return
             refused = self._feeds.refused()
@@ -176,18 +180,9 @@ class Subscriber:
 
     def stats(self) -> SubscriberStats:
         """Counters and a latency summary (see :class:`SubscriberStats`)."""
-        samples = sorted(self._latency)
-        latency: dict[str, float] = {"count": len(samples)}
-        if samples:
-            latency.update(
-                mean=sum(samples) / len(samples),
-                p50=samples[len(samples) // 2],
-                p99=samples[min(len(samples) - 1, int(len(samples) * 0.99))],
-                max=samples[-1],
-            )
         o = self._order
         return SubscriberStats(
-            received=self._received,
+            received=self._latency.received,
             duplicates=o.duplicates,
             gaps=o.gaps,
             lost=o.lost,
@@ -195,7 +190,7 @@ class Subscriber:
             held=o.held,
             dropped=self._feeds.dropped,
             exchanges=len(self._feeds.heard()),
-            latency=latency,
+            latency=self._latency.summary(),
         )
 
     def close(self) -> None:
@@ -204,6 +199,8 @@ class Subscriber:
             return
         self._closed = True
         self._monitor.send(control.SubscriberBye(subscriber=self.name))
+        if self._replay is not None:
+            self._replay.close_socket()
         self._feeds.close()
         self._monitor.close()
 
@@ -239,18 +236,38 @@ class Subscriber:
         if held_until is not None:
             limit = min(limit, held_until)
         monitor = self._monitor.socket
+        replay = self._replay
         for sock, _ in self._poller.poll(poll_ms(limit - now)):
             if sock is monitor:
                 self._on_monitor()
+            elif replay is not None and sock is replay.socket:
+                self._replayed(replay)
             else:
                 self._feeds.readable(sock)
         if held_until is not None and time.monotonic() >= held_until:
             self._deliver(self._order.expire(time.monotonic()))
 
+    def _replayed(self, replay: Replay) -> None:
+        """Deliver what the journal gave; hand over to the live stream once past the seams."""
+        order, now = self._order, time.monotonic()
+        for key, h, payloads in replay.readable():
+            pub, first = h.publisher, h.first_seq
+            self._deliver(order.ordered(pub, h.epoch, first, h.count, h.key_prev, key,
+                                        (key, payloads, pub, first, h.timestamp_ns), now))
+        if replay.seamed(self._feeds.heard(), order.delivered(), now):
+            held = replay.finish()
+            log.info("%s: %d records replayed from the journal (to offset %d); the live stream takes over (%d "
+                     "batches held, %d dropped)", self._who, replay.records, replay.offset, len(held),
+                     replay.live_dropped)
+            self._feeds.hold = None
+            self._replay = None
+            self._feeds.release(held)
+
     def _deliver(self, out: list) -> None:
         now = time.time()
         ready = self._batches
         names = self._names
+        measure = self._latency.batch
         for (key, payloads, pub, first, ts), skip in out:
             name = names.get(pub)
             if name is None:
@@ -260,12 +277,7 @@ class Subscriber:
                 first += skip
             stamp = ts / 1e9
             ready.append(Batch(key, payloads, name, first, stamp))
-            self._received += len(payloads)
-            latency = now - stamp
-            self._latency.append(latency)
-            self._latency_count += 1
-            self._buckets[bisect.bisect_left(BOUNDS_S, latency)] += 1
-            self._latency_sum += latency
+            measure(now - stamp, len(payloads))
 
     # ------------------------------------------------------------------ the monitor
 
@@ -286,7 +298,10 @@ class Subscriber:
             if listed.get(feed.exchange) != feed.backend:
                 feeds.remove(feed)
         for gone in msg.lost:
-            self._deliver(self._order.source_lost(gone, time.monotonic()))
+            self._feeds.lost(gone)
+        self._journal = msg.journal
+        if self._replay is not None and msg.journal:
+            self._replay.connect(msg.journal)
         for exchange, backend in listed.items():
             if feeds.get(exchange) is None:
                 feeds.add(exchange, backend)
@@ -314,17 +329,7 @@ class Subscriber:
     def _hello(self, now: float) -> None:
         self._next_hello = now + self.config.heartbeat_interval
         self._feeds.refresh()
-        since, received, measured = self._kpi_from
-        self._kpi_from = (now, self._received, self._latency_count)
-        fresh = min(self._latency_count - measured, len(self._latency))
-        window = sorted(islice(reversed(self._latency), fresh)) if fresh else []
         o = self._order
         self._monitor.send(control.SubscriberHello(
-            subscriber=self.name, prefix=self.prefix, confirmed=self._feeds.heard(),
-            period=round(now - since, 3) if since else 0.0, records=self._received - received,
-            latency_p50_ms=round(window[len(window) // 2] * 1000, 3) if window else -1.0,
-            latency_p99_ms=round(window[min(len(window) - 1, int(len(window) * 0.99))] * 1000, 3) if window else -1.0,
-            gaps=o.gaps, lost=o.lost, duplicates=o.duplicates, latency_buckets=self._buckets,
-            latency_sum_ms=round(max(self._latency_sum, 0.0) * 1000, 3)))
-        self._buckets = [0] * len(self._buckets)
-        self._latency_sum = 0.0
+            subscriber=self.name, prefix=self.prefix, confirmed=self._feeds.heard(), gaps=o.gaps, lost=o.lost,
+            duplicates=o.duplicates, journal=self._journal, **self._latency.period(now)))

@@ -20,6 +20,8 @@ arrive in order; across exchanges they do not, so the reassembler applies these 
   are kept in order: after moves A -> B -> C, data from B waits for A's marker, data from C for both.
 * **Bounds.** Held data is released after ``hold_timeout`` seconds or beyond ``max_held`` batches,
   whatever arrived; a hole that remains is counted as a gap.
+* **A journal.** A subscriber that replays a durable queue's journal gets each publisher's records in order
+  from it, whatever their epochs (:meth:`Reassembler.ordered`), before the live stream takes over.
 * **Gaps.** A subscriber that receives everything (empty prefix) knows a gap when a seq is skipped.
   A filtering subscriber sees only some of a publisher's keys, so it follows each key's chain instead:
   every batch names the seq of its publisher's previous record with the same key (``key_prev``).
@@ -32,7 +34,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Reassembler"]
+__all__ = ["Reassembler", "JOURNAL"]
+
+#: the source of batches read from a durable queue's journal (:meth:`Reassembler.ordered`)
+JOURNAL = "\x00journal"
 
 
 def _epoch_of(entry: tuple) -> int:
@@ -108,6 +113,19 @@ class Reassembler:
         self._hold(st, entry, now)
         return self._release(st, now) if len(st.held) > self.max_held else []
 
+    def ordered(self, publisher: bytes, epoch: int, first: int, count: int, key_prev: int, key: bytes, item: Any,
+                now: float) -> list[tuple[Any, int]]:
+        """A data batch from a source that gives each publisher's records in order whatever their epoch (a
+        journal): delivered now, past what was delivered already; data held behind it may follow."""
+        st = self.streams.get(publisher)
+        if st is None:
+            st = self.streams[publisher] = _Stream()
+        out: list[tuple[Any, int]] = []
+        self._deliver(st, (JOURNAL, epoch, first, count, key_prev, key, item), out)
+        if st.held:
+            out.extend(self._retry(st, now))
+        return out
+
     def marker(self, source: str, publisher: bytes, epoch: int, now: float) -> list[tuple[Any, int]]:
         """A marker arrived from ``source``: the publisher's ``epoch`` there is over."""
         st = self.streams.get(publisher)
@@ -149,6 +167,10 @@ class Reassembler:
             if st.held and now - st.held_since >= self.hold_timeout:
                 out.extend(self._release(st, now))
         return out
+
+    def delivered(self) -> dict[bytes, int]:
+        """Each publisher's highest seq delivered."""
+        return {publisher: st.last for publisher, st in self.streams.items()}
 
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`expire` has something to do, or None."""

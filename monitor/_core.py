@@ -70,7 +70,8 @@ class Core:
         self.topology = Topology(subscriber_timeout=config.subscriber_timeout)
         t, out = self.topology, self.outbox
         self.mover = Mover(t, config, self.rules, events, out)
-        self.subscribers = Subscribers(t, self.mover, out, subscriber_timeout=config.subscriber_timeout)
+        self.subscribers = Subscribers(t, self.mover, out, subscriber_timeout=config.subscriber_timeout,
+                                       journal=lambda: self.durability.reads)
         self.exchanges = Exchanges(t, self.rules, self.mover, self.subscribers, events, out,
                                    heartbeat_timeout=config.heartbeat_timeout, clustered=clustered)
         self.publishers = Publishers(t, self.mover, out, publisher_timeout=config.publisher_timeout)
@@ -89,7 +90,7 @@ class Core:
         """The handler of every message a monitor serves."""
         return {
             control.Heartbeat: self._heartbeat,
-            control.JournalHeartbeat: self.durability.journal_heartbeat,
+            control.JournalHeartbeat: self._journal_heartbeat,
             control.ExchangeKpi: self.kpis.exchange,
             control.ExchangeBye: self.exchanges.bye,
             control.PublisherHello: self.publishers.hello,
@@ -178,6 +179,11 @@ class Core:
         x: ExchangeEntry | None = self.exchanges.heartbeat(hb, identity, now)
         if x is not None and self.scaling is not None and self.scaling.exchange_joined(x, now):
             self.balancer.fresh = x.id  # the hot exchanges move onto it once every subscriber hears it
+
+    def _journal_heartbeat(self, hb: control.JournalHeartbeat, identity: bytes, now: float) -> None:
+        self.permissions.heartbeat(hb, identity)  # who may read it (JournalHeartbeat.permissions)
+        if self.durability.journal_heartbeat(hb, identity, now):
+            self.subscribers.broadcast(now)  # where the journal is read from now on
 
     def _subscriber_hello(self, hello: control.SubscriberHello, identity: bytes, now: float) -> None:
         self.subscribers.hello(hello, identity, now)

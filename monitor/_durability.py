@@ -84,21 +84,29 @@ class Durability:
         if hb.journal != self.message.digest():
             self.outbox.send(identity, self.message)
 
-    def journal_heartbeat(self, hb: control.JournalHeartbeat, identity: bytes, now: float) -> None:
-        """The journal's heartbeat: where it is, what it holds."""
+    @property
+    def reads(self) -> str:
+        """Where the journal is read, while the queue is durable ("" none)."""
+        durable = self.rules.values.get("durability", "none") != "none"
+        return self.journal.reads if self.journal is not None and durable else ""
+
+    def journal_heartbeat(self, hb: control.JournalHeartbeat, identity: bytes, now: float) -> bool:
+        """The journal's heartbeat: where it is, what it holds; True if it is read elsewhere now."""
+        reads = self.reads
         moved = self.journal is None or hb.intake != self.journal.intake or hb.incarnation != self.journal.incarnation
         self.journal, self.identity, self.heard_at = hb, identity, now
         if moved:
             self.outbox.event("journal_joined", f"journal {hb.journal} at {hb.intake} (offsets {hb.first_offset}.."
                               f"{hb.next_offset})", journal=hb.journal, intake=hb.intake)
         self.changed()
+        return self.reads != reads
 
     def describe(self, now: float) -> dict[str, Any]:
         """The journal as the queue's status shows it."""
         out: dict[str, Any] = {"durability": self.rules.values.get("durability", "none"), "journal": ""}
         hb = self.journal
         if hb is not None:
-            out.update(journal=hb.journal, intake=hb.intake, silent_s=round(now - self.heard_at, 3),
+            out.update(journal=hb.journal, intake=hb.intake, reads=hb.reads, silent_s=round(now - self.heard_at, 3),
                        alive=now - self.heard_at < self.journal_timeout, policy=hb.policy,
                        first_offset=hb.first_offset, next_offset=hb.next_offset, size_bytes=hb.size_bytes,
                        segments=hb.segments, unsynced_bytes=hb.unsynced_bytes, records=hb.records,

@@ -8,6 +8,8 @@ start sends a subscriber a list only if it takes nothing away from it.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import logging
 
 from monitor._moves import Mover
@@ -30,7 +32,9 @@ class Subscribers:
         subscriber_timeout: a subscriber silent ten times this long is forgotten.
     """
 
-    def __init__(self, topology: Topology, mover: Mover, outbox: Outbox, *, subscriber_timeout: float) -> None:
+    def __init__(self, topology: Topology, mover: Mover, outbox: Outbox, *, subscriber_timeout: float,
+                 journal: Callable[[], str] = lambda: "") -> None:
+        self.journal = journal  # where the queue's journal is read ("" none)
         self.topology = topology
         self.mover = mover
         self.outbox = outbox
@@ -49,7 +53,7 @@ class Subscribers:
         s.identity, s.last_seen, s.prefix = identity, now, prefix
         exchanges = self.topology.exchanges
         s.hears(hello.confirmed, exchanges)
-        if (s.overflow or s.confirmed != exchanges.keys()) and self.may_list(s, now):
+        if (s.overflow or s.confirmed != exchanges.keys() or hello.journal != self.journal()) and self.may_list(s, now):
             self.outbox.send(s.identity, self.exchange_list())
         self.mover.subscriber_heard(s, now)
 
@@ -64,6 +68,7 @@ class Subscribers:
         return control.Exchanges(
             exchanges=[control.ExchangeInfo(x.id, x.backend) for x in self.topology.exchanges.values()],
             lost=lost or [],
+            journal=self.journal(),
         )
 
     def broadcast(self, now: float, lost: list[str] | None = None) -> None:

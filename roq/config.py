@@ -219,6 +219,7 @@ class JournalConfig:
             is the flags below).
         address: address to bind the intake to.
         intake_port: port its exchanges send their batches to (ROUTER); 0 = any free port.
+        reads_port: port its readers fetch from (ROUTER); 0 = any free port.
         durability: until the monitor says otherwise: "always" (a batch is acknowledged once on disk: one
             fdatasync covers every batch waiting) or "interval" (once handed to the kernel: a crash of the
             process loses nothing acknowledged, a power failure at most sync_interval of it).
@@ -239,6 +240,7 @@ class JournalConfig:
     monitor: str = ""
     address: str = "127.0.0.1"
     intake_port: int = 0
+    reads_port: int = 0
     durability: str = "always"
     sync_interval: float = 0.1
     segment_bytes: int = 64 << 20
@@ -262,7 +264,7 @@ class JournalConfig:
             _endpoint(self, "monitor")
         if self.durability not in DURABILITIES[1:]:
             raise ConfigError(f"JournalConfig.durability must be 'interval' or 'always', got {self.durability!r}")
-        _port(self, "intake_port")
+        _port(self, "intake_port", "reads_port")
         _positive(self, "sync_interval", "max_batch_bytes", "heartbeat_interval")
         _positive(self, "retention_bytes", "retention", allow_zero=True)
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 4096:

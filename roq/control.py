@@ -265,7 +265,8 @@ class Journaling(Message):
 @message(8)
 class JournalHeartbeat(Message):
     """Journal -> monitor, every heartbeat interval; also registers it: where its exchanges send (``intake``),
-    which policy it holds (:meth:`JournalPolicy.digest`, "" none yet) and what it holds.
+    where readers fetch (``reads``), which policy and permissions it holds (:meth:`JournalPolicy.digest`, ""
+    none yet; :meth:`AclRules.digest`, "" none yet, "-" plaintext) and what it holds.
 
     ``first_offset``..``next_offset``: the records it keeps; ``unsynced_bytes``: written and not yet on disk;
     ``sync_ms``/``sync_max_ms``: its syncs' mean and longest since the last heartbeat; ``error``: why its
@@ -275,7 +276,9 @@ class JournalHeartbeat(Message):
     intake: str
     pid: int
     incarnation: int
+    reads: str = ""
     policy: str = ""
+    permissions: str = "-"
     first_offset: int = 0
     next_offset: int = 0
     size_bytes: int = 0
@@ -452,6 +455,7 @@ class SubscriberHello(Message):
     duplicates: int = 0
     latency_buckets: list[int] = dataclasses.field(default_factory=list)
     latency_sum_ms: float = 0.0
+    journal: str = ""  # the queue's journal as it knows it (Exchanges.journal): a list comes when it differs
 
 
 #: the upper bounds (ms) of the latency histogram subscribers count their batches in (SubscriberHello)
@@ -470,6 +474,7 @@ class Exchanges(Message):
 
     exchanges: list[ExchangeInfo]
     lost: list[str]  # exchanges declared dead since the last list
+    journal: str = ""  # where the queue's journal is read (its reads port); "" none
 
 
 @message(33)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from typing import Callable
 
 from exchange.journal._sequencer import DUPLICATE, GAP, TRIM, Gaps, Held, decide
 from exchange.journal._store import Store
@@ -29,10 +30,13 @@ class Intake:
         store: the journal.
         max_body: a batch body above this is refused (as the exchanges refuse it).
         gaps: where batches beyond a gap wait.
+        on_seam: told of each seam an exchange marks (:data:`roq.batch.SEAM`).
     """
 
-    def __init__(self, store: Store, max_body: int, gaps: Gaps | None = None) -> None:
+    def __init__(self, store: Store, max_body: int, gaps: Gaps | None = None,
+                 on_seam: Callable[[bytes, bytes, int], None] | None = None) -> None:
         self.store = store
+        self.on_seam = on_seam  # (subscriber, exchange, offset): an exchange marked a replaying subscriber's seam
         self.max_body = max_body
         self.gaps = gaps if gaps is not None else Gaps()
         self._touched: dict[bytes, set[bytes]] = defaultdict(set)  # exchange -> publishers to acknowledge
@@ -48,6 +52,11 @@ class Intake:
         Raises:
             BatchError: it does not check (nothing is appended).
         """
+        if key == batch.CONTROL_TOPIC and len(header) == batch.HEADER_SIZE and header[1] == batch.SEAM:
+            h = batch.parse_header(header)
+            if self.on_seam is not None:  # everything its exchange sent before is in this round or earlier
+                self.on_seam(h.publisher, body[:256], self.store.next_offset)
+            return
         h = batch.check_incoming(key, header, body, self.max_body)
         publisher = h.publisher
         if h.kind != batch.DATA:  # a marker: its publisher waits for an acknowledgement up to it

@@ -31,9 +31,11 @@ from typing import Any
 
 import zmq
 
+from exchange._admission import Admission
 from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
 from exchange.journal._intake import Intake
 from exchange.journal._meter import Meter
+from exchange.journal._readport import ReadPort
 from exchange.journal._store import Store
 from roq import batch, control
 from roq.batch import BatchError
@@ -81,6 +83,8 @@ class Journal:
         self.told = False  # the policy came from the monitor
         self.store: Store | None = None
         self.intake: Intake | None = None
+        self.reads: ReadPort | None = None
+        self.admission = Admission() if self.curve is not None else None  # who may read: the monitor says
         self.meter = Meter()
         self.sock = self._ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -94,6 +98,7 @@ class Journal:
         self._paused_until = 0.0
         self._next_sync = float("inf")
         orders = Dispatcher(f"journal {self.id} (monitor)", {control.JournalPolicy: self._on_policy,
+                                                            control.AclRules: self._on_permissions,
                                                             control.Reply: lambda msg, request: None},
                             self.drops, max_bytes=MAX_CONTROL_BYTES)
         self.monitor = MonitorLink(self._ctx, config.monitor, orders, self.curve) if config.monitor else None
@@ -116,15 +121,18 @@ class Journal:
         """
         cfg = self.config
         self.store, rec = Store.open(cfg.directory, cfg.queue, segment_bytes=cfg.segment_bytes)
-        self.intake = Intake(self.store, cfg.max_batch_bytes)
+        self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission)
+        self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
         log.info("journal %s of queue %s in %s: %s", self.id, cfg.queue, cfg.directory, rec.describe())
         for note in rec.notes:
             log.warning("journal %s: %s", self.id, note)
         if self.curve is not None:
             self.curve.start()
         self.endpoint = bind(self.sock, cfg.address, cfg.intake_port)
+        self.reads.bind(cfg.address, cfg.reads_port)
         self._watch = HandshakeWatch(self.sock, "intake", self.drops)
-        log.info("journal %s: intake %s, %s", self.id, self.endpoint, _describe(self.policy))
+        log.info("journal %s: intake %s, reads %s, %s", self.id, self.endpoint, self.reads.endpoint,
+                 _describe(self.policy))
         if self.curve is None:
             log.warning("journal %s: plaintext, no CURVE: anyone who reaches its intake may write to it", self.id)
         if self.monitor is not None:
@@ -135,6 +143,7 @@ class Journal:
         """The ready line's fields."""
         store = self.store
         return {"id": self.id, "intake": self.endpoint, "incarnation": self.incarnation,
+                "reads": self.reads.endpoint if self.reads is not None else "",
                 "next_offset": store.next_offset if store is not None else 0}
 
     def close(self) -> None:
@@ -143,6 +152,8 @@ class Journal:
         if self.curve is not None:
             self.curve.close()
         self.sock.close()
+        if self.reads is not None:
+            self.reads.close()
         if self.monitor is not None:
             self.monitor.close()
         if self.store is not None:
@@ -157,10 +168,11 @@ class Journal:
 
     def serve(self, wakeup: SignalWakeup | None = None) -> None:
         """Run until a signal on ``wakeup``."""
-        store, intake = self.store, self.intake
-        assert store is not None and intake is not None
+        store, intake, reads = self.store, self.intake, self.reads
+        assert store is not None and intake is not None and reads is not None
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
+        poller.register(reads.socket, zmq.POLLIN)
         extra = [wakeup.fd] if wakeup is not None else []
         extra += [self._watch.socket] if self._watch is not None else []
         extra += [self.monitor.socket] if self.monitor is not None else []
@@ -186,6 +198,8 @@ class Journal:
             now = time.monotonic()
             if not paused and self.sock in events:
                 self._round(now)
+            if reads.socket in events:
+                reads.readable(now)
             if self.monitor is not None and self.monitor.socket in events:
                 self.monitor.readable()
             if commands is not None and commands.fd in events:
@@ -198,6 +212,7 @@ class Journal:
                 next_gaps = now + GAP_CHECK_S
                 if intake.expire(now, time.time_ns()):
                     self._commit()
+                reads.expire(now)
             if now >= self._next_sync:
                 self._next_sync = now + self.policy.sync_interval_ms / 1000 if self.interval else float("inf")
                 self._sync()
@@ -214,7 +229,7 @@ class Journal:
                 paused = not paused
                 poller.modify(self.sock, 0 if paused else zmq.POLLIN)
         self._sync()
-        log.info("journal %s stopped: %s", self.id, self.describe())
+        log.info("journal %s stopped: %s", self.id, describe(self))
 
     def _round(self, now: float) -> None:
         """Read what has come, append it, write it, sync it (``always``) and acknowledge it."""
@@ -259,6 +274,8 @@ class Journal:
                 log.error("journal %s: %s; nothing of the last round is acknowledged, the exchanges send it again "
                           "(intake paused for %.1fs; %d failures in all)", self.id, exc, PAUSE_S, failures)
             return
+        if self.reads is not None:
+            self.reads.written()  # readers waiting at the end
         send = self.sock.send_multipart
         most = batch.MAX_JOURNAL_ACKS
         for source, pairs in intake.acks().items():
@@ -304,6 +321,8 @@ class Journal:
                            duplicates=intake.duplicates, skipped=intake.skipped)
         return control.JournalHeartbeat(journal=self.id, intake=self.endpoint, pid=os.getpid(),
                                         incarnation=self.incarnation, policy=self.policy.digest() if self.told else "",
+                                        reads=self.reads.endpoint if self.reads is not None else "",
+                                        permissions=self.admission.digest if self.admission is not None else "-",
                                         syncs=syncs, sync_ms=sync_ms, sync_max_ms=sync_max_ms,
                                         write_failures=self.meter.write_failures, error=error[:500], **figures)
 
@@ -324,21 +343,17 @@ class Journal:
         log.info("journal %s: %s (was %s)", self.id, _describe(msg), _describe(was))
         self._retain()
 
+    def _on_permissions(self, msg: control.AclRules, _request: Request) -> None:
+        """The cluster's permissions, from the monitor: who may read from now on."""
+        if self.admission is not None and self.admission.adopt(msg):  # ConfigError: a rule that does not read
+            log.info("journal %s: permissions %s", self.id, self.admission.digest)
+
     def _on_retarget(self, msg: control.Retarget, _request: Request) -> None:
         """The queue's monitor moved to another host: report there from now on."""
         monitor = check_endpoint(msg.monitor)
         if self.monitor is not None and self.monitor.retarget(monitor):
             log.info("journal %s: the queue's monitor moved to %s", self.id, monitor)
             self.monitor.send(self._heartbeat())
-
-    def describe(self) -> str:
-        store, intake = self.store, self.intake
-        if store is None or intake is None:
-            return "not started"
-        return (f"{intake.records} records in {intake.batches} batches journaled, {intake.duplicates} duplicate "
-                f"batches, {intake.skipped} records skipped past gaps, offsets {store.first_offset}.."
-                f"{store.next_offset}, {store.size_bytes} bytes in {len(store.segments)} segments, "
-                f"{self.meter.describe()}, {self.drops.total} inputs dropped")
 
 
 def _describe(policy: control.JournalPolicy) -> str:
@@ -348,3 +363,14 @@ def _describe(policy: control.JournalPolicy) -> str:
             f"{policy.retention_s:g} s" if policy.retention_s else ""]
     kept = " and ".join(k for k in keep if k) or "everything"
     return f"durability {policy.durability} ({sync}), keeps {kept}"
+
+
+def describe(journal: Journal) -> str:
+    """What a journal did, for its last log line."""
+    store, intake = journal.store, journal.intake
+    if store is None or intake is None:
+        return "not started"
+    return (f"{intake.records} records in {intake.batches} batches journaled, {intake.duplicates} duplicate "
+            f"batches, {intake.skipped} records skipped past gaps, offsets {store.first_offset}.."
+            f"{store.next_offset}, {store.size_bytes} bytes in {len(store.segments)} segments, "
+            f"{journal.meter.describe()}, {journal.drops.total} inputs dropped")

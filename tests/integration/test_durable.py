@@ -159,3 +159,98 @@ def test_a_queue_made_durable_in_a_secure_cluster_gets_a_journal_that_a_kill_9_l
         assert store.end_offset == sent  # every record once; none of those after it stopped
     finally:
         store.close()
+
+
+def _publishers(conn, n: int, stop, counts: list[int]) -> list:
+    """``n`` threads publishing "<i>:<seq>" as fast as they may until ``stop`` is set; ``counts`` their totals."""
+    import threading
+
+    def run(i: int) -> None:
+        pub = conn.publisher()
+        seq = 0
+        while not stop.is_set():
+            pub.send(b"k%d" % i, b"%d:%d" % (i, seq))
+            seq += 1
+            if seq % 200 == 0:
+                time.sleep(0.001)
+        pub.flush(20)
+        counts[i] = seq
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def _each_once_in_order(got: list[bytes], counts: list[int], since: list[int] | None = None) -> None:
+    per: dict[int, list[int]] = {}
+    for payload in got:
+        i, seq = map(int, payload.split(b":"))
+        per.setdefault(i, []).append(seq)
+    for i, total in enumerate(counts):
+        first = since[i] if since else 0
+        assert per.get(i, []) == list(range(first, total)), (
+            f"publisher {i}: {len(per.get(i, []))} records, not {first}..{total - 1} once each in order")
+
+
+def test_a_subscriber_from_earliest_while_publishers_run_gets_every_record_once_across_the_seam(durable):
+    import threading
+
+    stop, counts = threading.Event(), [0, 0]
+    conn = client.connect(durable["monitor"])
+    try:
+        threads = _publishers(conn, 2, stop, counts)
+        time.sleep(0.5)  # a journal to replay, and publishers that keep going
+        sub = conn.subscriber(start="earliest")
+        late = conn.subscriber(start=0, prefix=b"k1")
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        got, got_late = [], []
+        deadline = time.monotonic() + 30
+        while (len(got) < sum(counts) or len(got_late) < counts[1]) and time.monotonic() < deadline:
+            got += [p for b in sub.recv_many(timeout=0.2) for p in b.payloads]
+            got_late += [p for b in late.recv_many(timeout=0.01) for p in b.payloads]
+        _each_once_in_order(got, counts)
+        _each_once_in_order(got_late, [0, counts[1]], [0, 0])
+        assert sub.stats().duplicates >= 0 and sub.stats().gaps == 0
+    finally:
+        stop.set()
+        conn.close()
+
+
+def test_start_at_a_time_or_on_a_queue_that_is_not_durable(durable, tmp_path):
+    import datetime
+
+    with client.connect(durable["monitor"]) as conn:
+        pub = conn.publisher()
+        for i in range(100):
+            pub.send(b"k", b"0:%d" % i)
+        pub.flush(10)
+        middle = datetime.datetime.now(datetime.timezone.utc)
+        time.sleep(0.05)
+        for i in range(100, 200):
+            pub.send(b"k", b"0:%d" % i)
+        pub.flush(10)
+        sub = conn.subscriber(start=middle)
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 100 and time.monotonic() < deadline:
+            got += [p for b in sub.recv_many(timeout=0.2) for p in b.payloads]
+        _each_once_in_order(got, [200], [100])
+        with pytest.raises(ValueError, match="start must be"):
+            conn.subscriber(start="yesterday")
+    monitor = spawn("monitor", "monitor", ["--address", ADDRESS, "--port", "0", "--queue", "plain"])
+    try:
+        endpoint = monitor.wait_ready()["endpoint"]
+        exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS])
+        try:
+            exchange.wait_ready()
+            with client.connect(endpoint) as conn:
+                with pytest.raises(client.BrokerConnectionError, match="not durable"):
+                    conn.subscriber(start="earliest")
+        finally:
+            exchange.stop()
+    finally:
+        monitor.stop()

@@ -215,6 +215,7 @@ def _trial(seed: int, tmp_path) -> str:
         ctx.destroy(linger=0)
 
 
+@pytest.mark.timeout(60 + 3 * TRIALS)
 def test_kill_9_and_power_loss_under_load_lose_no_acknowledged_record_and_duplicate_none(tmp_path):
     results = [_trial(seed, tmp_path) for seed in range(TRIALS)]
     print("\n".join(results))

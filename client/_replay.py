@@ -1,0 +1,229 @@
+"""A subscriber's replay of a durable queue's journal, and the seam where the live stream takes over.
+
+A subscriber made with ``start=`` (anything but ``"latest"``) subscribes to every exchange *asking to replay*
+(:data:`roq.batch.FLAG_REPLAY`): each exchange then sends the journal a seam once the subscription is live
+there, after every batch it sent the journal before. Meanwhile the subscriber holds what the exchanges send
+it live (:class:`Replay` ``.live``, bounded) and fetches the journal from the start asked for, two fetches in
+flight; each publisher's records from the journal go straight to delivery, in order
+(:meth:`client.ordering.Reassembler.ordered`).
+
+**The seam.** Once the fetches have passed the seam of every exchange it listens to, everything that did not
+reach the subscriber live has come from the journal: the live batches held are handed to the reassembler,
+which drops what the journal already gave (publisher and seq), and the journal is no longer read. So the
+records arrive once each, in each publisher's order, with no gap at the seam.
+
+A seam that does not come within :data:`SEAM_WAIT_S` of reaching the journal's end (its exchange died, the
+journal restarted and forgot it) is given up: the live stream takes over there, and a record missed shows as
+a gap. Live batches beyond :data:`MAX_HELD_BYTES` are dropped while replaying: they are in the journal
+after the seams, and the fetches go on until every publisher has been delivered up to its last record
+dropped.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import logging
+import time
+from typing import Any
+
+import zmq
+
+from roq import batch, control
+from roq.config import CurveClient
+from roq.errors import BrokerConnectionError, ProtocolError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Replay", "start_fetch", "SEAM_WAIT_S", "MAX_HELD_BYTES", "FETCH_BYTES"]
+
+#: how long the seams may keep the live stream waiting once the journal's end is reached
+SEAM_WAIT_S = 5.0
+#: live batches held while replaying, at most (bytes of bodies)
+MAX_HELD_BYTES = 256 << 20
+#: what one fetch asks for
+FETCH_BYTES = 1 << 20
+#: fetches in flight at once
+IN_FLIGHT = 2
+#: how long a fetch at the end waits for more
+WAIT_MS = 100
+
+
+def start_fetch(start: Any) -> tuple[int, float]:
+    """The (offset, since) of the first fetch for ``start``: "earliest", an offset (int >= 0) or a datetime.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if start == "earliest":
+        return 0, 0.0
+    if isinstance(start, bool):
+        raise ValueError(f"start must be 'earliest', 'latest', an offset or a datetime, got {start!r}")
+    if isinstance(start, int) and start >= 0:
+        return start, 0.0
+    if isinstance(start, datetime.datetime):
+        if start.tzinfo is None:
+            raise ValueError("start: a datetime needs its time zone (datetime.now(timezone.utc), ...)")
+        return -1, start.timestamp()
+    raise ValueError(f"start must be 'earliest', 'latest', an offset or a datetime, got {start!r}")
+
+
+class Replay:
+    """The journal's side of a replaying subscriber.
+
+    Args:
+        context: where the socket is made.
+        poller: the subscriber's poller (the socket is registered there once the journal is known).
+        subscriber: the subscriber's id.
+        prefix: its prefix (the journal sends only the keys that start with it).
+        start: where to start (see :func:`start_fetch`).
+        curve: CURVE keys for the journal (None = plaintext).
+    """
+
+    def __init__(self, context: zmq.Context, poller: zmq.Poller, subscriber: bytes, prefix: bytes, start: Any,
+                 curve: CurveClient | None = None) -> None:
+        self._ctx = context
+        self._poller = poller
+        self._curve = curve
+        self.subscriber = subscriber
+        self.prefix = prefix
+        self.offset, self._since = start_fetch(start)
+        self.endpoint = ""
+        self.socket: zmq.Socket | None = None
+        self.in_flight = 0
+        self.end_offset = -1
+        self.at_end_since = 0.0
+        self.seams: dict[str, int] = {}
+        self.live: collections.deque[tuple] = collections.deque()  # what the exchanges sent, held
+        self.live_bytes = 0
+        self.live_dropped = 0
+        self.spilled = False  # live batches were dropped: the journal gives them
+        self.need: dict[bytes, int] = {}  # publisher -> the seq the journal must deliver it up to
+        self.records = 0  # records read from the journal
+        self.done = False
+        self.error = ""
+
+    # ------------------------------------------------------------------ the journal
+
+    def connect(self, endpoint: str) -> None:
+        """Read the journal at ``endpoint`` (its reads port); again from where it was if it moved."""
+        if endpoint == self.endpoint or self.done:
+            return
+        self.close_socket()
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self._curve is not None:
+            self._curve.apply(sock)
+        sock.connect(endpoint)
+        self._poller.register(sock, zmq.POLLIN)
+        self.socket, self.endpoint, self.in_flight = sock, endpoint, 0
+        self.fetch()
+
+    def fetch(self) -> None:
+        """Keep :data:`IN_FLIGHT` fetches asked for."""
+        sock = self.socket
+        while sock is not None and not self.done and self.in_flight < IN_FLIGHT:
+            if self.in_flight and self.offset < 0:
+                return  # by time: the first answer says where that is
+            msg = control.Fetch(offset=self.offset, prefix=self.prefix, max_bytes=FETCH_BYTES, wait_ms=WAIT_MS,
+                                since=self._since, subscriber=self.subscriber.hex())
+            try:
+                sock.send(control.encode(msg), zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.in_flight += 1
+            if self.offset >= 0 and self.end_offset >= 0 and self.offset >= self.end_offset:
+                return  # at the end: one fetch waits there
+
+    def readable(self) -> list[tuple[bytes, batch.Header, list[bytes]]]:
+        """The journal's answers: the entries to deliver, in order (key, header, payloads).
+
+        Raises:
+            BrokerConnectionError: the journal could not read (a corrupt entry): replaying cannot go on.
+        """
+        out: list[tuple[bytes, batch.Header, list[bytes]]] = []
+        sock = self.socket
+        while sock is not None:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self.in_flight = max(0, self.in_flight - 1)
+            try:
+                out += self._answer(frames)
+            except ProtocolError as exc:
+                log.warning("replay: a bad answer from the journal: %s", exc)
+        self.fetch()
+        return out
+
+    def _answer(self, frames: list[bytes]) -> list[tuple[bytes, batch.Header, list[bytes]]]:
+        msg = control.decode(frames[0])
+        if isinstance(msg, control.Reply):
+            raise BrokerConnectionError(f"the journal refused to be read: {msg.comment}")
+        if not isinstance(msg, control.Fetched) or len(frames) != 1 + 3 * msg.count:
+            raise ProtocolError(f"not an answer to a fetch: {len(frames)} frames")
+        if msg.error:
+            self.error = msg.error
+            raise BrokerConnectionError(f"the journal cannot be read at offset {msg.next_offset}: {msg.error}")
+        self.seams.update(msg.seams)
+        self.end_offset = msg.end_offset
+        out = []
+        if msg.next_offset > self.offset or self.offset < 0:
+            for i in range(msg.count):
+                key, header, body = frames[1 + 3 * i: 4 + 3 * i]
+                h = batch.parse_header(header)
+                out.append((key, h, batch.decode_body(body, h.count)))
+                self.records += h.count
+            self.offset = msg.next_offset
+        if self.offset >= msg.end_offset:
+            self.at_end_since = self.at_end_since or time.monotonic()
+        else:
+            self.at_end_since = 0.0
+        return out
+
+    # ------------------------------------------------------------------ the live stream, held
+
+    def hold(self, call: tuple, publisher: bytes, first: int, last: int, size: int) -> None:
+        """Keep what an exchange sent live until the seam (``first``..``last``: the seqs of a data batch, 0 for
+        a marker). Beyond :data:`MAX_HELD_BYTES` it and everything after is dropped (*spilled*): the journal
+        has it, after the seams, and must then deliver each publisher up to its last record dropped."""
+        if first:
+            self.need.setdefault(publisher, first - 1)  # the journal gives what came before the first held
+        if self.spilled or self.live_bytes + size > MAX_HELD_BYTES:
+            self.spilled = True
+            self.live_dropped += 1
+            if first:
+                self.need[publisher] = max(self.need[publisher], last)
+            return
+        self.live.append(call)
+        self.live_bytes += size
+
+    def seamed(self, exchanges: list[str], delivered: dict[bytes, int], now: float) -> bool:
+        """Whether the live stream may take over: the journal was read past the seam of every exchange
+        listened to, and up to what each publisher needs (``delivered``: publisher -> highest seq delivered);
+        or the seams waited :data:`SEAM_WAIT_S` at the journal's end."""
+        if self.offset < 0 or self.end_offset < 0:
+            return False
+        if any(delivered.get(p, 0) < seq for p, seq in self.need.items()):
+            return False
+        if all(x in self.seams and self.offset >= self.seams[x] for x in exchanges):
+            return True
+        if self.at_end_since and now - self.at_end_since >= SEAM_WAIT_S:
+            missing = [x for x in exchanges if x not in self.seams]
+            log.warning("replay: no seam from %s within %.0fs at the journal's end: the live stream takes over "
+                        "there", ", ".join(missing) or "-", SEAM_WAIT_S)
+            return True
+        return False
+
+    def close_socket(self) -> None:
+        if self.socket is not None:
+            self._poller.unregister(self.socket)
+            self.socket.close(linger=0)
+            self.socket = None
+
+    def finish(self) -> collections.deque[tuple]:
+        """The replay is over: the live batches held, to hand on in order."""
+        self.done = True
+        self.close_socket()
+        live, self.live, self.live_bytes = self.live, collections.deque(), 0
+        return live

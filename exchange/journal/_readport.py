@@ -1,0 +1,116 @@
+"""A journal's reads port: the ROUTER its readers (replaying and durable subscribers) fetch from.
+
+Every request goes through a :class:`~roq.server.RouterServer` (a bad one is answered BAD_REQUEST and counted):
+:class:`~roq.control.Fetch` is answered with :class:`~roq.control.Fetched` and the entries' frames, now or once
+there is something to read (:class:`~exchange.journal._reads.Reads`); :class:`~roq.control.Commit` and
+:class:`~roq.control.Position` with a :class:`~roq.control.Reply`. With CURVE a reader needs the permission to
+subscribe to the queue under its prefix (the rules the monitor sent, :class:`~exchange._admission.Admission`),
+and none is served before the rules are known.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import zmq
+
+from exchange._admission import Admission
+from exchange.journal._reads import Positions, Reads
+from exchange.journal._store import Store
+from roq import batch, control
+from roq.control import Reply
+from roq.curve import Curve
+from roq.errors import ForbiddenError, JournalError, UnavailableError
+from roq.runtime import DropCounter
+from roq.server import Dispatcher, Request, RouterServer
+from roq.sockets import bind
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ReadPort"]
+
+
+class ReadPort:
+    """The reads ROUTER of a journal and what answers it.
+
+    Args:
+        context: where the socket is made.
+        store: the journal.
+        directory: where the positions file is.
+        drops: counts what is refused.
+        curve: with CURVE, the socket serves with the cluster's key and ``admission`` decides.
+        admission: who may read (with CURVE).
+    """
+
+    def __init__(self, context: zmq.Context, store: Store, directory: str, drops: DropCounter,
+                 curve: Curve | None = None, admission: Admission | None = None) -> None:
+        self.reads = Reads(store)
+        self.positions = Positions(directory)
+        self.admission = admission
+        self.socket = context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, batch.MAX_KEY + 4096)
+        self.socket.setsockopt(zmq.SNDHWM, 64)  # answers of up to a few MiB each
+        if curve is not None:
+            curve.serve(self.socket, "reads")
+        self.endpoint = ""
+        dispatcher = Dispatcher("journal reads", {control.Fetch: self._on_fetch, control.Commit: self._on_commit,
+                                                  control.Position: self._on_position}, drops)
+        self.server = RouterServer(self.socket, dispatcher, keyring=curve.keyring if curve is not None else None)
+        self._now = 0.0
+
+    def bind(self, address: str, port: int) -> None:
+        """Raises: BrokerConnectionError: the address cannot be bound."""
+        self.endpoint = bind(self.socket, address, port)
+
+    def readable(self, now: float) -> None:
+        self._now = now
+        self.server.readable()
+
+    def written(self) -> None:
+        """Answer the fetches waiting at the end: more is written."""
+        self._send(self.reads.written())
+
+    def expire(self, now: float) -> None:
+        self._send(self.reads.expire(now))
+
+    def close(self) -> None:
+        self.socket.close()
+
+    # ------------------------------------------------------------------ requests
+
+    def _check(self, request: Request, prefix: bytes) -> None:
+        admission, principal = self.admission, request.principal
+        if admission is None or principal is None:
+            return
+        if not admission.known:
+            raise ForbiddenError("the journal has not been told the permissions yet; retry")
+        if not admission.may_subscribe(principal, prefix):
+            raise ForbiddenError(f"{principal} may not subscribe to this queue under {prefix[:40]!r}")
+
+    def _on_fetch(self, msg: control.Fetch, request: Request) -> Reply | None:
+        self._check(request, msg.prefix)
+        frames = self.reads.fetch(request.identity, msg, self._now)  # ProtocolError: answered BAD_REQUEST
+        if frames is not None:
+            self._send([(request.identity, frames)])
+        return None
+
+    def _on_commit(self, msg: control.Commit, request: Request) -> Reply:
+        self._check(request, b"")
+        try:
+            self.positions.commit(msg.name, msg.offset)  # ProtocolError: answered BAD_REQUEST
+        except JournalError as exc:
+            raise UnavailableError(str(exc)) from exc
+        return Reply(comment="committed", data={"offset": msg.offset})
+
+    def _on_position(self, msg: control.Position, request: Request) -> Reply:
+        self._check(request, b"")
+        return Reply(data={"offset": self.positions.get(msg.name)})
+
+    def _send(self, answers: list[tuple[bytes, list[bytes]]]) -> None:
+        for identity, frames in answers:
+            try:
+                self.socket.send_multipart([identity, *frames], zmq.NOBLOCK)
+            except zmq.ZMQError:  # the reader is gone, or reads nothing: it fetches again
+                pass

@@ -1,0 +1,198 @@
+"""Reading a journal (no sockets): fetches answered from the store, parked at the end until more is written,
+the seams exchanges marked for replaying subscribers, and durable subscribers' positions.
+
+A fetch (:class:`~roq.control.Fetch`) is answered with :class:`~roq.control.Fetched` and the entries' frames
+(:meth:`Reads.fetch`). One at the end of the journal with ``wait_ms`` waits (*parks*, at most
+:data:`MAX_PARKED`) until something is written (:meth:`Reads.written`) or its wait runs out
+(:meth:`Reads.expire`): a reader that follows the journal is answered as soon as there is something to read.
+
+A **seam** is where the live stream takes over from the journal for one subscriber at one exchange: the
+exchange sends it (:data:`roq.batch.SEAM`) once that subscriber's subscription is live there, after every
+batch it sent the journal before; the journal notes the offset its next record will get (:meth:`Reads.seam`).
+A replaying subscriber that has read up to the seams of every exchange it subscribed to has everything that
+did not reach it live. Kept for :data:`SEAM_TTL_S`, for :data:`MAX_SEAMS` subscribers at most.
+
+A durable subscriber's **position** (:class:`Positions`) is the offset it goes on from after a restart: what it
+committed, written to ``positions.json`` in the journal's directory (replaced atomically and synced before
+the commit is answered).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from exchange.journal._store import Store
+from roq import batch, control
+from roq.errors import CorruptJournalError, JournalError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Reads", "Positions", "MAX_PARKED", "MAX_SEAMS", "SEAM_TTL_S", "MAX_FETCH_BYTES", "MAX_WAIT_MS"]
+
+#: fetches waiting at the end at most; beyond, they are answered at once (empty)
+MAX_PARKED = 1024
+#: subscribers whose seams are kept at most, and for how long
+MAX_SEAMS, SEAM_TTL_S = 10_000, 600.0
+#: the most a fetch may ask for, and the longest it may wait
+MAX_FETCH_BYTES, MAX_WAIT_MS = 16 << 20, 30_000
+#: durable subscribers' positions kept at most
+MAX_POSITIONS = 10_000
+_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+
+
+@dataclass
+class _Parked:
+    identity: bytes
+    fetch: control.Fetch
+    offset: int
+    until: float
+
+
+class Reads:
+    """The read side of one journal.
+
+    Args:
+        store: the journal.
+        clock: the wall clock (seams expire by it).
+    """
+
+    def __init__(self, store: Store, clock=time.monotonic) -> None:
+        self.store = store
+        self.clock = clock
+        self.parked: list[_Parked] = []
+        self.seams: dict[str, tuple[float, dict[str, int]]] = {}  # subscriber -> (noted at, exchange -> offset)
+        self.fetches = 0
+        self.records_read = 0
+        self.errors = 0
+
+    # ------------------------------------------------------------------ fetches
+
+    def fetch(self, identity: bytes, msg: control.Fetch, now: float) -> list[bytes] | None:
+        """The answer's frames, or None: it waits at the end (answered by :meth:`written` or :meth:`expire`).
+
+        Raises:
+            ProtocolError: a fetch out of range (asks for more than :data:`MAX_FETCH_BYTES`, a negative size...).
+        """
+        from roq.errors import ProtocolError
+
+        if not 0 < msg.max_bytes <= MAX_FETCH_BYTES or not 0 <= msg.wait_ms <= MAX_WAIT_MS or msg.offset < -2:
+            raise ProtocolError(f"fetch out of range: max_bytes {msg.max_bytes}, wait_ms {msg.wait_ms}, "
+                                f"offset {msg.offset}")
+        self.fetches += 1
+        store = self.store
+        offset = msg.offset
+        if offset == -1:
+            offset = store.offset_at(int(msg.since * 1e9))
+        elif offset == -2:
+            offset = store.end_offset
+        offset = max(offset, store.first_offset)
+        if offset >= store.end_offset and msg.wait_ms and len(self.parked) < MAX_PARKED:
+            self.parked.append(_Parked(identity, msg, offset, now + msg.wait_ms / 1000))
+            return None
+        return self._answer(msg, offset)
+
+    def _answer(self, msg: control.Fetch, offset: int) -> list[bytes]:
+        store = self.store
+        frames: list[bytes] = []
+        offsets: list[int] = []
+        error = ""
+        next_offset = offset
+        try:
+            for entry in store.read(offset, msg.max_bytes):
+                h = batch.parse_header(entry.header)
+                next_offset = entry.offset + h.count
+                if not entry.key.startswith(msg.prefix):
+                    continue
+                offsets.append(entry.offset)
+                frames += (entry.key, entry.header, entry.body)
+                self.records_read += h.count
+        except (CorruptJournalError, JournalError) as exc:
+            self.errors += 1
+            error = str(exc)[:500]
+            log.error("a read at offset %d stopped: %s", next_offset, exc)
+        seams = self.seams.get(msg.subscriber, (0.0, {}))[1] if msg.subscriber else {}
+        meta = control.Fetched(next_offset=next_offset, end_offset=store.end_offset, first_offset=store.first_offset,
+                               count=len(offsets), offsets=offsets, seams=dict(seams), error=error)
+        return [control.encode(meta), *frames]
+
+    def written(self) -> list[tuple[bytes, list[bytes]]]:
+        """The parked fetches that can be answered now that more is written: (identity, frames) each."""
+        end = self.store.end_offset
+        ready = [p for p in self.parked if p.offset < end]
+        if not ready:
+            return []
+        self.parked = [p for p in self.parked if p.offset >= end]
+        return [(p.identity, self._answer(p.fetch, p.offset)) for p in ready]
+
+    def expire(self, now: float) -> list[tuple[bytes, list[bytes]]]:
+        """The parked fetches whose wait ran out, answered (with nothing new, and the seams known)."""
+        done = [p for p in self.parked if now >= p.until]
+        if not done:
+            return []
+        self.parked = [p for p in self.parked if now < p.until]
+        return [(p.identity, self._answer(p.fetch, p.offset)) for p in done]
+
+    # ------------------------------------------------------------------ seams
+
+    def seam(self, subscriber: bytes, exchange: bytes, offset: int) -> None:
+        """``exchange`` says it forwards to ``subscriber`` live from now on: the journal holds what it sent
+        before once ``offset`` is written."""
+        now = self.clock()
+        key = subscriber.hex()
+        noted = self.seams.pop(key, (now, {}))[1]
+        if len(noted) < 256:
+            noted[exchange.decode(errors="replace")[:64]] = offset
+        self.seams[key] = (now, noted)
+        while len(self.seams) > MAX_SEAMS or (self.seams and next(iter(self.seams.values()))[0] < now - SEAM_TTL_S):
+            del self.seams[next(iter(self.seams))]
+
+
+class Positions:
+    """Durable subscribers' positions, in ``<directory>/positions.json``."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "positions.json")
+        self.offsets: dict[str, int] = {}
+        try:
+            with open(self.path) as f:
+                found = json.load(f)
+            if isinstance(found, dict):
+                self.offsets = {k: v for k, v in found.items() if isinstance(k, str) and type(v) is int and v >= 0}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            log.error("%s does not read (%s): durable subscribers start from where they ask", self.path, exc)
+
+    def get(self, name: str) -> int:
+        """Where ``name`` goes on (-1: it never committed)."""
+        return self.offsets.get(name, -1)
+
+    def commit(self, name: str, offset: int) -> None:
+        """Keep ``offset`` as ``name``'s position, on disk before this returns.
+
+        Raises:
+            ProtocolError: a name that is not 1-128 letters, digits or ``_.:@-``, or a negative offset.
+            JournalError: the file cannot be written (the position stays what it was).
+        """
+        from roq.errors import ProtocolError
+
+        if not _NAME.fullmatch(name) or offset < 0:
+            raise ProtocolError(f"a durable subscriber's name is 1-128 of A-Z a-z 0-9 _ . : @ -, and its offset "
+                                f"0 or more: got {name[:40]!r}, {offset}")
+        if name not in self.offsets and len(self.offsets) >= MAX_POSITIONS:
+            raise ProtocolError(f"{MAX_POSITIONS} durable subscribers already have a position in this journal")
+        new = {**self.offsets, name: offset}
+        try:
+            with open(self.path + ".new", "w") as f:
+                json.dump(new, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(self.path + ".new", self.path)
+        except OSError as exc:
+            raise JournalError(f"cannot write {self.path}: {exc.strerror}") from exc
+        self.offsets = new
