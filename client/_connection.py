@@ -93,12 +93,17 @@ class Connection:
         config = replace(self.publisher_config, **options) if options else self.publisher_config
         return self._adopt(lambda: Publisher(context=self._ctx, monitor=self._locator, config=config))
 
-    def subscriber(self, prefix: bytes = b"", *, start: Any = "latest", **options: Any) -> Subscriber:
+    def subscriber(self, prefix: bytes = b"", *, start: Any = "latest", durable: str = "",
+                   **options: Any) -> Subscriber:
         """A new subscriber to the records whose key starts with ``prefix`` (b"" = all).
 
         ``start``: "latest" (what is published from now on), or, on a durable queue, where in its journal to
         begin: "earliest", an offset (int), or a datetime with its time zone; the subscriber reads the journal
         from there, then the live stream, each record once, in each publisher's order.
+
+        ``durable``: a name (1-128 of A-Z a-z 0-9 _ . : @ -): the subscriber reads the durable queue's journal
+        for good, from the position it last kept under that name (:meth:`Subscriber.commit`; without one, from
+        ``start``, "earliest" by default). At least once: what it was handed after its last commit comes again.
 
         Raises:
             ConfigError: an unknown option or a bad value.
@@ -107,7 +112,7 @@ class Connection:
         """
         config = replace(self.subscriber_config, **options) if options else self.subscriber_config
         return self._adopt(lambda: Subscriber(context=self._ctx, monitor=self._locator, prefix=prefix, config=config,
-                                              start=start))
+                                              start=start, durable=durable))
 
     def close(self) -> None:
         """Close every publisher (flushing it) and subscriber, then the context."""

@@ -40,18 +40,22 @@ class Batch:
         publisher: the publisher's id (hex).
         first_seq: the sequence number of ``payloads[0]``; the others follow one by one.
         timestamp: when the publisher sent the batch's first record (seconds since the epoch).
+        offset: the offset of its first record in the queue's journal, when it was read from there (a replay, a
+            durable subscriber); -1 when it came live.
 
     ``len(batch)`` is its number of records; iterating over it yields a :class:`Message` per record.
     """
 
-    __slots__ = ("key", "payloads", "publisher", "first_seq", "timestamp")
+    __slots__ = ("key", "payloads", "publisher", "first_seq", "timestamp", "offset")
 
-    def __init__(self, key: bytes, payloads: list[bytes], publisher: str, first_seq: int, timestamp: float) -> None:
+    def __init__(self, key: bytes, payloads: list[bytes], publisher: str, first_seq: int, timestamp: float,
+                 offset: int = -1) -> None:
         self.key = key
         self.payloads = payloads
         self.publisher = publisher
         self.first_seq = first_seq
         self.timestamp = timestamp
+        self.offset = offset
 
     @property
     def last_seq(self) -> int:
@@ -68,8 +72,9 @@ class Batch:
     def split(self, n: int) -> tuple[Batch, Batch]:
         """The first ``n`` records and the rest, as two batches."""
         p = self.payloads
-        return (Batch(self.key, p[:n], self.publisher, self.first_seq, self.timestamp),
-                Batch(self.key, p[n:], self.publisher, self.first_seq + n, self.timestamp))
+        after = self.offset + n if self.offset >= 0 else -1
+        return (Batch(self.key, p[:n], self.publisher, self.first_seq, self.timestamp, self.offset),
+                Batch(self.key, p[n:], self.publisher, self.first_seq + n, self.timestamp, after))
 
     def __repr__(self) -> str:
         return (f"Batch(key={self.key!r}, records={len(self.payloads)}, publisher={self.publisher[:8]}, "

@@ -24,18 +24,24 @@ from __future__ import annotations
 import collections
 import datetime
 import logging
+import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 
 from roq import batch, control
 from roq.config import CurveClient
-from roq.errors import BrokerConnectionError, ProtocolError
+from client.ordering import Reassembler
+from roq.errors import BrokerConnectionError, BrokerTimeoutError, ProtocolError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Replay", "start_fetch", "SEAM_WAIT_S", "MAX_HELD_BYTES", "FETCH_BYTES"]
+__all__ = ["Replay", "start_fetch", "SEAM_WAIT_S", "MAX_HELD_BYTES", "FETCH_BYTES", "NOT_DURABLE"]
+
+NOT_DURABLE = ("the queue is not durable (or its journal has not started yet): there is no journal to start from; "
+               "set its rule durability, or start 'latest'")
+_DURABLE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 
 #: how long the seams may keep the live stream waiting once the journal's end is reached
 SEAM_WAIT_S = 5.0
@@ -81,7 +87,7 @@ class Replay:
     """
 
     def __init__(self, context: zmq.Context, poller: zmq.Poller, subscriber: bytes, prefix: bytes, start: Any,
-                 curve: CurveClient | None = None) -> None:
+                 curve: CurveClient | None = None, durable: str = "") -> None:
         self._ctx = context
         self._poller = poller
         self._curve = curve
@@ -102,13 +108,34 @@ class Replay:
         self.records = 0  # records read from the journal
         self.done = False
         self.error = ""
+        # a durable subscriber reads the journal for good, from its position (asked first: -2 until answered)
+        self.durable = durable
+        self.position = -2 if durable else -1
+        self.committed = -1  # the last position the journal confirmed
+        self.refused = ""  # why the journal refused a commit or a position
 
     # ------------------------------------------------------------------ the journal
 
-    def connect(self, endpoint: str) -> None:
-        """Read the journal at ``endpoint`` (its reads port); again from where it was if it moved."""
-        if endpoint == self.endpoint or self.done:
-            return
+    @classmethod
+    def of(cls, context: zmq.Context, poller: zmq.Poller, subscriber: bytes, prefix: bytes, start: Any,
+           curve: CurveClient | None, durable: str) -> Replay | None:
+        """What a subscriber of ``start`` (and ``durable`` name) reads of the journal; None: the live stream
+        alone ("latest", not durable).
+
+        Raises:
+            ValueError: a start of no known kind, or a durable name that is not 1-128 of A-Z a-z 0-9 _ . : @ -.
+        """
+        if durable and not _DURABLE_NAME.fullmatch(durable):
+            raise ValueError(f"durable: a name of 1-128 of A-Z a-z 0-9 _ . : @ -, got {durable[:40]!r}")
+        if durable and start == "latest":
+            start = "earliest"  # where a durable subscriber that never committed begins
+        return cls(context, poller, subscriber, prefix, start, curve, durable) if start != "latest" else None
+
+    def connect(self, endpoint: str) -> str:
+        """Read the journal at ``endpoint`` (its reads port; "" none); again from where it was if it moved.
+        ``endpoint``."""
+        if not endpoint or endpoint == self.endpoint or self.done:
+            return endpoint
         self.close_socket()
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -117,12 +144,16 @@ class Replay:
         sock.connect(endpoint)
         self._poller.register(sock, zmq.POLLIN)
         self.socket, self.endpoint, self.in_flight = sock, endpoint, 0
+        if self.position == -2:  # where it goes on: asked once; fetching begins with the answer
+            sock.send(control.encode(control.Position(name=self.durable)))
+            return endpoint
         self.fetch()
+        return endpoint
 
     def fetch(self) -> None:
         """Keep :data:`IN_FLIGHT` fetches asked for."""
         sock = self.socket
-        while sock is not None and not self.done and self.in_flight < IN_FLIGHT:
+        while sock is not None and not self.done and self.in_flight < IN_FLIGHT and self.position != -2:
             if self.in_flight and self.offset < 0:
                 return  # by time: the first answer says where that is
             msg = control.Fetch(offset=self.offset, prefix=self.prefix, max_bytes=FETCH_BYTES, wait_ms=WAIT_MS,
@@ -135,20 +166,19 @@ class Replay:
             if self.offset >= 0 and self.end_offset >= 0 and self.offset >= self.end_offset:
                 return  # at the end: one fetch waits there
 
-    def readable(self) -> list[tuple[bytes, batch.Header, list[bytes]]]:
-        """The journal's answers: the entries to deliver, in order (key, header, payloads).
+    def readable(self) -> list[tuple[bytes, batch.Header, list[bytes], int]]:
+        """The journal's answers: the entries to deliver, in order (key, header, payloads, offset).
 
         Raises:
             BrokerConnectionError: the journal could not read (a corrupt entry): replaying cannot go on.
         """
-        out: list[tuple[bytes, batch.Header, list[bytes]]] = []
+        out: list[tuple[bytes, batch.Header, list[bytes], int]] = []
         sock = self.socket
         while sock is not None:
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            self.in_flight = max(0, self.in_flight - 1)
             try:
                 out += self._answer(frames)
             except ProtocolError as exc:
@@ -156,10 +186,65 @@ class Replay:
         self.fetch()
         return out
 
-    def _answer(self, frames: list[bytes]) -> list[tuple[bytes, batch.Header, list[bytes]]]:
+    def _reply(self, msg: control.Reply) -> list:
+        """The answer to a Position or a Commit (a refused Fetch too)."""
+        if msg.result != control.Result.OK:
+            self.refused = msg.comment
+            if msg.request == control.Fetch.CMD:
+                self.in_flight = max(0, self.in_flight - 1)
+                raise BrokerConnectionError(f"the journal refused to be read: {msg.comment}")
+            return []
+        offset = msg.data.get("offset")
+        if type(offset) is not int:
+            return []
+        if msg.request == control.Position.CMD and self.position == -2:
+            self.position = offset
+            if offset >= 0:
+                self.offset, self._since = offset, 0.0
+            log.info("durable subscriber %s goes on from %s", self.durable,
+                     f"offset {offset}" if offset >= 0 else "where it was told to start (no position kept)")
+        elif msg.request == control.Commit.CMD:
+            self.committed = max(self.committed, offset)
+        return []
+
+    def commit(self, offset: int, timeout: float, pump: Callable[[float], None]) -> int:
+        """Have the journal keep ``offset`` as this durable subscriber's position, running ``pump`` until it
+        confirms; the position kept.
+
+        Raises:
+            BrokerTimeoutError: no confirmation within ``timeout``.
+            BrokerConnectionError: the journal refused (the comment says why).
+        """
+        if offset < 0 or offset <= self.committed:
+            return max(offset, self.committed)
+        if self.socket is None:
+            raise BrokerConnectionError("the journal is not known yet: nothing to commit to")
+        self.refused = ""
+        self.socket.send(control.encode(control.Commit(name=self.durable, offset=offset)))
+        deadline = time.monotonic() + timeout
+        while self.committed < offset and not self.refused and time.monotonic() < deadline:
+            pump(min(0.05, max(0.0, deadline - time.monotonic())))
+        if self.refused:
+            raise BrokerConnectionError(f"the journal refused the commit: {self.refused}")
+        if self.committed < offset:
+            raise BrokerTimeoutError(f"the journal did not confirm the commit of offset {offset} within {timeout}s")
+        return offset
+
+    def take(self, order: Reassembler, deliver: Callable[[list], None], exchanges: list[str]) -> bool:
+        """Deliver what the journal gave (each publisher's records in order, past what was delivered); True once
+        the live stream may take over (:meth:`seamed`)."""
+        now = time.monotonic()
+        for key, h, payloads, offset in self.readable():
+            pub, first = h.publisher, h.first_seq
+            deliver(order.ordered(pub, h.epoch, first, h.count, h.key_prev, key,
+                                  (key, payloads, pub, first, h.timestamp_ns, offset), now))
+        return self.seamed(exchanges, order.delivered(), now)
+
+    def _answer(self, frames: list[bytes]) -> list[tuple[bytes, batch.Header, list[bytes], int]]:
         msg = control.decode(frames[0])
         if isinstance(msg, control.Reply):
-            raise BrokerConnectionError(f"the journal refused to be read: {msg.comment}")
+            return self._reply(msg)
+        self.in_flight = max(0, self.in_flight - 1)
         if not isinstance(msg, control.Fetched) or len(frames) != 1 + 3 * msg.count:
             raise ProtocolError(f"not an answer to a fetch: {len(frames)} frames")
         if msg.error:
@@ -172,7 +257,16 @@ class Replay:
             for i in range(msg.count):
                 key, header, body = frames[1 + 3 * i: 4 + 3 * i]
                 h = batch.parse_header(header)
-                out.append((key, h, batch.decode_body(body, h.count)))
+                payloads = batch.decode_body(body, h.count)
+                offset = msg.offsets[i] if i < len(msg.offsets) else -1
+                skip = self.offset - offset if 0 <= offset < self.offset else 0
+                if skip >= h.count:
+                    continue
+                if skip:  # the entry holding the offset asked for comes whole: not the records before it
+                    payloads = payloads[skip:]
+                    h = h._replace(first_seq=h.first_seq + skip, count=h.count - skip)
+                    offset += skip
+                out.append((key, h, payloads, offset))
                 self.records += h.count
             self.offset = msg.next_offset
         if self.offset >= msg.end_offset:
@@ -202,8 +296,8 @@ class Replay:
         """Whether the live stream may take over: the journal was read past the seam of every exchange
         listened to, and up to what each publisher needs (``delivered``: publisher -> highest seq delivered);
         or the seams waited :data:`SEAM_WAIT_S` at the journal's end."""
-        if self.offset < 0 or self.end_offset < 0:
-            return False
+        if self.offset < 0 or self.end_offset < 0 or self.durable:
+            return False  # (a durable subscriber reads the journal for good)
         if any(delivered.get(p, 0) < seq for p, seq in self.need.items()):
             return False
         if all(x in self.seams and self.offset >= self.seams[x] for x in exchanges):
@@ -221,9 +315,11 @@ class Replay:
             self.socket.close(linger=0)
             self.socket = None
 
-    def finish(self) -> collections.deque[tuple]:
+    def finish(self, who: str) -> collections.deque[tuple]:
         """The replay is over: the live batches held, to hand on in order."""
         self.done = True
         self.close_socket()
         live, self.live, self.live_bytes = self.live, collections.deque(), 0
+        log.info("%s: %d records replayed from the journal (to offset %d); the live stream takes over (%d batches "
+                 "held, %d dropped)", who, self.records, self.offset, len(live), self.live_dropped)
         return live

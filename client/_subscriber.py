@@ -19,7 +19,7 @@ from client._channel import MonitorChannel
 from client._feeds import Feeds
 from client._latency import Latency
 from client._message import Batch, Message, SubscriberStats
-from client._replay import Replay
+from client._replay import NOT_DURABLE, Replay
 from client.locator import MonitorLocator
 from client.ordering import Reassembler
 from roq import control
@@ -31,6 +31,8 @@ from roq.sockets import poll_ms
 log = logging.getLogger(__name__)
 
 __all__ = ["Subscriber"]
+
+
 
 #: Longest wait in one turn of ``_pump`` while joining, seconds.
 _JOIN_TURN = 0.05
@@ -49,7 +51,7 @@ class Subscriber:
     """
 
     def __init__(self, *, context: zmq.Context, monitor: str | MonitorLocator, prefix: bytes,
-                 config: SubscriberConfig, start: Any = "latest") -> None:
+                 config: SubscriberConfig, start: Any = "latest", durable: str = "") -> None:
         if not isinstance(prefix, bytes):
             raise TypeError(f"prefix must be bytes, got {type(prefix).__name__}")
         self.config = config
@@ -70,9 +72,10 @@ class Subscriber:
         self._forbidden: ForbiddenError | None = None  # the monitor refused this subscriber's principal
         self._next_hello = 0.0
         self._poller = zmq.Poller()
-        # start anywhere but "latest": the journal first (ValueError: a start of no known kind)
-        self._replay = (Replay(context, self._poller, self.id, prefix, start, config.curve) if start != "latest"
-                        else None)
+        # start anywhere but "latest": the journal first; durable: the journal for good (ValueError: a bad start)
+        self._durable = durable
+        self._replay = Replay.of(context, self._poller, self.id, prefix, start, config.curve, durable)
+        self._consumed = -1  # a durable subscriber: the offset of the next record not handed out yet
         self._journal = ""  # where the queue's journal is read, as the monitor said
         self._feeds = Feeds(context, self._poller, self.id, prefix, config.rcvhwm, self._order, self._deliver,
                             self._heard, self._who, curve=config.curve, replay=self._replay is not None)
@@ -95,10 +98,8 @@ class Subscriber:
             if self._forbidden is not None:
                 raise self._forbidden
             if self._replay is not None and self._listed and not self._journal:
-                raise BrokerConnectionError("the queue is not durable (or its journal has not started yet): there "
-                                            "is no journal to start from; set its rule durability, or start "
-                                            "'latest'")
-            if self._listed and not self._feeds.deaf():
+                raise BrokerConnectionError(NOT_DURABLE)
+            if self._listed and (not self._feeds.deaf() if not self._durable else self._journal):
                 return
             refused = self._feeds.refused()
             if refused:
@@ -119,12 +120,15 @@ class Subscriber:
         """
         records = self._records
         if records:
+            self._consumed += self._consumed >= 0
             return records.popleft()
         if self._closed:
             raise ClosedError("subscriber is closed")
         if not self._batches and not self._wait(timeout):
             return None
-        records.extend(self._batches.popleft())
+        head = self._batches.popleft()
+        records.extend(head)
+        self._consumed = head.offset + 1 if head.offset >= 0 else -1
         return records.popleft()
 
     def recv_many(self, max_records: int = MAX_RECORDS, timeout: float | None = None) -> list[Batch]:
@@ -146,12 +150,12 @@ class Subscriber:
         records = self._records
         if records:  # the rest of a batch that recv() began
             head = records[0]
-            out.append(Batch(head[0], [m[1] for m in records], head[2], head[3], head[4]))
+            out.append(Batch(head[0], [m[1] for m in records], head[2], head[3], head[4], self._consumed))
             records.clear()
             if len(out[0]) > max_records:
                 out[0], rest = out[0].split(max_records)
                 self._batches.appendleft(rest)
-            return out
+            return self._handed(out)
         if self._closed:
             raise ClosedError("subscriber is closed")
         batches = self._batches
@@ -165,7 +169,23 @@ class Subscriber:
                 batches.appendleft(rest)
             out.append(head)
             left -= len(head)
+        return self._handed(out)
+
+    def _handed(self, out: list[Batch]) -> list[Batch]:
+        """``out`` goes to the application: a durable subscriber's position is after it."""
+        if out and out[-1].offset >= 0:
+            self._consumed = out[-1].offset + len(out[-1])
         return out
+
+    def commit(self, timeout: float = 10.0) -> int:
+        """A durable subscriber: keep, on the journal's disk, its position after every record handed out so far;
+        started again with the same ``durable`` name it goes on from there (at least once). The position.
+
+        Raises: ValueError: not a durable subscriber. BrokerTimeoutError, BrokerConnectionError: not confirmed.
+        """
+        if not self._durable or self._replay is None:
+            raise ValueError("commit() is for durable subscribers (subscriber(..., durable=NAME))")
+        return self._replay.commit(self._consumed, timeout, self._pump)
 
     def __iter__(self) -> Iterator[Message]:
         """Yield records as they arrive, forever (until ``close()`` or ``break``)."""
@@ -181,17 +201,9 @@ class Subscriber:
     def stats(self) -> SubscriberStats:
         """Counters and a latency summary (see :class:`SubscriberStats`)."""
         o = self._order
-        return SubscriberStats(
-            received=self._latency.received,
-            duplicates=o.duplicates,
-            gaps=o.gaps,
-            lost=o.lost,
-            hold_timeouts=o.hold_timeouts,
-            held=o.held,
-            dropped=self._feeds.dropped,
-            exchanges=len(self._feeds.heard()),
-            latency=self._latency.summary(),
-        )
+        return SubscriberStats(received=self._latency.received, duplicates=o.duplicates, gaps=o.gaps, lost=o.lost,
+                               hold_timeouts=o.hold_timeouts, held=o.held, dropped=self._feeds.dropped,
+                               exchanges=len(self._feeds.heard()), latency=self._latency.summary())
 
     def close(self) -> None:
         """Leave the queue and close the sockets. Records not yet read are discarded."""
@@ -249,34 +261,28 @@ class Subscriber:
 
     def _replayed(self, replay: Replay) -> None:
         """Deliver what the journal gave; hand over to the live stream once past the seams."""
-        order, now = self._order, time.monotonic()
-        for key, h, payloads in replay.readable():
-            pub, first = h.publisher, h.first_seq
-            self._deliver(order.ordered(pub, h.epoch, first, h.count, h.key_prev, key,
-                                        (key, payloads, pub, first, h.timestamp_ns), now))
-        if replay.seamed(self._feeds.heard(), order.delivered(), now):
-            held = replay.finish()
-            log.info("%s: %d records replayed from the journal (to offset %d); the live stream takes over (%d "
-                     "batches held, %d dropped)", self._who, replay.records, replay.offset, len(held),
-                     replay.live_dropped)
+        if replay.take(self._order, self._deliver, self._feeds.heard()):
             self._feeds.hold = None
             self._replay = None
-            self._feeds.release(held)
+            self._feeds.release(replay.finish(self._who))
 
     def _deliver(self, out: list) -> None:
         now = time.time()
         ready = self._batches
         names = self._names
         measure = self._latency.batch
-        for (key, payloads, pub, first, ts), skip in out:
+        for item, skip in out:
+            key, payloads, pub, first, ts = item[:5]
+            offset = item[5] if len(item) > 5 else -1  # read from the journal
             name = names.get(pub)
             if name is None:
                 name = names[pub] = pub.hex()
             if skip:
                 payloads = payloads[skip:]
                 first += skip
+                offset += skip if offset >= 0 else 0
             stamp = ts / 1e9
-            ready.append(Batch(key, payloads, name, first, stamp))
+            ready.append(Batch(key, payloads, name, first, stamp, offset))
             measure(now - stamp, len(payloads))
 
     # ------------------------------------------------------------------ the monitor
@@ -292,6 +298,9 @@ class Subscriber:
 
     def _on_exchanges(self, msg: control.Exchanges) -> None:
         self._listed = True
+        if self._durable:  # the journal alone
+            self._journal = self._replay.connect(msg.journal) if self._replay is not None else msg.journal
+            return
         listed = {x.exchange: x.backend for x in msg.exchanges}
         feeds = self._feeds
         for feed in feeds.feeds():
@@ -299,9 +308,7 @@ class Subscriber:
                 feeds.remove(feed)
         for gone in msg.lost:
             self._feeds.lost(gone)
-        self._journal = msg.journal
-        if self._replay is not None and msg.journal:
-            self._replay.connect(msg.journal)
+        self._journal = self._replay.connect(msg.journal) if self._replay is not None else msg.journal
         for exchange, backend in listed.items():
             if feeds.get(exchange) is None:
                 feeds.add(exchange, backend)

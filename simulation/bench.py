@@ -22,7 +22,10 @@ Configurations (100-byte payloads unless ``--size``):
     and the dashboard's live feed read, beside neither; ``/metrics`` of 1,000 queues; a queue's statistics
     over HTTP;
 (j) as (b), with CURVE between the clients and the exchange (the cluster's key, a keyring admitting the
-    client's key), beside (b).
+    client's key), beside (b);
+(k) durable queues (:mod:`simulation.bench_durable`): 1 KiB records acknowledged under durability none,
+    interval and always, their acknowledgement latency and a replay from the start, beside NATS JetStream's
+    file store.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -39,7 +42,8 @@ import sys
 import time
 from dataclasses import asdict
 
-from simulation import bench_capacity, bench_control, bench_dataplane, bench_elastic, bench_http, bench_kpi
+from simulation import (bench_capacity, bench_control, bench_dataplane, bench_durable, bench_elastic, bench_http,
+                        bench_kpi)
 from simulation.bench_common import STAMP, Result
 
 
@@ -58,6 +62,8 @@ def run(args: argparse.Namespace) -> list[Result]:
         results += bench_capacity.run(args, progress)
     if "i" in args.only:
         results += bench_http.run(args, progress)
+    if "k" in args.only:
+        results += bench_durable.run(args, progress)
     return results
 
 
@@ -74,7 +80,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     ]
     for r in results:
         lat = r.latency_ms
-        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)")):
+        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)", "(k)")):
             continue
         lines.append(
             f"{r.name:62} {r.records_per_s:11,.0f} {r.mb_per_s:7.1f} {r.lost:6d} "
@@ -114,6 +120,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     lines += bench_elastic.render(results)
     lines += bench_kpi.render(results)
     lines += bench_capacity.render(results)
+    lines += bench_durable.render(results)
     lines += bench_http.render(results)
     return "\n".join(lines)
 
@@ -125,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--rate", type=float, default=20_000, help="records/s in all for the latency runs (default 20,000)")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
-    p.add_argument("--only", default="abcdefghij", help="which configurations to run (default abcdefghij)")
+    p.add_argument("--only", default="abcdefghijk", help="which configurations to run (default abcdefghijk)")
     p.add_argument("--observed-rounds", type=int, default=2,
                    help="runs each of (i)'s data plane unwatched and watched, alternating (default 2)")
     p.add_argument("--kpi-records", type=int, default=1_000_000,

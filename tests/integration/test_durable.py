@@ -200,10 +200,10 @@ def test_a_subscriber_from_earliest_while_publishers_run_gets_every_record_once_
     conn = client.connect(durable["monitor"])
     try:
         threads = _publishers(conn, 2, stop, counts)
-        time.sleep(0.5)  # a journal to replay, and publishers that keep going
+        time.sleep(0.3)  # a journal to replay, and publishers that keep going
         sub = conn.subscriber(start="earliest")
         late = conn.subscriber(start=0, prefix=b"k1")
-        time.sleep(0.5)
+        time.sleep(0.3)
         stop.set()
         for t in threads:
             t.join(30)
@@ -254,3 +254,64 @@ def test_start_at_a_time_or_on_a_queue_that_is_not_durable(durable, tmp_path):
             exchange.stop()
     finally:
         monitor.stop()
+
+
+_DURABLE_READER = r'''
+import sys, time
+import client
+monitor, out, stop_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with client.connect(monitor) as conn, open(out, "a") as f:
+    sub = conn.subscriber(durable="reader")
+    got = 0
+    print("READY", flush=True)
+    while True:
+        batches = sub.recv_many(max_records=50, timeout=2)
+        if not batches:
+            break
+        for b in batches:
+            f.write("".join(p.decode() + "\n" for p in b.payloads))
+        got += sum(len(b) for b in batches)
+        f.flush()
+        f.write(f"committed {sub.commit()}\n")
+        f.flush()
+        if got >= stop_after:
+            time.sleep(60)  # waits to be killed
+'''
+
+
+def test_a_durable_subscriber_killed_and_started_again_misses_nothing_and_repeats_only_after_its_commit(durable,
+                                                                                                    tmp_path):
+    import subprocess
+    import sys
+
+    with client.connect(durable["monitor"]) as conn:
+        pub = conn.publisher()
+        for i in range(3000):
+            pub.send(b"k", b"%d" % i)
+        pub.flush(10)
+    out = tmp_path / "read.txt"
+    reader = subprocess.Popen([sys.executable, "-c", _DURABLE_READER, durable["monitor"], str(out), "1200"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "READY"
+        deadline = time.monotonic() + 20
+        while out.read_text().count("\n") < 1200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        reader.kill()  # SIGKILL: no goodbye, no last commit
+        reader.wait()
+    lines = out.read_text().splitlines()
+    commits = [int(x.split()[1]) for x in lines if x.startswith("committed")]
+    assert commits and commits[-1] >= 1000
+    again = subprocess.Popen([sys.executable, "-c", _DURABLE_READER, durable["monitor"], str(out), "100000"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert again.wait(60) == 0
+    finally:
+        again.kill()
+    records = [int(x) for x in out.read_text().splitlines() if not x.startswith("committed")]
+    first_run = [int(x) for x in lines if not x.startswith("committed")]
+    assert sorted(set(records)) == list(range(3000)), "a record was missed"
+    second = records[len(first_run):]
+    assert second[0] == commits[-1], "the restart did not go on from the last commit"
+    assert second == list(range(commits[-1], 3000))  # duplicates only of what came after the last commit

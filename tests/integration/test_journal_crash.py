@@ -189,7 +189,7 @@ def _trial(seed: int, tmp_path) -> str:
     child, info = _start(directory, durability)
     try:
         driver = Driver(ctx, info["intake"], rng)
-        driver.run(rng.uniform(0.05, 0.6))
+        driver.run(rng.uniform(0.05, 0.35))
         child.kill()  # SIGKILL, reaped
         driver.drain()
         acked_at_kill = dict(driver.acked)
@@ -202,7 +202,7 @@ def _trial(seed: int, tmp_path) -> str:
         first = driver.incarnation
         driver.reconnect(ctx, info["intake"])
         driver.resend()
-        driver.run(rng.uniform(0.05, 0.2))
+        driver.run(rng.uniform(0.05, 0.15))
         driver.settle()
         assert driver.incarnation != first
         assert child.stop(20) == 0
