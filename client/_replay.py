@@ -48,9 +48,11 @@ SEAM_WAIT_S = 5.0
 #: live batches held while replaying, at most (bytes of bodies)
 MAX_HELD_BYTES = 256 << 20
 #: what one fetch asks for
-FETCH_BYTES = 1 << 20
-#: fetches in flight at once
+FETCH_BYTES = 4 << 20
+#: fetches in flight at once: the first from an offset, the next ones from where the one before ends (-3)
 IN_FLIGHT = 2
+#: the offset of a fetch that goes on from where this reader's previous one ended
+CONTINUE = -3
 #: how long a fetch at the end waits for more
 WAIT_MS = 100
 
@@ -154,17 +156,17 @@ class Replay:
         """Keep :data:`IN_FLIGHT` fetches asked for."""
         sock = self.socket
         while sock is not None and not self.done and self.in_flight < IN_FLIGHT and self.position != -2:
-            if self.in_flight and self.offset < 0:
-                return  # by time: the first answer says where that is
-            msg = control.Fetch(offset=self.offset, prefix=self.prefix, max_bytes=FETCH_BYTES, wait_ms=WAIT_MS,
+            at_end = self.offset >= 0 and self.end_offset >= 0 and self.offset >= self.end_offset
+            if self.in_flight and at_end:
+                return  # at the end: one fetch waits there
+            offset = CONTINUE if self.in_flight else self.offset
+            msg = control.Fetch(offset=offset, prefix=self.prefix, max_bytes=FETCH_BYTES, wait_ms=WAIT_MS,
                                 since=self._since, subscriber=self.subscriber.hex())
             try:
                 sock.send(control.encode(msg), zmq.NOBLOCK)
             except zmq.Again:
                 return
             self.in_flight += 1
-            if self.offset >= 0 and self.end_offset >= 0 and self.offset >= self.end_offset:
-                return  # at the end: one fetch waits there
 
     def readable(self) -> list[tuple[bytes, batch.Header, list[bytes], int]]:
         """The journal's answers: the entries to deliver, in order (key, header, payloads, offset).
@@ -247,12 +249,16 @@ class Replay:
         self.in_flight = max(0, self.in_flight - 1)
         if not isinstance(msg, control.Fetched) or len(frames) != 1 + 3 * msg.count:
             raise ProtocolError(f"not an answer to a fetch: {len(frames)} frames")
+        if msg.error == control.NO_CURSOR:  # the journal restarted between two fetches: from our offset again
+            return []
         if msg.error:
             self.error = msg.error
             raise BrokerConnectionError(f"the journal cannot be read at offset {msg.next_offset}: {msg.error}")
         self.seams.update(msg.seams)
         self.end_offset = msg.end_offset
         out = []
+        if self.offset >= 0 and msg.start_offset > self.offset:
+            return []  # not from where we are (it went on from an answer we did not take): fetched again
         if msg.next_offset > self.offset or self.offset < 0:
             for i in range(msg.count):
                 key, header, body = frames[1 + 3 * i: 4 + 3 * i]

@@ -46,6 +46,7 @@ __all__ = [
     "JournalPolicy",
     "Fetch",
     "Fetched",
+    "NO_CURSOR",
     "Commit",
     "Position",
     "Retarget",
@@ -316,7 +317,8 @@ class JournalPolicy(Message):
 @message(50)
 class Fetch(Message):
     """Reader -> journal (its reads port): the entries from ``offset`` (-1: from the first record appended at
-    or after ``since``, seconds since the epoch; -2: from the end), about ``max_bytes`` of them whose key starts
+    or after ``since``, seconds since the epoch; -2: from the end; -3: from where the answer to this reader's
+    previous fetch ended, so that a reader keeps two in flight), about ``max_bytes`` of them whose key starts
     with ``prefix``. At the end, the journal waits up to ``wait_ms`` for more before it answers. ``subscriber``
     (its id, hex) names the seams the exchanges marked for it (see :data:`roq.batch.SEAM`)."""
 
@@ -326,6 +328,10 @@ class Fetch(Message):
     wait_ms: int = 0
     since: float = 0.0
     subscriber: str = ""
+
+
+#: the error of a fetch that goes on from a previous one (offset -3) the journal does not know (it restarted)
+NO_CURSOR = "no previous fetch to go on from"
 
 
 @message(51)
@@ -341,6 +347,7 @@ class Fetched(Message):
     end_offset: int
     first_offset: int
     count: int = 0
+    start_offset: int = -1  # where this answer began
     offsets: list[int] = dataclasses.field(default_factory=list)
     seams: dict[str, int] = dataclasses.field(default_factory=dict)
     error: str = ""

@@ -109,8 +109,8 @@ def _replay(monitor: str, records: int) -> float:
     import client
 
     with client.connect(monitor) as conn:
-        started = time.perf_counter()
         sub = conn.subscriber(start="earliest")
+        started = time.perf_counter()  # once it joined: the replay's rate, not the joining's
         got = 0
         deadline = time.monotonic() + 120
         while got < records and time.monotonic() < deadline:

@@ -40,6 +40,8 @@ MAX_PARKED = 1024
 MAX_SEAMS, SEAM_TTL_S = 10_000, 600.0
 #: the most a fetch may ask for, and the longest it may wait
 MAX_FETCH_BYTES, MAX_WAIT_MS = 16 << 20, 30_000
+#: readers whose last answer's end is kept (for a fetch that goes on from it), at most
+MAX_CURSORS = 10_000
 #: durable subscribers' positions kept at most
 MAX_POSITIONS = 10_000
 _NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
@@ -66,6 +68,7 @@ class Reads:
         self.clock = clock
         self.parked: list[_Parked] = []
         self.seams: dict[str, tuple[float, dict[str, int]]] = {}  # subscriber -> (noted at, exchange -> offset)
+        self.cursors: dict[bytes, int] = {}  # reader -> where its last answer ended (a fetch of offset -3 goes on)
         self.fetches = 0
         self.records_read = 0
         self.errors = 0
@@ -80,13 +83,18 @@ class Reads:
         """
         from roq.errors import ProtocolError
 
-        if not 0 < msg.max_bytes <= MAX_FETCH_BYTES or not 0 <= msg.wait_ms <= MAX_WAIT_MS or msg.offset < -2:
+        if not 0 < msg.max_bytes <= MAX_FETCH_BYTES or not 0 <= msg.wait_ms <= MAX_WAIT_MS or msg.offset < -3:
             raise ProtocolError(f"fetch out of range: max_bytes {msg.max_bytes}, wait_ms {msg.wait_ms}, "
                                 f"offset {msg.offset}")
         self.fetches += 1
         store = self.store
         offset = msg.offset
-        if offset == -1:
+        if offset == -3:  # where this reader's previous fetch ended: a reader keeps two in flight
+            offset = self.cursors.get(identity, -1)
+            if offset < 0:
+                return [control.encode(control.Fetched(next_offset=0, end_offset=store.end_offset,
+                                                       first_offset=store.first_offset, error=control.NO_CURSOR))]
+        elif offset == -1:
             offset = store.offset_at(int(msg.since * 1e9))
         elif offset == -2:
             offset = store.end_offset
@@ -94,9 +102,9 @@ class Reads:
         if offset >= store.end_offset and msg.wait_ms and len(self.parked) < MAX_PARKED:
             self.parked.append(_Parked(identity, msg, offset, now + msg.wait_ms / 1000))
             return None
-        return self._answer(msg, offset)
+        return self._answer(identity, msg, offset)
 
-    def _answer(self, msg: control.Fetch, offset: int) -> list[bytes]:
+    def _answer(self, identity: bytes, msg: control.Fetch, offset: int) -> list[bytes]:
         store = self.store
         frames: list[bytes] = []
         offsets: list[int] = []
@@ -115,9 +123,15 @@ class Reads:
             self.errors += 1
             error = str(exc)[:500]
             log.error("a read at offset %d stopped: %s", next_offset, exc)
+        cursors = self.cursors
+        cursors.pop(identity, None)
+        cursors[identity] = next_offset
+        if len(cursors) > MAX_CURSORS:
+            del cursors[next(iter(cursors))]
         seams = self.seams.get(msg.subscriber, (0.0, {}))[1] if msg.subscriber else {}
         meta = control.Fetched(next_offset=next_offset, end_offset=store.end_offset, first_offset=store.first_offset,
-                               count=len(offsets), offsets=offsets, seams=dict(seams), error=error)
+                               count=len(offsets), offsets=offsets, seams=dict(seams), error=error,
+                               start_offset=offset)
         return [control.encode(meta), *frames]
 
     def written(self) -> list[tuple[bytes, list[bytes]]]:
@@ -127,7 +141,7 @@ class Reads:
         if not ready:
             return []
         self.parked = [p for p in self.parked if p.offset >= end]
-        return [(p.identity, self._answer(p.fetch, p.offset)) for p in ready]
+        return [(p.identity, self._answer(p.identity, p.fetch, p.offset)) for p in ready]
 
     def expire(self, now: float) -> list[tuple[bytes, list[bytes]]]:
         """The parked fetches whose wait ran out, answered (with nothing new, and the seams known)."""
@@ -135,7 +149,7 @@ class Reads:
         if not done:
             return []
         self.parked = [p for p in self.parked if now < p.until]
-        return [(p.identity, self._answer(p.fetch, p.offset)) for p in done]
+        return [(p.identity, self._answer(p.identity, p.fetch, p.offset)) for p in done]
 
     # ------------------------------------------------------------------ seams
 
