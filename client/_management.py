@@ -48,6 +48,7 @@ class QueueManager:
         self.paths = Paths(root)
         self.timeout = timeout
         curve = CurveClient.load(credentials) if isinstance(credentials, str) else credentials
+        self._curve = curve
         self._gcm = GcmLeader(zk, self.paths, curve)
 
     # ------------------------------------------------------------------ queues
@@ -92,6 +93,44 @@ class QueueManager:
     def stats(self, queue: str) -> dict[str, Any]:
         """The queue's topology, rules and its monitor's status (exchanges' loads, publishers, subscribers)."""
         return self._call(m.QueueStats(QName=check_queue_name(queue)), None)
+
+    def journal(self, queue: str) -> dict[str, Any]:
+        """A durable queue's journal as its monitor last heard it: durability, where it is, its offsets, size,
+        bytes not yet synced, syncs, failures (``{"durability": "none", "journal": ""}``: no journal)."""
+        status = self.stats(queue).get("Monitor")
+        return dict(status.get("journal") or {}) if isinstance(status, dict) else {}
+
+    def verify_journal(self, queue: str, timeout: float = 120.0) -> dict[str, Any]:
+        """Have the queue's journal read every segment whole: ``{"problems": [...], "segments", ...}``.
+
+        Raises:
+            NotFoundError: the queue has no journal (it is not durable, or its journal is not running).
+            BrokerTimeoutError: no answer within ``timeout``.
+        """
+        import zmq
+
+        from roq import control
+        from roq.errors import BrokerTimeoutError, NotFoundError, error_for
+
+        reads = self.journal(queue).get("reads")
+        if not reads:
+            raise NotFoundError(f"queue {queue!r} has no journal running (is its rule durability set?)")
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            if self._curve is not None:
+                self._curve.apply(sock)
+            sock.connect(reads)
+            sock.send(control.encode(control.Verify()))
+            if not sock.poll(int(timeout * 1000)):
+                raise BrokerTimeoutError(f"the journal at {reads} did not answer within {timeout:.0f}s")
+            reply = control.Reply.parse(sock.recv())
+        finally:
+            sock.close()
+        if reply.result != control.Result.OK:
+            raise error_for(reply.result, reply.comment, reply.data)
+        return dict(reply.data)
 
     def hosts(self) -> list[dict[str, Any]]:
         """Every live host: address, capacity, exchanges placed on it and its CPU/memory/network KPIs."""

@@ -121,7 +121,20 @@ QUEUE_FAMILIES: tuple[tuple[str, str, str], ...] = (
                                                      "they started"),
     ("roq_queue_latency_seconds", "histogram", "end-to-end latency of the batches the queue's subscribers received, "
                                                "publisher's clock to subscriber's"),
+    ("roq_journal_up", "gauge", "1 while the durable queue's journal reports to its monitor"),
+    ("roq_journal_bytes", "gauge", "bytes of the queue's journal on disk (its segments)"),
+    ("roq_journal_records", "gauge", "records the journal keeps (its first to its next offset)"),
+    ("roq_journal_next_offset", "gauge", "the offset the journal's next record gets"),
+    ("roq_journal_unsynced_bytes", "gauge", "bytes written and not yet on disk: what a power failure could take "
+                                            "(durability interval)"),
+    ("roq_journal_sync_seconds", "gauge", "mean time of one fdatasync in the journal's last heartbeat period"),
+    ("roq_journal_sync_max_seconds", "gauge", "longest fdatasync in the journal's last heartbeat period"),
+    ("roq_journal_write_failures_total", "counter", "writes or syncs of the journal that failed (a full disk...)"),
 )
+_JOURNAL = (("roq_journal_bytes", "size_bytes", 1), ("roq_journal_next_offset", "next_offset", 1),
+            ("roq_journal_unsynced_bytes", "unsynced_bytes", 1), ("roq_journal_sync_seconds", "sync_ms", 1e-3),
+            ("roq_journal_sync_max_seconds", "sync_max_ms", 1e-3),
+            ("roq_journal_write_failures_total", "write_failures", 1))
 _X_GAUGES = (("records_per_s", "roq_exchange_records_in_per_second"),
              ("records_out_per_s", "roq_exchange_records_out_per_second"), ("busy", "roq_exchange_busy_ratio"),
              ("mark_records_per_s", "roq_exchange_mark_records_per_second"), ("publishers", "roq_exchange_publishers"),
@@ -195,6 +208,13 @@ def queue_lines(name: str, status: dict[str, Any], top: int) -> dict[str, list[s
             f"roq_subscriber_records_per_second{{{labels}}} {sum(number(x.get('records_per_s')) for x in rest)!r}")
         add("roq_subscriber_lost_records_total",
             f"roq_subscriber_lost_records_total{{{labels}}} {sum(number(x.get('lost')) for x in rest)!r}")
+    journal = status.get("journal") if isinstance(status.get("journal"), dict) else {}
+    if journal.get("journal"):
+        add("roq_journal_up", f'roq_journal_up{{queue="{q}"}} {1.0 if journal.get("alive") else 0.0!r}')
+        records = number(journal.get("next_offset")) - number(journal.get("first_offset"))
+        add("roq_journal_records", f'roq_journal_records{{queue="{q}"}} {records!r}')
+        for family, key, scale in _JOURNAL:
+            add(family, f'{family}{{queue="{q}"}} {number(journal.get(key)) * scale!r}')
     histogram = _histogram(status.get("latency_histogram"))
     if histogram is not None:
         buckets, total = histogram

@@ -49,6 +49,7 @@ __all__ = [
     "NO_CURSOR",
     "Commit",
     "Position",
+    "Verify",
     "Retarget",
     "PublisherHello",
     "Relocate",
@@ -368,6 +369,13 @@ class Position(Message):
     data is ``{"offset": int}`` (-1: it never committed)."""
 
     name: str
+
+
+@message(54)
+class Verify(Message):
+    """Operator -> journal (its reads port): read every segment whole and say what does not check; answered with a
+    :class:`Reply` whose data is ``{"problems": [...], "segments", "first_offset", "end_offset", "size_bytes"}``
+    (the journal serves nothing else meanwhile: seconds for gigabytes)."""
 
 
 # --------------------------------------------------------------------------- publisher <-> monitor

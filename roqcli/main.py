@@ -13,6 +13,7 @@
     roq deploy up|status|down cluster.toml  containers on Docker hosts (see deploy/)
     roq keys new NAME | client NAME | revoke NAME   CURVE keys; a client's credentials; taking a key back
     roq acl list | grant|revoke PRINCIPAL PERMISSION [--queues P] [--deny] [--prefix K]   permissions
+    roq journal stats|verify QUEUE                          a durable queue's journal
     roq audit [--limit N]               the latest management actions: who, what, when, result
 
 Settings come from a TOML file (``--config``: a ``[cluster]`` table for ``cluster up``, a ``[client]``
@@ -128,6 +129,13 @@ def _parser() -> argparse.ArgumentParser:
         a.add_argument("--deny", action="store_true", help="a deny rule (a matching deny wins over any allow)")
         a.add_argument("--prefix", action="append", default=[], help="subscribe only: the key prefixes it covers "
                                                                      "(repeatable; default every key)")
+        client_flags(a)
+    journal = sub.add_parser("journal", help="a durable queue's journal: its figures, or a check of every segment")
+    jsub = journal.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in (("stats", "where it is, its offsets, size, bytes not yet synced, syncs and failures"),
+                         ("verify", "read every segment whole and name what does not check (exit 1 if anything)")):
+        a = jsub.add_parser(action, help=text)
+        a.add_argument("name", metavar="QUEUE")
         client_flags(a)
     audit = sub.add_parser("audit", help="the audit trail: who did what, when, through which port, and the result")
     audit.add_argument("--limit", type=int, default=100, help="the latest entries to show (1-1000, default 100)")

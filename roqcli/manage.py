@@ -42,6 +42,8 @@ def manage(args: argparse.Namespace, s: ClientSettings) -> int:
             return _acl(args, qm)
         if args.command == "audit":
             return _show(args, qm.audit(args.limit), _audit_line)
+        if args.command == "journal":
+            return _journal(args, qm)
         action = args.action
         if action == "create":
             return _show(args, qm.create(args.name, args.host, exchanges=args.exchanges), _queue_line)
@@ -69,6 +71,35 @@ def _acl(args: argparse.Namespace, qm: Any) -> int:
     if not args.json:
         print(f"{'granted' if args.action == 'grant' else 'revoked'}; the rules now:")
     return _show(args, done["Rules"], _rule_line)
+
+
+def _journal(args: argparse.Namespace, qm: Any) -> int:
+    if args.action == "stats":
+        found = qm.journal(args.name)
+        if not found.get("journal") and not args.json:
+            print(f"queue {args.name}: durability {found.get('durability', 'none')}, no journal running")
+            return ExitCode.OK
+        return _show(args, found, _journal_line)
+    found = qm.verify_journal(args.name, timeout=max(qm.timeout, 120.0))
+    if not args.json:
+        print(f"queue {args.name}: {found['segments']} segment(s), offsets {found['first_offset']}.."
+              f"{found['end_offset']}, {found['size_bytes']:,} bytes: "
+              f"{'sound' if not found['problems'] else str(len(found['problems'])) + ' problem(s)'}")
+        for line in found["problems"]:
+            print(f"  {line}")
+        return ExitCode.FAILURE if found["problems"] else ExitCode.OK
+    _show(args, found, None)
+    return ExitCode.FAILURE if found["problems"] else ExitCode.OK
+
+
+def _journal_line(j: dict[str, Any]) -> str:
+    state = "up" if j.get("alive") else f"silent for {j.get('silent_s', 0):.1f}s"
+    return (f"journal {j['journal']} ({state}), durability {j.get('durability')}, intake {j.get('intake')}, reads "
+            f"{j.get('reads')}\n  offsets {j.get('first_offset')}..{j.get('next_offset')}, {j.get('size_bytes', 0):,} "
+            f"bytes in {j.get('segments')} segment(s), {j.get('unsynced_bytes', 0):,} not yet synced\n  syncs "
+            f"{j.get('syncs')} in the last period (mean {j.get('sync_ms', 0):.2f} ms, longest "
+            f"{j.get('sync_max_ms', 0):.2f} ms), {j.get('write_failures', 0)} failed writes"
+            + (f"; last error: {j['error']}" if j.get("error") else ""))
 
 
 def _audit_line(e: dict[str, Any]) -> str:

@@ -56,7 +56,8 @@ class ReadPort:
             curve.serve(self.socket, "reads")
         self.endpoint = ""
         dispatcher = Dispatcher("journal reads", {control.Fetch: self._on_fetch, control.Commit: self._on_commit,
-                                                  control.Position: self._on_position}, drops)
+                                                  control.Position: self._on_position,
+                                                  control.Verify: self._on_verify}, drops)
         self.server = RouterServer(self.socket, dispatcher, keyring=curve.keyring if curve is not None else None)
         self._now = 0.0
 
@@ -107,6 +108,15 @@ class ReadPort:
     def _on_position(self, msg: control.Position, request: Request) -> Reply:
         self._check(request, b"")
         return Reply(data={"offset": self.positions.get(msg.name)})
+
+    def _on_verify(self, msg: control.Verify, request: Request) -> Reply:
+        self._check(request, b"")
+        store = self.reads.store
+        problems = list(store.verify())
+        return Reply(comment="sound" if not problems else f"{len(problems)} problem(s)",
+                     data={"problems": problems[:100], "segments": len(store.segments),
+                           "first_offset": store.first_offset, "end_offset": store.end_offset,
+                           "size_bytes": store.size_bytes})
 
     def _send(self, answers: list[tuple[bytes, list[bytes]]]) -> None:
         for identity, frames in answers:

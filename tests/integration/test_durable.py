@@ -111,7 +111,10 @@ def test_a_queue_made_durable_in_a_secure_cluster_gets_a_journal_that_a_kill_9_l
     import json
     import os
     import signal
+    import subprocess
+    import sys
 
+    from roq.errors import NotFoundError
     from roq.zk import Paths
 
     cluster = make_embedded(hosts=1, secure=True)
@@ -148,8 +151,17 @@ def test_a_queue_made_durable_in_a_secure_cluster_gets_a_journal_that_a_kill_9_l
         assert got == list(range(sent))
         again = json.loads(kz.get(path)[0])
         assert again["pid"] != doc["pid"] and again["intake"] == doc["intake"]
+        stats = qm.journal("d")
+        assert stats["next_offset"] == sent and stats["write_failures"] == 0 and stats["alive"]
+        assert qm.verify_journal("d")["problems"] == []
+        cli = subprocess.run([sys.executable, "-m", "roqcli", "journal", "verify", "d", "--zk", cluster.zk, "--root",
+                              cluster.root, "--credentials", cluster.credentials], capture_output=True, text=True,
+                             timeout=60)
+        assert cli.returncode == 0 and f"offsets 0..{sent}" in cli.stdout and "sound" in cli.stdout, cli.stderr
         qm.set_rules("d", {"durability": None})
         cluster.wait_for(lambda: not kz.exists(path), 20, "the journal stopped")
+        with pytest.raises(NotFoundError, match="no journal running"):
+            qm.verify_journal("d")
         for i in range(100):
             pub.send(b"k", b"%d" % (sent + i))
         pub.flush(10)

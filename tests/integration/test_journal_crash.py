@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 
 import pytest
@@ -113,10 +114,10 @@ class Driver:
             self._read_acks(50)
 
 
-def _start(directory: str, durability: str):
+def _start(directory: str, durability: str, stderr=None):
     child = spawn("journal", "exchange.journal", [
         "--queue", QUEUE, "--directory", directory, "--address", "127.0.0.1", "--durability", durability,
-        "--sync-interval", "0.05", "--segment-bytes", str(SEGMENT_BYTES), "--log-level", "WARNING"])
+        "--sync-interval", "0.05", "--segment-bytes", str(SEGMENT_BYTES), "--log-level", "WARNING"], stderr=stderr)
     info = child.wait_ready(30)
     return child, info
 
@@ -219,3 +220,39 @@ def _trial(seed: int, tmp_path) -> str:
 def test_kill_9_and_power_loss_under_load_lose_no_acknowledged_record_and_duplicate_none(tmp_path):
     results = [_trial(seed, tmp_path) for seed in range(TRIALS)]
     print("\n".join(results))
+
+
+def test_a_full_disk_acknowledges_nothing_it_could_not_write_and_goes_on_once_there_is_room(tmp_path):
+    """The journal's directory on a tmpfs of 1 MiB: writes fail with ENOSPC. Nothing the journal could not write
+    is acknowledged, it keeps serving (and says why in its heartbeat's error), and once the file system grows
+    every record sent again is journaled once."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    ctx = zmq.Context()
+    child = None
+    try:
+        directory = str(mount / "journal")
+        log = tmp_path / "journal.log"
+        with open(log, "ab") as err:
+            child, info = _start(directory, "always", stderr=err)
+        driver = Driver(ctx, info["intake"], random.Random(1))
+        deadline = time.monotonic() + 30
+        while "the disk is full" not in log.read_text() and time.monotonic() < deadline:
+            driver.run(0.2)
+        assert "nothing of the last round is acknowledged" in log.read_text()
+        acked = dict(driver.acked)
+        assert sum(acked.values()) > 0
+        sent = sum(driver.next_seq[p] - 1 for p in driver.publishers)
+        assert sum(acked.values()) < sent  # what could not be written was not acknowledged
+        subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
+        driver.resend()  # as an exchange does when nothing is acknowledged for a second
+        driver.settle(30)
+        assert child.stop(20) == 0
+        _check(directory, driver, acked)
+    finally:
+        if child is not None and child.alive():
+            child.kill()
+        ctx.destroy(linger=0)
+        subprocess.run(["umount", str(mount)], check=False)
+

@@ -126,6 +126,9 @@ def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
         "totals": {"records_in": 10, "records_out": 20},
         "latency_histogram": {"bounds_ms": list(LATENCY_BOUNDS_MS), "sum_ms": 1500.0,
                               "counts": [1] + [0] * (len(LATENCY_BOUNDS_MS) - 1) + [2]},
+        "journal": {"durability": "always", "journal": "j-1", "alive": True, "first_offset": 100,
+                    "next_offset": 1100, "size_bytes": 123456, "unsynced_bytes": 4096, "sync_ms": 0.5,
+                    "sync_max_ms": 2.0, "write_failures": 1},
     }
     view = View(queues={"q": QueueView("q", QueueDoc(state=RUNNING))})
     text = Exposition(top=2).text(view, {"q": Snapshot("q", status, time.time())}, gcm="gcm1", leading=True,
@@ -144,6 +147,12 @@ def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
     assert samples[("roq_queue_latency_seconds_bucket", (("le", "+Inf"), ("queue", "q")))] == 3.0
     assert samples[("roq_queue_latency_seconds_sum", (("queue", "q"),))] == 1.5
     assert samples[("roq_subscriber_latency_p50_seconds", (("queue", "q"), ("subscriber", "s1")))] == 0.002
+    assert samples[("roq_journal_up", (("queue", "q"),))] == 1.0
+    assert samples[("roq_journal_records", (("queue", "q"),))] == 1000.0
+    assert samples[("roq_journal_bytes", (("queue", "q"),))] == 123456.0
+    assert samples[("roq_journal_unsynced_bytes", (("queue", "q"),))] == 4096.0
+    assert samples[("roq_journal_sync_max_seconds", (("queue", "q"),))] == 0.002
+    assert samples[("roq_journal_write_failures_total", (("queue", "q"),))] == 1.0
     standby = Exposition(top=2).text(view, {}, gcm="gcm2", leading=False, now=0.0).decode()
     assert 'roq_gcm_leader{gcm="gcm2"} 0.0' in standby and "roq_queue" not in standby
 
