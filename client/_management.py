@@ -112,10 +112,12 @@ class QueueManager:
         from roq import control
         from roq.errors import BrokerTimeoutError, NotFoundError, error_for
 
-        reads = self.journal(queue).get("reads")
-        if not reads:
-            raise NotFoundError(f"queue {queue!r} has no journal running (is its rule durability set?)")
-        ctx = zmq.Context.instance()
+        journal = self.journal(queue)
+        reads = journal.get("reads")
+        if not reads or journal.get("durability", "none") == "none" or not journal.get("alive"):
+            raise NotFoundError(f"queue {queue!r} has no journal running (durability "
+                                f"{journal.get('durability', 'none')}; its journal {'is silent' if reads else 'unknown'})")
+        ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         try:
@@ -128,6 +130,7 @@ class QueueManager:
             reply = control.Reply.parse(sock.recv())
         finally:
             sock.close()
+            ctx.term()
         if reply.result != control.Result.OK:
             raise error_for(reply.result, reply.comment, reply.data)
         return dict(reply.data)

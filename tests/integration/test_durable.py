@@ -151,9 +151,10 @@ def test_a_queue_made_durable_in_a_secure_cluster_gets_a_journal_that_a_kill_9_l
         assert got == list(range(sent))
         again = json.loads(kz.get(path)[0])
         assert again["pid"] != doc["pid"] and again["intake"] == doc["intake"]
-        stats = qm.journal("d")
-        assert stats["next_offset"] == sent and stats["write_failures"] == 0 and stats["alive"]
-        assert qm.verify_journal("d")["problems"] == []
+        stats = cluster.wait_for(lambda: (lambda j: j if j.get("next_offset") == sent else None)(qm.journal("d")), 10,
+                                 "the monitor hears the journal's offsets")  # (it reports every 250 ms)
+        assert stats["write_failures"] == 0 and stats["alive"] and stats["size_bytes"] > 0
+        assert qm.verify_journal("d", timeout=30)["problems"] == []
         cli = subprocess.run([sys.executable, "-m", "roqcli", "journal", "verify", "d", "--zk", cluster.zk, "--root",
                               cluster.root, "--credentials", cluster.credentials], capture_output=True, text=True,
                              timeout=60)
