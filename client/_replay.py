@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 import datetime
 import logging
-import re
 import time
 from typing import Any, Callable
 
@@ -41,7 +40,6 @@ __all__ = ["Replay", "start_fetch", "SEAM_WAIT_S", "MAX_HELD_BYTES", "FETCH_BYTE
 
 NOT_DURABLE = ("the queue is not durable (or its journal has not started yet): there is no journal to start from; "
                "set its rule durability, or start 'latest'")
-_DURABLE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 
 #: how long the seams may keep the live stream waiting once the journal's end is reached
 SEAM_WAIT_S = 5.0
@@ -127,7 +125,7 @@ class Replay:
         Raises:
             ValueError: a start of no known kind, or a durable name that is not 1-128 of A-Z a-z 0-9 _ . : @ -.
         """
-        if durable and not _DURABLE_NAME.fullmatch(durable):
+        if durable and not control.DURABLE_NAME.fullmatch(durable):
             raise ValueError(f"durable: a name of 1-128 of A-Z a-z 0-9 _ . : @ -, got {durable[:40]!r}")
         if durable and start == "latest":
             start = "earliest"  # where a durable subscriber that never committed begins

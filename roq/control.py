@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from typing import Any, Callable, ClassVar, TypeVar
 
 import bson
@@ -48,6 +49,7 @@ __all__ = [
     "Fetched",
     "NO_CURSOR",
     "Commit",
+    "DURABLE_NAME",
     "Position",
     "Verify",
     "Retarget",
@@ -352,6 +354,10 @@ class Fetched(Message):
     offsets: list[int] = dataclasses.field(default_factory=list)
     seams: dict[str, int] = dataclasses.field(default_factory=dict)
     error: str = ""
+
+
+#: a durable subscriber's name (its position in a journal is kept under it)
+DURABLE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 
 
 @message(52)

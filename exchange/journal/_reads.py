@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass
 
@@ -44,7 +43,6 @@ MAX_FETCH_BYTES, MAX_WAIT_MS = 16 << 20, 30_000
 MAX_CURSORS = 10_000
 #: durable subscribers' positions kept at most
 MAX_POSITIONS = 10_000
-_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 
 
 @dataclass
@@ -195,7 +193,7 @@ class Positions:
         """
         from roq.errors import ProtocolError
 
-        if not _NAME.fullmatch(name) or offset < 0:
+        if not control.DURABLE_NAME.fullmatch(name) or offset < 0:
             raise ProtocolError(f"a durable subscriber's name is 1-128 of A-Z a-z 0-9 _ . : @ -, and its offset "
                                 f"0 or more: got {name[:40]!r}, {offset}")
         if name not in self.offsets and len(self.offsets) >= MAX_POSITIONS:
