@@ -7,11 +7,14 @@ import logging
 import time
 from typing import Any
 
+import zmq
+
 from client._leader import GcmLeader
+from roq import control
 from roq import management as m
 from roq.config import CurveClient
 from roq.control import Message
-from roq.errors import UnavailableError
+from roq.errors import BrokerTimeoutError, NotFoundError, UnavailableError, error_for
 from roq.zk import DEFAULT_ROOT, Paths, check_queue_name
 
 __all__ = ["QueueManager"]
@@ -107,11 +110,6 @@ class QueueManager:
             NotFoundError: the queue has no journal (it is not durable, or its journal is not running).
             BrokerTimeoutError: no answer within ``timeout``.
         """
-        import zmq
-
-        from roq import control
-        from roq.errors import BrokerTimeoutError, NotFoundError, error_for
-
         journal = self.journal(queue)
         reads = journal.get("reads")
         if not reads or journal.get("durability", "none") == "none" or not journal.get("alive"):

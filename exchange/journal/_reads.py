@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from exchange.journal._store import Store
 from roq import batch, control
-from roq.errors import CorruptJournalError, JournalError
+from roq.errors import CorruptJournalError, JournalError, ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,6 @@ class Reads:
         Raises:
             ProtocolError: a fetch out of range (asks for more than :data:`MAX_FETCH_BYTES`, a negative size...).
         """
-        from roq.errors import ProtocolError
-
         if not 0 < msg.max_bytes <= MAX_FETCH_BYTES or not 0 <= msg.wait_ms <= MAX_WAIT_MS or msg.offset < -3:
             raise ProtocolError(f"fetch out of range: max_bytes {msg.max_bytes}, wait_ms {msg.wait_ms}, "
                                 f"offset {msg.offset}")
@@ -191,8 +189,6 @@ class Positions:
             ProtocolError: a name that is not 1-128 letters, digits or ``_.:@-``, or a negative offset.
             JournalError: the file cannot be written (the position stays what it was).
         """
-        from roq.errors import ProtocolError
-
         if not control.DURABLE_NAME.fullmatch(name) or offset < 0:
             raise ProtocolError(f"a durable subscriber's name is 1-128 of A-Z a-z 0-9 _ . : @ -, and its offset "
                                 f"0 or more: got {name[:40]!r}, {offset}")
