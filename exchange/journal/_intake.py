@@ -62,45 +62,38 @@ class Intake:
         if h.kind != batch.DATA:  # a marker: its publisher waits for an acknowledgement up to it
             self._touched[source].add(publisher)
             return
-        decision = decide(self.store.high(publisher), h.first_seq, h.last_seq)
-        if decision == GAP:
+        if decide(self.store.high(publisher), h.first_seq, h.last_seq) == GAP:
             self.gaps.hold(publisher, Held(h.first_seq, h.last_seq, [key, header, body], source, now))
             return
+        self._apply(source, key, header, body, h, time_ns)
+        for item in self.gaps.ready(publisher, self.store.high(publisher)):
+            self._replay(item, time_ns)
+
+    def _apply(self, source: bytes, key: bytes, header: bytes, body: bytes, h: batch.Header, time_ns: int) -> None:
+        """Append what is new of a batch (a gap before it passed over and counted); acknowledged to ``source``."""
+        publisher = h.publisher
         self._touched[source].add(publisher)
+        high = self.store.high(publisher)
+        decision = decide(high, h.first_seq, h.last_seq)
         if decision == DUPLICATE:
             self.duplicates += 1
             return
         if decision == TRIM:
             self.trimmed += 1
-            header, body = _after(h, body, self.store.high(publisher) or 0)
+            header, body = _after(h, body, high or 0)
             h = batch.parse_header(header)
-        self._append(key, header, body, h, time_ns)
-        for item in self.gaps.ready(publisher, self.store.high(publisher)):
-            self._replay(item, time_ns)
-
-    def _append(self, key: bytes, header: bytes, body: bytes, h: batch.Header, time_ns: int) -> None:
-        self.store.append(key, header, body, h.publisher, h.count, h.last_seq, time_ns)
+        elif decision == GAP:
+            self.skipped += h.first_seq - (high or 0) - 1
+            log.warning("publisher %s: seqs %d..%d never reached the journal in %.1fs; journaling from %d",
+                        publisher.hex()[:8], (high or 0) + 1, h.first_seq - 1, self.gaps.wait_s, h.first_seq)
+        self.store.append(key, header, body, publisher, h.count, h.last_seq, time_ns)
         self.records += h.count
         self.batches += 1
 
     def _replay(self, item: Held, time_ns: int) -> None:
         """A batch that waited: taken as if it came now."""
         key, header, body = item.frames
-        h = batch.parse_header(header)
-        self._touched[item.source].add(h.publisher)
-        decision = decide(self.store.high(h.publisher), h.first_seq, h.last_seq)
-        if decision == DUPLICATE:
-            self.duplicates += 1
-            return
-        if decision == TRIM:
-            header, body = _after(h, body, self.store.high(h.publisher) or 0)
-            h = batch.parse_header(header)
-        elif decision == GAP:
-            high = self.store.high(h.publisher) or 0
-            self.skipped += h.first_seq - high - 1
-            log.warning("publisher %s: seqs %d..%d never reached the journal in %.1fs; journaling from %d",
-                        h.publisher.hex()[:8], high + 1, h.first_seq - 1, self.gaps.wait_s, h.first_seq)
-        self._append(key, header, body, h, time_ns)
+        self._apply(item.source, key, header, body, batch.parse_header(header), time_ns)
 
     def expire(self, now: float, time_ns: int) -> int:
         """Journal the batches whose gap was not filled in time; how many."""
