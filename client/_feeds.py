@@ -35,7 +35,7 @@ BURST = 128
 class Feed:
     """The DEALER connected to one exchange's backend (and, with CURVE, the monitor of its handshakes)."""
 
-    __slots__ = ("exchange", "backend", "socket", "heard", "watch", "refused")
+    __slots__ = ("exchange", "backend", "socket", "heard", "watch", "refused", "floor", "rejoin", "away")
 
     def __init__(self, exchange: str, backend: str, socket: zmq.Socket, watch: RefusalWatch | None = None) -> None:
         self.exchange = exchange
@@ -44,6 +44,9 @@ class Feed:
         self.heard = False  # a beacon arrived: our subscription is live there
         self.watch = watch
         self.refused = ""  # why the exchange refused our key, if it did
+        self.floor = -1  # a durable queue: the journal offset its last beacon carried (what follows is after it)
+        self.rejoin = 0  # the tag of the last cut it sent us
+        self.away = False  # cut off, and not back yet: no subscription is sent there
 
 
 class Feeds:
@@ -63,6 +66,7 @@ class Feeds:
 
     Attributes:
         dropped: malformed frames dropped.
+        cuts: times an exchange of a durable queue cut us off.
     """
 
     def __init__(self, context: zmq.Context, poller: zmq.Poller, ident: bytes, prefix: bytes, rcvhwm: int,
@@ -76,6 +80,9 @@ class Feeds:
         self._subscription = batch.pack_subscription(ident, prefix, replay)
         # while the subscriber replays the journal: what the exchanges send is held there, not ordered yet
         self.hold: Callable[[tuple, bytes, int, int, int], None] | None = None
+        # told of each cut an exchange of a durable queue sends (exchange, journal offset, tag)
+        self.on_cut: Callable[[Feed, int, int], None] | None = None
+        self._replay = replay
         self._rcvhwm = rcvhwm
         self._order = order
         self._deliver = deliver
@@ -84,6 +91,7 @@ class Feeds:
         self._feeds: dict[str, Feed] = {}
         self._by_socket: dict[zmq.Socket, Feed] = {}
         self.dropped = 0
+        self.cuts = 0  # times an exchange cut us off
 
     def get(self, exchange: str) -> Feed | None:
         return self._feeds.get(exchange)
@@ -94,6 +102,11 @@ class Feeds:
     def heard(self) -> list[str]:
         """The exchanges whose beacon arrived: our subscription is live there."""
         return [f.exchange for f in self._feeds.values() if f.heard]
+
+    def floor(self, offset: int) -> int:
+        """The lowest of ``offset`` and the journal offsets the last beacons of the exchanges that did not cut us
+        off carried (0 for one that carried none): what they have not sent us yet is after it."""
+        return min([offset] + [f.floor if f.floor >= 0 else 0 for f in self._feeds.values() if not f.away])
 
     def deaf(self) -> list[str]:
         """The exchanges not heard yet."""
@@ -128,9 +141,23 @@ class Feeds:
         for feed in self._feeds.values():
             self._subscribe(feed)
 
+    def come_back(self) -> None:
+        """We caught up with the journal: subscribe again to the exchanges that cut us off (each marks our seam
+        in the journal)."""
+        for feed in self._feeds.values():
+            if feed.away:
+                log.info("%s: caught up with the journal: back to %s", self._who, feed.exchange)
+                feed.away = False
+                self._subscribe(feed)
+
     def _subscribe(self, feed: Feed) -> None:
+        if feed.away:
+            return
+        frames = self._subscription
+        if feed.rejoin:
+            frames = batch.pack_subscription(self._ident, self._prefix, self._replay, feed.rejoin)
         try:
-            feed.socket.send_multipart(self._subscription, zmq.NOBLOCK)
+            feed.socket.send_multipart(frames, zmq.NOBLOCK)
         except zmq.Again:  # its pipe is full (the exchange is not reading): the next hello sends it again
             pass
 
@@ -231,11 +258,17 @@ class Feeds:
                     self.hold(("marker", exchange, h.publisher, h.epoch), h.publisher, 0, 0, 0)
                     continue
                 deliver(order.marker(exchange, h.publisher, h.epoch, clock()))
-            elif body != exchange.encode():  # a beacon (parse_header knows no other kind)
+            elif body != exchange.encode():  # a beacon or a cut (parse_header lets no other kind through)
                 self._drop(exchange, f"beacon of {body[:40]!r} on the socket of {exchange}")
-            elif not feed.heard:
-                feed.heard = True
-                self._heard(exchange)
+            elif kind == batch.CUT:
+                if self.on_cut is not None and h.epoch != feed.rejoin:  # (told again: the same cut)
+                    self.cuts += 1
+                    self.on_cut(feed, batch.floor_of(h), h.epoch)
+            else:
+                feed.floor = batch.floor_of(h)
+                if not feed.heard:
+                    feed.heard = True
+                    self._heard(exchange)
 
     def close(self) -> None:
         for feed in self._feeds.values():

@@ -94,6 +94,10 @@ class SubscriberStats:
         held: batches held right now.
         dropped: malformed frames dropped.
         exchanges: exchanges heard right now.
+        cut_off: times an exchange of a durable queue cut the subscriber off (it did not keep up); it then read
+            what it missed from the journal.
+        replaying: True while the subscriber reads the journal (it started before "latest", or it catches up
+            after a cut) rather than the live stream.
         latency: summary of recent batch latencies in seconds (count, mean, p50, p99, max).
     """
 
@@ -105,6 +109,8 @@ class SubscriberStats:
     held: int
     dropped: int
     exchanges: int
+    cut_off: int = 0
+    replaying: bool = False
     latency: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -116,6 +122,8 @@ class SubscriberStats:
             "hold_timeouts": self.hold_timeouts,
             "held": self.held,
             "dropped": self.dropped,
+            "cut_off": self.cut_off,
+            "replaying": self.replaying,
             "exchanges": self.exchanges,
             "latency": dict(self.latency),
         }

@@ -12,6 +12,13 @@ reach the subscriber live has come from the journal: the live batches held are h
 which drops what the journal already gave (publisher and seq), and the journal is no longer read. So the
 records arrive once each, in each publisher's order, with no gap at the seam.
 
+**Catching up.** On a durable queue an exchange cuts off a subscriber whose pipe stays full, and tells it
+where the journal has what it missed (:data:`roq.batch.CUT`). The subscriber then reads the journal the same
+way (:meth:`Replay.catching_up`), from the lowest of that offset and the offsets the other exchanges' last
+beacons carried (everything they had not given it yet is after those), holding the live stream; once at the
+journal's end it comes back to the exchange that cut it, which marks a seam named ``<exchange>#<tag>``, and
+the live stream takes over past that seam.
+
 A seam that does not come within :data:`SEAM_WAIT_S` of reaching the journal's end (its exchange died, the
 journal restarted and forgot it) is given up: the live stream takes over there, and a record missed shows as
 a gap. Live batches beyond :data:`MAX_HELD_BYTES` are dropped while replaying: they are in the journal
@@ -113,6 +120,8 @@ class Replay:
         self.position = -2 if durable else -1
         self.committed = -1  # the last position the journal confirmed
         self.refused = ""  # why the journal refused a commit or a position
+        self.initial = True  # a replay from where the subscriber started (not a catch-up after a cut)
+        self.rejoins: dict[str, str] = {}  # exchange that cut us off -> the name of the seam that brings us back
 
     # ------------------------------------------------------------------ the journal
 
@@ -130,6 +139,26 @@ class Replay:
         if durable and start == "latest":
             start = "earliest"  # where a durable subscriber that never committed begins
         return cls(context, poller, subscriber, prefix, start, curve, durable) if start != "latest" else None
+
+    @classmethod
+    def catching_up(cls, context: zmq.Context, poller: zmq.Poller, subscriber: bytes, prefix: bytes, offset: int,
+                    curve: CurveClient | None) -> Replay:
+        """A subscriber cut off by an exchange reads the journal from ``offset`` until it is back there."""
+        replay = cls(context, poller, subscriber, prefix, offset, curve)
+        replay.initial = False
+        return replay
+
+    def cut(self, exchange: str, tag: int, offset: int) -> None:
+        """``exchange`` cut us off (``tag``): it is back once the journal is read past the seam it will mark, and
+        what it did not send us is from ``offset`` on (read again from there if the reading is past it)."""
+        self.rejoins[exchange] = f"{exchange}#{tag}"
+        if 0 <= offset < self.offset:
+            self.offset = offset  # what is in flight from further on is dropped when it comes (_answer)
+
+    @property
+    def at_end(self) -> bool:
+        """True once the journal was read to its end."""
+        return 0 <= self.end_offset <= self.offset
 
     def connect(self, endpoint: str) -> str:
         """Read the journal at ``endpoint`` (its reads port; "" none); again from where it was if it moved.
@@ -304,10 +333,12 @@ class Replay:
             return False  # (a durable subscriber reads the journal for good)
         if any(delivered.get(p, 0) < seq for p, seq in self.need.items()):
             return False
-        if all(x in self.seams and self.offset >= self.seams[x] for x in exchanges):
+        rejoins = self.rejoins
+        wanted = [rejoins.get(x, x) for x in exchanges] if self.initial else list(rejoins.values())
+        if all(x in self.seams and self.offset >= self.seams[x] for x in wanted):
             return True
         if self.at_end_since and now - self.at_end_since >= SEAM_WAIT_S:
-            missing = [x for x in exchanges if x not in self.seams]
+            missing = [x for x in wanted if x not in self.seams]
             log.warning("replay: no seam from %s within %.0fs at the journal's end: the live stream takes over "
                         "there", ", ".join(missing) or "-", SEAM_WAIT_S)
             return True
@@ -324,6 +355,7 @@ class Replay:
         self.done = True
         self.close_socket()
         live, self.live, self.live_bytes = self.live, collections.deque(), 0
-        log.info("%s: %d records replayed from the journal (to offset %d); the live stream takes over (%d batches "
-                 "held, %d dropped)", who, self.records, self.offset, len(live), self.live_dropped)
+        log.info("%s: %d records %s from the journal (to offset %d); the live stream takes over (%d batches "
+                 "held, %d dropped)", who, self.records, "replayed" if self.initial else "caught up", self.offset,
+                 len(live), self.live_dropped)
         return live

@@ -8,15 +8,16 @@ not read stops answering the monitor after a while and is then no longer waited 
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 import uuid
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import zmq
 
 from client._channel import MonitorChannel
-from client._feeds import Feeds
+from client._feeds import Feed, Feeds
 from client._latency import Latency
 from client._message import Batch, Message, SubscriberStats
 from client._replay import NOT_DURABLE, Replay
@@ -77,10 +78,12 @@ class Subscriber:
         self._replay = Replay.of(context, self._poller, self.id, prefix, start, config.curve, durable)
         self._consumed = -1  # a durable subscriber: the offset of the next record not handed out yet
         self._journal = ""  # where the queue's journal is read, as the monitor said
+        self._deliver = functools.partial(_to_batches, self._batches, self._names, self._latency.batch)
         self._feeds = Feeds(context, self._poller, self.id, prefix, config.rcvhwm, self._order, self._deliver,
                             self._heard, self._who, curve=config.curve, replay=self._replay is not None)
         if self._replay is not None:
             self._feeds.hold = self._replay.hold
+        self._feeds.on_cut = functools.partial(self._cut, context)
         locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
         self._monitor = MonitorChannel(context, locator, self.id, self._who, config.curve)
         self._poller.register(self._monitor.socket, zmq.POLLIN)
@@ -203,7 +206,8 @@ class Subscriber:
         o = self._order
         return SubscriberStats(received=self._latency.received, duplicates=o.duplicates, gaps=o.gaps, lost=o.lost,
                                hold_timeouts=o.hold_timeouts, held=o.held, dropped=self._feeds.dropped,
-                               exchanges=len(self._feeds.heard()), latency=self._latency.summary())
+                               exchanges=len(self._feeds.heard()), cut_off=self._feeds.cuts,
+                               replaying=self._replay is not None, latency=self._latency.summary())
 
     def close(self) -> None:
         """Leave the queue and close the sockets. Records not yet read are discarded."""
@@ -260,30 +264,29 @@ class Subscriber:
             self._deliver(self._order.expire(time.monotonic()))
 
     def _replayed(self, replay: Replay) -> None:
-        """Deliver what the journal gave; hand over to the live stream once past the seams."""
+        """Deliver what the journal gave; hand over to the live stream once past the seams; come back to the
+        exchanges that cut us off once at the journal's end."""
         if replay.take(self._order, self._deliver, self._feeds.heard()):
             self._feeds.hold = None
             self._replay = None
             self._feeds.release(replay.finish(self._who))
+        elif replay.at_end:
+            self._feeds.come_back()
 
-    def _deliver(self, out: list) -> None:
-        now = time.time()
-        ready = self._batches
-        names = self._names
-        measure = self._latency.batch
-        for item, skip in out:
-            key, payloads, pub, first, ts = item[:5]
-            offset = item[5] if len(item) > 5 else -1  # read from the journal
-            name = names.get(pub)
-            if name is None:
-                name = names[pub] = pub.hex()
-            if skip:
-                payloads = payloads[skip:]
-                first += skip
-                offset += skip if offset >= 0 else 0
-            stamp = ts / 1e9
-            ready.append(Batch(key, payloads, name, first, stamp, offset))
-            measure(now - stamp, len(payloads))
+    def _cut(self, context: zmq.Context, feed: Feed, offset: int, tag: int) -> None:
+        """``feed``'s exchange cut us off (we did not keep up): read the journal from ``offset`` (or before, for
+        the other exchanges), holding the live stream, and come back to it once caught up."""
+        feed.rejoin, feed.away = tag, True
+        start = self._feeds.floor(offset)
+        replay = self._replay
+        if replay is None:
+            replay = self._replay = Replay.catching_up(context, self._poller, self.id, self.prefix, start,
+                                                       self.config.curve)
+            self._feeds.hold = replay.hold
+            replay.connect(self._journal)
+        log.warning("%s: %s cut us off (we did not keep up): reading the journal from offset %d", self._who,
+                    feed.exchange, start)
+        replay.cut(feed.exchange, tag, start)
 
     # ------------------------------------------------------------------ the monitor
 
@@ -340,3 +343,22 @@ class Subscriber:
         self._monitor.send(control.SubscriberHello(
             subscriber=self.name, prefix=self.prefix, confirmed=self._feeds.heard(), gaps=o.gaps, lost=o.lost,
             duplicates=o.duplicates, journal=self._journal, **self._latency.period(now)))
+
+
+def _to_batches(ready: collections.deque[Batch], names: dict[bytes, str], measure: Callable[[float, int], None],
+                out: list) -> None:
+    """What the reassembler released (``(item, skip)``), as batches ready for the application."""
+    now = time.time()
+    for item, skip in out:
+        key, payloads, pub, first, ts = item[:5]
+        offset = item[5] if len(item) > 5 else -1  # read from the journal
+        name = names.get(pub)
+        if name is None:
+            name = names[pub] = pub.hex()
+        if skip:
+            payloads = payloads[skip:]
+            first += skip
+            offset += skip if offset >= 0 else 0
+        stamp = ts / 1e9
+        ready.append(Batch(key, payloads, name, first, stamp, offset))
+        measure(now - stamp, len(payloads))

@@ -121,6 +121,12 @@ class Reassembler:
         if st is None:
             st = self.streams[publisher] = _Stream()
         out: list[tuple[Any, int]] = []
+        if st.held and any(e[2] < first for e in st.held):  # the journal's order says they come first
+            before = sorted((e for e in st.held if e[2] < first), key=lambda e: e[2])
+            st.held = [e for e in st.held if e[2] >= first]
+            self.held -= len(before)
+            for entry in before:
+                self._deliver(st, entry, out)
         self._deliver(st, (JOURNAL, epoch, first, count, key_prev, key, item), out)
         if st.held:
             out.extend(self._retry(st, now))

@@ -18,7 +18,8 @@ subscriber whose pipe stays full for ``subscriber_grace`` is sent past: it is *b
 its pipe full go on without it (it sees a gap) until its pipe has had room for
 :data:`~exchange._subscribers.BEHIND_HOLD` graces, so a subscriber that stays behind costs the others one
 wait, not one per batch, and never a batch: the exchange knows each subscriber's pipe, not only that some
-pipe is full.
+pipe is full. On a durable queue nobody is sent past: such a subscriber is cut off instead
+(:meth:`~exchange._subscriptions.Subscriptions.cut_off`) and reads what it missed from the journal.
 
 Memory is bounded in bytes although ZeroMQ bounds its pipes in messages, and fixes a pipe's bound when the
 peer connects (so the bounds are set once, before binding):
@@ -125,6 +126,7 @@ class Forwarder:
         # (None: it waits for the journal's pipe, and then goes to every subscriber)
         self.held: tuple[list[bytes], batch.Header, list[Subscriber] | None] | None = None
         self.held_since = 0.0
+        self.held_floor = -1  # the journal's end when the held batch went there: it is at or after it
         self.missed = 0  # batches a subscriber behind did not get
         self.stalls = 0  # times a subscriber's pipe stayed full for subscriber_grace
         self.frontend_endpoint = ""
@@ -223,8 +225,7 @@ class Forwarder:
                 break
             waiting = self._send_out(frames, key)
             if waiting is not None:  # held: no more reading until it is out
-                self.held = ([key, header, body], h, waiting)
-                self.held_since = time.monotonic()
+                self._hold([key, header, body], h, waiting)
                 break
             if h.kind == data_kind:
                 count = h.count
@@ -311,8 +312,7 @@ class Forwarder:
             waiting = self._send_out([h.publisher, key, header, body], key)
             if waiting is None:
                 return self._released(h, body)
-            self.held = (frames, h, waiting)
-            self.held_since = now
+            self._hold(frames, h, waiting)
             return False
         self.backend.getsockopt(zmq.EVENTS)  # take in the subscribers' reads
         send = self.backend.send_multipart
@@ -325,6 +325,8 @@ class Forwarder:
                     self.subscribers.remove(sub)
                 elif now - self.held_since < self.config.subscriber_grace:
                     still.append(sub)
+                elif self.journal is not None:  # a durable queue: it reads the journal instead
+                    self.subscriptions.cut_off(sub, self.held_floor, now - self.held_since)
                 else:
                     self.stalls += 1
                     self._past(sub, now)
@@ -334,18 +336,20 @@ class Forwarder:
             return False
         return self._released(h, body)
 
+    def _hold(self, frames: list[bytes], h: batch.Header, waiting: list[Subscriber]) -> None:
+        """Hold a batch for the full pipes of ``waiting`` (it went to the journal first, if there is one)."""
+        self.held, self.held_since = (frames, h, waiting), time.monotonic()
+        self.held_floor = self.journal.end if self.journal is not None else -1
+
     def _released(self, h: batch.Header, body: bytes) -> bool:
         """The held batch is out: count it and schedule its acknowledgement (with a journal, the journal's)."""
         self.held = None
         self.last_data = time.monotonic()
-        journal = self.journal is not None or self.hold_for_journal
+        if self.journal is None and not self.hold_for_journal:  # (with a journal, the journal's acknowledgement)
+            self.acks[h.publisher] = h.last_seq if h.kind == batch.DATA else h.first_seq - 1
         if h.kind != batch.DATA:  # a marker
-            if not journal:
-                self.acks[h.publisher] = h.first_seq - 1
             self._counted(0, 0, True)
             return True
-        if not journal:
-            self.acks[h.publisher] = h.last_seq
         self.acct.count_publisher(h.publisher, h.count, len(body))
         self._counted(h.count, len(body), bool(h.flags & batch.FLAG_ACK_NOW))
         return True
@@ -361,8 +365,7 @@ class Forwarder:
         """Feed ``feed``'s journal from now on; None: no journal, the queue is not durable any more (what the
         previous one had not acknowledged is acknowledged by the exchange, as everything is from now on)."""
         old, self.journal = self.journal, feed
-        name = self.subscriptions.name
-        self.subscriptions.seam = (lambda subscriber: feed.mark_seam(subscriber, name)) if feed is not None else None
+        self.subscriptions.journal = feed
         if old is None:
             return
         if feed is not None:
@@ -374,11 +377,7 @@ class Forwarder:
 
     def read_journal(self) -> None:
         """Relay the journal's acknowledgements to the publishers they are for, at once."""
-        try:
-            pairs = self.journal.readable() if self.journal is not None else []
-        except ProtocolError as exc:
-            self.drops.drop("bad journal acknowledgement", str(exc))
-            return
+        pairs = self.journal.readable(self.drops) if self.journal is not None else []
         if pairs:
             self.acks.update(pairs)
             self.send_acks()

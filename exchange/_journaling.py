@@ -28,6 +28,8 @@ import zmq
 
 from roq import batch
 from roq.curve import Curve
+from roq.errors import ProtocolError
+from roq.runtime import DropCounter
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,9 @@ class JournalFeed:
         self.progress_at = time.monotonic()  # the last acknowledgement, or when waiting began
         self.resent = 0  # batches sent again
         self.acknowledged = 0  # acknowledgements read
+        # the journal's end as its last acknowledgement said: every batch sent from now on goes at or after it
+        # (whatever was written before it was acknowledged then); -1 until one came
+        self.end = -1
         self._resend: collections.deque[list[bytes]] = collections.deque()  # to send before anything new
 
     @property
@@ -120,20 +125,22 @@ class JournalFeed:
             resend.popleft()
         return True
 
-    def readable(self) -> list[tuple[bytes, int]]:
-        """Read the journal's acknowledgements: (publisher, highest seq journaled) to acknowledge.
-
-        Raises:
-            ProtocolError: a frame that is not an acknowledgement (the caller counts it; the rest stays).
-        """
+    def readable(self, drops: DropCounter) -> list[tuple[bytes, int]]:
+        """Read the journal's acknowledgements: (publisher, highest seq journaled) to acknowledge. A frame that is
+        not an acknowledgement is counted in ``drops`` and read past."""
         out: list[tuple[bytes, int]] = []
         while True:
             try:
                 frame = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return out
-            incarnation, pairs = batch.decode_journal_ack(frame)
+            try:
+                incarnation, end, pairs = batch.decode_journal_ack(frame)
+            except ProtocolError as exc:
+                drops.drop("bad journal acknowledgement", str(exc))
+                continue
             self.acknowledged += 1
+            self.end = end
             if incarnation != self.incarnation:
                 if self.incarnation:  # (the first one heard from is the one everything went to, or RESEND_S says)
                     log.warning("journal %s started again (incarnation %x): sending again the %d batches it had "

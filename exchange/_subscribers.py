@@ -8,14 +8,18 @@ pipe stays full for ``subscriber_grace`` is *behind*, and until its pipe has had
 graces the batches that find it full go past it (it sees a gap), while every other subscriber keeps the
 back-pressure that costs it nothing.
 
-The table is bounded (:data:`MAX_SUBSCRIBERS`): a flood of identities is refused and counted, never grown.
+On a durable queue a subscriber whose pipe stays full is *cut* instead (:meth:`Subscribers.cut`): it is sent
+nothing more, told where the journal has what it did not get (:class:`Cut`), and comes back with a subscription
+that names the cut's tag once it has read the journal that far.
+
+The tables are bounded (:data:`MAX_SUBSCRIBERS`): a flood of identities is refused and counted, never grown.
 """
 
 from __future__ import annotations
 
 from roq import batch
 
-__all__ = ["Subscriber", "Subscribers", "MAX_SUBSCRIBERS", "BEHIND_HOLD"]
+__all__ = ["Subscriber", "Subscribers", "Cut", "MAX_SUBSCRIBERS", "BEHIND_HOLD"]
 
 #: Subscribers one exchange sends to at most.
 MAX_SUBSCRIBERS = 4096
@@ -45,6 +49,19 @@ class Subscriber:
         return f"Subscriber({self.ident.hex()[:8]}, {self.prefix[:40]!r})"
 
 
+class Cut:
+    """A subscriber cut off: the journal offset from which it missed what this exchange forwarded (-1: not
+    known), the tag its subscription must name to come back, and whether the cut reached its pipe."""
+
+    __slots__ = ("ident", "floor", "tag", "told")
+
+    def __init__(self, ident: bytes, floor: int, tag: int) -> None:
+        self.ident = ident
+        self.floor = floor
+        self.tag = tag
+        self.told = False
+
+
 class Subscribers:
     """The exchange's subscribers, in the order they came (the forward loop iterates :attr:`all`).
 
@@ -56,6 +73,7 @@ class Subscribers:
         self.limit = limit
         self.all: list[Subscriber] = []
         self._by_ident: dict[bytes, Subscriber] = {}
+        self.cuts: dict[bytes, Cut] = {}  # subscribers cut off and not back yet, oldest first
 
     def __len__(self) -> int:
         return len(self.all)
@@ -85,3 +103,12 @@ class Subscribers:
         del self._by_ident[sub.ident]
         self.all = [s for s in self.all if s is not sub]
         return True
+
+    def cut(self, sub: Subscriber, floor: int, tag: int) -> Cut:
+        """Send ``sub`` nothing more until it comes back with ``tag`` (it reads the journal from ``floor``); the
+        oldest cut is forgotten beyond :attr:`limit`."""
+        self.remove(sub)
+        cut = self.cuts[sub.ident] = Cut(sub.ident, floor, tag)
+        while len(self.cuts) > self.limit:
+            del self.cuts[next(iter(self.cuts))]
+        return cut

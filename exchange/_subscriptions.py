@@ -3,9 +3,14 @@ that tell them their subscription is live, and, with CURVE, who may subscribe to
 
 A subscription (:func:`roq.batch.pack_subscription`) puts its subscriber in the table
 (:class:`~exchange._subscribers.Subscribers`), and a new one gets a beacon at once. On a durable queue, a
-subscription that asks to replay the journal has its *seam* sent to the journal (:attr:`Subscriptions.seam`)
+subscription that asks to replay the journal has its *seam* sent to the journal (:attr:`Subscriptions.journal`)
 once the subscriber is in the table: the journal then knows it holds everything this exchange forwarded
-before the subscriber gets it live. With CURVE its routing id
+before the subscriber gets it live. There each beacon also carries the journal's end as the exchange last heard
+it: every batch sent after the beacon is in the journal at or after it.
+
+**Cuts.** A subscriber the forward loop cut off (a durable queue's slow subscriber) is told so
+(:func:`roq.batch.pack_cut`) as soon as its pipe has room, and again on each of its subscriptions that does not
+name the cut's tag; the one that does brings it back, with a seam named ``<exchange>#<tag>``. With CURVE its routing id
 must be its key's own and its principal must be allowed to subscribe to the queue's keys under its prefix
 (:class:`~exchange._admission.Admission`); when the permissions change, every subscriber they no longer allow
 is dropped from the table at once (:meth:`Subscriptions.revoke`): nothing more is sent to it.
@@ -13,18 +18,21 @@ is dropped from the table at once (:meth:`Subscriptions.revoke`): nothing more i
 
 from __future__ import annotations
 
+import logging
+import secrets
 import time
 
 import zmq
 
 from exchange._admission import Admission
-from exchange._subscribers import Subscriber, Subscribers
+from exchange._journaling import JournalFeed
+from exchange._subscribers import Cut, Subscriber, Subscribers
 from roq import batch
 from roq.batch import BatchError
 from roq.runtime import DropCounter
-from typing import Callable
-
 from roq.zap import Keyring, recv_from
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Subscriptions", "MAX_SUBSCRIPTIONS_READ"]
 
@@ -54,7 +62,8 @@ class Subscriptions:
         self.keyring = keyring
         self.admission = admission
         self.beacons = 0
-        self.seam: Callable[[bytes], bool] | None = None  # sends a replaying subscriber's seam to the journal
+        self.cuts = 0  # subscribers cut off (a durable queue's: they read the journal instead)
+        self.journal: JournalFeed | None = None  # a durable queue's: replaying subscribers' seams go there
 
     def readable(self) -> None:
         """Read what subscribers sent (their subscriptions); anything else is dropped and counted."""
@@ -83,14 +92,44 @@ class Subscriptions:
             if admission is not None and not admission.may_subscribe(principal, prefix):
                 self.drops.drop("refused: may not subscribe", f"{principal} to {prefix[:40]!r}")
                 continue
+            rejoin = batch.rejoins(frames[1:])
+            cut = self.subscribers.cuts.get(subscriber)
+            if cut is not None:
+                if rejoin != cut.tag:  # it has not read its cut yet (or lost it): told again when there is room
+                    self.tell(cut)
+                    continue
+                del self.subscribers.cuts[subscriber]
             sub, new = self.subscribers.subscribe(subscriber, prefix, principal)
             if sub is None:
                 self.drops.drop("too many subscribers", f"{len(self.subscribers)} subscribers already")
                 continue
             if new:
                 self._beacon_to(sub, self._beacon_frames())
-            if not sub.seamed and self.seam is not None and batch.replays(frames[1:]):
-                sub.seamed = self.seam(subscriber)  # not sent (a full pipe): with its next subscription
+            journal = self.journal
+            if not sub.seamed and journal is not None and batch.replays(frames[1:]):
+                # not sent (the journal's pipe is full): with its next subscription
+                sub.seamed = journal.mark_seam(subscriber, f"{self.name}#{rejoin}" if rejoin else self.name)
+
+    def cut_off(self, sub: Subscriber, floor: int, waited: float) -> None:
+        """A durable queue's subscriber whose pipe stayed full for ``waited`` seconds: send it nothing more, and
+        tell it (once its pipe has room) to read the journal from ``floor``, where the batch it missed went."""
+        self.cuts += 1
+        cut = self.subscribers.cut(sub, floor, secrets.randbits(32) or 1)
+        self.tell(cut)
+        if self.cuts <= 10 or self.cuts % 100 == 0:
+            log.warning("subscriber %s: its pipe stayed full for %.1fs: cut off, it reads the journal from offset %d "
+                        "(%d cut in all)", sub.ident.hex()[:8], waited, cut.floor, self.cuts)
+
+    def tell(self, cut: Cut) -> None:
+        """Tell a subscriber it was cut off (once its pipe has room; one that is gone is forgotten)."""
+        floor = max(cut.floor, 0)  # not known: from the journal's start
+        try:
+            self.backend.send_multipart([cut.ident] + batch.pack_cut(self.beacon_id, self.name, floor, cut.tag),
+                                        zmq.NOBLOCK)
+            cut.told = True
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EAGAIN:
+                self.subscribers.cuts.pop(cut.ident, None)
 
     def revoke(self) -> list[Subscriber]:
         """Drop every subscriber the permissions held no longer allow, or whose key left the keyring; those
@@ -110,10 +149,12 @@ class Subscriptions:
         frames = self._beacon_frames()
         for sub in self.subscribers.all:
             self._beacon_to(sub, frames)
+        for cut in [c for c in self.subscribers.cuts.values() if not c.told]:
+            self.tell(cut)
 
     def _beacon_frames(self) -> list[bytes]:
-        header = batch.pack_header(batch.BEACON, self.beacon_id, self.beacons, 0, timestamp_ns=time.time_ns())
-        return [b"", batch.CONTROL_TOPIC, header, self.name.encode()]
+        floor = self.journal.end if self.journal is not None else -1
+        return [b""] + batch.pack_beacon(self.beacon_id, self.beacons, self.name, floor, time.time_ns())
 
     def _beacon_to(self, sub: Subscriber, frames: list[bytes]) -> None:
         frames[0] = sub.ident

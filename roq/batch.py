@@ -35,9 +35,14 @@ __all__ = [
     "BEACON",
     "SUBSCRIBE",
     "SEAM",
+    "CUT",
     "FLAG_REPLAY",
     "pack_seam",
+    "pack_beacon",
+    "pack_cut",
+    "floor_of",
     "replays",
+    "rejoins",
     "CONTROL_TOPIC",
     "HEADER",
     "HEADER_SIZE",
@@ -64,6 +69,7 @@ MARKER = 2  # the publisher's stream through this exchange ends before ``first_s
 BEACON = 3  # sent by an exchange on its backend: "your subscription to me is live"
 SUBSCRIBE = 5  # sent by a subscriber to an exchange's backend: "send me the keys starting with the body"
 SEAM = 8  # sent by an exchange to its journal: "subscriber <publisher> is live here from now on" (body: my id)
+CUT = 9  # sent by an exchange of a durable queue to a subscriber it stopped sending to: "read the journal" (body: my id)
 
 #: Flag bits.
 FLAG_RETRANSMIT = 0x1  # resent after a failover (subscribers may have it already)
@@ -90,8 +96,9 @@ ACK = struct.Struct("<BBQ")
 ACK_KIND = 4
 
 #: Acknowledgement from a journal to an exchange: version u8, kind u8 (= JOURNAL_ACK_KIND), count u16, the
-#: journal's incarnation u64; then ``count`` times publisher 16s, highest seq journaled u64.
-JOURNAL_ACK = struct.Struct("<BBHQ")
+#: journal's incarnation u64, the offset its next record gets u64; then ``count`` times publisher 16s, highest seq
+#: journaled u64.
+JOURNAL_ACK = struct.Struct("<BBHQQ")
 JOURNAL_ACK_ENTRY = struct.Struct("<16sQ")
 JOURNAL_ACK_KIND = 6
 #: Publishers in one journal acknowledgement, at most.
@@ -170,7 +177,7 @@ def parse_header(frame: bytes) -> Header:
     elif kind == MARKER:
         if first == 0 or count:
             raise BatchError("bad marker", f"first seq {first}, count {count}")
-    elif kind != BEACON and kind != SUBSCRIBE and kind != SEAM:
+    elif kind != BEACON and kind != SUBSCRIBE and kind != SEAM and kind != CUT:
         raise BatchError("bad header", f"unknown frame kind {kind}")
     header = _new_tuple(Header, values)  # the fields are checked: skip NamedTuple._make's own length check
     return header
@@ -201,17 +208,39 @@ def check_incoming(key: bytes, header: bytes, body: bytes, max_body: int) -> Hea
     return h
 
 
-def pack_subscription(subscriber: bytes, prefix: bytes, replay: bool = False) -> list[bytes]:
+def pack_subscription(subscriber: bytes, prefix: bytes, replay: bool = False, rejoin: int = 0) -> list[bytes]:
     """The frames of a subscription: ``subscriber`` (16 bytes, also the socket's routing id) wants every key
     starting with ``prefix`` (b"" = every key); ``replay``: it replays the journal first (the exchange marks
-    where the live stream takes over, :data:`SEAM`).
+    where the live stream takes over, :data:`SEAM`); ``rejoin``: the tag of the :data:`CUT` it answers (it read
+    the journal since, and comes back), 0 none.
 
     Raises:
         ProtocolError: the id is not 16 bytes or the prefix is longer than :data:`MAX_KEY`.
     """
     if len(prefix) > MAX_KEY:
         raise ProtocolError(f"prefix of {len(prefix)} bytes > {MAX_KEY}")
-    return [CONTROL_TOPIC, pack_header(SUBSCRIBE, subscriber, 0, 0, flags=FLAG_REPLAY if replay else 0), prefix]
+    flags = FLAG_REPLAY if replay or rejoin else 0
+    return [CONTROL_TOPIC, pack_header(SUBSCRIBE, subscriber, 0, 0, flags=flags, epoch=rejoin), prefix]
+
+
+def pack_beacon(beacon_id: bytes, count: int, exchange: str, floor: int, timestamp_ns: int) -> list[bytes]:
+    """The frames (after the routing id) of an exchange's beacon, its ``count``-th: "your subscription to
+    ``exchange`` is live". On a durable queue ``floor`` is an offset of the journal at or before every batch the
+    exchange sends after it (-1: no journal, or not known yet): see :func:`floor_of`."""
+    return [CONTROL_TOPIC, pack_header(BEACON, beacon_id, count, 0, key_prev=floor + 1, timestamp_ns=timestamp_ns),
+            exchange.encode()]
+
+
+def pack_cut(beacon_id: bytes, exchange: str, floor: int, tag: int) -> list[bytes]:
+    """The frames (after the routing id) an exchange of a durable queue sends a subscriber it cut off: it sends
+    it nothing more, and everything it did not send it is in the journal from offset ``floor``. The subscriber
+    reads the journal and comes back with a subscription that names ``tag`` (:func:`pack_subscription`)."""
+    return [CONTROL_TOPIC, pack_header(CUT, beacon_id, 0, 0, epoch=tag, key_prev=floor + 1), exchange.encode()]
+
+
+def floor_of(h: Header) -> int:
+    """The journal offset a beacon or a cut carries (-1: none)."""
+    return h.key_prev - 1
 
 
 def pack_seam(subscriber: bytes, exchange: str) -> list[bytes]:
@@ -242,6 +271,11 @@ def check_subscription(frames: list[bytes]) -> tuple[bytes, bytes]:
 def replays(frames: list[bytes]) -> bool:
     """Whether a subscription (checked by :func:`check_subscription`) asks to replay the journal first."""
     return bool(parse_header(frames[1]).flags & FLAG_REPLAY)
+
+
+def rejoins(frames: list[bytes]) -> int:
+    """The tag of the cut a subscription (checked by :func:`check_subscription`) comes back from; 0 none."""
+    return parse_header(frames[1]).epoch
 
 
 def encode_body(payloads: Sequence[bytes]) -> bytes:
@@ -294,9 +328,10 @@ def decode_ack(frame: bytes) -> int:
     return seq
 
 
-def encode_journal_ack(incarnation: int, acks: Sequence[tuple[bytes, int]]) -> bytes:
+def encode_journal_ack(incarnation: int, acks: Sequence[tuple[bytes, int]], end: int = 0) -> bytes:
     """Encode a journal's acknowledgement to an exchange: each publisher's records up to its seq are journaled
-    (on disk, or written to the kernel, as the queue's durability says) by the journal ``incarnation``.
+    (on disk, or written to the kernel, as the queue's durability says) by the journal ``incarnation``, whose
+    next record gets the offset ``end``.
 
     Raises:
         ProtocolError: more than :data:`MAX_JOURNAL_ACKS` publishers, or a field that does not fit.
@@ -304,23 +339,24 @@ def encode_journal_ack(incarnation: int, acks: Sequence[tuple[bytes, int]]) -> b
     if len(acks) > MAX_JOURNAL_ACKS:
         raise ProtocolError(f"{len(acks)} publishers in one journal acknowledgement > {MAX_JOURNAL_ACKS}")
     try:
-        return JOURNAL_ACK.pack(VERSION, JOURNAL_ACK_KIND, len(acks), incarnation) + b"".join(
+        return JOURNAL_ACK.pack(VERSION, JOURNAL_ACK_KIND, len(acks), incarnation, end) + b"".join(
             JOURNAL_ACK_ENTRY.pack(p, s) for p, s in acks)
     except struct.error as exc:
         raise ProtocolError(f"cannot encode a journal acknowledgement: {exc}") from exc
 
 
-def decode_journal_ack(frame: bytes) -> tuple[int, list[tuple[bytes, int]]]:
-    """Decode a journal's acknowledgement: its incarnation and (publisher, seq) pairs.
+def decode_journal_ack(frame: bytes) -> tuple[int, int, list[tuple[bytes, int]]]:
+    """Decode a journal's acknowledgement: its incarnation, its end (the offset its next record gets) and
+    (publisher, seq) pairs.
 
     Raises:
         ProtocolError: not a journal acknowledgement, or its length does not match its count.
     """
     if len(frame) < JOURNAL_ACK.size:
         raise ProtocolError(f"journal acknowledgement of {len(frame)} bytes")
-    version, kind, count, incarnation = JOURNAL_ACK.unpack_from(frame)
+    version, kind, count, incarnation, end = JOURNAL_ACK.unpack_from(frame)
     if version != VERSION or kind != JOURNAL_ACK_KIND:
         raise ProtocolError(f"not a journal acknowledgement (version {version}, kind {kind})")
     if len(frame) != JOURNAL_ACK.size + count * JOURNAL_ACK_ENTRY.size:
         raise ProtocolError(f"journal acknowledgement of {len(frame)} bytes for {count} publishers")
-    return incarnation, list(JOURNAL_ACK_ENTRY.iter_unpack(frame[JOURNAL_ACK.size:]))
+    return incarnation, end, list(JOURNAL_ACK_ENTRY.iter_unpack(frame[JOURNAL_ACK.size:]))

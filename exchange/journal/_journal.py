@@ -278,10 +278,11 @@ class Journal:
             self.reads.written()  # readers waiting at the end
         send = self.sock.send_multipart
         most = batch.MAX_JOURNAL_ACKS
+        end = store.next_offset
         for source, pairs in intake.acks().items():
             for i in range(0, len(pairs), most):
                 try:
-                    send([source, batch.encode_journal_ack(self.incarnation, pairs[i:i + most])], zmq.NOBLOCK)
+                    send([source, batch.encode_journal_ack(self.incarnation, pairs[i:i + most], end)], zmq.NOBLOCK)
                 except zmq.ZMQError:  # the exchange is gone or its pipe full: it sends again, and is answered
                     pass
 

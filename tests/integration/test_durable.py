@@ -174,17 +174,18 @@ def test_a_queue_made_durable_in_a_secure_cluster_gets_a_journal_that_a_kill_9_l
         store.close()
 
 
-def _publishers(conn, n: int, stop, counts: list[int]) -> list:
-    """``n`` threads publishing "<i>:<seq>" as fast as they may until ``stop`` is set; ``counts`` their totals."""
+def _publishers(conn, n: int, stop, counts: list[int], pad: bytes = b"", slow=None) -> list:
+    """``n`` threads publishing "<i>:<seq>:<pad>" as fast as they may (a few thousand a second while ``slow`` is
+    set) until ``stop`` is set; ``counts`` their totals."""
     import threading
 
     def run(i: int) -> None:
         pub = conn.publisher()
         seq = 0
         while not stop.is_set():
-            pub.send(b"k%d" % i, b"%d:%d" % (i, seq))
+            pub.send(b"k%d" % i, b"%d:%d:%s" % (i, seq, pad))
             seq += 1
-            if seq % 200 == 0:
+            if seq % 200 == 0 or (slow is not None and slow.is_set() and seq % 10 == 0):
                 time.sleep(0.001)
         pub.flush(20)
         counts[i] = seq
@@ -198,7 +199,7 @@ def _publishers(conn, n: int, stop, counts: list[int]) -> list:
 def _each_once_in_order(got: list[bytes], counts: list[int], since: list[int] | None = None) -> None:
     per: dict[int, list[int]] = {}
     for payload in got:
-        i, seq = map(int, payload.split(b":"))
+        i, seq = map(int, payload.split(b":")[:2])
         per.setdefault(i, []).append(seq)
     for i, total in enumerate(counts):
         first = since[i] if since else 0
@@ -228,6 +229,69 @@ def test_a_subscriber_from_earliest_while_publishers_run_gets_every_record_once_
         _each_once_in_order(got, counts)
         _each_once_in_order(got_late, [0, counts[1]], [0, 0])
         assert sub.stats().duplicates >= 0 and sub.stats().gaps == 0
+    finally:
+        stop.set()
+        conn.close()
+
+
+def test_a_subscriber_that_falls_behind_is_cut_off_reads_what_it_missed_from_the_journal_and_catches_up(durable):
+    """Two exchanges, two publishers of 4 KB records; a subscriber reads nothing for 4 s (its pipes fill and the
+    exchanges cut it off), then reads as fast as it can while the publishers go on more slowly: it catches up
+    with the journal and is back on the live stream, it gets every record once, in each publisher's order, and
+    the exchanges' memory stays within their bounds (the subscriber's pipe, and what waits for the journal)."""
+    import threading
+
+    import psutil
+
+    from exchange import MAX_UNCONFIRMED_BYTES
+    from roq.config import DEFAULT_SUBSCRIBER_QUEUE_BYTES
+
+    second = spawn("exchange", "exchange", ["--monitor", durable["monitor"], "--address", ADDRESS])
+    durable["children"].append(second)
+    second.wait_ready()
+    exchanges = [psutil.Process(c.pid) for c in durable["children"][2:]]
+    # its bounds: the subscriber's pipe, and what waits for the journal's acknowledgement
+    limit = DEFAULT_SUBSCRIBER_QUEUE_BYTES + MAX_UNCONFIRMED_BYTES + (100 << 20)
+    stop, slow, counts = threading.Event(), threading.Event(), [0, 0]
+    conn = client.connect(durable["monitor"])
+    try:
+        sub = conn.subscriber(rcvhwm=20)
+        deadline = time.monotonic() + 20
+        while sub.stats().exchanges < 2 and time.monotonic() < deadline:
+            assert sub.recv(timeout=0.1) is None
+        assert sub.stats().exchanges == 2, "the subscriber did not hear both exchanges"
+        threads = _publishers(conn, 2, stop, counts, pad=b"x" * 4000, slow=slow)
+        peak = 0
+        behind_until = time.monotonic() + 4  # the subscriber reads nothing meanwhile
+        while time.monotonic() < behind_until:
+            peak = max([peak] + [x.memory_info().rss for x in exchanges])
+            time.sleep(0.1)
+        slow.set()
+        got = []
+        deadline = time.monotonic() + 60
+        cut, live = 0, None  # when it was back on the live stream
+        while time.monotonic() < deadline and (live is None or time.monotonic() < live + 1):
+            got += [p for b in sub.recv_many(timeout=0.1) for p in b.payloads]
+            peak = max([peak] + [x.memory_info().rss for x in exchanges])
+            stats = sub.stats()
+            cut = max(cut, stats.cut_off)
+            if live is None and cut and not stats.replaying:
+                live = time.monotonic()
+        assert live is not None, f"not back on the live stream within 60 s: {sub.stats()}"
+        stop.set()
+        for t in threads:
+            t.join(30)
+        deadline = time.monotonic() + 30
+        while len(got) < sum(counts) and time.monotonic() < deadline:
+            got += [p for b in sub.recv_many(timeout=0.5) for p in b.payloads]
+        stats = sub.stats()
+        sent = sum(counts) * 4000
+        print(f"published {sum(counts):,} records ({sent >> 20} MiB); received {len(got):,}; {stats}; exchange RSS "
+              f"peak {peak >> 20} MiB (limit {limit >> 20} MiB)")
+        _each_once_in_order(got, counts)
+        assert stats.cut_off >= 1, "no exchange cut the subscriber off: it did not fall behind"
+        assert (stats.gaps, stats.lost) == (0, 0)
+        assert peak < limit
     finally:
         stop.set()
         conn.close()

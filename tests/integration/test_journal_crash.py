@@ -75,7 +75,7 @@ class Driver:
     def _read_acks(self, wait_ms: int) -> None:
         while self.sock.poll(wait_ms, zmq.POLLIN):
             wait_ms = 0
-            incarnation, pairs = batch.decode_journal_ack(self.sock.recv())
+            incarnation, _end, pairs = batch.decode_journal_ack(self.sock.recv())
             self.incarnation = incarnation
             self.acks_seen += 1
             for publisher, seq in pairs:

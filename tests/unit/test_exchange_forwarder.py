@@ -446,3 +446,79 @@ def test_with_curve_a_stranger_gets_nowhere_and_an_id_borrowed_from_another_key_
     assert got == real and not thief.poll(100)
     assert fwd.drops.by_reason == {"refused: unknown key": 1, "forged id": 1}
     assert fwd.acct.records_in == 3
+
+
+@pytest.mark.parametrize("tight", [(0.3, 10)], indirect=True)
+def test_with_a_journal_a_subscriber_that_stays_full_is_cut_off_told_where_the_journal_has_the_rest_and_comes_back(
+        tight):
+    """A durable queue's exchange sends past nobody: it cuts a full subscriber off after the grace and tells it,
+    behind what its pipe holds, the journal offset from which it missed batches; a subscription that does not
+    name the cut is not taken (the cut is told again); one that does brings it back, with its seam marked."""
+    from exchange import JournalFeed
+
+    fwd, pub, me, subscriber = tight
+    ctx = zmq.Context.instance()
+    journal = ctx.socket(zmq.ROUTER)
+    journal.setsockopt(zmq.LINGER, 0)
+    port = journal.bind_to_random_port("tcp://127.0.0.1")
+    fwd.set_journal(JournalFeed(ctx, f"tcp://127.0.0.1:{port}", "always", b"xu"))
+    stuck = subscriber()
+    ident = stuck.getsockopt(zmq.ROUTING_ID)
+    send_batches(pub, me, 300)
+    journaled = 0  # the stand-in journal: one record a batch, at offset seq - 1
+
+    def journal_turn() -> list[list[bytes]]:
+        nonlocal journaled
+        other = []
+        while journal.poll(0):
+            source, *frames = journal.recv_multipart()
+            h = batch.parse_header(frames[1])
+            if h.kind != batch.DATA:
+                other.append(frames)
+                continue
+            journaled = h.last_seq
+            journal.send_multipart([source, batch.encode_journal_ack(1, [(me, h.last_seq)], journaled)])
+        fwd.read_journal()
+        return other
+
+    deadline = time.monotonic() + 10
+    while not fwd.subscriptions.cuts and time.monotonic() < deadline:
+        fwd.retry(time.monotonic())
+        fwd.forward()
+        journal_turn()
+        time.sleep(0.0005)
+    assert fwd.subscriptions.cuts == 1 and fwd.missed == 0 and not fwd.subscribers.all
+    cut = fwd.subscribers.cuts[ident]
+    assert 0 <= cut.floor <= journaled
+    got, h = [], None
+    while stuck.poll(500):  # what its pipe holds, then the cut (told once its pipe has room: each beacon tries)
+        fwd.subscriptions.beacon()
+        frames = stuck.recv_multipart()
+        if frames[0] != batch.CONTROL_TOPIC:
+            got.append(batch.parse_header(frames[1]).first_seq)
+            continue
+        h = batch.parse_header(frames[1])
+        if h.kind == batch.CUT:
+            break
+    assert got == list(range(1, len(got) + 1)) and h is not None and h.kind == batch.CUT and frames[2] == b"x"
+    assert h.epoch == cut.tag and batch.floor_of(h) == cut.floor and cut.floor <= len(got)  # the next is missed
+
+    stuck.send_multipart(batch.pack_subscription(ident, b""))  # not naming the cut: not taken, told again
+    deadline = time.monotonic() + 5
+    while not stuck.poll(10):
+        assert time.monotonic() < deadline, "the cut was not told again"
+        fwd.subscriptions.readable()
+    again = stuck.recv_multipart()
+    assert batch.parse_header(again[1]).kind == batch.CUT and not fwd.subscribers.all
+
+    stuck.send_multipart(batch.pack_subscription(ident, b"", rejoin=cut.tag))
+    deadline = time.monotonic() + 5
+    seams: list[list[bytes]] = []
+    while not seams:
+        assert time.monotonic() < deadline, "no seam for the subscriber that came back"
+        fwd.subscriptions.readable()
+        seams = journal_turn()
+    assert [s.ident for s in fwd.subscribers.all] == [ident] and ident not in fwd.subscribers.cuts
+    h = batch.parse_header(seams[0][1])
+    assert h.kind == batch.SEAM and h.publisher == ident and seams[0][2] == b"x#%d" % cut.tag
+    journal.close()

@@ -101,3 +101,28 @@ def test_the_header_check_takes_any_bytes_and_lets_through_only_what_holds_its_i
         else:
             assert key == batch.CONTROL_TOPIC and not body and h.count == 0 and h.first_seq >= 1
     assert accepted > 100 and refused > 10_000
+
+
+def test_a_journal_acknowledgement_carries_the_journal_end_and_garbage_is_refused():
+    frame = batch.encode_journal_ack(7, [(PUB, 41), (bytes(16), 3)], 1_000_000)
+    assert batch.decode_journal_ack(frame) == (7, 1_000_000, [(PUB, 41), (bytes(16), 3)])
+    for bad in (frame[:-1], b"\x01\x06" + frame[2:3], b"garbage"):
+        with pytest.raises(ProtocolError):
+            batch.decode_journal_ack(bad)
+
+
+def test_beacons_and_cuts_carry_a_journal_offset_and_a_subscription_may_name_the_cut_it_comes_back_from():
+    beacon = batch.parse_header(batch.pack_beacon(PUB, 3, "x1", 42, 5)[1])
+    assert (beacon.kind, beacon.first_seq, batch.floor_of(beacon)) == (batch.BEACON, 3, 42)
+    assert batch.floor_of(batch.parse_header(batch.pack_beacon(PUB, 3, "x1", -1, 5)[1])) == -1  # no journal
+    topic, header, body = batch.pack_cut(PUB, "x1", 0, 0xFFFFFFFF)
+    cut = batch.parse_header(header)
+    assert (topic, body, cut.kind, cut.epoch, batch.floor_of(cut)) == (batch.CONTROL_TOPIC, b"x1", batch.CUT,
+                                                                         0xFFFFFFFF, 0)
+    plain = batch.pack_subscription(PUB, b"k")
+    back = batch.pack_subscription(PUB, b"k", rejoin=9)
+    assert batch.check_subscription(back) == batch.check_subscription(plain) == (PUB, b"k")
+    assert (batch.rejoins(plain), batch.replays(plain)) == (0, False)
+    assert (batch.rejoins(back), batch.replays(back)) == (9, True)  # coming back marks a seam
+    with pytest.raises(batch.BatchError, match="not accepted from publishers"):
+        batch.check_incoming(batch.CONTROL_TOPIC, header, body, 1 << 20)
