@@ -283,6 +283,11 @@ class Replay:
             raise BrokerConnectionError(f"the journal cannot be read at offset {msg.next_offset}: {msg.error}")
         self.seams.update(msg.seams)
         self.end_offset = msg.end_offset
+        if 0 <= self.offset < msg.first_offset:  # (the answer starts there)
+            log.warning("replay: the journal keeps the offsets from %d on: the records from %d to %d are not in it "
+                        "(removed by its retention, or held by a journal lost with its host)", msg.first_offset,
+                        self.offset, msg.first_offset - 1)
+            self.offset = msg.first_offset
         out = []
         if self.offset >= 0 and msg.start_offset > self.offset:
             return []  # not from where we are (it went on from an answer we did not take): fetched again

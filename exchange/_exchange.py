@@ -305,7 +305,8 @@ class Exchange:
         return control.Heartbeat(exchange=self.id, frontend=self.frontend_endpoint, backend=self.backend_endpoint,
                                  pid=os.getpid(), draining=self._draining_since is not None,
                                  permissions=self.admission.digest if self.admission is not None else "-",
-                                 journal=self._journal_said())
+                                 journal=self._journal_said(),
+                                 journal_end=self.forwarder.journal.end if self.forwarder.journal is not None else -1)
 
     def _journal_said(self) -> str:
         """What the heartbeat says of the durability and journal held (:meth:`~roq.control.Journaling.digest`);

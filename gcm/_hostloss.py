@@ -1,4 +1,4 @@
-"""Host loss: the leader moves the exchange slots and monitors of running queues off hosts that are gone.
+"""Host loss: the leader moves the exchange slots, monitors and journals of running queues off hosts that are gone.
 
 A host is lost once it has had no registration in ``/hosts`` for ``host_grace`` seconds as seen by the
 leader (its ZooKeeper session expired: it died, froze or was cut off). Each queue's slots on it are moved
@@ -8,6 +8,10 @@ can take stays where it is and is tried again on later refreshes, at most once a
 that comes back after its slots moved simply has no assignments any more: its host manager stops the
 processes it still runs.
 
+A durable queue's journal on a lost host starts anew beside the queue's monitor (:func:`gcm._journals.journal_ops`),
+in an empty directory: it begins at an offset past every one its monitor and exchanges heard of the lost one
+(the monitor tells it), and the records the lost one held stay on the lost host's disk.
+
 :class:`HostLoss` keeps the clocks; what it decides is a list of :class:`~gcm._outcome.Outcome` s that the
 GCM's shell commits (a transaction that fails is tried again a second later).
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from gcm._journals import journal_ops
 from gcm._outcome import Event, Outcome
 from gcm._placement import Move, plan_replacements, slot_order
 from gcm._view import QueueView, View
@@ -48,6 +53,8 @@ class LostHosts:
                 referenced.update(h for h in q.placement.values() if h)
                 if q.host:
                     referenced.add(q.host)
+                if q.durable and q.doc.journal_host:
+                    referenced.add(q.doc.journal_host)
         missing = referenced - set(view.hosts)
         self.missing_since = {h: self.missing_since.get(h, now) for h in missing}
 
@@ -98,7 +105,7 @@ class HostLoss:
             return []
         due = [
             q.name for q in view.queues.values()
-            if q.state == RUNNING and (q.host in lost or lost & set(q.placement.values()))
+            if q.state == RUNNING and (q.host in lost or lost & set(q.placement.values()) or _journal_lost(q, lost))
             and now >= self._next_try.get(q.name, 0.0)
         ]  # fmt: skip
         self._next_try = {name: t for name, t in self._next_try.items() if t > now}
@@ -110,8 +117,8 @@ class HostLoss:
         outcomes = []
         for name in due:
             mine = [mv for mv in moves if mv.queue == name]
-            if mine:
-                outcomes.append(self._move(view, view.queues[name], mine))
+            if mine or _journal_lost(view.queues[name], lost):
+                outcomes.append(self._move(view, view.queues[name], mine, lost))
         stuck = {(b.queue, b.slot, b.source) for b in blocked}
         self._noted = {key for key in self._noted if key[0] not in due or key in stuck}
         events = []
@@ -127,16 +134,22 @@ class HostLoss:
             outcomes.append(Outcome(events=tuple(events)))
         return outcomes
 
-    def _move(self, view: View, q: QueueView, moves: list[Move]) -> Outcome:
-        """One transaction moving ``moves`` of queue ``q`` (same slot names, the queue node version-checked)."""
+    def _move(self, view: View, q: QueueView, moves: list[Move], lost: set[str]) -> Outcome:
+        """One transaction moving ``moves`` of queue ``q`` (same slot names, the queue node version-checked),
+        and its journal if its host is ``lost`` (beside the monitor, once the monitor is on a live host)."""
         exchanges = sorted((mv for mv in moves if mv.slot != MONITOR), key=lambda mv: slot_order(mv.slot))
         monitor = next((mv for mv in moves if mv.slot == MONITOR), None)
         placement = {**q.placement, **{mv.slot: mv.target for mv in exchanges}}
         host = monitor.target if monitor is not None else q.host
         paths = view.paths
         doc = dataclasses.replace(q.doc, host=host, placement=placement)
+        journal: list = []
+        lost_journal = q.doc.journal_host if _journal_lost(q, lost) and host in view.hosts else ""
+        if lost_journal:
+            doc, journal = journal_ops(view, q, dataclasses.replace(doc, journal_lost=doc.journal_lost + 1), q.rules)
         ops = (
             SetData(paths.queue(q.name), doc.encode(), q.version),
+            *journal,
             *(Delete(paths.assignment(mv.source, q.name, mv.slot)) for mv in moves
               if view.has_assignment(mv.source, q.name, mv.slot)),
             *(Create(paths.assignment(mv.target, q.name, mv.slot)) for mv in moves
@@ -160,5 +173,15 @@ class HostLoss:
                                 f"host {monitor.source} lost (unregistered for over {grace:g}s): "
                                 f"monitor moved to {monitor.target}",
                                 {"lost_host": monitor.source, "host": monitor.target}))
-        return Outcome(ops=ops, ensure=tuple(paths.host_assignments(t) for t in sorted({mv.target for mv in moves})),
-                       events=tuple(events))
+        if lost_journal:
+            events.append(Event(q.name, "journal_moved",
+                                f"host {lost_journal} lost (unregistered for over {grace:g}s): the journal starts "
+                                f"anew on {doc.journal_host}, past the last offset heard of the lost one; the records "
+                                f"it held stay on {lost_journal}", {"lost_host": lost_journal, "host": doc.journal_host}))
+        targets = {mv.target for mv in moves} | ({doc.journal_host} if lost_journal else set())
+        return Outcome(ops=ops, ensure=tuple(paths.host_assignments(t) for t in sorted(targets)), events=tuple(events))
+
+
+def _journal_lost(q: QueueView, lost: set[str]) -> bool:
+    """Whether ``q`` is durable and its journal's host is ``lost``."""
+    return q.durable and q.doc.journal_host in lost

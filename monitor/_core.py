@@ -138,6 +138,7 @@ class Core:
             self.scaling.view = view
         if self.adoption.adopt(view) and self.scaling is not None:
             self.scaling.scaler.reset()
+        self.durability.replaced = view.journal_lost
         self.durability.changed()
 
     # ------------------------------------------------------------------ timers

@@ -8,13 +8,17 @@ its intake and the policy it holds. The monitor
   joins, when either changes and whenever its heartbeat shows it feeds another. An exchange reads no
   publisher before it is told, and while the queue is durable and no journal is heard of it is told the
   durability with no intake: it acknowledges nothing, rather than what no journal has;
-* tells the journal the policy (:class:`~roq.control.JournalPolicy`) when its heartbeat shows another.
+* tells the journal the policy (:class:`~roq.control.JournalPolicy`) when its heartbeat shows another, with
+  how many times the queue's journal was started anew after losing its host and the highest offset heard of
+  it (from the journal's heartbeats and the exchanges' acknowledgements): a new, empty journal that replaces
+  a lost one begins past it.
 
 What the journal last reported is kept for the queue's status (:meth:`Durability.describe`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from monitor._outbox import Outbox
@@ -52,6 +56,8 @@ class Durability:
         self.rules = rules
         self.journal_timeout = journal_timeout
         self.journal: control.JournalHeartbeat | None = None  # the last heartbeat of the journal
+        self.replaced = 0  # times the queue's journal was started anew after its host was lost (the GCM says)
+        self.last = 0  # the highest offset heard of the queue's journal
         self.identity = b""
         self.heard_at = 0.0
         self.message = self._message()
@@ -66,7 +72,7 @@ class Durability:
         now; True if the exchanges were told something new."""
         policy = policy_of(self.rules.values)
         if self.journal is not None and self.journal.policy != policy.digest():
-            self.outbox.send(self.identity, policy)
+            self.outbox.send(self.identity, dataclasses.replace(policy, replaces=self.replaced, last=self.last))
         message = self._message()
         if message == self.message:
             return False
@@ -81,6 +87,7 @@ class Durability:
 
     def heartbeat(self, hb: control.Heartbeat, identity: bytes) -> None:
         """An exchange's heartbeat: tell it if it feeds another journal, or was never told."""
+        self.last = max(self.last, hb.journal_end)
         if hb.journal != self.message.digest():
             self.outbox.send(identity, self.message)
 
@@ -95,6 +102,7 @@ class Durability:
         reads = self.reads
         moved = self.journal is None or hb.intake != self.journal.intake or hb.incarnation != self.journal.incarnation
         self.journal, self.identity, self.heard_at = hb, identity, now
+        self.last = max(self.last, hb.next_offset)
         if moved:
             self.outbox.event("journal_joined", f"journal {hb.journal} at {hb.intake} (offsets {hb.first_offset}.."
                               f"{hb.next_offset})", journal=hb.journal, intake=hb.intake)

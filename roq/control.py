@@ -180,6 +180,7 @@ class Heartbeat(Message):
     draining: bool = False
     permissions: str = "-"  # the digest of the permissions it holds (AclRules.digest); "" none yet; "-" plaintext
     journal: str = "?"  # the durability and journal it holds (Journaling.digest); "?" not told yet
+    journal_end: int = -1  # its journal's end (next offset) as its last acknowledgement said; -1 none
 
 
 @message(6)
@@ -302,12 +303,18 @@ class JournalHeartbeat(Message):
 class JournalPolicy(Message):
     """Monitor -> journal, when it joins, whenever the queue's rules change them and whenever its heartbeat
     shows others: how it acknowledges and syncs (``durability`` "interval" or "always", ``sync_interval_ms``)
-    and what it keeps (``retention_bytes``, ``retention_s``; 0 = no bound)."""
+    and what it keeps (``retention_bytes``, ``retention_s``; 0 = no bound).
+
+    ``replaces``: how many times the queue's journal was started anew after its host was lost (0: never): a
+    journal that holds nothing then begins past every offset the one before may have given, and past ``last``,
+    the highest offset its monitor heard of (not in the digest)."""
 
     durability: str = "always"
     sync_interval_ms: int = 100
     retention_bytes: int = 0
     retention_s: float = 0.0
+    replaces: int = 0
+    last: int = 0
 
     def digest(self) -> str:
         """A short digest of this policy, for a heartbeat to say which the journal holds."""

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from exchange.journal._format import INDEX_INTERVAL, Entry, decode_entry, encode_entry, segment_name
 from exchange.journal._intake import Intake
-from exchange.journal._journal import PAUSE_S, ROUND, Journal
+from exchange.journal._journal import PAUSE_S, REBASE_SHIFT, ROUND, Journal
 from exchange.journal._segment import Segment
 from exchange.journal._sequencer import DUPLICATE, GAP, GAP_WAIT_S, TRIM, WRITE, Gaps, Held, decide
 from exchange.journal._store import MAX_PUBLISHERS, Recovery, Store, check_directory
 
 __all__ = [
     # the process
-    "Journal", "Intake", "ROUND", "PAUSE_S",
+    "Journal", "Intake", "ROUND", "PAUSE_S", "REBASE_SHIFT",
     # the storage
     "Store", "Recovery", "Segment", "Entry", "check_directory", "MAX_PUBLISHERS",
     # its files' layout

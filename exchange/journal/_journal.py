@@ -18,6 +18,11 @@ where the monitor moved (:class:`~roq.control.Retarget`).
 
 A write that fails (the disk is full) loses the round, acknowledges none of it and pauses the intake for
 :data:`PAUSE_S`; the exchanges send it again. Nothing acknowledged is lost.
+
+**A new journal waits for its policy.** One that holds nothing and has a monitor reads no intake until the
+monitor's first policy: if the queue's journal was started anew after its host was lost
+(:attr:`~roq.control.JournalPolicy.replaces`), it begins at an offset past any the lost one gave (the wall
+clock's seconds times 2**21, and past the highest offset its monitor heard), so that offsets only grow.
 """
 
 from __future__ import annotations
@@ -50,12 +55,15 @@ from roq.zap import CLUSTER, recv_from
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Journal", "ROUND", "PAUSE_S"]
+__all__ = ["Journal", "ROUND", "PAUSE_S", "REBASE_SHIFT"]
 
 #: batches read before the round is written
 ROUND = 1024
 #: how long the intake rests after a write failed
 PAUSE_S = 1.0
+#: a journal that replaces a lost one begins at the wall clock's seconds shifted by this (a journal gives
+#: fewer than 2**21 offsets a second; 2**52 in 2106, within the integers a JSON reader keeps exactly)
+REBASE_SHIFT = 21
 #: seconds between two looks at the gaps, and between two applications of the retention
 GAP_CHECK_S, RETAIN_S = 0.1, 5.0
 
@@ -124,6 +132,8 @@ class Journal:
         self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission)
         self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
         log.info("journal %s of queue %s in %s: %s", self.id, cfg.queue, cfg.directory, rec.describe())
+        if self.monitor is not None and self.store.empty:
+            self._paused_until = float("inf")  # new: its monitor's policy says where it begins
         for note in rec.notes:
             log.warning("journal %s: %s", self.id, note)
         if self.curve is not None:
@@ -137,7 +147,7 @@ class Journal:
             log.warning("journal %s: plaintext, no CURVE: anyone who reaches its intake may write to it", self.id)
         if self.monitor is not None:
             self.monitor.connect()
-            self.monitor.send(self._heartbeat())
+            self.monitor.send(heartbeat_of(self))
 
     def ready_info(self) -> dict[str, Any]:
         """The ready line's fields."""
@@ -171,7 +181,8 @@ class Journal:
         store, intake, reads = self.store, self.intake, self.reads
         assert store is not None and intake is not None and reads is not None
         poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
+        paused = time.monotonic() < self._paused_until
+        poller.register(self.sock, 0 if paused else zmq.POLLIN)
         poller.register(reads.socket, zmq.POLLIN)
         extra = [wakeup.fd] if wakeup is not None else []
         extra += [self._watch.socket] if self._watch is not None else []
@@ -184,7 +195,6 @@ class Journal:
         now = time.monotonic()
         self._next_sync = now + self.policy.sync_interval_ms / 1000 if self.interval else float("inf")
         next_gaps, next_retain, next_beat = now + GAP_CHECK_S, now, now + self.config.heartbeat_interval
-        paused = False
         while not self._stopping:
             due = min(self._next_sync, next_gaps, next_retain, next_beat, self._paused_until if paused else next_beat)
             events = dict(poller.poll(poll_ms(max(0.0, due - time.monotonic()))))
@@ -219,7 +229,7 @@ class Journal:
             if now >= next_beat:
                 next_beat = now + self.config.heartbeat_interval
                 if self.monitor is not None:
-                    self.monitor.send(self._heartbeat())
+                    self.monitor.send(heartbeat_of(self))
                 if commands is not None:
                     commands.expire(now)
             if now >= next_retain:
@@ -312,27 +322,14 @@ class Journal:
 
     # ------------------------------------------------------------------ the monitor and the host manager
 
-    def _heartbeat(self) -> control.JournalHeartbeat:
-        store, intake = self.store, self.intake
-        syncs, sync_ms, sync_max_ms, error = self.meter.period()
-        figures: dict[str, Any] = {}
-        if store is not None and intake is not None:
-            figures = dict(first_offset=store.first_offset, next_offset=store.next_offset, size_bytes=store.size_bytes,
-                           segments=len(store.segments), unsynced_bytes=store.unsynced_bytes, records=intake.records,
-                           duplicates=intake.duplicates, skipped=intake.skipped)
-        return control.JournalHeartbeat(journal=self.id, intake=self.endpoint, pid=os.getpid(),
-                                        incarnation=self.incarnation, policy=self.policy.digest() if self.told else "",
-                                        reads=self.reads.endpoint if self.reads is not None else "",
-                                        permissions=self.admission.digest if self.admission is not None else "-",
-                                        syncs=syncs, sync_ms=sync_ms, sync_max_ms=sync_max_ms,
-                                        write_failures=self.meter.write_failures, error=error[:500], **figures)
-
     def _on_policy(self, msg: control.JournalPolicy, _request: Request) -> None:
         """The queue's policy, from the monitor: in force from the next round."""
         if msg.durability not in DURABILITIES[1:]:
             raise ProtocolError(f"durability {msg.durability!r}: a journal is 'interval' or 'always'")
         if not 1 <= msg.sync_interval_ms <= 3_600_000 or msg.retention_bytes < 0 or msg.retention_s < 0:
             raise ProtocolError(f"policy out of range: {msg}")
+        if self._paused_until == float("inf") and not self._begin(msg):
+            return  # told again with the next heartbeat
         was, self.told = self.policy, True
         if msg == was:
             return
@@ -344,6 +341,22 @@ class Journal:
         log.info("journal %s: %s (was %s)", self.id, _describe(msg), _describe(was))
         self._retain()
 
+    def _begin(self, msg: control.JournalPolicy) -> bool:
+        """A new journal's first policy: begin past the lost one it replaces, if any; False if it could not."""
+        store = self.store
+        if msg.replaces and store is not None and store.empty:
+            base = max(int(time.time()) << REBASE_SHIFT, msg.last + 1)
+            try:
+                store.rebase(base)
+            except JournalError as exc:
+                log.error("journal %s: %s", self.id, exc)
+                return False
+            log.warning("journal %s replaces the queue's journal lost with its host (%d time(s) in all): it begins at "
+                        "offset %d, past every offset the lost one gave (the highest heard: %d); the records that one "
+                        "held stay on its host's disk", self.id, msg.replaces, base, msg.last)
+        self._paused_until = 0.0
+        return True
+
     def _on_permissions(self, msg: control.AclRules, _request: Request) -> None:
         """The cluster's permissions, from the monitor: who may read from now on."""
         if self.admission is not None and self.admission.adopt(msg):  # ConfigError: a rule that does not read
@@ -354,7 +367,7 @@ class Journal:
         monitor = check_endpoint(msg.monitor)
         if self.monitor is not None and self.monitor.retarget(monitor):
             log.info("journal %s: the queue's monitor moved to %s", self.id, monitor)
-            self.monitor.send(self._heartbeat())
+            self.monitor.send(heartbeat_of(self))
 
 
 def _describe(policy: control.JournalPolicy) -> str:
@@ -375,3 +388,22 @@ def describe(journal: Journal) -> str:
             f"batches, {intake.skipped} records skipped past gaps, offsets {store.first_offset}.."
             f"{store.next_offset}, {store.size_bytes} bytes in {len(store.segments)} segments, "
             f"{journal.meter.describe()}, {journal.drops.total} inputs dropped")
+
+
+def heartbeat_of(journal: Journal) -> control.JournalHeartbeat:
+    """What a journal tells its monitor every heartbeat."""
+    store, intake = journal.store, journal.intake
+    syncs, sync_ms, sync_max_ms, error = journal.meter.period()
+    figures: dict[str, Any] = {}
+    if store is not None and intake is not None:
+        figures = dict(first_offset=store.first_offset, next_offset=store.next_offset, size_bytes=store.size_bytes,
+                       segments=len(store.segments), unsynced_bytes=store.unsynced_bytes, records=intake.records,
+                       duplicates=intake.duplicates, skipped=intake.skipped)
+    reads, admission = journal.reads, journal.admission
+    return control.JournalHeartbeat(journal=journal.id, intake=journal.endpoint, pid=os.getpid(),
+                                    incarnation=journal.incarnation,
+                                    policy=journal.policy.digest() if journal.told else "",
+                                    reads=reads.endpoint if reads is not None else "",
+                                    permissions=admission.digest if admission is not None else "-",
+                                    syncs=syncs, sync_ms=sync_ms, sync_max_ms=sync_max_ms,
+                                    write_failures=journal.meter.write_failures, error=error[:500], **figures)

@@ -163,6 +163,27 @@ class Store:
         except OSError:
             return 0
 
+    @property
+    def empty(self) -> bool:
+        """True while nothing was ever written here (a new journal, beginning at offset 0)."""
+        seg = self.active
+        return len(self.segments) == 1 and seg.base == seg.next_offset == 0 and not seg.size and not seg.pending
+
+    def rebase(self, base: int) -> None:
+        """Begin this new, empty journal at offset ``base`` rather than 0 (it takes the place of a journal that
+        gave the offsets before it).
+
+        Raises:
+            JournalError: the journal is not empty, or its first segment cannot be made.
+        """
+        if not self.empty:
+            raise JournalError(f"{self.directory} holds records already: only an empty journal begins anew")
+        if base <= 0:
+            return
+        self.active.remove()
+        self.segments, self._bases = [], []
+        self._start(Segment.create(self.directory, base))
+
     # ------------------------------------------------------------------ the extent
 
     @property

@@ -229,3 +229,21 @@ def test_closing_writes_and_syncs_but_never_rolls(tmp_path):
     store.active.write()  # full, not rolled yet (a crash between the write and the roll)
     store.close()
     assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".log")) == [segment_name(0, ".log")]
+
+
+def test_an_empty_journal_begins_anew_at_a_later_offset_and_one_with_records_refuses(tmp_path):
+    directory = str(tmp_path / "j")
+    store, _ = Store.open(directory, "q")
+    assert store.empty
+    store.rebase(1 << 40)
+    assert (store.first_offset, store.next_offset) == (1 << 40, 1 << 40) and not os.path.exists(
+        os.path.join(directory, segment_name(0, ".log")))
+    assert _put(store, PUB_A, 1, 3) == 1 << 40
+    store.write()
+    with pytest.raises(JournalError, match="only an empty journal"):
+        store.rebase(1 << 41)
+    store.close()
+    store, rec = Store.open(directory, "q")  # where it began stays
+    assert rec.next_offset == (1 << 40) + 3 and _records(store, 0) == [(PUB_A, 1), (PUB_A, 2), (PUB_A, 3)]
+    assert not store.empty
+    store.close()

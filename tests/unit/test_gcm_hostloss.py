@@ -91,3 +91,24 @@ def test_a_new_term_starts_the_clocks_again():
     loss.reset()
     loss.update(view, 5.0)
     assert loss.act(view, 5.5) == [] and len(loss.act(view, 6.0)) == 1
+
+
+def test_a_durable_queues_journal_on_a_lost_host_starts_anew_beside_the_monitor():
+    loss = HostLoss(grace=1.0)
+    doc = QueueDoc(state="running", host="a", placement={"x1": "a"}, next_exchange=2, journal_host="dead")
+    q = QueueView("q", doc, version=4, explicit_rules={"durability": "always"})
+    view = _view([q], [_host("a")], {"dead": {"q@journal"}, "a": {"q@monitor", "q@x1"}})
+    loss.update(view, 0.0)
+    assert loss.act(view, 0.9) == []
+    (outcome,) = loss.act(view, 1.0)
+    moved = QueueDoc.decode(outcome.ops[0].data)
+    assert moved.journal_host == "a" and moved.host == "a" and moved.placement == {"x1": "a"}
+    assert set(outcome.ops[1:]) == {Delete("/roq/assignments/dead/q@journal"), Create("/roq/assignments/a/q@journal")}
+    assert outcome.ensure == ("/roq/assignments/a",)
+    (event,) = outcome.events
+    assert event.kind == "journal_moved" and event.fields == {"lost_host": "dead", "host": "a"}
+    # not durable: its journal's old host is nobody's concern
+    plain = QueueView("q", doc, version=4)
+    loss = HostLoss(grace=1.0)
+    loss.update(_view([plain], [_host("a")]), 0.0)
+    assert loss.act(_view([plain], [_host("a")]), 5.0) == []

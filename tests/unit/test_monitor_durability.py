@@ -40,7 +40,7 @@ def test_a_durable_queue_holds_its_exchanges_until_its_journal_is_heard_and_then
     _journal_beat(d)
     assert d.to(b"x1", control.Journaling)[-1] == control.Journaling(journal="tcp://h:9", durability="always")
     (policy,) = d.to(b"j1", control.JournalPolicy)
-    assert policy == control.JournalPolicy(durability="always", sync_interval_ms=20)
+    assert policy == control.JournalPolicy(durability="always", sync_interval_ms=20, last=42)  # (its next offset)
     _journal_beat(d, policy=policy.digest())
     assert len(d.to(b"j1", control.JournalPolicy)) == 1  # it holds it
     assert d.events("journal_joined") and d.events("durability_changed")
@@ -53,7 +53,7 @@ def test_rules_that_change_reach_the_journal_and_every_exchange_and_a_journal_el
     _beat(d, "x1", "?")
     _journal_beat(d, policy=control.JournalPolicy().digest())
     d.cluster(_view(durability="interval", sync_interval_ms=50, retention_bytes=10**7))
-    assert d.to(b"j1", control.JournalPolicy)[-1] == control.JournalPolicy("interval", 50, 10**7, 0.0)
+    assert d.to(b"j1", control.JournalPolicy)[-1] == control.JournalPolicy("interval", 50, 10**7, 0.0, last=42)
     assert d.to(b"x1", control.Journaling)[-1] == control.Journaling(journal="tcp://h:9", durability="interval")
     _journal_beat(d, intake="tcp://other:9", incarnation=8)  # started again on another host
     assert d.to(b"x1", control.Journaling)[-1].journal == "tcp://other:9"
@@ -62,3 +62,16 @@ def test_rules_that_change_reach_the_journal_and_every_exchange_and_a_journal_el
     _beat(d, "x1", "interval tcp://other:9")  # a change it missed
     assert d.to(b"x1", control.Journaling)[-1] == control.Journaling(journal="", durability="none")
 
+
+
+def test_a_journal_that_replaces_a_lost_one_is_told_so_and_the_highest_offset_its_exchanges_heard():
+    """The GCM counts the journals started anew after their host was lost; the exchanges' heartbeats carry the
+    end their journal's last acknowledgement named: a new, empty journal begins past both."""
+    d = Driver(MonitorConfig(queue="q"), view=QueueView(state="running", rules={**DEFAULT_RULES, "durability": "always"},
+                                                          journal_lost=2))
+    d.send(control.Heartbeat(exchange="x1", frontend="tcp://h:1", backend="tcp://h:2", pid=1, journal="?",
+                             journal_end=5000), b"x1", "cluster")
+    d.send(control.JournalHeartbeat(journal="j2", intake="tcp://h:9", pid=2, incarnation=3), b"j2", "cluster")
+    (policy,) = d.to(b"j2", control.JournalPolicy)
+    assert (policy.replaces, policy.last) == (2, 5000)
+    assert policy.digest() == control.JournalPolicy().digest()  # neither is the policy itself
