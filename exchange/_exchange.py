@@ -305,8 +305,7 @@ class Exchange:
         return control.Heartbeat(exchange=self.id, frontend=self.frontend_endpoint, backend=self.backend_endpoint,
                                  pid=os.getpid(), draining=self._draining_since is not None,
                                  permissions=self.admission.digest if self.admission is not None else "-",
-                                 journal=self._journal_said(),
-                                 journal_end=self.forwarder.journal.end if self.forwarder.journal is not None else -1)
+                                 journal=self._journal_said(), **_journal_figures(self.forwarder.journal))
 
     def _journal_said(self) -> str:
         """What the heartbeat says of the durability and journal held (:meth:`~roq.control.Journaling.digest`);
@@ -332,3 +331,8 @@ class Exchange:
         idle = now - max(self.forwarder.last_data, self._draining_since)
         if idle >= 2 * self.config.heartbeat_interval or now - self._draining_since >= self.config.drain_timeout:
             self._stopping = True
+
+
+def _journal_figures(journal: JournalFeed | None) -> dict[str, int]:
+    """What a heartbeat says of the exchange's journal: its end as last acknowledged, and what waits for it."""
+    return {} if journal is None else {"journal_end": journal.end, "journal_waiting": journal.bytes}

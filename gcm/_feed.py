@@ -93,7 +93,8 @@ class LiveFeed:
                            "status_from": "monitor" if status is not None else "topology",
                            "status_age_s": round(max(0.0, self.clock() - snaps[name].at), 3) if name in snaps else None,
                            **traffic(status), "exchanges": exchanges, "publisher_list": publishers,
-                           "latency": latency, "counters": (status or {}).get("counters", {})})
+                           "latency": latency, "counters": (status or {}).get("counters", {}),
+                           "journal": _journal(q.doc.journal_host, q.durable, status)})
         return {"time": self.clock(), "leader": self.shell.id, "hosts": [snake(h.document()) for h in hosts],
                 "queues": queues}
 
@@ -157,3 +158,17 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")
     return value if isinstance(value, str) else ""
+
+
+#: what the page shows of a durable queue's journal, from its monitor's status
+JOURNAL_FIELDS = ("durability", "alive", "first_offset", "next_offset", "size_bytes", "unsynced_bytes", "lag_bytes",
+                  "sync_ms", "sync_max_ms", "write_failures")
+
+
+def _journal(host: str, durable: bool, status: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A durable queue's journal for the page (None: not durable)."""
+    if not durable:
+        return None
+    journal = (status or {}).get("journal")
+    journal = journal if isinstance(journal, dict) and journal.get("journal") else {}
+    return {"host": host, **{k: journal.get(k) for k in JOURNAL_FIELDS}}

@@ -130,11 +130,12 @@ QUEUE_FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("roq_journal_sync_seconds", "gauge", "mean time of one fdatasync in the journal's last heartbeat period"),
     ("roq_journal_sync_max_seconds", "gauge", "longest fdatasync in the journal's last heartbeat period"),
     ("roq_journal_write_failures_total", "counter", "writes or syncs of the journal that failed (a full disk...)"),
+    ("roq_journal_lag_bytes", "gauge", "bytes the exchanges sent the journal that it has not acknowledged yet"),
 )
 _JOURNAL = (("roq_journal_bytes", "size_bytes", 1), ("roq_journal_next_offset", "next_offset", 1),
             ("roq_journal_unsynced_bytes", "unsynced_bytes", 1), ("roq_journal_sync_seconds", "sync_ms", 1e-3),
             ("roq_journal_sync_max_seconds", "sync_max_ms", 1e-3),
-            ("roq_journal_write_failures_total", "write_failures", 1))
+            ("roq_journal_write_failures_total", "write_failures", 1), ("roq_journal_lag_bytes", "lag_bytes", 1))
 _X_GAUGES = (("records_per_s", "roq_exchange_records_in_per_second"),
              ("records_out_per_s", "roq_exchange_records_out_per_second"), ("busy", "roq_exchange_busy_ratio"),
              ("mark_records_per_s", "roq_exchange_mark_records_per_second"), ("publishers", "roq_exchange_publishers"),

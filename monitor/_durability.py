@@ -58,6 +58,7 @@ class Durability:
         self.journal: control.JournalHeartbeat | None = None  # the last heartbeat of the journal
         self.replaced = 0  # times the queue's journal was started anew after its host was lost (the GCM says)
         self.last = 0  # the highest offset heard of the queue's journal
+        self.waiting: dict[bytes, int] = {}  # exchange -> bytes it sent the journal, not acknowledged yet
         self.identity = b""
         self.heard_at = 0.0
         self.message = self._message()
@@ -88,6 +89,7 @@ class Durability:
     def heartbeat(self, hb: control.Heartbeat, identity: bytes) -> None:
         """An exchange's heartbeat: tell it if it feeds another journal, or was never told."""
         self.last = max(self.last, hb.journal_end)
+        self.waiting[identity] = hb.journal_waiting
         if hb.journal != self.message.digest():
             self.outbox.send(identity, self.message)
 
@@ -112,6 +114,8 @@ class Durability:
     def describe(self, now: float) -> dict[str, Any]:
         """The journal as the queue's status shows it."""
         out: dict[str, Any] = {"durability": self.rules.values.get("durability", "none"), "journal": ""}
+        live = {x.identity for x in self.topology.exchanges.values()}
+        self.waiting = {x: n for x, n in self.waiting.items() if x in live}
         hb = self.journal
         if hb is not None:
             out.update(journal=hb.journal, intake=hb.intake, reads=hb.reads, silent_s=round(now - self.heard_at, 3),
@@ -119,5 +123,6 @@ class Durability:
                        first_offset=hb.first_offset, next_offset=hb.next_offset, size_bytes=hb.size_bytes,
                        segments=hb.segments, unsynced_bytes=hb.unsynced_bytes, records=hb.records,
                        duplicates=hb.duplicates, skipped=hb.skipped, syncs=hb.syncs, sync_ms=hb.sync_ms,
-                       sync_max_ms=hb.sync_max_ms, write_failures=hb.write_failures, error=hb.error)
+                       sync_max_ms=hb.sync_max_ms, write_failures=hb.write_failures, error=hb.error,
+                       lag_bytes=sum(self.waiting.values()))
         return out

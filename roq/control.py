@@ -181,6 +181,7 @@ class Heartbeat(Message):
     permissions: str = "-"  # the digest of the permissions it holds (AclRules.digest); "" none yet; "-" plaintext
     journal: str = "?"  # the durability and journal it holds (Journaling.digest); "?" not told yet
     journal_end: int = -1  # its journal's end (next offset) as its last acknowledgement said; -1 none
+    journal_waiting: int = 0  # bytes it sent its journal that the journal has not acknowledged yet
 
 
 @message(6)

@@ -71,6 +71,27 @@
     return typeof v === "number" && v >= 0 ? (v < 10 ? v.toFixed(2) : v.toFixed(0)) + " ms" : "–";
   }
 
+  function bytes(v) {
+    v = num(v);
+    const units = ["B", "kB", "MB", "GB", "TB"];
+    let i = 0;
+    while (v >= 1000 && i < units.length - 1) {
+      v /= 1000;
+      i++;
+    }
+    return (i ? v.toFixed(1) : v.toFixed(0)) + " " + units[i];
+  }
+
+  function journalText(j) {  // a durable queue's journal, as its monitor last heard it
+    const where = "journal on " + String(j.host || "?");
+    if (j.alive == null) return where + ": not heard yet";
+    const failures = num(j.write_failures);
+    return where + (j.alive ? "" : " (silent)") + " · " + String(j.durability || "") + " · " + bytes(j.size_bytes) +
+      ", offsets " + num(j.first_offset) + ".." + num(j.next_offset) + " · lag " + bytes(j.lag_bytes) +
+      " · unsynced " + bytes(j.unsynced_bytes) + " · sync " + millis(j.sync_ms) + " (max " + millis(j.sync_max_ms) +
+      ")" + (failures ? " · " + failures + " failed writes" : "");
+  }
+
   function clock(t) {
     return new Date(t * 1000).toLocaleTimeString([], { hour12: false });
   }
@@ -253,6 +274,10 @@
     setText($("d-name"), q ? String(q.name) : "–");
     setText($("d-state"), q ? String(q.state || "") : "");
     setText($("d-host"), q ? "monitor on " + String(q.host || "?") : "");
+    const journal = $("d-journal"), j = q && q.journal && typeof q.journal === "object" ? q.journal : null;
+    journal.hidden = !j;
+    setText(journal, j ? journalText(j) : "");
+    journal.dataset.alive = j && j.alive ? "1" : "0";
     const chart = stepPath(q && history.get(selected));
     $("d-chart").firstElementChild.setAttribute("d", chart.d);
     setText($("d-chart-label"), q ? "exchanges, last 5 min: now " + (q.exchanges || []).length + ", lowest " +

@@ -218,6 +218,10 @@ def fake_state(step: int, rng: random.Random, start: float) -> dict:
             "latency": [{"id": f"s{i}-{k}", "p50": rng.uniform(1, 5), "p99": rng.uniform(5, 50),
                          "prefix": "b''" if k else "b'eu'"} for k in range(2)],
             "counters": {"relocations": step // 10, "failovers": 0, "scale_outs": step // 20, "scale_ins": 0},
+            "journal": None if i % 2 else {
+                "host": "127.0.0.12", "durability": "always", "alive": True, "first_offset": 0,
+                "next_offset": 1000 * step, "size_bytes": 1_200_000 * step, "unsynced_bytes": 0,
+                "lag_bytes": 4096, "sync_ms": 0.7, "sync_max_ms": 21.0, "write_failures": 0},
         })
     hosts = [{"address": f"127.0.0.{11 + k}", "cpus": 2.0, "cpu_percent": rng.uniform(0, 100),
               "memory_percent": rng.uniform(0, 100), "net_bytes_per_s": 1e6, "net_percent": 0.0, "exchanges": 75,
@@ -266,6 +270,8 @@ def test_a_minute_of_100_queues_renders_in_place_and_fast(make_embedded, browser
             points: document.querySelector('#queues tbody tr polyline').getAttribute('points').trim().split(' ').length,
             exchanges: document.querySelectorAll('#d-exchanges tr.exchange').length,
             latency: document.querySelectorAll('#d-latency tbody tr').length,
+            journal: document.querySelector('#d-journal').hidden ? null
+                : document.querySelector('#d-journal').textContent,
         };""")
     average, worst = sum(renders) / len(renders), max(renders)
     print(f"\n100 queues, 60 states: render average {average:.1f} ms, first {renders[0]:.1f} ms, worst {worst:.1f} "
@@ -277,6 +283,8 @@ def test_a_minute_of_100_queues_renders_in_place_and_fast(make_embedded, browser
     assert page["events"] == 200 and page["newestFirst"]
     assert page["bold"] == 0 and page["firstText"] == f"<b>event {seq}</b> moved 12 records/s"
     assert page["exchanges"] in (2, 3, 4) and page["latency"] == 2
+    assert page["journal"] == ("journal on 127.0.0.12 · always · 70.8 MB, offsets 0..59000 · lag 4.1 kB · unsynced "
+                               "0 B · sync 0.70 ms (max 21 ms)"), page["journal"]  # q000's, of the last state
     assert average < 50 and worst < 500, renders
     assert sum(adds) / len(adds) < 20 and round_trip < 2.0
 

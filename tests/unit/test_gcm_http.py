@@ -128,7 +128,7 @@ def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
                               "counts": [1] + [0] * (len(LATENCY_BOUNDS_MS) - 1) + [2]},
         "journal": {"durability": "always", "journal": "j-1", "alive": True, "first_offset": 100,
                     "next_offset": 1100, "size_bytes": 123456, "unsynced_bytes": 4096, "sync_ms": 0.5,
-                    "sync_max_ms": 2.0, "write_failures": 1},
+                    "sync_max_ms": 2.0, "write_failures": 1, "lag_bytes": 65536},
     }
     view = View(queues={"q": QueueView("q", QueueDoc(state=RUNNING))})
     text = Exposition(top=2).text(view, {"q": Snapshot("q", status, time.time())}, gcm="gcm1", leading=True,
@@ -153,6 +153,7 @@ def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
     assert samples[("roq_journal_unsynced_bytes", (("queue", "q"),))] == 4096.0
     assert samples[("roq_journal_sync_max_seconds", (("queue", "q"),))] == 0.002
     assert samples[("roq_journal_write_failures_total", (("queue", "q"),))] == 1.0
+    assert samples[("roq_journal_lag_bytes", (("queue", "q"),))] == 65536.0
     standby = Exposition(top=2).text(view, {}, gcm="gcm2", leading=False, now=0.0).decode()
     assert 'roq_gcm_leader{gcm="gcm2"} 0.0' in standby and "roq_queue" not in standby
 
