@@ -118,7 +118,8 @@ class Durability:
         self.waiting = {x: n for x, n in self.waiting.items() if x in live}
         hb = self.journal
         if hb is not None:
-            out.update(journal=hb.journal, intake=hb.intake, reads=hb.reads, silent_s=round(now - self.heard_at, 3),
+            out.update(journal=hb.journal, pid=hb.pid, intake=hb.intake, reads=hb.reads,
+                       silent_s=round(now - self.heard_at, 3),
                        alive=now - self.heard_at < self.journal_timeout, policy=hb.policy, permissions=hb.permissions,
                        first_offset=hb.first_offset, next_offset=hb.next_offset, size_bytes=hb.size_bytes,
                        segments=hb.segments, unsynced_bytes=hb.unsynced_bytes, records=hb.records,

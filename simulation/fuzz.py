@@ -14,9 +14,9 @@ What a stranger on the network can send, in five families:
 * **bad values of the right type** where a server checks values: negative and huge counts, queue names
   that are not names, rules out of range, unknown rules, evidence nested too deep;
 * **huge and nested documents**: strings of megabytes (up to 50 MB once a run), documents nested deeper
-  than any limit, lists of a hundred thousand items; for an exchange's frontend, batches broken in every
-  way its check knows (version, kind, counts, bodies, keys, sequence numbers); for its backend,
-  subscriptions broken the same way, and others' ids;
+  than any limit, lists of a hundred thousand items; for an exchange's frontend and a journal's intake,
+  batches broken in every way its check knows (version, kind, counts, bodies, keys, sequence numbers); for
+  an exchange's backend, subscriptions broken the same way, and others' ids;
 * **broken HTTP** for the HTTP ports (a GCM's API, a host manager's health checks): bad request lines and
   methods, headers without colons or of 70 KB, bodies whose length lies or is over the limit, broken chunked
   bodies, paths that climb out of the static files, percent garbage, bad query parameters, pipelined
@@ -59,14 +59,16 @@ LINGER_MS = 2000  # how long a closed socket may still deliver what it was given
 ANSWER_S = 30.0  # how long a server may take to answer everything the sweep asked
 ANSWERS = ("asked", "answered", "accepted", "garbled answers")  # what a tally counts beside the garbage
 HUGE = 50 << 20  # the largest string sent (once per sweep, to each server)
+READS_WINDOW = 32  # requests a sweep keeps unanswered at a journal's reads port, at most
 
 
 @dataclasses.dataclass(frozen=True)
 class Target:
     """A listening socket to fuzz: ``kind`` is "server" (a ROUTER answering control messages: GCM look-up
-    and management, monitor, host manager), "frontend" (an exchange's batches), "backend" (an exchange's
-    subscribers), "pub" (the GCM's broadcast) or "http" (a GCM's HTTP API, a host manager's health
-    checks)."""
+    and management, monitor, host manager), "reads" (a journal's reads port: a server whose answers to one
+    reader wait in a pipe of a few dozen, so the sweep keeps at most :data:`READS_WINDOW` requests unanswered),
+    "frontend" (an exchange's batches, a journal's intake), "backend" (an exchange's subscribers), "pub" (the
+    GCM's broadcast) or "http" (a GCM's HTTP API, a host manager's health checks)."""
 
     name: str
     endpoint: str
@@ -458,13 +460,15 @@ def sweep(targets: list[Target], queue: str, *, huge: bool = True) -> Tally:
         variants = list(command_variants()) + list(bad_values(queue))
         big = list(huge_documents()) if huge else []
         for target in targets:
-            if target.kind == "server":
+            if target.kind in ("server", "reads"):
                 dealer = socks.connect(zmq.DEALER, target.endpoint, replies=True)
-                for _, frame in variants:
-                    socks.send(dealer, [frame])
+                window = READS_WINDOW if target.kind == "reads" else len(variants)
+                for i in range(0, len(variants), window):  # (a reader that reads its answers)
+                    for _, frame in variants[i:i + window]:
+                        socks.send(dealer, [frame])
+                    _answers(dealer, len(variants[i:i + window]), tally)
                 tally.add("commands with a field wrong, bad values", len(variants))
                 tally.add("asked", len(variants))
-                _answers(dealer, len(variants), tally)
                 for _, frame in big:
                     socks.send(socks.connect(zmq.DEALER, target.endpoint), [frame])
                 tally.add("huge and nested documents", len(big))
@@ -548,7 +552,8 @@ def fuzz_round(targets: list[Target], seed: int, queue: str, *, per_target: int 
                         send_raw(target.endpoint, rng.choice(raw_payloads(rng))[1])
                         tally.add("raw bytes and broken greetings")
                 continue
-            kinds = {"server": (zmq.DEALER, zmq.REQ, zmq.PUSH, zmq.PUB), "frontend": (zmq.DEALER, zmq.PUSH, zmq.REQ),
+            kinds = {"server": (zmq.DEALER, zmq.REQ, zmq.PUSH, zmq.PUB), "reads": (zmq.DEALER, zmq.REQ, zmq.PUSH),
+                     "frontend": (zmq.DEALER, zmq.PUSH, zmq.REQ),
                      "backend": (zmq.DEALER, zmq.SUB, zmq.XSUB), "pub": (zmq.SUB, zmq.XSUB, zmq.DEALER)}[target.kind]
             peer = zmq.PUB if target.kind == "pub" else zmq.ROUTER
             sockets = {kind: socks.connect(kind, target.endpoint, peer=peer) for kind in kinds}
@@ -560,7 +565,7 @@ def fuzz_round(targets: list[Target], seed: int, queue: str, *, per_target: int 
                     tally.add("raw bytes and broken greetings")
                     continue
                 kind = rng.choice(kinds)
-                if target.kind == "server" and pick < 0.6:
+                if target.kind in ("server", "reads") and pick < 0.6:
                     frames = [rng.choice(variants)[1]] if pick < 0.45 else [rng.choice(values)[1]]
                     family = "commands with a field wrong, bad values"
                 elif target.kind == "frontend" and pick < 0.6:

@@ -15,6 +15,7 @@ import logging
 import zmq
 
 from exchange._admission import Admission
+from exchange._control import MAX_CONTROL_BYTES
 from exchange.journal._reads import Positions, Reads
 from exchange.journal._store import Store
 from roq import batch, control
@@ -50,7 +51,7 @@ class ReadPort:
         self.socket = context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        self.socket.setsockopt(zmq.MAXMSGSIZE, batch.MAX_KEY + 4096)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)  # as every server of the control plane
         self.socket.setsockopt(zmq.SNDHWM, 64)  # answers of up to a few MiB each
         if curve is not None:
             curve.serve(self.socket, "reads")

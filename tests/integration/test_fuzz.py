@@ -35,9 +35,14 @@ def _targets(cluster, q: Queue) -> list[fuzz.Target]:
         targets += [fuzz.Target(f"host manager {address}", child.info["endpoint"], "server"),
                     fuzz.Target(f"host manager {address} http", child.info["http"], "http")]
     targets.append(fuzz.Target("monitor", q.monitor, "server"))
-    for x in q.status()["exchanges"]:
+    status = q.status()
+    for x in status["exchanges"]:
         targets += [fuzz.Target(f"exchange {x['id']} frontend", x["frontend"], "frontend"),
                     fuzz.Target(f"exchange {x['id']} backend", x["backend"], "backend")]
+    journal = status.get("journal") or {}
+    if journal.get("journal"):  # a durable queue: its journal's intake takes batches, its reads port commands
+        targets += [fuzz.Target("journal intake", journal["intake"], "frontend"),
+                    fuzz.Target("journal reads", journal["reads"], "reads")]
     return targets
 
 
@@ -47,6 +52,8 @@ def _processes(cluster, q: Queue) -> dict[str, int]:
     pids.update({f"host manager {a}": c.pid for a, c in cluster.hostmanagers.items()})
     pids["monitor"] = status["pid"]
     pids.update({f"exchange {x['id']}": x["pid"] for x in status["exchanges"]})
+    if (status.get("journal") or {}).get("journal"):
+        pids["journal"] = status["journal"]["pid"]
     return pids
 
 
@@ -68,8 +75,10 @@ def _fresh_run_is_exact(loads, q: Queue) -> None:
 @pytest.mark.timeout(240 + 3 * len(SEEDS))
 def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, loads):
     cluster = make_embedded(hosts=2, gcms=2)
-    q = Queue(cluster, loads, "fuzzq", "127.0.0.11", min_exchanges=2, max_exchanges_per_host=1, host_cpu_percent=100)
-    q.wait(lambda s: len(s["exchanges"]) == 2, 30, "the queue's two exchanges, one per host")
+    q = Queue(cluster, loads, "fuzzq", "127.0.0.11", min_exchanges=2, max_exchanges_per_host=1, host_cpu_percent=100,
+              durability="interval")  # durable: its journal's ports too
+    q.wait(lambda s: len(s["exchanges"]) == 2 and (s.get("journal") or {}).get("alive"), 30,
+           "the queue's two exchanges, one per host, and its journal")
     q.subscribe()
     q.subscribe("b")
     q.publish(400, "a,b")
@@ -116,8 +125,10 @@ def test_garbage_and_strangers_handshakes_at_a_secure_cluster_kill_nothing_and_l
     from roq.config import CurveClient
 
     cluster = make_embedded(hosts=2, gcms=1, secure=True)
-    q = Queue(cluster, loads, "fuzzq", "127.0.0.11", min_exchanges=2, max_exchanges_per_host=1, host_cpu_percent=100)
-    q.wait(lambda s: len(s["exchanges"]) == 2, 30, "the queue's two exchanges, one per host")
+    q = Queue(cluster, loads, "fuzzq", "127.0.0.11", min_exchanges=2, max_exchanges_per_host=1, host_cpu_percent=100,
+              durability="always")
+    q.wait(lambda s: len(s["exchanges"]) == 2 and (s.get("journal") or {}).get("alive"), 30,
+           "the queue's two exchanges, one per host, and its journal")
     q.subscribe()
     q.publish(400, "a,b")
     q.wait(lambda s: sum(x["records_per_s"] for x in s["exchanges"]) > 200, 20, "the load flowing")
