@@ -339,7 +339,9 @@ class Replay:
         if any(delivered.get(p, 0) < seq for p, seq in self.need.items()):
             return False
         rejoins = self.rejoins
-        wanted = [rejoins.get(x, x) for x in exchanges] if self.initial else list(rejoins.values())
+        # (a catch-up waits only for the exchanges that cut it off and are still listed)
+        wanted = [rejoins.get(x, x) for x in exchanges] if self.initial else [
+            tag for x, tag in rejoins.items() if x in exchanges]
         if all(x in self.seams and self.offset >= self.seams[x] for x in wanted):
             return True
         if self.at_end_since and now - self.at_end_since >= SEAM_WAIT_S:
