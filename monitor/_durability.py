@@ -90,6 +90,9 @@ class Durability:
         """An exchange's heartbeat: tell it if it feeds another journal, or was never told."""
         self.last = max(self.last, hb.journal_end)
         self.waiting[identity] = hb.journal_waiting
+        if len(self.waiting) > len(self.topology.exchanges):  # exchanges that left: forgotten here, not in describe
+            live = {x.identity for x in self.topology.exchanges.values()}
+            self.waiting = {x: n for x, n in self.waiting.items() if x in live}
         if hb.journal != self.message.digest():
             self.outbox.send(identity, self.message)
 
@@ -114,8 +117,6 @@ class Durability:
     def describe(self, now: float) -> dict[str, Any]:
         """The journal as the queue's status shows it."""
         out: dict[str, Any] = {"durability": self.rules.values.get("durability", "none"), "journal": ""}
-        live = {x.identity for x in self.topology.exchanges.values()}
-        self.waiting = {x: n for x, n in self.waiting.items() if x in live}
         hb = self.journal
         if hb is not None:
             out.update(journal=hb.journal, pid=hb.pid, intake=hb.intake, reads=hb.reads,
@@ -125,5 +126,5 @@ class Durability:
                        segments=hb.segments, unsynced_bytes=hb.unsynced_bytes, records=hb.records,
                        duplicates=hb.duplicates, skipped=hb.skipped, syncs=hb.syncs, sync_ms=hb.sync_ms,
                        sync_max_ms=hb.sync_max_ms, write_failures=hb.write_failures, error=hb.error,
-                       lag_bytes=sum(self.waiting.values()))
+                       lag_bytes=sum(self.waiting.get(x.identity, 0) for x in self.topology.exchanges.values()))
         return out
