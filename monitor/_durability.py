@@ -90,8 +90,8 @@ class Durability:
         """An exchange's heartbeat: tell it if it feeds another journal, or was never told."""
         self.last = max(self.last, hb.journal_end)
         self.waiting[identity] = hb.journal_waiting
-        if len(self.waiting) > len(self.topology.exchanges):  # exchanges that left: forgotten here, not in describe
-            live = {x.identity for x in self.topology.exchanges.values()}
+        if len(self.waiting) > len(self.topology.exchanges) + 1:  # exchanges that left: forgotten here, not in describe
+            live = {identity} | {x.identity for x in self.topology.exchanges.values()}
             self.waiting = {x: n for x, n in self.waiting.items() if x in live}
         if hb.journal != self.message.digest():
             self.outbox.send(identity, self.message)
