@@ -147,7 +147,8 @@ class Exchange:
         # publishers and subscribers wait until the monitor said whether the queue is durable, and with CURVE
         # until it sent the permissions
         closed = not self._open()
-        poller.register(fwd.frontend, 0 if closed else zmq.POLLIN)
+        reading = not closed and not fwd.blocked  # the frontend is polled
+        poller.register(fwd.frontend, zmq.POLLIN if reading else 0)
         poller.register(fwd.backend, 0 if closed else zmq.POLLIN)  # subscriptions
         poller.register(self.monitor.socket, zmq.POLLIN)
         for watch in self._watches:
@@ -182,14 +183,16 @@ class Exchange:
                 fwd.read_journal()
             if not closed and (holding or fwd.frontend in events):
                 fwd.forward()  # the held batch first
-            if not closed and holding != fwd.blocked:  # a full pipe holds the publishers back, or lets them go
-                poller.modify(fwd.frontend, 0 if fwd.blocked else zmq.POLLIN)
             if self.monitor.socket in events:
                 self.monitor.readable()
                 if closed and self._open():
                     closed = False
-                    poller.modify(fwd.frontend, 0 if fwd.blocked else zmq.POLLIN)
                     poller.modify(fwd.backend, zmq.POLLIN)
+            # a full pipe or the journal holds the publishers back, or lets them go: whatever changed it (a held
+            # batch out, the monitor naming a journal or none), the frontend is polled exactly while it may be read
+            if reading != (not closed and not fwd.blocked):
+                reading = not reading
+                poller.modify(fwd.frontend, zmq.POLLIN if reading else 0)
             if wakeup is not None and wakeup.fd in events and wakeup.consume():
                 self._begin_drain("signal")
             if commands is not None and commands.fd in events:

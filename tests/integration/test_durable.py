@@ -15,6 +15,7 @@ import client
 from exchange.journal import Store
 from roq import batch
 from roq.config import PublisherConfig
+from roq.errors import BrokerTimeoutError
 from roq.process import spawn
 from roqcli.zkserver import free_port
 
@@ -101,6 +102,33 @@ def test_flush_returns_once_the_journal_has_the_records_and_a_killed_journal_los
     assert seqs == {pub.id.hex(): list(range(1, sent + 1))}, (
         f"the journal holds {len(seqs.get(pub.id.hex(), []))} records, not 1..{sent} once each "
         f"(killed after {killed_at} sent)")
+
+
+def test_an_exchange_that_joined_before_the_journal_reads_its_publishers_once_the_journal_is_heard_of(tmp_path):
+    """The exchange joins a durable queue whose journal is not up yet: told "durable, no journal", it reads no
+    publisher; once the monitor names the journal it reads them again, and a flush returns."""
+    monitor = spawn("monitor", "monitor", ["--address", ADDRESS, "--port", "0", "--queue", "q",
+                                           "--durability", "always"])
+    children = [monitor]
+    try:
+        endpoint = monitor.wait_ready()["endpoint"]
+        exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS])
+        children.append(exchange)
+        exchange.wait_ready()
+        with client.connect(endpoint) as conn:
+            pub = conn.publisher()
+            for i in range(100):
+                pub.send(b"k", b"%d" % i)
+            with pytest.raises(BrokerTimeoutError):
+                pub.flush(1.0)  # no journal: nothing is acknowledged
+            journal_dir = str(tmp_path / "journal")
+            children.append(_journal(journal_dir, free_port(ADDRESS), endpoint))
+            pub.flush(15)
+        children[-1].stop()
+        assert _journaled(journal_dir) == {pub.id.hex(): list(range(1, 101))}
+    finally:
+        for child in reversed(children):
+            child.stop()
 
 
 def test_a_queue_made_durable_in_a_secure_cluster_gets_a_journal_that_a_kill_9_loses_nothing_of(make_embedded, kz):
