@@ -11,8 +11,10 @@ PYTEST_ARGS ?=
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
 
+# two workers: the tests that load or measure the machine run one after another on one of them, the others
+# beside them (tests/conftest.py)
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/deploy
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS) tests --ignore=tests/deploy
 
 # the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
 fuzz: $(STAMP)

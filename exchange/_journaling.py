@@ -86,11 +86,7 @@ class JournalFeed:
     def send(self, frames: list[bytes], h: batch.Header) -> bool:
         """Send one batch or marker (``[key, header, body]``); False if the pipe is full (then nothing was sent
         or kept: the caller holds it and tries again)."""
-        if self._resend and not self.flush():
-            return False
-        try:
-            self.socket.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.Again:
+        if not self._put(frames):
             return False
         last = h.last_seq if h.kind == batch.DATA else h.first_seq - 1
         size = len(frames[0]) + len(frames[1]) + len(frames[2])
@@ -106,10 +102,14 @@ class JournalFeed:
     def mark_seam(self, subscriber: bytes, exchange: str) -> bool:
         """Tell the journal that ``subscriber`` gets what this exchange forwards from now on (it replays the
         journal up to there); False if the pipe is full (not sent)."""
+        return self._put(batch.pack_seam(subscriber, exchange))
+
+    def _put(self, frames: list[bytes]) -> bool:
+        """Send ``frames`` behind what waits to be sent again; False if the pipe is full (nothing sent)."""
         if self._resend and not self.flush():
             return False
         try:
-            self.socket.send_multipart(batch.pack_seam(subscriber, exchange), zmq.NOBLOCK)
+            self.socket.send_multipart(frames, zmq.NOBLOCK)
         except zmq.Again:
             return False
         return True

@@ -262,6 +262,7 @@ def test_a_subscriber_from_earliest_while_publishers_run_gets_every_record_once_
         conn.close()
 
 
+@pytest.mark.measured  # gigabytes through the exchange and the journal, and a bound on its memory
 def test_a_subscriber_that_falls_behind_is_cut_off_reads_what_it_missed_from_the_journal_and_catches_up(durable):
     """Two exchanges, two publishers of 4 KB records; a subscriber reads nothing for 4 s (its pipes fill and the
     exchanges cut it off), then reads as fast as it can while the publishers go on more slowly: it catches up
