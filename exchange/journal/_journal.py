@@ -19,10 +19,14 @@ where the monitor moved (:class:`~roq.control.Retarget`).
 A write that fails (the disk is full) loses the round, acknowledges none of it and pauses the intake for
 :data:`PAUSE_S`; the exchanges send it again. Nothing acknowledged is lost.
 
-**A new journal waits for its policy.** One that holds nothing and has a monitor reads no intake until the
-monitor's first policy: if the queue's journal was started anew after its host was lost
-(:attr:`~roq.control.JournalPolicy.replaces`), it begins at an offset past any the lost one gave (the wall
-clock's seconds times 2**21, and past the highest offset its monitor heard), so that offsets only grow.
+**A journal waits for its policy.** One that has a monitor reads no intake until the monitor's first policy,
+which says how many times the queue's journal was started anew after its host was lost
+(:attr:`~roq.control.JournalPolicy.replaces`, the queue's journal *generation*). A journal of an earlier
+generation than that (a new one, or the files of a lost host that came back and was given the journal again)
+begins at an offset past any the queue's journals gave (the wall clock's seconds times 2**21, and past the
+highest offset its monitor heard), so that offsets only grow; the files of an earlier generation are set
+aside (:meth:`~exchange.journal._store.Store.begin_generation`). A journal of the queue's generation, started
+again in place, goes on from its files.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
 from exchange.journal._intake import Intake
 from exchange.journal._meter import Meter
 from exchange.journal._readport import ReadPort
+from exchange.journal._reads import Positions
 from exchange.journal._store import Store
 from roq import batch, control
 from roq.batch import BatchError
@@ -132,8 +137,8 @@ class Journal:
         self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission)
         self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
         log.info("journal %s of queue %s in %s: %s", self.id, cfg.queue, cfg.directory, rec.describe())
-        if self.monitor is not None and self.store.empty:
-            self._paused_until = float("inf")  # new: its monitor's policy says where it begins
+        if self.monitor is not None:  # its monitor's first policy says which of the queue's journals it is
+            self._paused_until = float("inf")
         for note in rec.notes:
             log.warning("journal %s: %s", self.id, note)
         if self.curve is not None:
@@ -328,8 +333,10 @@ class Journal:
             raise ProtocolError(f"durability {msg.durability!r}: a journal is 'interval' or 'always'")
         if not 1 <= msg.sync_interval_ms <= 3_600_000 or msg.retention_bytes < 0 or msg.retention_s < 0:
             raise ProtocolError(f"policy out of range: {msg}")
-        if self._paused_until == float("inf") and not self._begin(msg):
-            return  # told again with the next heartbeat
+        if self._paused_until == float("inf"):
+            if not begin(self, msg):
+                return  # told again with the next heartbeat
+            self._paused_until = 0.0
         was, self.told = self.policy, True
         if msg == was:
             return
@@ -340,22 +347,6 @@ class Journal:
             self._sync()  # what was acknowledged under "interval" is on disk before "always" acknowledges more
         log.info("journal %s: %s (was %s)", self.id, _describe(msg), _describe(was))
         self._retain()
-
-    def _begin(self, msg: control.JournalPolicy) -> bool:
-        """A new journal's first policy: begin past the lost one it replaces, if any; False if it could not."""
-        store = self.store
-        if msg.replaces and store is not None and store.empty:
-            base = max(int(time.time()) << REBASE_SHIFT, msg.last + 1)
-            try:
-                store.rebase(base)
-            except JournalError as exc:
-                log.error("journal %s: %s", self.id, exc)
-                return False
-            log.warning("journal %s replaces the queue's journal lost with its host (%d time(s) in all): it begins at "
-                        "offset %d, past every offset the lost one gave (the highest heard: %d); the records that one "
-                        "held stay on its host's disk", self.id, msg.replaces, base, msg.last)
-        self._paused_until = 0.0
-        return True
 
     def _on_permissions(self, msg: control.AclRules, _request: Request) -> None:
         """The cluster's permissions, from the monitor: who may read from now on."""
@@ -388,6 +379,30 @@ def describe(journal: Journal) -> str:
             f"batches, {intake.skipped} records skipped past gaps, offsets {store.first_offset}.."
             f"{store.next_offset}, {store.size_bytes} bytes in {len(store.segments)} segments, "
             f"{journal.meter.describe()}, {journal.drops.total} inputs dropped")
+
+
+def begin(journal: Journal, msg: control.JournalPolicy) -> bool:
+    """A journal's first policy: one of an earlier generation than the queue's (new, or the files of a lost host
+    that came back) begins anew past every offset the queue's journals gave; False if it could not."""
+    store, reads = journal.store, journal.reads
+    if store is None or reads is None or msg.replaces <= store.generation:
+        return True
+    base = max(int(time.time()) << REBASE_SHIFT, msg.last + 1)
+    was = store.generation
+    try:
+        moved = store.begin_generation(msg.replaces, base)
+    except JournalError as exc:
+        log.error("journal %s: %s", journal.id, exc)
+        return False
+    if moved:
+        reads.positions = Positions(store.directory)
+        log.warning("journal %s: these files are of the queue's journal before it was started anew (generation %d of "
+                    "%d): set aside in %s, with the durable subscribers' positions", journal.id, was, msg.replaces,
+                    moved)
+    log.warning("journal %s replaces the queue's journal lost with its host (%d time(s) in all): it begins at offset "
+                "%d, past every offset the lost one gave (the highest heard: %d); the records that one held stay on "
+                "its host's disk", journal.id, msg.replaces, base, msg.last)
+    return True
 
 
 def heartbeat_of(journal: Journal) -> control.JournalHeartbeat:

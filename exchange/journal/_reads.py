@@ -25,7 +25,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from exchange.journal._store import Store
+from exchange.journal._store import POSITIONS, Store
 from roq import batch, control
 from roq.errors import CorruptJournalError, JournalError, ProtocolError
 
@@ -166,7 +166,7 @@ class Positions:
     """Durable subscribers' positions, in ``<directory>/positions.json``."""
 
     def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, "positions.json")
+        self.path = os.path.join(directory, POSITIONS)
         self.offsets: dict[str, int] = {}
         try:
             with open(self.path) as f:

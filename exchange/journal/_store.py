@@ -1,7 +1,8 @@
 """A queue's journal on disk: its directory of segments, appended to and read back by offset or time.
 
-The directory holds ``journal.json`` (the format and the queue's name: a journal is never opened for another
-queue) and the segments (:mod:`exchange.journal._segment`), named by their first offset. Appends go to the
+The directory holds ``journal.json`` (the format, the queue's name: a journal is never opened for another
+queue; and its *generation*, how many times the queue's journal had been started anew after losing its host
+when this one began) and the segments (:mod:`exchange.journal._segment`), named by their first offset. Appends go to the
 last segment; once it holds ``segment_bytes`` it is sealed (synced, its index written whole) and a new one
 begins, with the publishers' table (each publisher's highest seq journaled) beside it.
 
@@ -25,6 +26,7 @@ import bisect
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -40,6 +42,8 @@ __all__ = ["Store", "Recovery", "FORMAT", "META", "MAX_PUBLISHERS", "check_direc
 
 FORMAT = 1
 META = "journal.json"
+#: the durable subscribers' positions (:class:`~exchange.journal._reads.Positions`)
+POSITIONS = "positions.json"
 #: publishers whose highest seq the journal keeps at most; the least recently written is forgotten first
 MAX_PUBLISHERS = 65536
 
@@ -95,6 +99,7 @@ class Store:
         self._round: dict[bytes, int] = {}  # the same, for what this round queued
         self._round_start = (0, 0)  # the active segment's next offset and last time when the round began
         self.appended = 0  # entries appended since open
+        self.generation = 0  # which of the queue's journals this is (journal.json)
 
     # ------------------------------------------------------------------ opening
 
@@ -135,14 +140,7 @@ class Store:
             with open(path) as f:
                 meta = json.load(f)
         except FileNotFoundError:
-            try:
-                with open(path + ".new", "w") as f:
-                    json.dump({"format": FORMAT, "queue": self.queue}, f)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(path + ".new", path)
-            except OSError as exc:
-                raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
+            self._write_meta()
             return
         except (OSError, ValueError) as exc:
             raise JournalError(f"{path} does not read as a journal's description: {exc}") from exc
@@ -151,6 +149,21 @@ class Store:
                                f", this version reads format {FORMAT}")
         if meta.get("queue") != self.queue:
             raise JournalError(f"{self.directory} is the journal of queue {meta.get('queue')!r}, not {self.queue!r}")
+        generation = meta.get("generation", 0)
+        if type(generation) is not int or generation < 0:
+            raise JournalError(f"{path}: generation {generation!r} is not a whole number of 0 or more")
+        self.generation = generation
+
+    def _write_meta(self) -> None:
+        path = os.path.join(self.directory, META)
+        try:
+            with open(path + ".new", "w") as f:
+                json.dump({"format": FORMAT, "queue": self.queue, "generation": self.generation}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(path + ".new", path)
+        except OSError as exc:
+            raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
 
     def _start(self, seg: Segment) -> None:
         self.segments.append(seg)
@@ -169,20 +182,28 @@ class Store:
         seg = self.active
         return len(self.segments) == 1 and seg.base == seg.next_offset == 0 and not seg.size and not seg.pending
 
-    def rebase(self, base: int) -> None:
-        """Begin this new, empty journal at offset ``base`` rather than 0 (it takes the place of a journal that
-        gave the offsets before it).
+    def begin_generation(self, generation: int, base: int) -> str:
+        """Make this the queue's journal of ``generation``, beginning at offset ``base``. What the directory holds of
+        an earlier generation (the files of a journal whose host was lost, then came back and was given the
+        journal again) is moved into a subdirectory ``superseded-<its generation>-<ns>``, for an operator to read;
+        the durable subscribers' positions go with it. Returns that subdirectory's name ("" if nothing was there).
 
         Raises:
-            JournalError: the journal is not empty, or its first segment cannot be made.
+            JournalError: a file cannot be moved, or the new segment or ``journal.json`` cannot be written.
         """
-        if not self.empty:
-            raise JournalError(f"{self.directory} holds records already: only an empty journal begins anew")
-        if base <= 0:
-            return
-        self.active.remove()
-        self.segments, self._bases = [], []
-        self._start(Segment.create(self.directory, base))
+        moved = ""
+        if self.empty:
+            self.active.remove()
+        else:
+            for seg in self.segments:
+                seg.close()
+            moved = f"superseded-{self.generation}-{time.time_ns()}"
+            _move_files(self.directory, moved)
+        self.segments, self._bases, self._highs, self._round = [], [], {}, {}
+        self._begin_segment(base)
+        self.generation = generation
+        self._write_meta()
+        return moved
 
     # ------------------------------------------------------------------ the extent
 
@@ -276,7 +297,10 @@ class Store:
     def _roll(self) -> None:
         old = self.active
         old.seal()
-        base = old.next_offset
+        self._begin_segment(old.next_offset)
+
+    def _begin_segment(self, base: int) -> None:
+        """A new active segment at ``base``, with the publishers' table beside it (recovery reads from there)."""
         pub = os.path.join(self.directory, segment_name(base, ".pub"))
         try:
             with open(pub, "wb") as f:
@@ -362,6 +386,23 @@ class Store:
         finally:
             for seg in self.segments:
                 seg.close()
+
+
+def _move_files(directory: str, into: str) -> None:
+    """Move the segments' files and the positions of ``directory`` into its new subdirectory ``into``."""
+    target = os.path.join(directory, into)
+    try:
+        os.mkdir(target)
+        for name in os.listdir(directory):
+            if name == POSITIONS or (name[:20].isdigit() and name[20:21] == "."):
+                os.rename(os.path.join(directory, name), os.path.join(target, name))
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise JournalError(f"cannot set {directory}'s files aside into {into}: {exc.strerror}") from exc
 
 
 def _recover_publishers(segments: list[Segment], rec: Recovery) -> dict[bytes, int]:

@@ -231,19 +231,42 @@ def test_closing_writes_and_syncs_but_never_rolls(tmp_path):
     assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".log")) == [segment_name(0, ".log")]
 
 
-def test_an_empty_journal_begins_anew_at_a_later_offset_and_one_with_records_refuses(tmp_path):
+def test_a_journal_of_a_new_generation_begins_past_the_old_ones_offsets_and_sets_its_files_aside(tmp_path):
     directory = str(tmp_path / "j")
     store, _ = Store.open(directory, "q")
-    assert store.empty
-    store.rebase(1 << 40)
+    assert store.empty and store.generation == 0
+    assert store.begin_generation(1, 1 << 40) == ""  # an empty journal: nothing to set aside
     assert (store.first_offset, store.next_offset) == (1 << 40, 1 << 40) and not os.path.exists(
         os.path.join(directory, segment_name(0, ".log")))
     assert _put(store, PUB_A, 1, 3) == 1 << 40
     store.write()
-    with pytest.raises(JournalError, match="only an empty journal"):
-        store.rebase(1 << 41)
     store.close()
-    store, rec = Store.open(directory, "q")  # where it began stays
+    with open(os.path.join(directory, "positions.json"), "w") as f:
+        json.dump({"audit": (1 << 40) + 2}, f)
+    store, rec = Store.open(directory, "q")  # where it began, and its generation, stay
     assert rec.next_offset == (1 << 40) + 3 and _records(store, 0) == [(PUB_A, 1), (PUB_A, 2), (PUB_A, 3)]
-    assert not store.empty
+    assert not store.empty and store.generation == 1
+
+    # the host comes back and is given the queue's journal of generation 3: these files are set aside
+    moved = store.begin_generation(3, 1 << 41)
+    assert moved.startswith("superseded-1-")
+    aside = sorted(os.listdir(os.path.join(directory, moved)))
+    assert segment_name(1 << 40, ".log") in aside and "positions.json" in aside
+    assert not os.path.exists(os.path.join(directory, "positions.json"))
+    assert (store.first_offset, store.next_offset) == (1 << 41, 1 << 41) and _records(store, 0) == []
+    assert _put(store, PUB_A, 1, 2) == 1 << 41  # its publishers' seqs start afresh too
+    store.write()
     store.close()
+    store, rec = Store.open(directory, "q")
+    assert (store.generation, store.first_offset, rec.next_offset) == (3, 1 << 41, (1 << 41) + 2)
+    assert _records(store, 0) == [(PUB_A, 1), (PUB_A, 2)]
+    store.close()
+
+
+def test_a_generation_that_is_not_a_whole_number_is_refused(tmp_path):
+    directory = str(tmp_path / "j")
+    Store.open(directory, "q")[0].close()
+    with open(os.path.join(directory, "journal.json"), "w") as f:
+        json.dump({"format": 1, "queue": "q", "generation": -1}, f)
+    with pytest.raises(JournalError, match="generation -1"):
+        Store.open(directory, "q")
