@@ -167,7 +167,7 @@ class Exchange:
         next_beat = now + cfg.heartbeat_interval
         next_kpi = now + self._kpi_period
         while not self._stopping:
-            timeout = max(0.0, min(next_beat, next_kpi, fwd.ack_due) - time.monotonic())
+            timeout = max(0.0, min(next_beat, next_kpi, fwd.acks.due) - time.monotonic())
             holding = fwd.blocked  # then the frontend is not polled: retry every RETRY_S
             if holding:
                 timeout = min(timeout, RETRY_S)
@@ -204,8 +204,8 @@ class Exchange:
                 if watch.socket in events:
                     watch.handle()
             now = time.monotonic()
-            if now >= fwd.ack_due:
-                fwd.send_acks()
+            if now >= fwd.acks.due:
+                fwd.acks.send()
             fwd.acct.busy += now - started
             if now >= next_beat:
                 next_beat = now + cfg.heartbeat_interval
@@ -225,7 +225,7 @@ class Exchange:
                                       dropped=self.drops.total - dropped_at_report)
                 dropped_at_report = self.drops.total
                 self.monitor.send(kpi)
-        fwd.send_acks()
+        fwd.acks.send()
         log.info("exchange %s stopped (%d malformed inputs dropped in all)", self.id, self.drops.total)
 
     # ------------------------------------------------------------------ commands

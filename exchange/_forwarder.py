@@ -62,6 +62,7 @@ from typing import Callable
 import zmq
 
 from exchange._accounting import Accounting
+from exchange._acks import Acks
 from exchange._admission import Admission
 from exchange._journaling import JournalFeed
 from exchange._subscribers import BEHIND_HOLD, Subscriber, Subscribers
@@ -69,7 +70,6 @@ from exchange._subscriptions import Subscriptions
 from roq import batch
 from roq.batch import BatchError
 from roq.config import ExchangeConfig
-from roq.errors import ProtocolError
 from roq.runtime import DropCounter
 from roq.sockets import bind
 from roq.curve import Curve
@@ -77,13 +77,11 @@ from roq.zap import Keyring, recv_from
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Forwarder", "describe_bounds", "BURST", "MAX_PENDING_ACKS", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
+__all__ = ["Forwarder", "describe_bounds", "BURST", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
            "SYNC_MASK", "RETRY_S"]
 
 #: Batches forwarded before the loop looks at its timers and other sockets again.
 BURST = 256
-#: Publishers owed an acknowledgement at most; beyond, acknowledgements go out at once.
-MAX_PENDING_ACKS = 1024
 #: What the exchange may hold of one publisher's batches not yet read, in bytes.
 PUBLISHER_QUEUE_BYTES = 64 << 20
 #: Fewest batches a publisher's pipe holds: a burst (see the module's documentation).
@@ -118,9 +116,6 @@ class Forwarder:
         self.publisher_hwm = max(MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES // largest)
         self.subscriber_hwm = config.subscriber_hwm
         self.acct = Accounting(time.monotonic())
-        self.acks: dict[bytes, int] = {}  # publisher identity -> highest seq forwarded, not yet acknowledged
-        self.max_pending_acks = MAX_PENDING_ACKS
-        self.ack_due = float("inf")
         self.last_data = 0.0
         # a batch that full pipes could not take yet, and the subscribers it waits for
         # (None: it waits for the journal's pipe, and then goes to every subscriber)
@@ -140,6 +135,7 @@ class Forwarder:
         self.frontend.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_batch_bytes + batch.MAX_KEY + 4096)
         self.frontend.setsockopt(zmq.RCVHWM, self.publisher_hwm)
         self.frontend.setsockopt(zmq.LINGER, 0)
+        self.acks = Acks(self.frontend, config.ack_interval)  # what the publishers are owed
         self.backend = context.socket(zmq.ROUTER)
         self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full pipe says so (EAGAIN), a gone peer too
         self.backend.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a subscriber that reconnects keeps its id
@@ -194,7 +190,7 @@ class Forwarder:
         acct = self.acct
         publishers = acct.publishers
         room = acct.max_publishers - len(publishers)
-        acks = self.acks
+        acks = self.acks.owed
         urgent = False
         records = size_in = forwarded = 0
         nowait = zmq.NOBLOCK
@@ -268,16 +264,11 @@ class Forwarder:
     def _counted(self, records: int, size: int, urgent: bool) -> None:
         """Count what went out and schedule its acknowledgements."""
         acct = self.acct
-        acks = self.acks
         acct.records_in += records
         acct.records_out += records
         acct.bytes_in += size
         acct.bytes_out += size
-        if acks:
-            if urgent or len(acks) >= self.max_pending_acks:
-                self.send_acks()
-            elif self.ack_due == float("inf"):
-                self.ack_due = self.last_data + self.config.ack_interval
+        self.acks.schedule(urgent, self.last_data)
 
     # ------------------------------------------------------------------ back-pressure
 
@@ -346,7 +337,7 @@ class Forwarder:
         self.held = None
         self.last_data = time.monotonic()
         if self.journal is None and not self.hold_for_journal:  # (with a journal, the journal's acknowledgement)
-            self.acks[h.publisher] = h.last_seq if h.kind == batch.DATA else h.first_seq - 1
+            self.acks.owed[h.publisher] = h.last_seq if h.kind == batch.DATA else h.first_seq - 1
         if h.kind != batch.DATA:  # a marker
             self._counted(0, 0, True)
             return True
@@ -380,18 +371,7 @@ class Forwarder:
         pairs = self.journal.readable(self.drops) if self.journal is not None else []
         if pairs:
             self.acks.update(pairs)
-            self.send_acks()
-
-    def send_acks(self) -> None:
-        """Acknowledge every publisher owed one, without blocking."""
-        reply = self.frontend.send_multipart
-        for ident, seq in self.acks.items():
-            try:
-                reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
-            except (zmq.ZMQError, ProtocolError):  # peer gone or its pipe full: it resends or fails over
-                pass
-        self.acks.clear()
-        self.ack_due = float("inf")
+            self.acks.send()
 
 
 def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publish: Callable[[str], bool] | None,
@@ -427,5 +407,5 @@ def describe_bounds(fwd: Forwarder) -> str:
     return (f"{fwd.subscriber_hwm} batches per subscriber (at most {fwd.subscriber_hwm * largest >> 20} MiB of "
             f"batches up to {largest} bytes; subscriber_queue_bytes {fwd.config.subscriber_queue_bytes >> 20} "
             f"MiB), {fwd.publisher_hwm} batches per publisher (at most {fwd.publisher_hwm * largest >> 20} "
-            f"MiB), {fwd.acct.max_publishers} publishers counted per KPI period, {fwd.max_pending_acks} "
+            f"MiB), {fwd.acct.max_publishers} publishers counted per KPI period, {fwd.acks.limit} "
             f"acknowledgements pending at most, {fwd.subscribers.limit} subscribers at most")

@@ -78,9 +78,9 @@ def test_a_batch_goes_out_untouched_and_is_acknowledged(rig):
     pub.send_multipart(frames)
     forward_until(fwd, lambda: fwd.acct.records_in == 2)
     assert sub.poll(2000) and sub.recv_multipart() == frames
-    fwd.send_acks()
+    fwd.acks.send()
     assert pub.poll(2000) and batch.decode_ack(pub.recv()) == 2
-    assert fwd.acct.publishers == {me: [2, len(frames[2])]} and fwd.acks == {}
+    assert fwd.acct.publishers == {me: [2, len(frames[2])]} and fwd.acks.owed == {}
 
 
 def test_a_marker_is_acknowledged_at_once_up_to_the_seq_before_it(rig):
@@ -113,7 +113,7 @@ def test_a_bad_batch_is_dropped_under_its_reason_and_not_forwarded(rig, frames, 
     pub.send_multipart(frames)
     forward_until(fwd, lambda: fwd.drops.total == 1)
     assert fwd.drops.by_reason == {reason: 1}
-    assert not sub.poll(200) and fwd.acks == {}
+    assert not sub.poll(200) and fwd.acks.owed == {}
 
 
 @pytest.mark.parametrize("queue_bytes, backend_hwm, expected", [
@@ -141,7 +141,7 @@ def test_a_flood_of_identities_grows_neither_the_acks_nor_the_accounting():
     config = ExchangeConfig(monitor="tcp://127.0.0.1:1", ack_interval=60.0)  # acks would wait a minute
     fwd = Forwarder(ctx, config, DropCounter(log, "test"))
     fwd.acct.max_publishers = 50
-    fwd.max_pending_acks = 40
+    fwd.acks.limit = 40
     fwd.bind("127.0.0.1", 0, 0)
     peers = []
     try:
@@ -157,7 +157,7 @@ def test_a_flood_of_identities_grows_neither_the_acks_nor_the_accounting():
 
         def seen_all() -> bool:
             nonlocal biggest
-            biggest = max(biggest, len(fwd.acks))
+            biggest = max(biggest, len(fwd.acks.owed))
             return fwd.acct.records_in == len(peers)
 
         forward_until(fwd, seen_all, timeout=20)
@@ -285,7 +285,7 @@ def test_each_subscriber_gets_the_keys_of_its_prefix_and_every_marker(rig):
                   [batch.CONTROL_TOPIC, header(me, kind=batch.MARKER, first=3, count=0), b""]]
         for f in frames:
             pub.send_multipart(f)
-        forward_until(fwd, lambda: fwd.acks == {} and fwd.acct.records_in == 2 and orders.poll(10))
+        forward_until(fwd, lambda: fwd.acks.owed == {} and fwd.acct.records_in == 2 and orders.poll(10))
         assert [sub.recv_multipart() for _ in frames] == frames
         got = [orders.recv_multipart()]
         while orders.poll(200):

@@ -1,0 +1,56 @@
+"""What an exchange owes its publishers: one cumulative acknowledgement each.
+
+Each publisher is owed the highest seq the exchange forwarded of it (with a journal: the highest the journal
+acknowledged). Acknowledgements are coalesced: they go out ``ack_interval`` after the data that made them
+due, at once when a batch asks for it (``FLAG_ACK_NOW``, a marker), when the journal answered, or when
+:data:`MAX_PENDING_ACKS` publishers are owed one (the table is keyed by an identity a peer chooses: bounded).
+They are sent without blocking: a publisher gone, or whose pipe is full, resends or fails over.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import zmq
+
+from roq import batch
+from roq.errors import ProtocolError
+
+__all__ = ["Acks", "MAX_PENDING_ACKS"]
+
+#: Publishers owed an acknowledgement at most; beyond, acknowledgements go out at once.
+MAX_PENDING_ACKS = 1024
+
+
+class Acks:
+    """The acknowledgements owed on ``frontend`` (the ROUTER publishers send to), sent within ``interval``."""
+
+    def __init__(self, frontend: zmq.Socket, interval: float, limit: int = MAX_PENDING_ACKS) -> None:
+        self.frontend = frontend
+        self.interval = interval
+        self.limit = limit
+        self.owed: dict[bytes, int] = {}  # publisher identity -> highest seq to acknowledge
+        self.due = float("inf")  # when what is owed goes out
+
+    def update(self, pairs: Iterable[tuple[bytes, int]]) -> None:
+        """Owe each publisher of ``pairs`` its seq (sent with the next :meth:`schedule` or :meth:`send`)."""
+        self.owed.update(pairs)
+
+    def schedule(self, urgent: bool, since: float) -> None:
+        """What is owed goes out now if ``urgent`` or the table is full, else ``interval`` after ``since``."""
+        if self.owed:
+            if urgent or len(self.owed) >= self.limit:
+                self.send()
+            elif self.due == float("inf"):
+                self.due = since + self.interval
+
+    def send(self) -> None:
+        """Acknowledge every publisher owed one, without blocking."""
+        reply = self.frontend.send_multipart
+        for ident, seq in self.owed.items():
+            try:
+                reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
+            except (zmq.ZMQError, ProtocolError):  # peer gone or its pipe full: it resends or fails over
+                pass
+        self.owed.clear()
+        self.due = float("inf")
