@@ -222,19 +222,38 @@ class Controller:
         return [os.path.join(m, rel) for m in mounts]
 
     def create(self, name: str, cores: float) -> list[str]:
-        """Make group ``base/name`` with a quota of ``cores``; its directories (one per hierarchy)."""
+        """Make group ``base/name`` with a quota of ``cores``; its directories (one per hierarchy).
+
+        The quota is a ceiling; the group also gets ``cores`` as a floor on a busy machine, as a host with that
+        many cores of its own would: the groups above it (``base`` and each level of ``name``) take the
+        highest weight, so that processes outside them, however many are busy, cannot starve it (the groups
+        together can take no more than their quotas), and it weighs ``cores`` among its siblings.
+        """
         dirs = self._dirs(name)
         for d in dirs:
             if self.version == 2:
                 self._enable_cpu(os.path.dirname(d))
             os.makedirs(d, exist_ok=True)
         quota, period = quota_period(cores)
+        top = self._dirs("")[0]
+        d = os.path.dirname(dirs[0])
+        while d.startswith(top):
+            self._weigh(d, None)
+            d = os.path.dirname(d)
+        self._weigh(dirs[0], cores)
         if self.version == 2:
             _write(os.path.join(dirs[0], "cpu.max"), f"{quota} {period}")
         else:
             _write(os.path.join(dirs[0], "cpu.cfs_period_us"), str(period))
             _write(os.path.join(dirs[0], "cpu.cfs_quota_us"), str(quota))
         return dirs
+
+    def _weigh(self, directory: str, cores: float | None) -> None:
+        """Give a group the weight of ``cores`` among its siblings (None: the highest weight there is)."""
+        if self.version == 2:  # cpu.weight: 1..10000, 100 a process's default
+            _write(os.path.join(directory, "cpu.weight"), str(10000 if cores is None else max(1, round(100 * cores))))
+        else:  # cpu.shares: 2..262144, 1024 a process's default
+            _write(os.path.join(directory, "cpu.shares"), str(262144 if cores is None else max(2, round(1024 * cores))))
 
     def _enable_cpu(self, parent: str) -> None:
         """v2: let ``parent``'s children have the cpu controller (and its parents', up from the mount)."""

@@ -3,7 +3,9 @@
 * **CPU**: each host manager (and so every exchange and monitor it starts) runs in a cgroup of its own with
   a CPU quota (:class:`roq.cgroups.Controller`: v2 where its cpu controller is available, v1 otherwise). The
   host manager reads its budget and use from that group, as it would in a container run with ``--cpus``: a
-  process burning CPU outside the cluster's groups does not count against any host.
+  process burning CPU outside the cluster's groups does not count against any host, nor can it starve one
+  (the groups are weighted so that each gets its budget on a busy machine, as a host with cores of its own
+  would: :meth:`roq.cgroups.Controller.create`).
 * **Network**: each host gets a network namespace of its own, joined to a bridge made for the cluster by a
   veth pair, with a ``tc`` token bucket (``tbf``) on both ends of its link: the host sends and receives at
   most its rate. The hosts take addresses in 198.18.0.0/15 (the range set aside for benchmarking, RFC 2544),

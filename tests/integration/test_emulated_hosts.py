@@ -64,6 +64,27 @@ def test_hosts_measure_their_own_budget_and_placement_goes_where_the_headroom_is
     for pid in pids:
         with open(f"/proc/{pid}/cgroup") as f:
             assert f"/{CGROUP_BASE}/" in f.read()
+        # and that group gets its budget on the busy machine: it weighs its cores among the hosts, the groups
+        # above it the most there is (the burners cannot starve it; its quota caps it)
+        group, weights = weights_of(pid)
+        host = os.path.basename(group)
+        assert weights[0] in (round(1024 * budgets[host]), round(100 * budgets[host])), (group, weights)
+        assert set(weights[1:]) in ({262144}, {10000}), (group, weights)
+
+
+def weights_of(pid: int) -> tuple[str, list[int]]:
+    """The CPU group of ``pid`` and the weights of it and of each group above it up to the emulation's base."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        lines = [line.strip().split(":", 2) for line in f]
+    v1 = [path for _, controllers, path in lines if "cpu" in controllers.split(",")]
+    group, mount, name = (v1[0], "/sys/fs/cgroup/cpu", "cpu.shares") if v1 else (
+        next(path for hid, _, path in lines if hid == "0"), "/sys/fs/cgroup", "cpu.weight")
+    weights, d = [], group
+    while d.strip("/") and CGROUP_BASE in d:
+        with open(os.path.join(mount, d.strip("/"), name)) as f:
+            weights.append(int(f.read()))
+        d = os.path.dirname(d)
+    return group, weights
 
 
 LAUNCHER = """
