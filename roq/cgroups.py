@@ -251,9 +251,11 @@ class Controller:
     def _weigh(self, directory: str, cores: float | None) -> None:
         """Give a group the weight of ``cores`` among its siblings (None: the highest weight there is)."""
         if self.version == 2:  # cpu.weight: 1..10000, 100 a process's default
-            _write(os.path.join(directory, "cpu.weight"), str(10000 if cores is None else max(1, round(100 * cores))))
+            weight = 10000 if cores is None else min(10000, max(1, round(100 * cores)))
+            _write(os.path.join(directory, "cpu.weight"), str(weight))
         else:  # cpu.shares: 2..262144, 1024 a process's default
-            _write(os.path.join(directory, "cpu.shares"), str(262144 if cores is None else max(2, round(1024 * cores))))
+            shares = 262144 if cores is None else min(262144, max(2, round(1024 * cores)))
+            _write(os.path.join(directory, "cpu.shares"), str(shares))
 
     def _enable_cpu(self, parent: str) -> None:
         """v2: let ``parent``'s children have the cpu controller (and its parents', up from the mount)."""

@@ -186,9 +186,9 @@ class Journal:
         store, intake, reads = self.store, self.intake, self.reads
         assert store is not None and intake is not None and reads is not None
         poller = zmq.Poller()
-        paused = time.monotonic() < self._paused_until
+        paused = time.monotonic() < self._paused_until  # neither written nor read (reads: before the first policy)
         poller.register(self.sock, 0 if paused else zmq.POLLIN)
-        poller.register(reads.socket, zmq.POLLIN)
+        poller.register(reads.socket, 0 if paused and not self.told else zmq.POLLIN)
         extra = [wakeup.fd] if wakeup is not None else []
         extra += [self._watch.socket] if self._watch is not None else []
         extra += [self.monitor.socket] if self.monitor is not None else []
@@ -243,6 +243,7 @@ class Journal:
             if paused != (now < self._paused_until):
                 paused = not paused
                 poller.modify(self.sock, 0 if paused else zmq.POLLIN)
+                poller.modify(reads.socket, 0 if paused and not self.told else zmq.POLLIN)
         self._sync()
         log.info("journal %s stopped: %s", self.id, describe(self))
 

@@ -154,11 +154,11 @@ class Store:
             raise JournalError(f"{path}: generation {generation!r} is not a whole number of 0 or more")
         self.generation = generation
 
-    def _write_meta(self) -> None:
+    def _write_meta(self, generation: int = 0) -> None:
         path = os.path.join(self.directory, META)
         try:
             with open(path + ".new", "w") as f:
-                json.dump({"format": FORMAT, "queue": self.queue, "generation": self.generation}, f)
+                json.dump({"format": FORMAT, "queue": self.queue, "generation": generation}, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(path + ".new", path)
@@ -187,22 +187,32 @@ class Store:
         an earlier generation (the files of a journal whose host was lost, then came back and was given the
         journal again) is moved into a subdirectory ``superseded-<its generation>-<ns>``, for an operator to read;
         the durable subscribers' positions go with it. Returns that subdirectory's name ("" if nothing was there).
+        If a step fails, what was moved is moved back and the store stays what it was; a crash in between
+        leaves the old generation's name on disk, and the next start sets aside what is there again.
 
         Raises:
             JournalError: a file cannot be moved, or the new segment or ``journal.json`` cannot be written.
         """
-        moved = ""
-        if self.empty:
-            self.active.remove()
-        else:
-            for seg in self.segments:
-                seg.close()
-            moved = f"superseded-{self.generation}-{time.time_ns()}"
-            _move_files(self.directory, moved)
+        empty, moved, seg = self.empty, "", self.active
+        try:
+            if not empty:
+                moved = f"superseded-{self.generation}-{time.time_ns()}"
+                _move_files(self.directory, os.path.join(self.directory, moved))
+            seg = _new_segment(self.directory, base, {}) if base or not empty else seg
+            self._write_meta(generation)
+        except JournalError:
+            _undo(self.directory, moved, None if seg is self.active else seg)
+            raise
+        for old in self.segments:
+            if old is seg:
+                continue
+            if empty:
+                old.remove()  # the empty first segment at offset 0
+            else:
+                old.close()  # its files are set aside
         self.segments, self._bases, self._highs, self._round = [], [], {}, {}
-        self._begin_segment(base)
+        self._start(seg)
         self.generation = generation
-        self._write_meta()
         return moved
 
     # ------------------------------------------------------------------ the extent
@@ -297,19 +307,7 @@ class Store:
     def _roll(self) -> None:
         old = self.active
         old.seal()
-        self._begin_segment(old.next_offset)
-
-    def _begin_segment(self, base: int) -> None:
-        """A new active segment at ``base``, with the publishers' table beside it (recovery reads from there)."""
-        pub = os.path.join(self.directory, segment_name(base, ".pub"))
-        try:
-            with open(pub, "wb") as f:
-                f.write(encode_publishers(self._highs))
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            log.warning("cannot write %s (%s): recovery will read older segments", pub, exc.strerror)
-        self._start(Segment.create(self.directory, base))
+        self._start(_new_segment(self.directory, old.next_offset, self._highs))
 
     # ------------------------------------------------------------------ reading
 
@@ -388,21 +386,48 @@ class Store:
                 seg.close()
 
 
-def _move_files(directory: str, into: str) -> None:
-    """Move the segments' files and the positions of ``directory`` into its new subdirectory ``into``."""
-    target = os.path.join(directory, into)
+def _new_segment(directory: str, base: int, highs: dict[bytes, int]) -> Segment:
+    """A new segment at ``base``, with the publishers' table ``highs`` beside it (recovery reads from there)."""
+    pub = os.path.join(directory, segment_name(base, ".pub"))
     try:
-        os.mkdir(target)
-        for name in os.listdir(directory):
-            if name == POSITIONS or (name[:20].isdigit() and name[20:21] == "."):
-                os.rename(os.path.join(directory, name), os.path.join(target, name))
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open(pub, "wb") as f:
+            f.write(encode_publishers(highs))
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as exc:
-        raise JournalError(f"cannot set {directory}'s files aside into {into}: {exc.strerror}") from exc
+        log.warning("cannot write %s (%s): recovery will read older segments", pub, exc.strerror)
+    return Segment.create(directory, base)
+
+
+def _move_files(source: str, target: str) -> None:
+    """Move the segments' files and the positions from directory ``source`` into ``target`` (made if missing)."""
+    try:
+        os.makedirs(target, exist_ok=True)
+        for name in os.listdir(source):
+            if name == POSITIONS or (name[:20].isdigit() and name[20:21] == "."):
+                os.rename(os.path.join(source, name), os.path.join(target, name))
+        for d in {source, target, os.path.dirname(os.path.normpath(target))}:
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    except OSError as exc:
+        raise JournalError(f"cannot move the journal's files from {source} to {target}: {exc.strerror}") from exc
+
+
+def _undo(directory: str, moved: str, made: Segment | None) -> None:
+    """Put back what :meth:`Store.begin_generation` set aside in ``moved`` and remove the segment it ``made``."""
+    if made is not None:
+        made.remove()
+    if moved:
+        aside = os.path.join(directory, moved)
+        try:
+            _move_files(aside, directory)
+            os.rmdir(aside)
+        except (JournalError, OSError) as exc:
+            log.error("the journal's files set aside in %s could not all be put back (%s): move them back by hand "
+                      "before the journal starts again", aside, exc)
 
 
 def _recover_publishers(segments: list[Segment], rec: Recovery) -> dict[bytes, int]:

@@ -270,3 +270,18 @@ def test_a_generation_that_is_not_a_whole_number_is_refused(tmp_path):
         json.dump({"format": 1, "queue": "q", "generation": -1}, f)
     with pytest.raises(JournalError, match="generation -1"):
         Store.open(directory, "q")
+
+
+def test_a_generation_that_cannot_be_written_leaves_the_journal_as_it_was(tmp_path):
+    directory = str(tmp_path / "j")
+    store, _ = Store.open(directory, "q")
+    _put(store, PUB_A, 1, 3)
+    store.write()
+    os.mkdir(os.path.join(directory, "journal.json.new"))  # journal.json cannot be replaced
+    with pytest.raises(JournalError, match="journal.json"):
+        store.begin_generation(1, 1 << 40)
+    assert store.generation == 0 and store.next_offset == 3  # not told it is of the new generation
+    assert _records(store, 0) == [(PUB_A, 1), (PUB_A, 2), (PUB_A, 3)]  # its files are back, and read
+    assert sorted(os.listdir(directory)) == sorted([segment_name(0, ".log"), segment_name(0, ".idx"), "journal.json",
+                                                    "journal.json.new"]), os.listdir(directory)
+    store.close()
