@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from typing import Iterable, Mapping
 
-from roq.documents import MONITOR, Assignment
+from roq.documents import JOURNAL, MONITOR, Assignment
 from roq.errors import ProtocolError
 
 __all__ = ["ChildState", "Start", "Stop", "Tell", "Restart", "Action", "wanted", "converge"]
@@ -43,10 +43,12 @@ class ChildState:
 
 @dataclasses.dataclass(frozen=True)
 class Start:
-    """Start a process for ``assignment`` (an exchange reporting to ``monitor``)."""
+    """Start a process for ``assignment`` (an exchange or a journal reporting to ``monitor``; a journal of the
+    queue's journal ``generation``)."""
 
     assignment: Assignment
     monitor: str = ""
+    generation: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +95,7 @@ def wanted(names: Iterable[str], *, skipped: set[str] | None = None) -> dict[str
 
 
 def converge(assignments: Mapping[str, Assignment], children: Mapping[str, ChildState],
-             monitors: Mapping[str, str], now: float) -> list[Action]:
+             monitors: Mapping[str, str], now: float, generations: Mapping[str, int] | None = None) -> list[Action]:
     """The actions that bring the children in line with ``assignments``.
 
     Args:
@@ -101,6 +103,8 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
         children: the supervised children, by assignment name.
         monitors: queue -> its monitor's endpoint ("" or missing: no monitor yet, its exchanges wait).
         now: the time (for restart back-offs).
+        generations: queue -> how many times its journal was started anew (the queue's document says), for
+            the journals started.
     """
     actions: list[Action] = []
     for name, child in children.items():
@@ -120,5 +124,6 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
         if a.role == MONITOR:
             actions.append(Start(a))
         elif monitors.get(a.queue):
-            actions.append(Start(a, monitors[a.queue]))
+            generation = (generations or {}).get(a.queue, 0) if a.role == JOURNAL else 0
+            actions.append(Start(a, monitors[a.queue], generation))
     return actions

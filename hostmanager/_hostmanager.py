@@ -31,7 +31,7 @@ from hostmanager._ports import PortAllocator
 from hostmanager._supervision import Children
 from roq import control
 from roq.curve import Curve
-from roq.documents import MONITOR, HostDoc, MonitorDoc
+from roq.documents import JOURNAL, MONITOR, HostDoc, MonitorDoc, QueueDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
 from roq.runtime import DropCounter, SignalWakeup
@@ -202,12 +202,20 @@ class HostManager:
             assignments = wanted(names, skipped=self._skipped)
             queues = sorted({a.queue for a in assignments.values() if a.role != MONITOR})
             monitors = {q: self._monitor_endpoint(q) for q in queues}
+            generations = {a.queue: self._journal_generation(a.queue) for a in assignments.values()
+                           if a.role == JOURNAL}
         except ZooKeeperError as exc:
             log.warning("reading the assignments failed: %s", exc)
             self._dirty = True
             return
-        for action in converge(assignments, self.children.states(), monitors, now):
+        for action in converge(assignments, self.children.states(), monitors, now, generations):
             self._dirty |= self.children.apply(action, now)
+
+    def _journal_generation(self, queue: str) -> int:
+        """How many times ``queue``'s journal was started anew after losing its host (its document says; the GCM
+        counts it in the transaction that places the journal)."""
+        doc, _ = self.session.read(self.paths.queue(queue), QueueDoc.decode)
+        return doc.journal_lost if doc is not None else 0
 
     def _monitor_endpoint(self, queue: str) -> str:
         """The endpoint of ``queue``'s monitor ("" while there is none, or none that can be dialled)."""

@@ -67,7 +67,7 @@ class Children:
         """Carry out one action; True if the assignments should be looked at again soon."""
         if isinstance(action, Start):
             self._start(self.by_name.setdefault(action.assignment.name, Supervised(action.assignment)),
-                        action.monitor)
+                        action.monitor, action.generation)
             return False
         sup = self.by_name[action.name]
         a = sup.assignment
@@ -84,7 +84,7 @@ class Children:
             sup.begin_stop(now, restart=True)
         return False
 
-    def _start(self, sup: Supervised, monitor: str) -> None:
+    def _start(self, sup: Supervised, monitor: str, generation: int = 0) -> None:
         a = sup.assignment
         ports: list[int] = []
         try:
@@ -95,7 +95,7 @@ class Children:
             elif a.role == JOURNAL:  # on its port of before: its exchanges find it again where they left it
                 ports.append(self.ports.allocate(sup.last_port))
                 sup.last_port = ports[0]
-                config = self.settings.journal(a.queue, monitor, ports[0])
+                config = self.settings.journal(a.queue, monitor, ports[0], generation)
             else:
                 ports += [self.ports.allocate(), self.ports.allocate()]
                 # every incarnation has a name of its own: the monitor must see a crashed exchange as lost (and

@@ -230,6 +230,9 @@ class JournalConfig:
         max_batch_bytes: a batch body above this is refused and counted.
         heartbeat_interval: seconds between heartbeats to the monitor.
         journal_id: its name in logs; "" = generated.
+        generation: how many times the queue's journal had been started anew after losing its host when this
+            one was placed (its host manager reads it from the queue's document); with its monitor's policy,
+            whichever says more, it tells a journal of an earlier generation to begin anew.
         commands: read the host manager's commands (control messages) on standard input.
         secret_key: the CURVE secret key file the intake serves with; "" = plaintext.
         keyring: with ``secret_key``, the directory of the public keys that may connect.
@@ -249,6 +252,7 @@ class JournalConfig:
     max_batch_bytes: int = 4 << 20
     heartbeat_interval: float = 0.25
     journal_id: str = field(default="", metadata={"flag": "--id"})
+    generation: int = 0
     commands: bool = field(default=False, metadata={"flag": "--commands-on-stdin"})
     secret_key: str = ""
     keyring: str = ""

@@ -386,23 +386,24 @@ def begin(journal: Journal, msg: control.JournalPolicy) -> bool:
     """A journal's first policy: one of an earlier generation than the queue's (new, or the files of a lost host
     that came back) begins anew past every offset the queue's journals gave; False if it could not."""
     store, reads = journal.store, journal.reads
-    if store is None or reads is None or msg.replaces <= store.generation:
+    # the monitor's count, or its host manager's if the monitor's view of the queue is behind the GCM's move
+    generation = max(msg.replaces, journal.config.generation)
+    if store is None or reads is None or generation <= store.generation:
         return True
     base = max(int(time.time()) << REBASE_SHIFT, msg.last + 1)
     was = store.generation
     try:
-        moved = store.begin_generation(msg.replaces, base)
+        moved = store.begin_generation(generation, base)
     except JournalError as exc:
         log.error("journal %s: %s", journal.id, exc)
         return False
     if moved:
         reads.positions = Positions(store.directory)
         log.warning("journal %s: these files are of the queue's journal before it was started anew (generation %d of "
-                    "%d): set aside in %s, with the durable subscribers' positions", journal.id, was, msg.replaces,
-                    moved)
+                    "%d): set aside in %s, with the durable subscribers' positions", journal.id, was, generation, moved)
     log.warning("journal %s replaces the queue's journal lost with its host (%d time(s) in all): it begins at offset "
                 "%d, past every offset the lost one gave (the highest heard: %d); the records that one held stay on "
-                "its host's disk", journal.id, msg.replaces, base, msg.last)
+                "its host's disk", journal.id, generation, base, msg.last)
     return True
 
 

@@ -117,8 +117,8 @@ def _heartbeat(monitor: zmq.Socket, journal: str) -> tuple[bytes, control.Journa
 def test_the_files_of_a_lost_host_that_comes_back_are_set_aside_and_the_journal_begins_past_the_queues_offsets(
         tmp_path):
     """The host of a queue's first journal (generation 0) was lost, and the queue's journal started anew
-    elsewhere, twice. The host comes back and is given the journal again: its monitor's policy says generation 2.
-    The journal reads no batch before that policy; then it sets its old files (and the durable subscribers'
+    elsewhere, twice. The host comes back and is given the journal again: its host manager says generation 2,
+    its monitor (whose view of the queue is behind) 1. The journal reads no batch before that policy; then it sets its old files (and the durable subscribers'
     positions) aside, begins past every offset the queue's journals gave, and journals. Started again in place,
     it goes on from its files."""
     directory = str(tmp_path / "j")
@@ -130,7 +130,7 @@ def test_the_files_of_a_lost_host_that_comes_back_are_set_aside_and_the_journal_
     monitor.setsockopt(zmq.LINGER, 0)
     port = monitor.bind_to_random_port("tcp://127.0.0.1")
     args = ["--queue", "q", "--directory", directory, "--address", "127.0.0.1", "--durability", "always",
-            "--segment-bytes", str(SEGMENT), "--monitor", f"tcp://127.0.0.1:{port}"]
+            "--segment-bytes", str(SEGMENT), "--monitor", f"tcp://127.0.0.1:{port}", "--generation", "2"]
     child = spawn("journal", "exchange.journal", args)
     last_heard = 5 << 60  # the highest offset the monitor heard of the queue's journals
     try:
@@ -141,7 +141,7 @@ def test_the_files_of_a_lost_host_that_comes_back_are_set_aside_and_the_journal_
         other = b"Q" * 16
         intake.send_multipart([b"k", batch.pack_header(batch.DATA, other, 1, 1), batch.encode_body([b"one"])])
         assert not intake.poll(500), "the journal took a batch before its monitor said which journal it is"
-        monitor.send_multipart([ident, control.encode(control.JournalPolicy(replaces=2, last=last_heard))])
+        monitor.send_multipart([ident, control.encode(control.JournalPolicy(replaces=1, last=last_heard))])
         assert intake.poll(10_000), "the journal did not acknowledge the batch once told"
         _incarnation, end, pairs = batch.decode_journal_ack(intake.recv())
         assert pairs == [(other, 1)] and end == last_heard + 2  # offsets past every one the queue's journals gave

@@ -33,6 +33,13 @@ def test_nothing_running_starts_the_monitor_and_the_exchanges_whose_monitor_is_k
     assert actions == [Start(MON), Start(X1, HERE)]  # audit's exchange waits for audit's monitor
 
 
+def test_a_journal_is_started_with_its_queues_journal_generation_and_an_exchange_without():
+    journal = Assignment("orders", "journal")
+    actions = converge(assigned(journal, X1), {}, {"orders": HERE}, now=0.0, generations={"orders": 2})
+    assert actions == [Start(journal, HERE, 2), Start(X1, HERE, 0)]
+    assert converge(assigned(journal), {}, {"orders": HERE}, now=0.0) == [Start(journal, HERE, 0)]
+
+
 def test_an_exchange_waits_for_its_queues_monitor():
     assert converge(assigned(X1), {}, {"orders": ""}, now=0.0) == []
     assert converge(assigned(X1), {}, {}, now=0.0) == []
