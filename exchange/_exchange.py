@@ -168,13 +168,14 @@ class Exchange:
         next_kpi = now + self._kpi_period
         while not self._stopping:
             timeout = max(0.0, min(next_beat, next_kpi, fwd.acks.due) - time.monotonic())
-            holding = fwd.blocked  # then the frontend is not polled: retry every RETRY_S
-            if holding:
+            holding = fwd.blocked  # then the frontend is not polled
+            retrying = fwd.retrying  # a held batch, or the journal's backlog: tried again every RETRY_S
+            if retrying:
                 timeout = min(timeout, RETRY_S)
             polled = time.monotonic()
             events = dict(poller.poll(poll_ms(timeout)))
             # time spent holding a batch back for a full pipe is busy time: the exchange forwards no faster
-            started = polled if holding else time.monotonic()
+            started = polled if retrying else time.monotonic()
             if zap is not None and zap.socket in events:
                 zap.readable()
             if fwd.backend in events:

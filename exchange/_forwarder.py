@@ -347,8 +347,15 @@ class Forwarder:
 
     @property
     def blocked(self) -> bool:
-        """True while the forward loop reads no publisher: a batch is held, or the journal is behind."""
-        return self.held is not None or self.hold_for_journal or (self.journal is not None and self.journal.full)
+        """True while the forward loop reads no publisher: a batch is held, the journal is behind, or none is
+        known."""
+        return self.retrying or self.hold_for_journal
+
+    @property
+    def retrying(self) -> bool:
+        """True while a held batch or the journal's backlog is tried again every :data:`RETRY_S` (busy time: the
+        exchange forwards no faster); waiting for the monitor to name a journal is neither."""
+        return self.held is not None or (self.journal is not None and self.journal.full)
 
     # ------------------------------------------------------------------ the journal
 

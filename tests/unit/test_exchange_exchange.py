@@ -203,3 +203,24 @@ def test_with_a_secret_key_it_serves_curve_and_refuses_an_unsafe_key_file(tmp_pa
             Exchange(config, context=ctx)
     finally:
         ctx.term()
+
+
+def test_waiting_for_a_journal_to_be_named_is_not_busy_time(running):
+    """A durable queue with no journal known yet: the exchange reads no publisher and waits for its monitor;
+    its KPIs say it is idle, not saturated (a monitor would scale out on a busy exchange)."""
+    x, thread, (old, _), _, _ = running
+    ctx = zmq.Context()
+    try:
+        ident, _ = next_of(old, control.Heartbeat)
+        old.send_multipart([ident, control.encode(control.Journaling(durability="always"))])
+        beat_saying(old, "always")
+        pub, _sub = _clients(ctx, x, os.urandom(16))
+        pub.send_multipart([b"k", batch.pack_header(batch.DATA, pub.getsockopt(zmq.ROUTING_ID), 1, 1),
+                            batch.encode_body([b"waiting"])])
+        kpis = []
+        while len(kpis) < 5:  # half a second of KPI periods
+            kpis.append(next_of(old, control.ExchangeKpi)[1])
+        assert max(k.busy for k in kpis[1:]) < 0.5, [k.busy for k in kpis]
+        assert sum(k.records_in for k in kpis) == 0
+    finally:
+        ctx.destroy(linger=0)
