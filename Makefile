@@ -11,13 +11,10 @@ PYTEST_ARGS ?=
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
 
-# two workers: the tests that load or measure the machine run one after another on one of them, the others
-# beside them; then the tests whose figures are the machine's capacity, alone (tests/conftest.py)
+# one test at a time: beside a second worker (pytest-xdist, -n 2 --dist loadgroup, which tests/conftest.py
+# prepares for) timing and capacity tests still fail now and then on two cores
 test: $(STAMP)
-	@rc=0; \
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not alone" $(PYTEST_ARGS) tests --ignore=tests/deploy || rc=$$?; \
-	$(BIN)/python -m pytest -m alone $(PYTEST_ARGS) tests --ignore=tests/deploy || { s=$$?; [ $$s = 5 ] || rc=$$s; }; \
-	[ $$rc = 5 ] && rc=0; exit $$rc
+	$(BIN)/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/deploy
 
 # the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
 fuzz: $(STAMP)
