@@ -30,7 +30,6 @@ class MonitorChannel:
     Args:
         context: the ZeroMQ context.
         locator: where the monitor is (followed through ZooKeeper or fixed).
-        identity: the client's id, its routing id at the monitor.
         who: how log lines name the client.
         curve: the client's CURVE keys (None: plaintext).
 
@@ -40,14 +39,13 @@ class MonitorChannel:
         dropped: malformed messages dropped.
     """
 
-    def __init__(self, context: zmq.Context, locator: MonitorLocator, identity: bytes, who: str,
+    def __init__(self, context: zmq.Context, locator: MonitorLocator, who: str,
                  curve: CurveClient | None = None) -> None:
         self._locator = locator
         self._who = who
         self.endpoint = locator.endpoint
         self.dropped = 0
-        self.socket = context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.ROUTING_ID, identity)
+        self.socket = context.socket(zmq.DEALER)  # no routing id of its own: the monitor's ROUTER gives one
         if curve is not None:
             curve.apply(self.socket)
         self.socket.setsockopt(zmq.LINGER, LINGER_MS)

@@ -118,8 +118,7 @@ class Feeds:
 
     def add(self, exchange: str, backend: str) -> Feed:
         """Subscribe to ``exchange`` at ``backend``."""
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.ROUTING_ID, self._ident)
+        sock = self._ctx.socket(zmq.DEALER)  # no routing id of its own: each connection gets the exchange's
         if self._curve is not None:
             self._curve.apply(sock)
         sock.setsockopt(zmq.RCVHWM, self._rcvhwm)

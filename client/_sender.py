@@ -101,7 +101,7 @@ class Sender(threading.Thread):
 
     def run(self) -> None:
         try:
-            self._channel = MonitorChannel(self._ctx, self._locator, self._id, self._who, self._cfg.curve)
+            self._channel = MonitorChannel(self._ctx, self._locator, self._who, self._cfg.curve)
             self._poller.register(self._channel.socket, zmq.POLLIN)
             self._poller.register(self._outbox.wakeup.fd, zmq.POLLIN)
             self._loop()

@@ -196,8 +196,7 @@ class Stream:
     def connect(self, exchange: str, frontend: str) -> Link:
         """A new link to ``exchange`` (registered in the poller); not sent through until :meth:`switch` or
         :meth:`restart`."""
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.ROUTING_ID, self._id)
+        sock = self._ctx.socket(zmq.DEALER)  # no routing id of its own: each connection gets the exchange's
         if self._curve is not None:
             self._curve.apply(sock)
         sock.setsockopt(zmq.SNDHWM, SNDHWM)

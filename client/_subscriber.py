@@ -85,7 +85,7 @@ class Subscriber:
             self._feeds.hold = self._replay.hold
         self._feeds.on_cut = functools.partial(self._cut, context)
         locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
-        self._monitor = MonitorChannel(context, locator, self.id, self._who, config.curve)
+        self._monitor = MonitorChannel(context, locator, self._who, config.curve)
         self._poller.register(self._monitor.socket, zmq.POLLIN)
         try:
             self._join(self._monitor.endpoint)

@@ -1,7 +1,8 @@
 """What an exchange owes its publishers: one cumulative acknowledgement each.
 
-Each publisher is owed the highest seq the exchange forwarded of it (with a journal: the highest the journal
-acknowledged). Acknowledgements are coalesced: they go out ``ack_interval`` after the data that made them
+Each publisher's connection is owed the highest seq the exchange forwarded of what came on it (with a
+journal: the highest the journal acknowledged of its publisher, sent to the connection its latest batch came on,
+:meth:`Acks.via`). Acknowledgements are coalesced: they go out ``ack_interval`` after the data that made them
 due, at once when a batch asks for it (``FLAG_ACK_NOW``, a marker), when the journal answered, or when
 :data:`MAX_PENDING_ACKS` publishers are owed one (the table is keyed by an identity a peer chooses: bounded).
 They are sent without blocking: a publisher gone, or whose pipe is full, resends or fails over.
@@ -20,6 +21,8 @@ __all__ = ["Acks", "MAX_PENDING_ACKS"]
 
 #: Publishers owed an acknowledgement at most; beyond, acknowledgements go out at once.
 MAX_PENDING_ACKS = 1024
+#: Publishers whose connection is remembered for the journal's acknowledgements, at most.
+MAX_ROUTES = 16384
 
 
 class Acks:
@@ -29,12 +32,26 @@ class Acks:
         self.frontend = frontend
         self.interval = interval
         self.limit = limit
-        self.owed: dict[bytes, int] = {}  # publisher identity -> highest seq to acknowledge
+        self.owed: dict[bytes, int] = {}  # a publisher's connection (routing id) -> highest seq to acknowledge
         self.due = float("inf")  # when what is owed goes out
+        self._routes: dict[bytes, bytes] = {}  # publisher id -> the connection its latest batch came on
 
-    def update(self, pairs: Iterable[tuple[bytes, int]]) -> None:
-        """Owe each publisher of ``pairs`` its seq (sent with the next :meth:`schedule` or :meth:`send`)."""
-        self.owed.update(pairs)
+    def via(self, publisher: bytes, conn: bytes) -> None:
+        """``publisher``'s latest batch came on ``conn``: what :meth:`relay` owes it goes there (the oldest
+        publisher is forgotten beyond :data:`MAX_ROUTES`)."""
+        routes = self._routes
+        if publisher not in routes and len(routes) >= MAX_ROUTES:
+            del routes[next(iter(routes))]
+        routes[publisher] = conn
+
+    def relay(self, pairs: Iterable[tuple[bytes, int]]) -> None:
+        """Owe each publisher of ``pairs`` (publisher id, seq) its seq, on the connection its latest batch came
+        on (one never heard of is skipped: it resends)."""
+        routes, owed = self._routes, self.owed
+        for publisher, seq in pairs:
+            conn = routes.get(publisher)
+            if conn is not None:
+                owed[conn] = seq
 
     def schedule(self, urgent: bool, since: float) -> None:
         """What is owed goes out now if ``urgent`` or the table is full, else ``interval`` after ``since``."""

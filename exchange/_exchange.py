@@ -282,7 +282,7 @@ class Exchange:
         poller = self._poller
         if fwd.journal is not None and poller is not None:
             poller.unregister(fwd.journal.socket)
-        feed = JournalFeed(self._ctx, endpoint, msg.durability, self.id.encode(), self.curve) if endpoint else None
+        feed = JournalFeed(self._ctx, endpoint, msg.durability, self.curve) if endpoint else None
         fwd.set_journal(feed)
         if feed is not None and poller is not None:
             poller.register(feed.socket, zmq.POLLIN)

@@ -41,12 +41,14 @@ peer connects (so the bounds are set once, before binding):
 
 **Who may connect.** With CURVE (``curve``), the frontend and backend serve with the cluster's server key,
 and the process's ZAP handler (:class:`roq.zap.ZapServer`) admits only the keys of its keyring; every batch
-and subscription then comes with its sender's principal (``User-Id``), and one whose routing id is not its
-key's own (:meth:`roq.zap.Keyring.owns`) is dropped and counted as ``forged id``: a stranger cannot speak for
-a publisher by presenting its id, whoever connected first. Nor can it take a subscriber's place: with CURVE a
-second connection with an id in use waits, receiving nothing, until the first is gone (no handover on the
-backend), so a subscriber that reconnects gets its records again once the exchange has seen its old
-connection close.
+and subscription then comes with its sender's principal (``User-Id``). **An identity is its key**: the
+publisher id a batch's header names, and the subscriber id a subscription names, must be one of its sender's
+key's own (:meth:`roq.zap.Keyring.owns`), and so must a routing id the peer chose (:func:`roq.zap.may_use`);
+anything else is dropped and counted as ``forged id``. Neither ROUTER hands an id over to a second connection
+(no ``ROUTER_HANDOVER``), and our clients choose no routing id: each connection has the ROUTER's own, new at
+every reconnection, so a stranger cannot end, replace or redirect another's connection by presenting its id,
+and a publisher or subscriber that reconnects is served at once on its new connection. Acknowledgements go
+to the connection a batch came on; a subscriber's latest subscription names the connection it is sent to.
 
 The tables keyed by a peer's identity (acknowledgements due, the KPI period's per-publisher counts, the
 subscribers) are bounded too: a flood of identities cannot grow them.
@@ -73,7 +75,7 @@ from roq.config import ExchangeConfig
 from roq.runtime import DropCounter
 from roq.sockets import bind
 from roq.curve import Curve
-from roq.zap import Keyring, recv_from
+from roq.zap import CLUSTER, Keyring, may_use, recv_from
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ MIN_PUBLISHER_HWM = BURST
 SYNC_MASK = 63
 #: How often a held batch is tried again, seconds.
 RETRY_S = 0.001
+
 
 
 class Forwarder:
@@ -117,9 +120,9 @@ class Forwarder:
         self.subscriber_hwm = config.subscriber_hwm
         self.acct = Accounting(time.monotonic())
         self.last_data = 0.0
-        # a batch that full pipes could not take yet, and the subscribers it waits for
-        # (None: it waits for the journal's pipe, and then goes to every subscriber)
-        self.held: tuple[list[bytes], batch.Header, list[Subscriber] | None] | None = None
+        # a batch that full pipes could not take yet, the subscribers it waits for (None: it waits for the
+        # journal's pipe, and then goes to every subscriber) and the connection it came on
+        self.held: tuple[list[bytes], batch.Header, list[Subscriber] | None, bytes] | None = None
         self.held_since = 0.0
         self.held_floor = -1  # the journal's end when the held batch went there: it is at or after it
         self.missed = 0  # batches a subscriber behind did not get
@@ -129,8 +132,7 @@ class Forwarder:
         self.journal: JournalFeed | None = None  # a durable queue's journal (see set_journal)
         self.hold_for_journal = False  # a durable queue with no journal known: read no publisher
 
-        self.frontend = context.socket(zmq.ROUTER)
-        self.frontend.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.frontend = context.socket(zmq.ROUTER)  # no handover: a second connection never takes an id
         # room for a body over the bound, so that an oversized batch is counted rather than cut off unseen
         self.frontend.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_batch_bytes + batch.MAX_KEY + 4096)
         self.frontend.setsockopt(zmq.RCVHWM, self.publisher_hwm)
@@ -138,16 +140,12 @@ class Forwarder:
         self.acks = Acks(self.frontend, config.ack_interval)  # what the publishers are owed
         self.backend = context.socket(zmq.ROUTER)
         self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full pipe says so (EAGAIN), a gone peer too
-        self.backend.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a subscriber that reconnects keeps its id
         self.backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)
         self.backend.setsockopt(zmq.LINGER, 2000)
         self.backend.setsockopt(zmq.MAXMSGSIZE, batch.MAX_KEY + 4096)  # subscribers only send subscriptions
         if curve is not None:
             curve.serve(self.frontend)
             curve.serve(self.backend)
-            # batches go *to* a subscriber's id: a second connection with it must not take them over, even
-            # from a key of the keyring (what comes *from* an id is checked against its key, message by message)
-            self.backend.setsockopt(zmq.ROUTER_HANDOVER, 0)
         # how a batch is read: with CURVE, only if its id is its sender's key's own and its sender may publish
         self._recv_batch = self.frontend.recv_multipart
         if self.keyring is not None:
@@ -212,16 +210,15 @@ class Forwarder:
             except BatchError as exc:
                 self.drops.drop(exc.reason, str(exc))
                 continue
-            if h.publisher != ident:
-                self.drops.drop("bad header", "publisher id does not match the connection's identity")
-                continue
-            if journal is not None and not journal.send([key, header, body], h):
-                self.held = ([key, header, body], h, None)  # the journal's pipe is full: nobody gets it yet
-                self.held_since = time.monotonic()
-                break
+            if journal is not None:
+                if not journal.send([key, header, body], h):
+                    self.held = ([key, header, body], h, None, ident)  # the journal's pipe is full: nobody gets it yet
+                    self.held_since = time.monotonic()
+                    break
+                self.acks.via(h.publisher, ident)  # where the journal's acknowledgement goes
             waiting = self._send_out(frames, key)
             if waiting is not None:  # held: no more reading until it is out
-                self._hold([key, header, body], h, waiting)
+                self._hold([key, header, body], h, waiting, ident)
                 break
             if h.kind == data_kind:
                 count = h.count
@@ -231,13 +228,13 @@ class Forwarder:
                 urgent |= h.flags & ack_now
                 records += count
                 size_in += size
-                stat = publishers.get(ident)
+                stat = publishers.get(h.publisher)
                 if stat is not None:
                     stat[0] += count
                     stat[1] += size
                 elif room > 0:
                     room -= 1
-                    publishers[ident] = [count, size]
+                    publishers[h.publisher] = [count, size]
             elif journal is None:  # a marker: check_incoming lets nothing else through
                 acks[ident] = h.first_seq - 1
                 urgent = True  # the publisher holds its new batches until this one is acknowledged
@@ -295,15 +292,17 @@ class Forwarder:
         ``subscriber_grace``); True once it is out, and the loop may read publishers again."""
         if self.held is None:
             return True
-        frames, h, waiting = self.held
+        frames, h, waiting, conn = self.held
         key, header, body = frames
         if waiting is None:  # the journal's pipe was full: it goes there first, then to the subscribers
-            if self.journal is not None and not self.journal.send(frames, h):
-                return False
-            waiting = self._send_out([h.publisher, key, header, body], key)
+            if self.journal is not None:
+                if not self.journal.send(frames, h):
+                    return False
+                self.acks.via(h.publisher, conn)
+            waiting = self._send_out([conn, key, header, body], key)
             if waiting is None:
-                return self._released(h, body)
-            self._hold(frames, h, waiting)
+                return self._released(h, body, conn)
+            self._hold(frames, h, waiting, conn)
             return False
         self.backend.getsockopt(zmq.EVENTS)  # take in the subscribers' reads
         send = self.backend.send_multipart
@@ -323,21 +322,23 @@ class Forwarder:
                     self._past(sub, now)
                     _log_stall(sub, now - self.held_since, BEHIND_HOLD * self.config.subscriber_grace, self.stalls)
         if still:
-            self.held = (frames, h, still)
+            self.held = (frames, h, still, conn)
             return False
-        return self._released(h, body)
+        return self._released(h, body, conn)
 
-    def _hold(self, frames: list[bytes], h: batch.Header, waiting: list[Subscriber]) -> None:
-        """Hold a batch for the full pipes of ``waiting`` (it went to the journal first, if there is one)."""
-        self.held, self.held_since = (frames, h, waiting), time.monotonic()
+    def _hold(self, frames: list[bytes], h: batch.Header, waiting: list[Subscriber], conn: bytes) -> None:
+        """Hold a batch that came on ``conn`` for the full pipes of ``waiting`` (it went to the journal first, if
+        there is one)."""
+        self.held, self.held_since = (frames, h, waiting, conn), time.monotonic()
         self.held_floor = self.journal.end if self.journal is not None else -1
 
-    def _released(self, h: batch.Header, body: bytes) -> bool:
-        """The held batch is out: count it and schedule its acknowledgement (with a journal, the journal's)."""
+    def _released(self, h: batch.Header, body: bytes, conn: bytes) -> bool:
+        """The held batch is out: count it and schedule its acknowledgement to ``conn`` (with a journal, the
+        journal's)."""
         self.held = None
         self.last_data = time.monotonic()
         if self.journal is None and not self.hold_for_journal:  # (with a journal, the journal's acknowledgement)
-            self.acks.owed[h.publisher] = h.last_seq if h.kind == batch.DATA else h.first_seq - 1
+            self.acks.owed[conn] = h.last_seq if h.kind == batch.DATA else h.first_seq - 1
         if h.kind != batch.DATA:  # a marker
             self._counted(0, 0, True)
             return True
@@ -369,7 +370,7 @@ class Forwarder:
         if feed is not None:
             feed.take_over(old)
         else:
-            self.acks.update(old.last_seqs())
+            self.acks.relay(old.last_seqs())
             self._counted(0, 0, True)
         old.close()
 
@@ -377,24 +378,31 @@ class Forwarder:
         """Relay the journal's acknowledgements to the publishers they are for, at once."""
         pairs = self.journal.readable(self.drops) if self.journal is not None else []
         if pairs:
-            self.acks.update(pairs)
+            self.acks.relay(pairs)
             self.acks.send()
 
 
 def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publish: Callable[[str], bool] | None,
                flags: int) -> list[bytes] | None:
-    """A message from the CURVE socket ``sock``, as ``recv_multipart`` reads it, if its routing id is its
-    sender's key's own (the principal its handshake gave it, :meth:`roq.zap.Keyring.owns`) and its principal
-    may publish; None (dropped and counted as ``forged id`` or ``refused: may not publish``) if not.
+    """A message from the CURVE socket ``sock``, as ``recv_multipart`` reads it, if the publisher id its header
+    names (and the routing id, if its sender chose one) is its sender's key's own (the principal its handshake
+    gave it, :meth:`roq.zap.Keyring.owns`) and its principal may publish; None (dropped and counted as
+    ``forged id`` or ``refused: may not publish``) if not.
 
     Raises:
         zmq.Again: nothing to read.
     """
     frames, principal = recv_from(sock, flags)
-    if len(frames) == 1:
-        return frames  # the identity alone: the frame count is checked by the caller
-    if not keyring.owns(principal, frames[0]):
-        drops.drop(keyring.why_not(principal, frames[0]), f"{principal} sent with the id {frames[0].hex()[:32]}")
+    if len(frames) != 4:
+        return frames  # the frame count is checked by the caller
+    refused = may_use(keyring, principal, frames[0])
+    publisher = frames[2][batch.PUBLISHER_OFFSET:batch.PUBLISHER_OFFSET + 16]
+    if not refused and principal != CLUSTER and len(frames[2]) == batch.HEADER_SIZE:  # (else check_incoming drops it)
+        if not keyring.owns(principal, publisher):
+            refused = keyring.why_not(principal, publisher)
+    if refused:
+        drops.drop(refused, f"{principal} sent a batch of publisher {publisher.hex()} on the connection "
+                            f"{frames[0].hex()[:32]}")
         return None
     if may_publish is not None and not may_publish(principal):
         drops.drop("refused: may not publish", str(principal))
@@ -405,7 +413,7 @@ def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publi
 def _log_stall(sub: Subscriber, waited: float, hold: float, stalls: int) -> None:
     if stalls <= 10 or stalls % 100 == 0:
         log.warning("subscriber %s: its pipe stayed full for %.1fs: it misses what finds its pipe full until its pipe "
-                    "has had room for %.1fs (%d times in all)", sub.ident.hex()[:8], waited, hold, stalls)
+                    "has had room for %.1fs (%d times in all)", sub.id.hex()[:8], waited, hold, stalls)
 
 
 def describe_bounds(fwd: Forwarder) -> str:

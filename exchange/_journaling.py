@@ -50,16 +50,13 @@ class JournalFeed:
         context: where the socket is made.
         endpoint: the journal's intake.
         durability: "interval" or "always" (for the log: the journal applies it).
-        identity: this exchange's id on the journal's ROUTER.
         curve: with CURVE, the socket connects as the cluster.
     """
 
-    def __init__(self, context: zmq.Context, endpoint: str, durability: str, identity: bytes,
-                 curve: Curve | None = None) -> None:
+    def __init__(self, context: zmq.Context, endpoint: str, durability: str, curve: Curve | None = None) -> None:
         self.endpoint = endpoint
         self.durability = durability
-        self.socket = context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.IDENTITY, identity)
+        self.socket = context.socket(zmq.DEALER)  # the journal's ROUTER gives each connection its routing id
         self.socket.setsockopt(zmq.SNDHWM, JOURNAL_HWM)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, batch.JOURNAL_ACK.size + batch.MAX_JOURNAL_ACKS * 24)

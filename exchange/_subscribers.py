@@ -1,8 +1,11 @@
 """The subscribers an exchange sends to: who they are, what keys they want, and whether they keep up.
 
 A subscriber's DEALER connects to the exchange's backend ROUTER and sends a subscription
-(:func:`roq.batch.pack_subscription`); it sends it again every heartbeat, so that an exchange that lost it
-(a reconnection, a full table) has it back within a second. The exchange sends each batch to every subscriber
+(:func:`roq.batch.pack_subscription`, naming the subscriber's id); it sends it again every heartbeat, so that an
+exchange that lost it (a reconnection, a full table) has it back within a second. The table is keyed by the
+connection (the ROUTER's routing id): a subscription that names a subscriber already in the table on another
+connection moves it to the new one (the subscriber reconnected; with CURVE its id is its key's own, so only the
+same key can). The exchange sends each batch to every subscriber
 whose prefix the key starts with, one send per subscriber, so it knows each one's pipe: a subscriber whose
 pipe stays full for ``subscriber_grace`` is *behind*, and until its pipe has had room for :data:`BEHIND_HOLD`
 graces the batches that find it full go past it (it sees a gap), while every other subscriber keeps the
@@ -28,13 +31,15 @@ BEHIND_HOLD = 2.0
 
 
 class Subscriber:
-    """One subscriber of the exchange: its routing id, the prefixes it gets (its own and the control topic's),
-    until when it is behind, how many batches went past it, and whether its seam went to the journal."""
+    """One subscriber of the exchange: its connection's routing id (``ident``, what it is sent to), its id (the
+    one its subscription names), the prefixes it gets (its own and the control topic's), until when it is behind,
+    how many batches went past it, and whether its seam went to the journal."""
 
-    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed")
+    __slots__ = ("ident", "id", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed")
 
-    def __init__(self, ident: bytes, prefix: bytes, principal: str = "") -> None:
+    def __init__(self, ident: bytes, prefix: bytes, principal: str = "", id: bytes = b"") -> None:
         self.ident = ident
+        self.id = id or ident
         self.prefix = prefix
         self.principal = principal  # the principal of its key, with CURVE
         self.prefixes = (prefix, batch.CONTROL_TOPIC)  # one bytes.startswith for both
@@ -46,17 +51,19 @@ class Subscriber:
         return now < self.behind_until
 
     def __repr__(self) -> str:
-        return f"Subscriber({self.ident.hex()[:8]}, {self.prefix[:40]!r})"
+        return f"Subscriber({self.id.hex()[:8]}, {self.prefix[:40]!r})"
 
 
 class Cut:
-    """A subscriber cut off: the journal offset from which it missed what this exchange forwarded (-1: not
-    known), the tag its subscription must name to come back, and whether the cut reached its pipe."""
+    """A subscriber cut off: the connection it is told on, its id, the journal offset from which it missed what
+    this exchange forwarded (-1: not known), the tag its subscription must name to come back, and whether the
+    cut reached its pipe."""
 
-    __slots__ = ("ident", "floor", "tag", "told")
+    __slots__ = ("ident", "id", "floor", "tag", "told")
 
-    def __init__(self, ident: bytes, floor: int, tag: int) -> None:
+    def __init__(self, ident: bytes, floor: int, tag: int, id: bytes = b"") -> None:
         self.ident = ident
+        self.id = id or ident
         self.floor = floor
         self.tag = tag
         self.told = False
@@ -72,8 +79,9 @@ class Subscribers:
     def __init__(self, limit: int = MAX_SUBSCRIBERS) -> None:
         self.limit = limit
         self.all: list[Subscriber] = []
-        self._by_ident: dict[bytes, Subscriber] = {}
-        self.cuts: dict[bytes, Cut] = {}  # subscribers cut off and not back yet, oldest first
+        self._by_ident: dict[bytes, Subscriber] = {}  # by connection
+        self._by_id: dict[bytes, Subscriber] = {}  # by the id its subscription names
+        self.cuts: dict[bytes, Cut] = {}  # subscribers cut off and not back yet (by id), oldest first
 
     def __len__(self) -> int:
         return len(self.all)
@@ -81,18 +89,24 @@ class Subscribers:
     def get(self, ident: bytes) -> Subscriber | None:
         return self._by_ident.get(ident)
 
-    def subscribe(self, ident: bytes, prefix: bytes, principal: str = "") -> tuple[Subscriber | None, bool]:
-        """Record ``ident``'s subscription (``principal``: its key's, with CURVE); ``(subscriber, new)``, or
-        ``(None, False)`` when the table is full."""
+    def subscribe(self, ident: bytes, prefix: bytes, principal: str = "",
+                  id: bytes = b"") -> tuple[Subscriber | None, bool]:
+        """Record the subscription of the subscriber ``id`` (default: ``ident``) on the connection ``ident``
+        (``principal``: its key's, with CURVE); ``(subscriber, new)``, or ``(None, False)`` when the table is
+        full. The same subscriber on another connection is forgotten there: it reconnected."""
+        id = id or ident
         sub = self._by_ident.get(ident)
-        if sub is not None:
+        if sub is not None and sub.id == id:
             if sub.prefix != prefix:
                 sub.prefix = prefix
                 sub.prefixes = (prefix, batch.CONTROL_TOPIC)
             return sub, False
+        for old in (sub, self._by_id.get(id)):  # another id on this connection, or this id on another
+            if old is not None:
+                self.remove(old)
         if len(self.all) >= self.limit:
             return None, False
-        sub = self._by_ident[ident] = Subscriber(ident, prefix, principal)
+        sub = self._by_ident[ident] = self._by_id[id] = Subscriber(ident, prefix, principal, id)
         self.all = self.all + [sub]  # a new list: a loop over the old one is not disturbed
         return sub, True
 
@@ -101,6 +115,8 @@ class Subscribers:
         if self._by_ident.get(sub.ident) is not sub:
             return False
         del self._by_ident[sub.ident]
+        if self._by_id.get(sub.id) is sub:
+            del self._by_id[sub.id]
         self.all = [s for s in self.all if s is not sub]
         return True
 
@@ -108,7 +124,7 @@ class Subscribers:
         """Send ``sub`` nothing more until it comes back with ``tag`` (it reads the journal from ``floor``); the
         oldest cut is forgotten beyond :attr:`limit`."""
         self.remove(sub)
-        cut = self.cuts[sub.ident] = Cut(sub.ident, floor, tag)
+        cut = self.cuts[sub.id] = Cut(sub.ident, floor, tag, sub.id)
         while len(self.cuts) > self.limit:
             del self.cuts[next(iter(self.cuts))]
         return cut

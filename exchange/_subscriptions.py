@@ -10,8 +10,8 @@ it: every batch sent after the beacon is in the journal at or after it.
 
 **Cuts.** A subscriber the forward loop cut off (a durable queue's slow subscriber) is told so
 (:func:`roq.batch.pack_cut`) as soon as its pipe has room, and again on each of its subscriptions that does not
-name the cut's tag; the one that does brings it back, with a seam named ``<exchange>#<tag>``. With CURVE its routing id
-must be its key's own and its principal must be allowed to subscribe to the queue's keys under its prefix
+name the cut's tag; the one that does brings it back, with a seam named ``<exchange>#<tag>``. With CURVE the id its
+subscription names (and a routing id it chose) must be its key's own and its principal must be allowed to subscribe to the queue's keys under its prefix
 (:class:`~exchange._admission.Admission`); when the permissions change, every subscriber they no longer allow
 is dropped from the table at once (:meth:`Subscriptions.revoke`): nothing more is sent to it.
 """
@@ -30,7 +30,7 @@ from exchange._subscribers import Cut, Subscriber, Subscribers
 from roq import batch
 from roq.batch import BatchError
 from roq.runtime import DropCounter
-from roq.zap import Keyring, recv_from
+from roq.zap import CLUSTER, Keyring, may_use, recv_from
 
 log = logging.getLogger(__name__)
 
@@ -82,24 +82,26 @@ class Subscriptions:
             except BatchError as exc:
                 self.drops.drop(exc.reason, str(exc))
                 continue
-            if subscriber != frames[0]:
-                self.drops.drop("bad subscription", "subscriber id does not match the connection's identity")
-                continue
-            if keyring is not None and not keyring.owns(principal, subscriber):
-                self.drops.drop(keyring.why_not(principal, subscriber),
-                                f"{principal} subscribed with the id {subscriber.hex()[:32]}")
-                continue
+            if keyring is not None:  # its id, and a routing id it chose, must be its key's own
+                refused = may_use(keyring, principal, frames[0])
+                if not refused and principal != CLUSTER and not keyring.owns(principal, subscriber):
+                    refused = keyring.why_not(principal, subscriber)
+                if refused:
+                    self.drops.drop(refused, f"{principal} subscribed as {subscriber.hex()[:32]} on the connection "
+                                             f"{frames[0].hex()[:32]}")
+                    continue
             if admission is not None and not admission.may_subscribe(principal, prefix):
                 self.drops.drop("refused: may not subscribe", f"{principal} to {prefix[:40]!r}")
                 continue
             rejoin = batch.rejoins(frames[1:])
             cut = self.subscribers.cuts.get(subscriber)
             if cut is not None:
+                cut.ident = frames[0]  # (its latest connection)
                 if rejoin != cut.tag:  # it has not read its cut yet (or lost it): told again when there is room
                     self.tell(cut)
                     continue
                 del self.subscribers.cuts[subscriber]
-            sub, new = self.subscribers.subscribe(subscriber, prefix, principal)
+            sub, new = self.subscribers.subscribe(frames[0], prefix, principal, subscriber)
             if sub is None:
                 self.drops.drop("too many subscribers", f"{len(self.subscribers)} subscribers already")
                 continue
@@ -118,7 +120,7 @@ class Subscriptions:
         self.tell(cut)
         if self.cuts <= 10 or self.cuts % 100 == 0:
             log.warning("subscriber %s: its pipe stayed full for %.1fs: cut off, it reads the journal from offset %d "
-                        "(%d cut in all)", sub.ident.hex()[:8], waited, cut.floor, self.cuts)
+                        "(%d cut in all)", sub.id.hex()[:8], waited, cut.floor, self.cuts)
 
     def tell(self, cut: Cut) -> None:
         """Tell a subscriber it was cut off (once its pipe has room; one that is gone is forgotten)."""
@@ -129,7 +131,7 @@ class Subscriptions:
             cut.told = True
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EAGAIN:
-                self.subscribers.cuts.pop(cut.ident, None)
+                self.subscribers.cuts.pop(cut.id, None)
 
     def revoke(self) -> list[Subscriber]:
         """Drop every subscriber the permissions held no longer allow, or whose key left the keyring; those

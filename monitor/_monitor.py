@@ -29,7 +29,7 @@ from monitor._outbox import Event
 from roq import control
 from roq.config import MonitorConfig
 from roq.curve import Curve
-from roq.errors import ProtocolError
+from roq.errors import ProtocolError, Result
 from roq.kpi.archive import ArchiveWriter
 from roq.kpi.records import EventRecord
 from roq.runtime import DropCounter, SignalWakeup
@@ -85,7 +85,8 @@ class Monitor:
         self.core = Core(config, events=self.log, drops=self.drops, pid=os.getpid(), clustered=self.cluster is not None,
                          archiving=bool(config.kpi_archive))
         self._router = self._ctx.socket(zmq.ROUTER)
-        self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        # no ROUTER_HANDOVER: a second connection never takes an id (our clients choose none: the ROUTER gives
+        # each connection its own, and the ids a message names are checked against its sender's key)
         self._router.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         self._router.setsockopt(zmq.LINGER, 500)
         if self.curve is not None:
@@ -212,7 +213,14 @@ class Monitor:
 
     def _serving(self, handler: Handler) -> Callable[[Any, Request], control.Reply | None]:
         """A Dispatcher handler: the core's handler with the sender and the time, then the outbox applied."""
+        keyring = self.curve.keyring if self.curve is not None else None
+
         def serve(msg: Any, request: Request) -> control.Reply | None:
+            forged = self.core.permissions.names_own(msg, request.principal, keyring)
+            if forged:  # another's id: refused and counted, nothing changes
+                self.drops.drop(forged, f"{type(msg).__name__} from {request.principal}")
+                return control.Reply(result=Result.FORBIDDEN,
+                                     comment=f"{type(msg).__name__} names an id that is not {request.principal}'s")
             self.core.permissions.check(msg, request.principal)  # ForbiddenError: answered FORBIDDEN
             try:
                 return handler(msg, request.identity, time.monotonic())

@@ -7,6 +7,9 @@ was ever set, or for a monitor without ZooKeeper). The monitor
   (:meth:`Permissions.check`): a publisher without ``publish`` is never given an exchange, a subscriber
   without ``subscribe`` on its prefix never the list of exchanges, and either learns why on its next hello
   once its permission is revoked;
+* refuses, FORBIDDEN, a publisher's or subscriber's message that names an id (:data:`NAMES`) which is not its
+  sender's key's own (:meth:`Permissions.names_own`: counted as ``forged id``): nobody can say hello, panic,
+  report a move, confirm or say goodbye for another;
 * sends the rules to every exchange when they change, and to one whose heartbeat shows it holds others (a
   new exchange, a lost message), so that the exchanges refuse a revoked publisher's batches and stop sending
   to a revoked subscriber as soon as they read them (:mod:`exchange._admission`).
@@ -23,19 +26,32 @@ from monitor._topology import Topology
 from roq import control
 from roq.acl import Acl, Rule
 from roq.errors import ForbiddenError
-from roq.zap import CLUSTER
+from roq.zap import CLUSTER, Keyring, may_name
 
-__all__ = ["Permissions", "NEEDS"]
+__all__ = ["Permissions", "NEEDS", "NAMES"]
 
 #: message type -> the permission its sender needs (those not named need none but a key of the keyring)
 NEEDS: dict[type[control.Message], str] = {
     control.PublisherHello: "publish",
     control.Moved: "publish",
     control.Panic: "publish",
+    control.PublisherBye: "publish",
     control.SubscriberHello: "subscribe",
     control.Ready: "subscribe",
+    control.SubscriberBye: "subscribe",
     control.Status: "manage",
     control.ForceRelocate: "manage",
+}
+
+#: message type -> the field that names its sender's id (hex), which must be the sender's key's own
+NAMES: dict[type[control.Message], str] = {
+    control.PublisherHello: "publisher",
+    control.Moved: "publisher",
+    control.Panic: "publisher",
+    control.PublisherBye: "publisher",
+    control.SubscriberHello: "subscriber",
+    control.Ready: "subscriber",
+    control.SubscriberBye: "subscriber",
 }
 
 
@@ -87,6 +103,15 @@ class Permissions:
         decision = self._acl.check(principal, needed, self.queue, prefix)
         if not decision.allowed:
             raise ForbiddenError(decision.reason)
+
+    @staticmethod
+    def names_own(msg: Any, principal: str | None, keyring: Keyring | None) -> str:
+        """Why ``msg`` may not come from ``principal`` for the id it names ("" = it may): with CURVE, the
+        publisher or subscriber id it names must be one of the sender's key's (:meth:`roq.zap.Keyring.owns`)."""
+        field = NAMES.get(type(msg))
+        if field is None or keyring is None or principal is None or principal == CLUSTER:
+            return ""
+        return may_name(keyring, principal, getattr(msg, field))
 
     def _message(self) -> control.AclRules:
         rules = self.rules

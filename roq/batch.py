@@ -90,6 +90,8 @@ CONTROL_TOPIC = b"\x00roq"
 #: timestamp i64 (ns since the epoch, when the batch's first record was sent).
 HEADER = struct.Struct("<BBHI16sIQQq")
 HEADER_SIZE = HEADER.size
+#: Where the publisher id is in a header (an exchange checks whose it is before the header is parsed).
+PUBLISHER_OFFSET = 8
 
 #: Acknowledgement from exchange to publisher: version u8, kind u8 (= ACK_KIND), highest seq u64.
 ACK = struct.Struct("<BBQ")

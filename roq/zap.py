@@ -40,13 +40,15 @@ from roq.runtime import DropCounter
 log = logging.getLogger(__name__)
 
 __all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "identity_for", "owns", "Keyring", "Decision",
-           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from", "may_use",
+           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from", "may_use", "may_name",
            "KEY_REMOVED"]
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 VERSION = b"1.0"
 #: The bytes of a routing id that name its key's digest.
 TAG_BYTES = 8
+#: The length of a routing id a ROUTER gives a peer that chose none (a zero byte, then 4).
+ROUTER_ID_BYTES = 5
 #: ZAP requests answered at most per turn of the loop.
 MAX_PER_TURN = 1000
 #: Key files read at most from a keyring directory.
@@ -133,13 +135,27 @@ def recv_from(sock: zmq.Socket, flags: int) -> tuple[list[bytes], str]:
 def may_use(keyring: Keyring, principal: str, identity: bytes) -> str:
     """Why ``principal`` may not send with the routing id ``identity`` ("" = it may): its key was removed from
     the keyring since it connected (:data:`KEY_REMOVED`), or the id is another key's (``forged id``). Its
-    key's own ids are its, any the ROUTER gave (they begin with a zero byte, which no peer may choose), and
-    any for the cluster's own processes."""
+    key's own ids are its, any the ROUTER gave (a zero byte and four more: libzmq lets a peer choose such an id too,
+    but never one in use, and there is no handover), and any for the cluster's own processes."""
+    given = len(identity) == ROUTER_ID_BYTES and identity[:1] == b"\0"
     if not keyring.has(principal):
-        return KEY_REMOVED if identity[:1] == b"\0" else keyring.why_not(principal, identity)
-    if identity[:1] == b"\0" or principal == CLUSTER or keyring.owns(principal, identity):
+        return KEY_REMOVED if given else keyring.why_not(principal, identity)
+    if given or principal == CLUSTER or keyring.owns(principal, identity):
         return ""
     return "forged id"
+
+
+def may_name(keyring: Keyring, principal: str, name: str) -> str:
+    """Why ``principal`` may not name the peer ``name`` (the hex of a 16-byte id) in a message it sends ("" = it
+    may): the id is another key's (``forged id``), or its key was removed (:data:`KEY_REMOVED`). The cluster's
+    own processes may name any."""
+    if principal == CLUSTER:
+        return ""
+    try:
+        identity = bytes.fromhex(name)
+    except ValueError:
+        return "forged id"
+    return "" if keyring.owns(principal, identity) else keyring.why_not(principal, identity)
 
 
 class Keyring:

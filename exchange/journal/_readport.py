@@ -50,7 +50,6 @@ class ReadPort:
         self.admission = admission
         self.socket = context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)  # as every server of the control plane
         self.socket.setsockopt(zmq.SNDHWM, 64)  # answers of up to a few MiB each
         if curve is not None:

@@ -26,8 +26,8 @@ class Backend:
 
     def send_multipart(self, frames: list[bytes]) -> None:
         while self.socket.poll(0):
-            ident, *subscription = self.socket.recv_multipart()
-            assert batch.check_subscription(subscription) == (ident, b"")
+            ident, *subscription = self.socket.recv_multipart()  # (the ROUTER's id for the connection)
+            assert batch.check_subscription(subscription)[1] == b""
             if ident not in self.subscribers:
                 self.subscribers.append(ident)
         for ident in self.subscribers:

@@ -161,3 +161,68 @@ def test_a_req_peer_is_answered_in_its_envelope(monitor):
     reply = ask(req, control.Ping())
     assert reply.data == {"queue": "fuzz"}
     req.close()
+
+
+def test_with_curve_a_message_naming_another_keys_id_is_refused_and_changes_nothing(tmp_path):
+    """An identity is its key: bob (a key of the keyring, every permission: no rules are set) cannot say hello,
+    panic, report a move, confirm or say goodbye for alice's publisher or subscriber; each is answered FORBIDDEN,
+    counted as forged, and alice's entries stay as they were."""
+    import time
+
+    from roq import keys, zap
+
+    cluster = keys.ClusterKeys(str(tmp_path / "keys"))
+    cluster.ensure()
+    creds = {name: keys.load_credentials(cluster.client(name)) for name in ("alice", "bob")}
+    ctx = zmq.Context()
+    node = Monitor(MonitorConfig(address="127.0.0.1", port=0, queue="q", secret_key=cluster.secret_key,
+                                 keyring=cluster.keyring), context=ctx)
+    node.start()
+    wakeup = Wakeup()
+    loop = threading.Thread(target=node.serve, args=(wakeup,), daemon=True)
+    loop.start()
+
+    def connect(pair: keys.KeyPair | None) -> zmq.Socket:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        server = keys.load_secret(cluster.secret_key)
+        sock.curve_serverkey = server.public
+        sock.curve_publickey, sock.curve_secretkey = (pair or server).public, (pair or server).secret
+        sock.connect(node.endpoint)
+        return sock
+
+    try:
+        exchange = connect(None)  # the cluster's key
+        exchange.send(control.encode(control.Heartbeat("x1", "tcp://127.0.0.1:7000", "tcp://127.0.0.1:8000", 1)))
+        alice, bob = connect(creds["alice"][1]), connect(creds["bob"][1])
+        pub_id = zap.identity_for(creds["alice"][1].public).hex()
+        sub_id = zap.identity_for(creds["alice"][1].public).hex()
+        alice.send(control.encode(control.SubscriberHello(sub_id, b"", [])))
+        assert alice.poll(5000) and isinstance(control.decode(alice.recv()), control.Exchanges)
+        alice.send(control.encode(control.PublisherHello(pub_id)))
+        assert alice.poll(5000)
+        assigned = control.decode(alice.recv())
+        assert isinstance(assigned, control.Relocate) and assigned.exchange == "x1"
+        before = ask(connect(None), control.Status()).data
+        for msg in (control.Panic(pub_id, "x1", "forged"), control.PublisherBye(pub_id),
+                    control.PublisherHello(pub_id), control.Moved(pub_id, "x1", 1, 1),
+                    control.SubscriberBye(sub_id), control.Ready(sub_id, 1),
+                    control.SubscriberHello(sub_id, b"other", [])):
+            reply = ask(bob, msg)
+            assert reply.result == Result.FORBIDDEN and "not bob's" in reply.comment, msg
+        after = ask(connect(None), control.Status()).data
+        assert after["publishers"] == before["publishers"] and after["subscribers"] == before["subscribers"]
+        counters = {k: v for k, v in after["counters"].items() if k != "dropped_messages"}
+        assert counters == {k: v for k, v in before["counters"].items() if k != "dropped_messages"}
+        assert after["events"] == before["events"] and not alice.poll(200)  # no move, no list for alice
+        assert node.drops.by_reason.get("forged id") == 7
+        mine = zap.identity_for(creds["bob"][1].public).hex()  # bob's own id is his to use
+        bob.send(control.encode(control.PublisherHello(mine)))
+        assert bob.poll(5000) and isinstance(control.decode(bob.recv()), control.Relocate)
+    finally:
+        wakeup.stop()
+        loop.join(10)
+        node.close()
+        wakeup.close()
+        ctx.destroy(linger=0)
+        assert not loop.is_alive()
