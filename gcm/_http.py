@@ -48,7 +48,7 @@ WRITES = ("POST", "PUT", "DELETE", "PATCH")
 #: the principal of an HTTP request without a token in a secure cluster (nothing is allowed it unless granted)
 ANONYMOUS = "anonymous"
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'"
-STATIC_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+STATIC_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z")
 STATIC_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
                 "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
 
@@ -110,7 +110,7 @@ class HttpApi:
         self.clock = clock
         self.feed = LiveFeed(shell, clock)
         self.exposition = Exposition(top)
-        self._routes = [(re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + "/?$"), r) for r in ROUTES]
+        self._routes = [(re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + r"/?\Z"), r) for r in ROUTES]
         self._openapi = document()
 
     # ------------------------------------------------------------------ routing

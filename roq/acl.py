@@ -21,8 +21,8 @@ __all__ = ["PERMISSIONS", "Rule", "Decision", "Acl"]
 
 PERMISSIONS = ("publish", "subscribe", "manage", "admin")
 MAX_RULES = 10_000
-_PRINCIPAL = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9_.@-]{0,63})$")
-_PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]{1,64}$")
+_PRINCIPAL = re.compile(r"(\*|[A-Za-z0-9][A-Za-z0-9_.@-]{0,63})\Z")
+_PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!-]{1,64}\Z")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -260,7 +260,7 @@ class AuditDoc(Document):
     entries: list[dict] = dataclasses.field(default_factory=list)
 
 
-_ROLE = re.compile(r"^(monitor|journal|x\d{1,9})$")
+_ROLE = re.compile(r"(monitor|journal|x\d{1,9})\Z")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,6 +55,8 @@ def test_routes_methods_and_the_token():
     a = api(Shell())
     assert call(a, "GET", "/api/v1/queues").status == 200
     assert call(a, "GET", "/api/v1/nothing").status == 404
+    assert call(a, "GET", "/api/v1/queues\n").status == 404  # a path is matched whole, up to its last character
+    assert call(a, "GET", "/static/app.js").status == 200 and call(a, "GET", "/static/app.js\n").status == 404
     refused = call(a, "PUT", "/api/v1/queues")
     assert refused.status == 405 and ("allow", "GET, POST") in refused.headers
     assert call(a, "DELETE", "/api/v1/queues/q").status == 401  # no token
