@@ -402,6 +402,16 @@ def test_the_http_api_of_a_secure_cluster_acts_for_the_principal_of_its_bearer_t
                          ("GET", "/api/v1/hosts"), ("POST", "/api/v1/queues/billing/stop")):
         refused = api.call(method, path, token=alice, check=False)
         assert refused.status == 403 and "alice may not" in refused.json["error"], (method, path, refused)
+    # clients' ids (a queue's publishers, subscribers, events): a token's, to a principal that manages the queue;
+    # not anonymous's, even where everyone may manage
+    cluster.manager.grant("*", "manage", "billing")
+    assert api.call("GET", "/api/v1/queues/billing/rules", token="").status == 200  # everyone manages billing
+    for queue in ("orders", "billing"):
+        assert api.call("GET", f"/api/v1/queues/{queue}/events", token="", check=False).status == 401
+        assert api.call("GET", f"/api/v1/queues/{queue}/events", token=alice).status == 200
+    cluster.manager.revoke("*", "manage", "billing")
+    cluster.wait_for(lambda: api.call("GET", "/api/v1/queues/billing/events", token=alice, check=False).status == 403,
+                     10, "alice refused billing's events once the rule is revoked")
     wrong = api.call("GET", "/api/v1/queues", token="x" * 40, check=False)
     assert wrong.status == 401
     assert cluster.keys.revoke("alice")
