@@ -8,8 +8,9 @@ the connection's :class:`~roq.http.Later`. Field names are the BSON API's in sna
 ``max_exchanges``). A standby answers every ``/api`` request with a redirect to the leader (307; 503 while no
 leader is elected). Write methods need ``Authorization: Bearer <token>``, the token of the GCM's
 ``api_token_file``, and so do the reads whose answers name clients by their ids (a queue's publishers,
-subscribers and events); what anyone may read names them by opaque labels (:mod:`gcm._labels`). The routes, with their parameters and the shapes of their answers, are
-:data:`gcm._openapi.ROUTES`; docs/http.md describes them for people.
+subscribers and events); what anyone may read names them by opaque labels (:mod:`gcm._labels`). The routes,
+with their parameters and the shapes of their answers, are :data:`gcm._openapi.ROUTES`; docs/http.md describes
+them for people.
 """
 
 from __future__ import annotations

@@ -30,13 +30,24 @@ class Labels:
         key: the digest's key (default: 16 random bytes; a test may give its own).
     """
 
+    #: labels kept, so that a client is digested once, not at every census round in the feed's state and the
+    #: metrics: a digest costs 0.8 us, a look-up 0.04 (the state of 1,000 queues may name 400,000 clients)
+    MAX_KEPT = 100_000
+
     def __init__(self, key: bytes | None = None) -> None:
         self._key = key if key is not None else os.urandom(16)
+        self._kept: dict[str, str] = {}
 
     def __call__(self, client: Any) -> str:
         """The label of the id ``client`` (any value: what the status holds is not trusted to be text)."""
-        digest = hashlib.blake2b(str(client).encode(), key=self._key, digest_size=LABEL_CHARS // 2)
-        return digest.hexdigest()
+        text = client if type(client) is str else str(client)
+        label = self._kept.get(text)
+        if label is None:
+            if len(self._kept) >= self.MAX_KEPT:  # clients come and go: start again rather than keep the departed
+                self._kept.clear()
+            digest = hashlib.blake2b(text.encode(), key=self._key, digest_size=LABEL_CHARS // 2)
+            label = self._kept[text] = digest.hexdigest()
+        return label
 
     def event(self, event: dict[str, Any]) -> dict[str, Any]:
         """``event`` with the ids it names replaced by their labels: in its :data:`ID_FIELDS`, and in its texts

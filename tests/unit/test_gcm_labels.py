@@ -28,3 +28,11 @@ def test_an_event_names_its_client_by_label_in_its_fields_and_texts_and_is_other
     assert event["publisher"] == ID  # the monitor's event itself is left as it was
     plain = {"seq": 4, "kind": "scale_out", "text": "scale out from 1 exchanges: load 95%"}
     assert labels.event(plain) == plain
+
+
+def test_the_labels_kept_are_bounded_and_a_label_outlives_its_place_among_them():
+    labels = Labels()
+    first = labels(ID)
+    for i in range(Labels.MAX_KEPT):
+        labels(f"{i:032x}")
+    assert len(labels._kept) <= Labels.MAX_KEPT and labels(ID) == first
