@@ -53,7 +53,7 @@ __all__ = ["ClusterFile", "Deployment", "DockerHost", "ZooKeeperSpec", "GcmSpec"
            "parse_cluster_file", "OFFICIAL_ZOOKEEPER"]
 
 OFFICIAL_ZOOKEEPER = "zookeeper:3.9"
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,39}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,39}\Z")
 
 
 @dataclasses.dataclass(frozen=True)

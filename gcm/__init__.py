@@ -27,6 +27,7 @@ from gcm._tokens import Tokens
 from gcm._view import HostView, QueueView, View, checked_name
 from gcm._census import Census, Snapshot
 from gcm._feed import LiveFeed
+from gcm._labels import Labels
 from gcm._http import ANONYMOUS, STATUS, HttpApi, read_token
 from gcm._metrics import Exposition, families, queue_lines, render
 from gcm._openapi import ROUTES, document
@@ -107,6 +108,7 @@ __all__ = [
     "Census",
     "Snapshot",
     "LiveFeed",
+    "Labels",
     "families",
     "render",
     "Exposition",

@@ -18,7 +18,7 @@ from typing import Any
 from gcm._outcome import Outcome
 from gcm._view import View
 from roq import management as m
-from roq.acl import Acl, Rule
+from roq.acl import MAX_PREFIX, MAX_RULES, Acl, Rule
 from roq.control import Message, Reply
 from roq.documents import AclDoc
 from roq.errors import BadRequestError, ConfigError, ForbiddenError, NotFoundError
@@ -75,14 +75,31 @@ def get_acl(view: View, msg: m.GetAcl) -> Reply:
 def grant(view: View, msg: m.Grant, now: float) -> Outcome:
     """Add a rule (nothing changes if an equal one is there).
 
+    The rules stay within bounds checked before anything is written, so that ``/acl`` never reaches the 1 MiB
+    ZooKeeper refuses (it drops the connection that writes more): a key prefix of at most
+    :data:`~roq.acl.MAX_PREFIX` bytes, at most :data:`~roq.acl.MAX_RULES` rules, and at most
+    :attr:`AclDoc.MAX_BYTES <roq.documents.AclDoc.MAX_BYTES>` bytes in the node.
+
     Raises:
-        BadRequestError: the rule does not read (the comment names the field).
+        BadRequestError: the rule does not read, or would pass a bound (the comment names the field or the bound).
     """
     rule = _rule(msg.Rule)
     rules = tuple(view.acl or ())
     if rule in rules:
         return Outcome.answer("already granted", Rules=[r.document() for r in rules])
-    return _write(view, (*rules, rule), f"granted: {rule.describe()}", now)
+    longest = max((len(p) for p in rule.prefixes), default=0)
+    if longest > MAX_PREFIX:
+        raise BadRequestError(f"permissions unchanged: a key prefix of a rule is at most {MAX_PREFIX} bytes "
+                              f"(MAX_PREFIX), got {longest}")
+    if len(rules) >= MAX_RULES:
+        raise BadRequestError(f"permissions unchanged: at most {MAX_RULES} rules (MAX_RULES), {len(rules)} are "
+                              "in force; revoke one first")
+    doc = AclDoc((*rules, rule))
+    size = len(doc.encode())
+    if size > AclDoc.MAX_BYTES:
+        raise BadRequestError(f"permissions unchanged: the rules would take {size} bytes in /acl, over its bound "
+                              f"of {AclDoc.MAX_BYTES} (MAX_BYTES; ZooKeeper holds at most 1 MiB in a node)")
+    return _write(view, doc, f"granted: {rule.describe()}", now)
 
 
 def revoke(view: View, msg: m.Revoke, now: float) -> Outcome:
@@ -95,7 +112,7 @@ def revoke(view: View, msg: m.Revoke, now: float) -> Outcome:
     rules = tuple(view.acl or ())
     if rule not in rules:
         raise NotFoundError(f"no rule '{rule.describe()}' to revoke")
-    return _write(view, tuple(r for r in rules if r != rule), f"revoked: {rule.describe()}", now)
+    return _write(view, AclDoc(tuple(r for r in rules if r != rule)), f"revoked: {rule.describe()}", now)
 
 
 def _rule(doc: Any) -> Rule:
@@ -105,13 +122,9 @@ def _rule(doc: Any) -> Rule:
         raise BadRequestError(f"permissions unchanged: {exc}") from exc
 
 
-def _write(view: View, rules: tuple[Rule, ...], what: str, now: float) -> Outcome:
-    try:
-        doc = AclDoc(rules)
-        Acl(rules)  # at most MAX_RULES
-    except ConfigError as exc:
-        raise BadRequestError(f"permissions unchanged: {exc}") from exc
+def _write(view: View, doc: AclDoc, what: str, now: float) -> Outcome:
     path = view.paths.acl
-    op = Create(path, doc.encode()) if view.acl_version < 0 else SetData(path, doc.encode(), view.acl_version)
+    data = doc.encode()
+    op = Create(path, data) if view.acl_version < 0 else SetData(path, data, view.acl_version)
     return Outcome(ops=(op,), notes=(what,),
-                   reply=Reply(comment=what, data={"Rules": [r.document() for r in rules]}))
+                   reply=Reply(comment=what, data={"Rules": [r.document() for r in doc.rules]}))

@@ -7,7 +7,9 @@ status (relocations, fail-overs, scaling, thresholds adopted), with the newest :
 feed when it opens. A queue's events from before the GCM first heard its monitor are history: kept for new
 feeds, not pushed. A feed's first ``state`` also carries each queue's ``history`` (records/s in and exchanges
 after each of the last :data:`HISTORY_POINTS` census rounds), so that a page draws the last minutes at once.
-Feeds are bounded in number (:data:`MAX_STREAMS`), and so is everything they are sent.
+Feeds are bounded in number (:data:`MAX_STREAMS`), and so is everything they are sent. Anyone may open one:
+publishers and subscribers are named by their opaque labels (:class:`gcm._labels.Labels`), in the state and in
+the events, never by their ids.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from gcm._census import Census, Snapshot
+from gcm._labels import Labels
 from gcm._shapes import snake
 from gcm._view import View
 from roq.http import EventStream, HttpResponse
@@ -44,11 +47,13 @@ class LiveFeed:
     Args:
         shell: the GCM (its view and census).
         clock: wall clock.
+        labels: what names a publisher or a subscriber in what the feeds are sent.
     """
 
-    def __init__(self, shell: _Shell, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, shell: _Shell, clock: Callable[[], float] = time.time, *, labels: Labels) -> None:
         self.shell = shell
         self.clock = clock
+        self.labels = labels
         self.streams: list[EventStream] = []
         self._seen: dict[str, int] = {}  # queue -> the last event seq the feeds were sent
         # queue -> (time, records/s in, exchanges) after each census round, the last HISTORY_POINTS: a page
@@ -84,10 +89,11 @@ class LiveFeed:
             exchanges = [{**{k: x.get(k) for k in ("id", "records_per_s", "records_out_per_s", "busy", "publishers",
                                                    "mark_records_per_s", "draining")}, "host": _host(x.get("frontend"))}
                          for x in (status or {}).get("exchanges", []) if isinstance(x, dict)]
-            publishers = [{"id": p.get("id"), "exchange": p.get("exchange"), "records_per_s": p.get("records_per_s")}
+            publishers = [{"id": self.labels(p.get("id")), "exchange": p.get("exchange"),
+                           "records_per_s": p.get("records_per_s")}
                           for p in (status or {}).get("publishers", [])[:MAX_FEED_PUBLISHERS] if isinstance(p, dict)]
-            latency = [{"id": s.get("id"), "p50": s.get("latency_p50_ms"), "p99": s.get("latency_p99_ms"),
-                        "prefix": _text(s.get("prefix"))}
+            latency = [{"id": self.labels(s.get("id")), "p50": s.get("latency_p50_ms"),
+                        "p99": s.get("latency_p99_ms"), "prefix": _text(s.get("prefix"))}
                        for s in live_subscribers(status)[:MAX_FEED_PUBLISHERS]]
             queues.append({"name": name, "state": q.state, "host": q.host, "placement": dict(q.placement),
                            "status_from": "monitor" if status is not None else "topology",
@@ -120,7 +126,7 @@ class LiveFeed:
         else:
             fresh = [e for e in events if isinstance(e.get("seq"), int) and e["seq"] > last]
         for event in fresh:
-            event = {**event, "queue": snapshot.queue}
+            event = {**self.labels.event(event), "queue": snapshot.queue}
             self._recent.append(event)
             if last is not None:
                 for stream in self.streams:

@@ -7,8 +7,10 @@ reply turned into JSON with the HTTP status that fits (:data:`STATUS`). A reques
 the connection's :class:`~roq.http.Later`. Field names are the BSON API's in snake case (``MaxExchanges`` is
 ``max_exchanges``). A standby answers every ``/api`` request with a redirect to the leader (307; 503 while no
 leader is elected). Write methods need ``Authorization: Bearer <token>``, the token of the GCM's
-``api_token_file``. The routes, with their parameters and the shapes of their answers, are
-:data:`gcm._openapi.ROUTES`; docs/http.md describes them for people.
+``api_token_file``, and so do the reads whose answers name clients by their ids (a queue's publishers,
+subscribers and events); what anyone may read names them by opaque labels (:mod:`gcm._labels`). The routes,
+with their parameters and the shapes of their answers, are :data:`gcm._openapi.ROUTES`; docs/http.md describes
+them for people.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from gcm._census import Census, Snapshot
 from gcm._feed import LiveFeed
+from gcm._labels import Labels
 from gcm._events import MAX_LIMIT
 from gcm._metrics import CONTENT_TYPE, Exposition
 from gcm._openapi import API, ROUTES, document
@@ -48,7 +51,7 @@ WRITES = ("POST", "PUT", "DELETE", "PATCH")
 #: the principal of an HTTP request without a token in a secure cluster (nothing is allowed it unless granted)
 ANONYMOUS = "anonymous"
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'"
-STATIC_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+STATIC_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z")
 STATIC_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
                 "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
 
@@ -108,9 +111,11 @@ class HttpApi:
         self.secure = secure
         self._principal: str | None = None  # the caller of the request being handled (the loop has one thread)
         self.clock = clock
-        self.feed = LiveFeed(shell, clock)
-        self.exposition = Exposition(top)
-        self._routes = [(re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + "/?$"), r) for r in ROUTES]
+        labels = Labels()  # one key for the feed and the metrics: a client has the same label in both
+        self.feed = LiveFeed(shell, clock, labels=labels)
+        self.exposition = Exposition(top, labels)
+        self._routes = [(re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + r"/?\Z"), r) for r in ROUTES]
+        self._private = {(r.path, method) for r in ROUTES for method, op in r.methods.items() if op.names_clients}
         self._openapi = document()
 
     # ------------------------------------------------------------------ routing
@@ -129,7 +134,8 @@ class HttpApi:
             if req.path.startswith(API) and not self.shell.leading:
                 return self._not_leader(req)
             # the dashboard's page, the metrics and the health checks are open; the API decides by principal
-            refused, self._principal = (self._authorize(req, method in WRITES) if req.path.startswith(API)
+            needs_token = method in WRITES or (route.path, method) in self._private
+            refused, self._principal = (self._authorize(req, needs_token) if req.path.startswith(API)
                                         else (None, None))
             if refused is not None:
                 return refused
@@ -139,16 +145,17 @@ class HttpApi:
                 return HttpResponse.error(400, str(exc))
         return HttpResponse.error(404, f"no such resource: {req.path[:200]}")
 
-    def _authorize(self, req: HttpRequest, write: bool) -> tuple[HttpResponse | None, str | None]:
-        """The refusal of a request whose token is wrong or missing where one is needed, else its principal
-        (None: not checked)."""
+    def _authorize(self, req: HttpRequest, needs_token: bool) -> tuple[HttpResponse | None, str | None]:
+        """The refusal of a request whose token is wrong or missing where one is needed (a write, or a read that
+        names clients by their ids), else its principal (None: not checked)."""
         scheme, _, given = req.headers.get("authorization", "").partition(" ")
-        if not write and not self.secure:
+        if not needs_token and not self.secure:
             return None, None  # reads are open, whatever token they bear
-        if not given and not write:
+        if not given and not needs_token:
             return None, ANONYMOUS
-        if write and not self.tokens:
-            return HttpResponse.error(403, "writes over HTTP are disabled: the GCM has no api_token_file"), None
+        if needs_token and not self.tokens:
+            what = "writes" if req.method in WRITES else "reads of clients' ids"
+            return HttpResponse.error(403, f"{what} over HTTP are disabled: the GCM has no api_token_file"), None
         if scheme.lower() != "bearer" or not given:
             return HttpResponse.error(401, "this method needs 'Authorization: Bearer <token>'").with_headers(
                 ("www-authenticate", 'Bearer realm="roq"')), None

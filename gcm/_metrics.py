@@ -10,7 +10,8 @@ once.
 
 Cardinality is bounded whatever the traffic: per queue, the ``top`` busiest publishers and subscribers each
 have a series of their own and the others are summed into one labelled ``other``; exchanges are bounded by the
-queues' ``max_exchanges``.
+queues' ``max_exchanges``. Anyone may scrape: a publisher's or subscriber's series is labelled with its opaque
+label (:class:`gcm._labels.Labels`), never its id.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gcm._census import Snapshot
+from gcm._labels import Labels
 from roq.status import live_subscribers, number
 from gcm._view import View
 
@@ -149,8 +151,9 @@ def _label(value: str) -> str:
     return value
 
 
-def queue_lines(name: str, status: dict[str, Any], top: int) -> dict[str, list[str]]:
-    """The sample lines of one queue's monitor status, by family (all but the age, which changes with the clock).
+def queue_lines(name: str, status: dict[str, Any], top: int, label: Labels) -> dict[str, list[str]]:
+    """The sample lines of one queue's monitor status, by family (all but the age, which changes with the clock);
+    publishers and subscribers by their ``label``.
 
     Formatted here rather than through prometheus_client's objects: a scrape of 1,000 queues is some 80,000
     lines, which its objects render in half a second; this is done once per status (as the census gets it)
@@ -188,13 +191,13 @@ def queue_lines(name: str, status: dict[str, Any], top: int) -> dict[str, list[s
     shown, rest = _top(publishers, "records_per_s", top)
     family = "roq_publisher_records_per_second"
     for p in shown:
-        add(family, f'{family}{{queue="{q}",publisher="{_label(str(p.get("id", "")))}"}} '
+        add(family, f'{family}{{queue="{q}",publisher="{label(p.get("id", ""))}"}} '
                     f'{number(p.get("records_per_s"))!r}')
     if rest:
         add(family, f'{family}{{queue="{q}",publisher="{OTHER}"}} {sum(number(p.get("records_per_s")) for p in rest)!r}')
     shown, rest = _top(subscribers, "records_per_s", top)
     for sub in shown:
-        labels = f'queue="{q}",subscriber="{_label(str(sub.get("id", "")))}"'
+        labels = f'queue="{q}",subscriber="{label(sub.get("id", ""))}"'
         add("roq_subscriber_records_per_second",
             f"roq_subscriber_records_per_second{{{labels}}} {number(sub.get('records_per_s'))!r}")
         add("roq_subscriber_lost_records_total",
@@ -232,14 +235,16 @@ class Exposition:
 
     Args:
         top: publishers and subscribers per queue with series of their own.
+        labels: what names a publisher or a subscriber in its series.
     """
 
-    def __init__(self, top: int) -> None:
+    def __init__(self, top: int, labels: Labels) -> None:
         self.top = top
+        self.labels = labels
         self._lines: dict[str, tuple[Snapshot, dict[str, list[str]]]] = {}
 
     def update(self, snapshot: Snapshot) -> None:
-        self._lines[snapshot.queue] = (snapshot, queue_lines(snapshot.queue, snapshot.status, self.top))
+        self._lines[snapshot.queue] = (snapshot, queue_lines(snapshot.queue, snapshot.status, self.top, self.labels))
 
     def text(self, view: View, snapshots: dict[str, Snapshot], *, gcm: str, leading: bool, now: float) -> bytes:
         """The whole exposition (a standby's is its ``roq_gcm_leader`` 0 alone)."""

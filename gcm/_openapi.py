@@ -29,6 +29,7 @@ class Operation:
     errors: tuple[int, ...] = ()  # the error statuses it may answer beside 400/500/503/307
     content_type: str = "application/json"
     also: tuple[int, ...] = ()  # other statuses answered with the same shape as success (a health check's 503)
+    names_clients: bool = False  # its answer names publishers or subscribers by id: a bearer token even to read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +72,12 @@ ROUTES: tuple[Route, ...] = (
     Route(f"{_Q}/exchanges", {"GET": Operation("exchanges", "the queue's live exchanges with their loads",
                                                "ExchangeList", errors=(404,))}),
     Route(f"{_Q}/publishers", {"GET": Operation("publishers", "the queue's publishers", "PublisherList",
-                                                errors=(404,))}),
+                                                errors=(404,), names_clients=True)}),
     Route(f"{_Q}/subscribers", {"GET": Operation("subscribers", "the queue's subscribers with their KPIs",
-                                                 "SubscriberList", errors=(404,))}),
+                                                 "SubscriberList", errors=(404,), names_clients=True)}),
     Route(f"{_Q}/events", {"GET": Operation(
-        "events", "the queue's topology events, newest first", "EventPage", errors=(404,), query=(
+        "events", "the queue's topology events, newest first", "EventPage", errors=(404,), names_clients=True,
+        query=(
             ("kind", "string", "comma-separated kinds (relocated, scale_out, ...); all when absent"),
             ("since", "string", "only events at or after this time: seconds since the epoch, or ISO 8601"),
             ("until", "string", "only events before this time"),
@@ -216,7 +218,7 @@ def document() -> dict[str, Any]:
             if op.body:
                 operation["requestBody"] = {"required": True,
                                             "content": {"application/json": {"schema": _ref(op.body)}}}
-            if method in ("POST", "PUT", "DELETE"):
+            if method in ("POST", "PUT", "DELETE") or op.names_clients:
                 operation["security"] = [{"bearer": []}]
             item[method.lower()] = operation
         paths[route.path] = item

@@ -367,7 +367,7 @@ class Fetched(Message):
 
 
 #: a durable subscriber's name (its position in a journal is kept under it)
-DURABLE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+DURABLE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}\Z")
 
 
 @message(52)

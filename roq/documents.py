@@ -190,6 +190,11 @@ class RulesDoc(Document):
 class AclDoc(Document):
     """The cluster's permissions: its rules (:mod:`roq.acl`), in the order they were granted."""
 
+    #: bytes of the encoded node a grant may write: half of the 1 MiB ZooKeeper holds in a node (beyond it
+    #: ZooKeeper drops the writer's session), leaving room for the control messages that carry the rules in
+    #: BSON (the monitor's ``AclRules`` to each exchange, a ``GetAcl`` reply) under their own 1 MiB bound
+    MAX_BYTES: ClassVar[int] = 512 * 1024
+
     rules: tuple[Rule, ...] = ()
 
     def encode(self) -> bytes:
@@ -260,7 +265,7 @@ class AuditDoc(Document):
     entries: list[dict] = dataclasses.field(default_factory=list)
 
 
-_ROLE = re.compile(r"^(monitor|journal|x\d{1,9})$")
+_ROLE = re.compile(r"(monitor|journal|x\d{1,9})\Z")
 
 
 @dataclasses.dataclass(frozen=True)

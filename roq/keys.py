@@ -32,7 +32,7 @@ SECRET_SUFFIX = ".key_secret"
 CLUSTER_KEY = "cluster" + ".key"
 #: A principal's bearer token for the HTTP API.
 TOKEN_SUFFIX = ".token"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,8 +78,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = "/roq"
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_HOSTPORT = re.compile(r"^[A-Za-z0-9_.-]+:\d{1,5}$")
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+_HOSTPORT = re.compile(r"[A-Za-z0-9_.-]+:\d{1,5}\Z")
 
 
 def check_queue_name(name: Any) -> str:

@@ -298,7 +298,10 @@
       const pubs = el("td", "pubs");
       const list = (onExchange.get(id) || []).sort((a, b) => num(b.records_per_s) - num(a.records_per_s));
       for (const p of list.slice(0, MAX_PUBS_SHOWN)) {
-        pubs.appendChild(el("span", "pub", String(p.id).slice(0, 8) + " " + rate(p.records_per_s) + "/s"));
+        // p.id is the publisher's label: opaque, stable while this GCM runs (its id needs a token: /publishers)
+        const pub = el("span", "pub", String(p.id).slice(0, 8) + " " + rate(p.records_per_s) + "/s");
+        pub.title = "an opaque label of the publisher, not its id";
+        pubs.appendChild(pub);
       }
       const more = Math.max(list.length, num(x.publishers)) - Math.min(list.length, MAX_PUBS_SHOWN);
       if (more > 0) pubs.appendChild(el("span", "muted", "+" + more + " more"));

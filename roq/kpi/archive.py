@@ -42,8 +42,8 @@ __all__ = ["ArchiveWriter", "HOSTS_PARTITION", "partition_dir"]
 HOSTS_PARTITION = "@hosts"
 FLUSH_S = 1.0
 ABANDONED_S = 120.0  # a hidden part untouched this long has no writer any more
-_PART = re.compile(r"^\.(?P<name>.+\.jsonl)\.part$")
-_DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
+_PART = re.compile(r"\.(?P<name>.+\.jsonl)\.part\Z")
+_DATE_DIR = re.compile(r"date=(\d{4}-\d{2}-\d{2})\Z")
 
 
 def partition_dir(root: str, queue: str, date: str) -> str:

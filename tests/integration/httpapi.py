@@ -66,7 +66,7 @@ class Api:
         self.token = token
         self.checked: set[tuple[str, str, int]] = set()
         self.document = self.call("GET", "/api/v1/openapi.json", check=False).json
-        self._templates = [(re.compile("^" + re.sub(r"\{\w+\}", "[^/]+", p) + "$"), p) for p in self.document["paths"]]
+        self._templates = [(re.compile(re.sub(r"\{\w+\}", "[^/]+", p) + r"\Z"), p) for p in self.document["paths"]]
 
     def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None, token: str | None = None,
              follow: bool = True, check: bool = True, base: str | None = None) -> Answer:

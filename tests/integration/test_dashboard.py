@@ -202,7 +202,7 @@ def fake_state(step: int, rng: random.Random, start: float) -> dict:
     for i in range(100):
         n = 2 + (i + step // 20) % 3  # the exchange count changes twice in the minute
         ids = [f"x{k + 1}-{i:04x}" for k in range(n)]
-        publishers = [{"id": f"{i:04d}{p:028x}", "exchange": ids[p % n], "records_per_s": rng.uniform(0, 2000)}
+        publishers = [{"id": f"{i:04x}{p:04x}", "exchange": ids[p % n], "records_per_s": rng.uniform(0, 2000)}
                       for p in range(3 + i % 4)]
         exchanges = [{"id": x, "records_per_s": sum(p["records_per_s"] for p in publishers if p["exchange"] == x),
                       "records_out_per_s": rng.uniform(0, 4000), "busy": rng.random(),
@@ -215,7 +215,7 @@ def fake_state(step: int, rng: random.Random, start: float) -> dict:
             "records_in_per_s": rate, "records_out_per_s": rate, "bytes_in_per_s": rate * 100,
             "bytes_out_per_s": rate * 100, "publishers": len(publishers), "subscribers": 2,
             "exchanges": exchanges, "publisher_list": publishers,
-            "latency": [{"id": f"s{i}-{k}", "p50": rng.uniform(1, 5), "p99": rng.uniform(5, 50),
+            "latency": [{"id": f"{i:04x}{k:04x}", "p50": rng.uniform(1, 5), "p99": rng.uniform(5, 50),
                          "prefix": "b''" if k else "b'eu'"} for k in range(2)],
             "counters": {"relocations": step // 10, "failovers": 0, "scale_outs": step // 20, "scale_ins": 0},
             "journal": None if i % 2 else {

@@ -3,7 +3,9 @@ document the server itself serves, on a real cluster (ZooKeeper, GCMs, host mana
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -133,7 +135,14 @@ def test_every_route_answers_as_its_openapi_document_says(make_embedded):
         while b'"kind":"relocated"' not in got:
             got += feed.recv(65536)
         [line] = [ln for ln in got.split(b"\n") if b'"kind":"relocated"' in ln]
-        assert b'"queue":"orders"' in line and relocation["publisher"][:8].encode() in line
+        # anyone may read the feed and the metrics: the publisher by its label there, by its id with a token
+        moved, full = json.loads(line.removeprefix(b"data: ")), relocation["publisher"]
+        assert moved["queue"] == "orders" and re.fullmatch("[0-9a-f]{8}", moved["publisher"])
+        assert full[:8] not in got.decode()
+    metrics = api.call("GET", "/metrics").body.decode()
+    assert f'publisher="{moved["publisher"]}"' in metrics and full[:8] not in metrics
+    assert api.call("GET", "/api/v1/queues/orders/publishers", token="").status == 401
+    assert [p["id"] for p in api.call("GET", "/api/v1/queues/orders/publishers").json["publishers"]] == [full]
     page = api.call("GET", "/")
     assert page.status == 200 and b"<html" in page.body.lower()
     assert api.call("GET", "/static/index.html").status == 200
@@ -232,14 +241,23 @@ def test_every_error_names_its_cause_and_the_api_goes_on(make_embedded):
 
 
 def test_zookeeper_away_answers_503_and_writes_without_a_token_file_are_refused(tmp_path):
-    # a cluster of its own: its ZooKeeper is stopped here; its GCM has no api_token_file (writes disabled)
+    # a cluster of its own: its ZooKeeper is stopped here; its GCM has no api_token_file (writes disabled) and
+    # a directory of tokens, empty at first
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
     with EmbeddedCluster(hosts=1, log_dir=str(tmp_path), session_timeout=4.0,
-                         gcm_args=["--api-token-file", ""]) as cluster:
+                         gcm_args=["--api-token-file", "", "--api-tokens", str(tokens)]) as cluster:
         api = Api(cluster.http_url(), "some-token-of-nobody")
         answer = api.call("POST", "/api/v1/queues", {"name": "q"})
         assert answer.status == 403 and "no api_token_file" in answer.json["error"]
         cluster.manager.create("q")  # through the BSON API
-        assert api.call("GET", "/api/v1/queues/q/events").status == 200
+        answer = api.call("GET", "/api/v1/queues/q/events")  # events name clients by their ids: a token needed
+        assert answer.status == 403 and "reads of clients' ids" in answer.json["error"], answer
+        reader = tokens / "reader.token"
+        reader.touch(mode=0o600)
+        reader.write_text("r" * 32)
+        api.token = "r" * 32
+        wait_until(lambda: api.call("GET", "/api/v1/queues/q/events").status == 200, 10, "the reader's token known")
         host = Api.plain(cluster.host_http_url(cluster.addresses[0]))
         pids = [p["pid"] for p in host.get("/processes")[1]["processes"]] + [c.pid for c in cluster.gcms.values()]
         assert len(pids) == 3  # the queue's monitor and exchange, the GCM

@@ -402,6 +402,16 @@ def test_the_http_api_of_a_secure_cluster_acts_for_the_principal_of_its_bearer_t
                          ("GET", "/api/v1/hosts"), ("POST", "/api/v1/queues/billing/stop")):
         refused = api.call(method, path, token=alice, check=False)
         assert refused.status == 403 and "alice may not" in refused.json["error"], (method, path, refused)
+    # clients' ids (a queue's publishers, subscribers, events): a token's, to a principal that manages the queue;
+    # not anonymous's, even where everyone may manage
+    cluster.manager.grant("*", "manage", "billing")
+    assert api.call("GET", "/api/v1/queues/billing/rules", token="").status == 200  # everyone manages billing
+    for queue in ("orders", "billing"):
+        assert api.call("GET", f"/api/v1/queues/{queue}/events", token="", check=False).status == 401
+        assert api.call("GET", f"/api/v1/queues/{queue}/events", token=alice).status == 200
+    cluster.manager.revoke("*", "manage", "billing")
+    cluster.wait_for(lambda: api.call("GET", "/api/v1/queues/billing/events", token=alice, check=False).status == 403,
+                     10, "alice refused billing's events once the rule is revoked")
     wrong = api.call("GET", "/api/v1/queues", token="x" * 40, check=False)
     assert wrong.status == 401
     assert cluster.keys.revoke("alice")
@@ -422,3 +432,39 @@ def test_the_http_api_of_a_secure_cluster_acts_for_the_principal_of_its_bearer_t
     where = f"{cluster.root}/audit"
     cluster.wait_for(lambda: kz.exists(where) and len(AuditDoc.decode(kz.get(where)[0]).entries) >= len(trail), 10,
                      "the trail written to ZooKeeper")
+
+
+def test_a_grant_past_a_bound_of_the_rules_is_refused_before_zookeeper_sees_it(make_embedded, kz):
+    """Rules that would make ``/acl`` too long for ZooKeeper (1 MiB a node; past it ZooKeeper drops the writer)
+    are refused with BAD_REQUEST naming the bound; the GCM keeps its ZooKeeper session, the rules in force
+    stay as they were, and a grant within the bounds still goes through."""
+    from roq.acl import MAX_PREFIX
+    from roq.documents import AclDoc
+
+    cluster = make_embedded(hosts=1, secure=True)
+    manager = cluster.manager
+    acl_path, leader = f"{cluster.root}/acl", f"{cluster.root}/gcm/leader"
+    session = kz.exists(leader).ephemeralOwner
+    before = manager.acl()["Rules"]
+    too_long = f"at most {MAX_PREFIX} bytes \\(MAX_PREFIX\\), got {MAX_PREFIX + 1}"
+    with pytest.raises(client.BadRequestError, match=too_long):
+        manager.grant("reader", "subscribe", "q", prefixes=("k" * (MAX_PREFIX + 1),))
+    # 64 prefixes of control bytes, each byte a 6-byte JSON escape: 384 KiB a rule; three would pass 1 MiB
+    heavy = tuple("\x01" * (MAX_PREFIX - 2) + f"{i:02}" for i in range(64))
+    granted = []
+    with pytest.raises(client.BadRequestError, match=f"over its bound of {AclDoc.MAX_BYTES} \\(MAX_BYTES"):
+        for n in range(3):
+            manager.grant(f"reader{n}", "subscribe", "q", prefixes=heavy)
+            granted.append(n)
+    assert granted == [0]
+    data, stat = kz.get(acl_path)
+    in_force = manager.acl()["Rules"]
+    assert len(data) <= AclDoc.MAX_BYTES and [r.principal for r in AclDoc.decode(data).rules] == [
+        r["principal"] for r in in_force]
+    assert in_force[:len(before)] == before and [r["principal"] for r in in_force[len(before):]] == ["reader0"]
+    # still the leader, on the same session: its next write goes through, and nothing else changed meanwhile
+    assert manager.grant("reader", "subscribe", "q", prefixes=("eu.",))["Rules"][-1]["principal"] == "reader"
+    assert kz.exists(leader).ephemeralOwner == session
+    assert kz.exists(acl_path).version == stat.version + 1
+    gcm_log = open(os.path.join(cluster.log_dir, "gcm1.log")).read()
+    assert "lost its ZooKeeper session" not in gcm_log and "Connection dropped" not in gcm_log

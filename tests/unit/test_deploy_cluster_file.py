@@ -52,6 +52,7 @@ def test_a_cluster_file_is_read_with_its_defaults():
     (("max_exchanges = 8", "max_exchange = 8"), r"\[\[hostmanager\]\] #2 key 'max_exchange': unknown key \(did you mean 'max_exchanges'\?\)"),
     (('docker_host = "b"', 'docker_host = "c"'), r"\[\[hostmanager\]\] #2 key 'docker_host': no \[\[docker_hosts\]\] named 'c'"),
     (('name = "prod"', 'name = "Prod Cluster"'), r"\[deployment\] key 'name'"),
+    (('name = "prod"', 'name = "prod\\n"'), r"\[deployment\] key 'name'"),  # a trailing newline is no name
     (('url = "tcp://127.0.0.1:2375"', 'url = "127.0.0.1:2375"'), r"\[\[docker_hosts\]\] #2 key 'url': .* expected unix"),
     (('address = "127.0.0.23"', 'address = "127.0.0.22"'), r"\[\[hostmanager\]\] #2 key 'address': 127.0.0.22 has a host manager"),
     (('address = "127.0.0.23"', 'address = "localhost:1"'), r"key 'address': 'localhost:1' is not an IP address"),

@@ -8,7 +8,7 @@ import pytest
 
 from gcm import View, bootstrap, check, get_acl, grant, required, revoke
 from roq import management as m
-from roq.acl import Rule
+from roq.acl import MAX_PREFIX, MAX_RULES, Rule
 from roq.documents import AclDoc
 from roq.errors import BadRequestError, ForbiddenError, NotFoundError
 from roq.zk import Create, Paths, SetData
@@ -87,3 +87,38 @@ def test_get_and_bootstrap():
     doc = bootstrap("root")
     assert [dataclasses.astuple(r)[:2] for r in doc.rules] == [("root", "admin"), ("root", "publish"),
                                                                ("root", "subscribe")]
+
+
+def _subscribe(principal: str, *prefixes: str) -> dict:
+    return {"principal": principal, "permission": "subscribe", "queues": "q", "prefixes": list(prefixes)}
+
+
+def test_a_key_prefix_is_bounded_in_bytes_not_characters():
+    fits = grant(_view(), m.Grant(Rule=_subscribe("carol", "k" * MAX_PREFIX)), 0.0)
+    assert len(AclDoc.decode(fits.ops[0].data).rules) == 5
+    for prefix, length in (("k" * (MAX_PREFIX + 1), MAX_PREFIX + 1), ("é" * 513, 1026)):  # two bytes each
+        with pytest.raises(BadRequestError, match=f"at most {MAX_PREFIX} bytes \\(MAX_PREFIX\\), got {length}"):
+            grant(_view(), m.Grant(Rule=_subscribe("carol", "eu.", prefix)), 0.0)
+
+
+def test_the_number_of_rules_is_bounded_and_a_full_set_may_still_revoke():
+    full = tuple(Rule(f"p{i}", "publish", "q") for i in range(MAX_RULES))
+    with pytest.raises(BadRequestError, match=f"at most {MAX_RULES} rules \\(MAX_RULES\\), {MAX_RULES} are in force"):
+        grant(_view(acl=full), m.Grant(Rule={"principal": "one-more", "permission": "publish"}), 0.0)
+    assert grant(_view(acl=full), m.Grant(Rule=full[0].document()), 0.0).ops == ()  # already there: no change
+    out = revoke(_view(acl=full), m.Revoke(Rule=full[0].document()), 0.0)
+    assert len(AclDoc.decode(out.ops[0].data).rules) == MAX_RULES - 1
+    fits = grant(_view(acl=full[1:]), m.Grant(Rule={"principal": "one-more", "permission": "publish"}), 0.0)
+    assert len(AclDoc.decode(fits.ops[0].data).rules) == MAX_RULES
+
+
+def test_the_encoded_rules_are_bounded_before_they_are_written():
+    # each rule: 64 prefixes of MAX_PREFIX control bytes, each written as a 6-byte JSON escape (384 KiB)
+    heavy = ["\x01" * (MAX_PREFIX - 2) + f"{i:02}" for i in range(64)]
+    first = grant(_view(acl=()), m.Grant(Rule=_subscribe("a", *heavy)), 0.0)
+    stored = AclDoc.decode(first.ops[0].data).rules
+    assert 256 * 1024 < len(first.ops[0].data) <= AclDoc.MAX_BYTES
+    with pytest.raises(BadRequestError, match=f"bytes in /acl, over its bound of {AclDoc.MAX_BYTES} \\(MAX_BYTES"):
+        grant(_view(acl=stored), m.Grant(Rule=_subscribe("b", *heavy)), 0.0)
+    small = grant(_view(acl=stored), m.Grant(Rule=_subscribe("b", "eu.")), 0.0)
+    assert len(AclDoc.decode(small.ops[0].data).rules) == 2  # what fits is still granted

@@ -3,13 +3,15 @@ the route table, and the metrics' shapes and bounds (no sockets: requests are ma
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import time
 
 import pytest
 
-from gcm import ROUTES, Exposition, HttpApi, QueueView, Snapshot, View, document, read_token, snake
+from gcm import ROUTES, Exposition, HttpApi, Labels, LiveFeed, QueueView, Snapshot, View, document, read_token, snake
 from prometheus_client.parser import text_string_to_metric_families
 from roq import management as m
 from roq.control import LATENCY_BOUNDS_MS, Reply
@@ -55,9 +57,14 @@ def test_routes_methods_and_the_token():
     a = api(Shell())
     assert call(a, "GET", "/api/v1/queues").status == 200
     assert call(a, "GET", "/api/v1/nothing").status == 404
+    assert call(a, "GET", "/api/v1/queues\n").status == 404  # a path is matched whole, up to its last character
+    assert call(a, "GET", "/static/app.js").status == 200 and call(a, "GET", "/static/app.js\n").status == 404
     refused = call(a, "PUT", "/api/v1/queues")
     assert refused.status == 405 and ("allow", "GET, POST") in refused.headers
     assert call(a, "DELETE", "/api/v1/queues/q").status == 401  # no token
+    for names_clients in ("publishers", "subscribers", "events"):  # reads, but of clients' ids: a token too
+        assert call(a, "GET", f"/api/v1/queues/q/{names_clients}").status == 401
+        assert call(a, "GET", f"/api/v1/queues/q/{names_clients}", authorization="Bearer " + TOKEN).status != 401
     assert call(a, "DELETE", "/api/v1/queues/q", authorization="Bearer " + "x" * 32).status == 401
     assert call(a, "DELETE", "/api/v1/queues/q", authorization="Basic " + TOKEN).status == 401
     found = call(a, "DELETE", "/api/v1/queues/zz", authorization="Bearer " + TOKEN)
@@ -131,14 +138,15 @@ def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
                     "sync_max_ms": 2.0, "write_failures": 1, "lag_bytes": 65536},
     }
     view = View(queues={"q": QueueView("q", QueueDoc(state=RUNNING))})
-    text = Exposition(top=2).text(view, {"q": Snapshot("q", status, time.time())}, gcm="gcm1", leading=True,
-                                  now=time.time()).decode()
+    labels = Labels(b"k" * 16)
+    text = Exposition(top=2, labels=labels).text(view, {"q": Snapshot("q", status, time.time())}, gcm="gcm1",
+                                                 leading=True, now=time.time()).decode()
     parsed = {f.name: f for f in text_string_to_metric_families(text)}  # prometheus_client reads it back
     assert parsed["roq_queue_latency_seconds"].type == "histogram" and parsed["roq_relocations"].type == "counter"
     assert len({(s.name, tuple(sorted(s.labels.items()))) for f in parsed.values() for s in f.samples}) == \
         sum(len(f.samples) for f in parsed.values())  # no series twice
     samples = {(x.name, tuple(sorted(x.labels.items()))): x.value for f in parsed.values() for x in f.samples}
-    assert samples[("roq_publisher_records_per_second", (("publisher", "p4"), ("queue", "q")))] == 4.0
+    assert samples[("roq_publisher_records_per_second", (("publisher", labels("p4")), ("queue", "q")))] == 4.0
     assert samples[("roq_publisher_records_per_second", (("publisher", "other"), ("queue", "q")))] == 3.0  # 0+1+2
     assert len(parsed["roq_publisher_records_per_second"].samples) == 3
     assert samples[("roq_relocations_total", (("queue", "q"), ("reason", "rule")))] == 3.0
@@ -146,7 +154,7 @@ def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
     assert samples[("roq_queue_latency_seconds_bucket", (("le", "0.0005"), ("queue", "q")))] == 1.0
     assert samples[("roq_queue_latency_seconds_bucket", (("le", "+Inf"), ("queue", "q")))] == 3.0
     assert samples[("roq_queue_latency_seconds_sum", (("queue", "q"),))] == 1.5
-    assert samples[("roq_subscriber_latency_p50_seconds", (("queue", "q"), ("subscriber", "s1")))] == 0.002
+    assert samples[("roq_subscriber_latency_p50_seconds", (("queue", "q"), ("subscriber", labels("s1"))))] == 0.002
     assert samples[("roq_journal_up", (("queue", "q"),))] == 1.0
     assert samples[("roq_journal_records", (("queue", "q"),))] == 1000.0
     assert samples[("roq_journal_bytes", (("queue", "q"),))] == 123456.0
@@ -154,10 +162,47 @@ def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
     assert samples[("roq_journal_sync_max_seconds", (("queue", "q"),))] == 0.002
     assert samples[("roq_journal_write_failures_total", (("queue", "q"),))] == 1.0
     assert samples[("roq_journal_lag_bytes", (("queue", "q"),))] == 65536.0
-    standby = Exposition(top=2).text(view, {}, gcm="gcm2", leading=False, now=0.0).decode()
+    standby = Exposition(top=2, labels=labels).text(view, {}, gcm="gcm2", leading=False, now=0.0).decode()
     assert 'roq_gcm_leader{gcm="gcm2"} 0.0' in standby and "roq_queue" not in standby
 
 
 def test_field_names_become_snake_case_and_lower_case_keys_stay():
     assert snake({"NetBytesPerS": 1, "Exchanges": [{"Id": "x1"}], "max_exchanges": 2, "127.0.0.1": 3}) == \
         {"net_bytes_per_s": 1, "exchanges": [{"id": "x1"}], "max_exchanges": 2, "127.0.0.1": 3}
+
+
+PUBLISHER, SUBSCRIBER = hashlib.md5(b"a publisher").hexdigest(), hashlib.md5(b"a subscriber").hexdigest()
+
+
+def test_what_anyone_may_read_names_no_client_by_its_id_but_shows_its_counts_and_rates():
+    moved = f"publisher {PUBLISHER[:8]} moved from x1-a to x2-b (rule) in 3.1 ms"  # as monitors write them
+    status = {
+        "publishers": [{"id": PUBLISHER, "exchange": "x1-a", "records_per_s": 1234.5}],
+        "subscribers": [{"id": SUBSCRIBER, "live": True, "records_per_s": 678.25, "latency_p50_ms": 2.5,
+                         "latency_p99_ms": 9.5, "lost": 0, "prefix": b"eu."}],
+        "exchanges": [{"id": "x1-a", "records_per_s": 1234.5, "publishers": 1, "frontend": "tcp://127.0.0.11:4000"}],
+        "totals": {"records_in": 4321, "records_out": 4320},
+        "events": [{"seq": 7, "time": 1.0, "kind": "relocated", "text": moved, "publisher": PUBLISHER,
+                    "source": "x1-a", "target": "x2-b", "detail": f"publisher {PUBLISHER[:8]} (1,234 rec/s)"}],
+    }
+    shell = Shell()
+    shell.census.snapshots = {"q": Snapshot("q", status, time.time())}
+    labels = Labels()
+    feed = LiveFeed(shell, labels=labels)
+    feed.census_taken(shell.census.snapshots["q"])  # its events, kept for the feeds that open
+    sent = b"".join(feed.open().take()).decode()  # the first state and the recent events
+    metrics = Exposition(top=10, labels=labels).text(shell.view, shell.census.snapshots, gcm="gcm1", leading=True,
+                                                      now=time.time()).decode()
+    for shown in (sent, metrics):
+        for client in (PUBLISHER, SUBSCRIBER):
+            assert client[:8] not in shown  # not the id, nor the start of it that the monitor's texts quote
+            assert labels(client) in shown
+    state = json.loads(next(ln for ln in sent.splitlines() if ln.startswith('data: {"time"')).removeprefix("data: "))
+    [q] = state["queues"]
+    assert (q["publishers"], q["subscribers"], q["records_in_per_s"]) == (1, 1, 1234.5)
+    assert q["publisher_list"] == [{"id": labels(PUBLISHER), "exchange": "x1-a", "records_per_s": 1234.5}]
+    assert q["latency"] == [{"id": labels(SUBSCRIBER), "p50": 2.5, "p99": 9.5, "prefix": "eu."}]
+    assert f"publisher {labels(PUBLISHER)} moved from x1-a to x2-b" in sent and '"kind":"relocated"' in sent
+    assert f'roq_publisher_records_per_second{{queue="q",publisher="{labels(PUBLISHER)}"}} 1234.5' in metrics
+    assert f'roq_subscriber_records_per_second{{queue="q",subscriber="{labels(SUBSCRIBER)}"}} 678.25' in metrics
+    assert 'roq_queue_publishers{queue="q"} 1.0' in metrics and 'roq_queue_records_in_total{queue="q"} 4321' in metrics

@@ -52,3 +52,11 @@ def test_rules_are_checked_when_made_and_read_back_from_their_documents():
                        ({"permission": "publish"}, "needs 'principal'")):
         with pytest.raises(ConfigError, match=named):
             Rule.of(doc)
+
+
+@pytest.mark.parametrize("doc, named", [({"principal": "alice\n", "permission": "publish"}, "principal"),
+                                        ({"principal": "*\n", "permission": "publish"}, "principal"),
+                                        ({"principal": "a", "permission": "publish", "queues": "orders\n"}, "queues")])
+def test_a_name_or_pattern_with_a_trailing_newline_is_refused(doc, named):
+    with pytest.raises(ConfigError, match=named):
+        Rule.of(doc)

@@ -175,3 +175,8 @@ def test_documents_nested_too_deep_are_refused():
         deep = {"a": deep}
     with pytest.raises(ProtocolError, match="nested"):
         decode(bson.encode({"CMD": 2006, "QName": "q", "Rules": deep}))
+
+
+def test_a_durable_name_with_a_trailing_newline_is_refused_however_it_is_matched():
+    assert control.DURABLE_NAME.fullmatch("reader-1:eu@a.b")
+    assert control.DURABLE_NAME.match("reader-1\n") is None and control.DURABLE_NAME.fullmatch("reader-1\n") is None

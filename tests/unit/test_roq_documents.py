@@ -21,7 +21,8 @@ def test_assignment_names_are_parsed(name, queue, role, slot):
     assert (a.queue, a.role, a.slot, a.name) == (queue, role, slot, name)
 
 
-@pytest.mark.parametrize("name", ["nope", "@x", "q@", "@", "", "q@x", "q@monitor2", "q@x1@x2", "a/b@x1", "q@__init__"])
+@pytest.mark.parametrize("name", ["nope", "@x", "q@", "@", "", "q@x", "q@monitor2", "q@x1@x2", "a/b@x1", "q@__init__",
+                                  "q@monitor\n", "q@x1\n"])
 def test_malformed_assignment_names_are_refused(name):
     with pytest.raises(ProtocolError):
         Assignment.parse(name)

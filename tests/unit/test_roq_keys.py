@@ -24,7 +24,7 @@ def test_a_new_pair_has_a_public_file_for_anyone_and_a_secret_file_for_its_owner
     with pytest.raises(ConfigError, match="exists in .* already"):
         new_keypair(str(tmp_path / "keys"), "server")
     assert new_keypair(str(tmp_path / "keys"), "server", overwrite=True).public != pair.public
-    for bad in ("", "../x", "-x", "a b", "x" * 65):
+    for bad in ("", "../x", "-x", "a b", "x" * 65, "x\n"):
         with pytest.raises(ConfigError, match="a key's name"):
             new_keypair(str(tmp_path / "keys"), bad)
 

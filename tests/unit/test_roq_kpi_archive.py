@@ -99,3 +99,17 @@ def test_a_failed_write_is_counted_and_the_writer_goes_on(tmp_path):
     w.append(EventRecord(event="kept", text="", fields={"n": 2}))
     w.close()
     assert [r["fields"].get("n") for r in lines(tmp_path)] == [2]
+
+
+def test_names_with_a_trailing_newline_are_neither_pruned_nor_recovered(tmp_path):
+    base = tmp_path / "queue=q"
+    os.makedirs(base / "date=2026-09-01\n")  # not a date directory this writer made: never removed
+    directory = partition_dir(str(tmp_path), "q", "2026-09-21")
+    os.makedirs(directory)
+    part = os.path.join(directory, ".dead-1-1.jsonl.part\n")
+    open(part, "w").write('{"kind":"exchange","time":1}\n')
+    os.utime(part, (T0 - 3600, T0 - 3600))
+    w = ArchiveWriter(str(tmp_path), "q", "w", retention_days=7, clock=Clock())
+    w.tick()
+    assert os.path.isdir(base / "date=2026-09-01\n")
+    assert os.listdir(directory) == [".dead-1-1.jsonl.part\n"]  # not a part this module names: left alone
