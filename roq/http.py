@@ -9,7 +9,8 @@ What a process serves is one *handler*: ``handler(request, later) -> HttpRespons
 or returns None and answers later through ``later.respond(response)`` (a request that waits for the cluster),
 or returns an :class:`EventStream` that the process feeds (server-sent events). The server keeps its own
 boundary, as :class:`roq.server.Dispatcher` does for ZeroMQ: a malformed request gets 400 and its connection
-is closed, a body over ``max_body`` 413 without being read, a handler that raises 500; each is counted in the
+is closed, a body over ``max_body`` 413 without being read, a body that does not decode 400
+(:meth:`HttpRequest.json`), a handler that raises 500; each is counted in the
 process's drop counter and the loop goes on. Connections are bounded in number (the next one gets 503) and
 closed after ``idle_timeout`` without a request; a client that stops reading is cut off once ``max_output``
 bytes wait for it.
@@ -39,6 +40,7 @@ __all__ = ["HttpRequest", "HttpResponse", "EventStream", "Later", "HttpServer", 
 log = logging.getLogger(__name__)
 
 MAX_HEADER_BYTES = 16 << 10  # request line and headers, at most
+MAX_JSON_DEPTH = 64  # nesting of a JSON body, at most: deeper would only make work for whoever walks it
 READ_BYTES = 64 << 10
 LINGER_S = 2.0  # after a refusal, what the client still sends is read and dropped this long before closing...
 LINGER_BYTES = 64 << 20  # ...or up to this much: closing at once would reset the connection, and the client
@@ -65,15 +67,39 @@ class HttpRequest:
     peer: str
 
     def json(self) -> Any:
-        """The body as JSON.
+        """The body as JSON (None when there is none).
 
         Raises:
-            ConfigError: the body is not JSON (the caller answers 400).
+            ConfigError: the body is not UTF-8, not JSON, or nested deeper than :data:`MAX_JSON_DEPTH` (the
+                caller answers 400).
         """
+        if not self.body:
+            return None
         try:
-            return json.loads(self.body.decode("utf-8")) if self.body else None
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ConfigError(f"the body is not JSON: {str(exc)[:200]}") from exc
+            text = self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"the body is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        try:
+            document = json.loads(text)
+        except RecursionError:
+            raise ConfigError(f"the body's JSON is nested deeper than {MAX_JSON_DEPTH} levels") from None
+        except ValueError as exc:
+            raise ConfigError(f"the body is not JSON: {str(exc)[:200]}") from None
+        if _depth_over(document, MAX_JSON_DEPTH):
+            raise ConfigError(f"the body's JSON is nested deeper than {MAX_JSON_DEPTH} levels")
+        return document
+
+
+def _depth_over(document: Any, limit: int) -> bool:
+    """Whether ``document`` nests lists and objects deeper than ``limit`` (walked without recursion)."""
+    todo = [(document, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                return True
+            todo.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -67,6 +67,13 @@ def test_routes_methods_and_the_token():
     assert bad.status == 400 and b"unknown key 'colour'" in bad.body
 
 
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b'{"max_exchanges": ' + b"[" * 900 + b"]" * 900 + b"}",
+                                  b"\xff\xfe", b"{,}"])
+def test_a_rules_body_that_does_not_decode_answers_400(body):
+    answer = call(api(Shell()), "PUT", "/api/v1/queues/q/rules", body, authorization="Bearer " + TOKEN)
+    assert answer.status == 400 and b"the body" in answer.body
+
+
 def test_a_standby_redirects_to_the_leader_and_answers_503_without_one():
     moved = call(api(Shell(leading=False, leader=GcmDoc(id="gcm2", http="http://127.0.0.1:6000"))),
                  "GET", "/api/v1/queues/q/events?limit=5")

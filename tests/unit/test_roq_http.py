@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import zmq
 
+from roq.errors import ConfigError
 from roq.http import EventStream, HttpRequest, HttpResponse, HttpServer, Later
 from roq.runtime import DropCounter
 
@@ -194,3 +195,19 @@ def test_an_event_stream_sends_events_as_they_happen_until_its_client_leaves(loo
     s.close()
     loop.call(stream.send, {"n": 3})  # the client left
     wait_until(lambda: stream.closed)
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 64"),
+    (b"[" * 65 + b"]" * 65, "nested deeper than 64"),
+    (b'{"a": "\xff\xfe"}', "not UTF-8"),
+    (b"{not json", "not JSON"),
+])
+def test_a_body_that_does_not_decode_is_a_config_error_never_a_recursion_error(body, reason):
+    request = HttpRequest("PUT", "/x", {}, {}, body, "127.0.0.1:1")
+    with pytest.raises(ConfigError, match=reason):
+        request.json()
+
+
+def test_json_as_deep_as_allowed_decodes():
+    assert HttpRequest("PUT", "/x", {}, {}, b"[" * 64 + b"]" * 64, "p").json() == eval("[" * 64 + "]" * 64)
