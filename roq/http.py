@@ -7,13 +7,27 @@ the process's poller by :meth:`HttpServer.sync` and served by :meth:`HttpServer.
 
 What a process serves is one *handler*: ``handler(request, later) -> HttpResponse | None``. It answers now,
 or returns None and answers later through ``later.respond(response)`` (a request that waits for the cluster),
-or returns an :class:`EventStream` that the process feeds (server-sent events). The server keeps its own
-boundary, as :class:`roq.server.Dispatcher` does for ZeroMQ: a malformed request gets 400 and its connection
-is closed, a body over ``max_body`` 413 without being read, a body that does not decode 400
-(:meth:`HttpRequest.json`), a handler that raises 500; each is counted in the
-process's drop counter and the loop goes on. Connections are bounded in number (the next one gets 503) and
-closed after ``idle_timeout`` without a request; a client that stops reading is cut off once ``max_output``
-bytes wait for it.
+or returns an :class:`EventStream` that the process feeds (server-sent events; a ``HEAD`` of it is answered
+its headers and never opens). The server keeps its own boundary, as :class:`roq.server.Dispatcher` does for
+ZeroMQ: a malformed request gets 400 and its connection is closed, a body over ``max_body`` 413 without being
+read, a body that does not decode 400 (:meth:`HttpRequest.json`), a handler that raises 500; each is counted
+in the process's drop counter and the loop goes on.
+
+Slow and greedy clients cannot hold it (see docs/http.md, "Bounded"):
+
+* a request's head must be whole ``head_timeout`` after its first byte (or after the answer before it, for a
+  pipelined one), and its body must keep up ``min_body_rate``; bytes trickling in do not extend either: 408,
+  and the connection is closed;
+* connections are bounded in all (``max_connections``) and per client address (``max_per_address``); one over
+  either goes to a small *reserve* (``reserve``) where only the health checks (``health_paths``) are answered
+  (anything else 503), its head due within ``reserve_timeout``; a newcomer to a full reserve evicts the oldest
+  of those that have sent part of a request (a health check sends its head at once), else the oldest;
+* pipelined requests are answered one after another by a loop, in order; a connection's input is not read
+  further while its answers wait to be written (``PAUSE_OUTPUT``) or, while a request waits for its answer,
+  once :data:`PIPELINE_BYTES` more came;
+* a client that closed its side (end of file) is answered, and its socket is no longer polled for input;
+* a connection idle for ``idle_timeout`` is closed; a client that stops reading is cut off once
+  ``max_output`` bytes wait for it.
 """
 
 from __future__ import annotations
@@ -42,10 +56,24 @@ log = logging.getLogger(__name__)
 MAX_HEADER_BYTES = 16 << 10  # request line and headers, at most
 MAX_JSON_DEPTH = 64  # nesting of a JSON body, at most: deeper would only make work for whoever walks it
 READ_BYTES = 64 << 10
+PIPELINE_BYTES = 64 << 10  # read while a request waits for its answer, at most: the rest waits in the kernel
+PAUSE_OUTPUT = 256 << 10  # answers waiting to be written past which a connection's next requests wait
 LINGER_S = 2.0  # after a refusal, what the client still sends is read and dropped this long before closing...
 LINGER_BYTES = 64 << 20  # ...or up to this much: closing at once would reset the connection, and the client
 #                          would lose the answer it was sent
 SERVER = "roq"
+
+# HttpServer's defaults (see its Args)
+MAX_BODY = 1 << 20
+MAX_CONNECTIONS = 128
+MAX_PER_ADDRESS = 32
+RESERVE = 16
+HEAD_TIMEOUT = 10.0
+RESERVE_TIMEOUT = 1.0
+MIN_BODY_RATE = 4096
+IDLE_TIMEOUT = 60.0
+MAX_OUTPUT = 16 << 20
+HEALTH_PATHS = ("/healthz", "/readyz")
 
 STATUS_TEXT = {200: "OK", 201: "Created", 202: "Accepted", 204: "No Content", 301: "Moved Permanently",
                307: "Temporary Redirect", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
@@ -158,6 +186,12 @@ class EventStream:
             if self._conn is not None:
                 self._conn.flush_stream(self)
 
+    def close(self) -> None:
+        """End the stream: its connection is closed."""
+        self.closed = True
+        if self._conn is not None:
+            self._conn.close()
+
     def take(self) -> list[bytes]:
         out, self._out = self._out, []
         return out
@@ -183,25 +217,64 @@ Handler = Callable[[HttpRequest, Later], "HttpResponse | EventStream | None"]
 
 
 class _Connection:
-    """One client connection: its socket, h11's state, the bytes waiting to go out."""
+    """One client connection: its socket, h11's state, the bytes waiting to go out, and when the request being
+    read must be whole."""
 
-    def __init__(self, server: HttpServer, sock: socket.socket, peer: str, now: float) -> None:
+    def __init__(self, server: HttpServer, sock: socket.socket, peer: str, now: float, *, reserved: bool) -> None:
         self.server = server
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
+        self.address = peer.rpartition(":")[0]
+        self.reserved = reserved  # over the caps: only a health check is answered, and then it is closed
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         self.out = bytearray()
+        self.accepted = now
         self.active = now
+        self.started = 0.0  # when the request being read began (its first byte, or the answer before it)
+        self.fed = 0  # bytes read since the last request was dispatched
+        self.received = 0
         self.cycle = 0  # requests answered on this connection
         self.head: h11.Request | None = None
         self.body = bytearray()
+        self.body_from = 0.0  # when the head was whole
         self.waiting = False  # a request is being answered later
         self.stream: EventStream | None = None
         self.closing = False  # close once everything is written
+        self.eof = False  # the client closed its side: nothing more to read
         self.lingering = 0.0  # once written: until when what the client sends is dropped (0: not lingering)
         self.discarded = 0
         self.closed = False
+        self._serving = False  # in the loop of :meth:`_events` (an answer given inside it does not enter again)
+
+    @property
+    def wants_input(self) -> bool:
+        """Whether the socket is polled for input: not after end of file; while a request waits for its answer
+        only up to :data:`PIPELINE_BYTES`, and not while answers wait to be written."""
+        if self.closed or self.eof:
+            return False
+        if self.stream is not None or self.closing:
+            return True  # read and dropped; its end of file closes the connection
+        if len(self.out) >= PAUSE_OUTPUT:
+            return False
+        return not self.waiting or self.fed < PIPELINE_BYTES
+
+    def deadline(self) -> float:
+        """When the request being read must be whole (infinite: none is being read)."""
+        server = self.server
+        if self.waiting or self.stream is not None or self.closing:
+            return float("inf")
+        if self.head is not None:
+            return self.body_from + server.head_timeout + len(self.body) / server.min_body_rate
+        if self.reserved:
+            return self.accepted + server.reserve_timeout
+        return self.started + server.head_timeout if self.started else float("inf")
+
+    @property
+    def evictable(self) -> tuple[int, float]:
+        """A reserved connection's rank for eviction, lowest first: those that sent part of a request (or were
+        answered), the oldest first; then those that sent nothing yet."""
+        return (0 if self.received or self.closing else 1, self.accepted)
 
     # ------------------------------------------------------------------ input
 
@@ -214,46 +287,65 @@ class _Connection:
             self.close()
             return
         self.active = now
+        self.received += len(data)
+        if not data:
+            self.eof = True
         if self.stream is not None or self.closing:
             self.discarded += len(data)
             if not data or self.discarded > LINGER_BYTES:
                 self.close()
             return  # what a stream's client sends is not read, nor what follows a refusal
+        if not self.started and not self.waiting:
+            self.started = now
+        self.fed += len(data)
         try:
             self.h11.receive_data(data)
-            if self.waiting and len(self.h11.trailing_data[0]) > self.server.max_body + MAX_HEADER_BYTES:
-                self.server.drops.drop("HTTP input too large", f"{self.peer}: pipelined while waiting")
-                self.close()
-                return
-            self._events()
+        except RuntimeError:  # more data after end of file: h11 refuses it
+            self.close()
+            return
+        self._events()
+
+    def _events(self) -> None:
+        """Take h11's events and answer each request whole, one after another: a loop, so that a thousand
+        pipelined requests are a thousand turns of it, not a thousand calls deep."""
+        if self._serving:
+            return
+        self._serving = True
+        try:
+            while (not self.closed and not self.waiting and self.stream is None and not self.closing
+                   and len(self.out) < PAUSE_OUTPUT):
+                if not self._event():
+                    return
         except h11.RemoteProtocolError as exc:
             self.server.drops.drop("malformed HTTP request", f"{self.peer}: {exc}"[:200])
             self._refuse(exc.error_status_hint or 400, f"malformed HTTP request: {exc}")
+        finally:
+            self._serving = False
 
-    def _events(self) -> None:
+    def _event(self) -> bool:
+        """Take one event; whether to go on."""
         max_body = self.server.max_body
-        while not self.closed and not self.waiting and self.stream is None and not self.closing:
-            event = self.h11.next_event()
-            if event is h11.NEED_DATA or event is h11.PAUSED:
-                return
-            if isinstance(event, h11.ConnectionClosed):
-                self.close()
-                return
-            if isinstance(event, h11.Request):
-                self.head, self.body = event, bytearray()
-                length = _header(event.headers, b"content-length")
-                if length and length.isdigit() and int(length) > max_body:
-                    self.server.drops.drop("HTTP body too large", f"{self.peer}: {length} bytes")
-                    self._refuse(413, f"the body of {int(length)} bytes is over the {max_body} byte limit")
-                    return
-            elif isinstance(event, h11.Data):
-                self.body += event.data
-                if len(self.body) > max_body:
-                    self.server.drops.drop("HTTP body too large", f"{self.peer}: over {max_body} bytes")
-                    self._refuse(413, f"the body is over the {max_body} byte limit")
-                    return
-            elif isinstance(event, h11.EndOfMessage):
-                self._dispatch()
+        event = self.h11.next_event()
+        if event is h11.NEED_DATA or event is h11.PAUSED:
+            return False
+        if isinstance(event, h11.ConnectionClosed):
+            self.closing = True  # what waits to be written is written first
+            self.write()
+            return False
+        if isinstance(event, h11.Request):
+            self.head, self.body, self.body_from = event, bytearray(), time.monotonic()
+            length = _header(event.headers, b"content-length")
+            if length and length.isdigit() and int(length) > max_body:
+                self.server.drops.drop("HTTP body too large", f"{self.peer}: {length} bytes")
+                self._refuse(413, f"the body of {int(length)} bytes is over the {max_body} byte limit")
+        elif isinstance(event, h11.Data):
+            self.body += event.data
+            if len(self.body) > max_body:
+                self.server.drops.drop("HTTP body too large", f"{self.peer}: over {max_body} bytes")
+                self._refuse(413, f"the body is over the {max_body} byte limit")
+        elif isinstance(event, h11.EndOfMessage):
+            self._dispatch()
+        return True
 
     def _dispatch(self) -> None:
         head = self.head
@@ -269,57 +361,82 @@ class _Connection:
             peer=self.peer,
         )
         self.waiting = True
+        self.fed = 0
         self.server.requests += 1
-        try:
-            answer = self.server.handler(request, Later(self, self.cycle))
-        except Exception as exc:  # a bug: one request's, not the process's
-            self.server.failed(request, exc)
-            answer = HttpResponse.error(500, f"internal error ({type(exc).__name__}); the request was not carried out")
-        if isinstance(answer, EventStream):
-            self._start_stream(answer)
-        elif answer is not None:
-            self.respond(answer)
+        self.respond(self.server.answer(request, Later(self, self.cycle), self.reserved))
+
+    def expire(self, now: float) -> None:
+        """Refuse the request being read if it is late (408), or close the connection if it lingered or idled
+        long enough."""
+        if self.lingering:
+            if now >= self.lingering:
+                self.close()
+        elif now >= self.deadline():
+            self._late()
+        elif (not self.waiting and self.stream is None and not self.reserved
+              and now - self.active > self.server.idle_timeout):
+            self.close()
+
+    def _late(self) -> None:
+        if self.reserved and self.head is None:
+            self.server.drops.drop("HTTP connection refused", f"{self.peer}: over the caps, no request in time")
+            self._refuse(503, self.server.over_caps)
+            return
+        what = "head" if self.head is None else "body"
+        self.server.drops.drop("HTTP request too slow", f"{self.peer}: its {what} was not whole in time")
+        self._refuse(408, f"the request's {what} did not arrive in time; the connection is closed")
 
     # ------------------------------------------------------------------ output
 
-    def respond(self, response: HttpResponse) -> None:
-        if self.closed or not self.waiting:
+    def respond(self, answer: HttpResponse | EventStream | None) -> None:
+        """Send ``answer`` to the request that waits for it (None: it waits on)."""
+        if answer is None or self.closed or not self.waiting:
             return
+        if isinstance(answer, EventStream):
+            self._start_stream(answer)
+            return
+        headers = [("content-type", answer.content_type), ("content-length", str(len(answer.body))),
+                   ("server", SERVER), ("cache-control", "no-store"), *answer.headers]
+        self._answer(answer.status, headers, answer.body)
+
+    def _answer(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        """Send a whole response (no body to a HEAD), then go on to the next request, or close."""
         self.waiting = False
-        headers = [("content-type", response.content_type), ("content-length", str(len(response.body))),
-                   ("server", SERVER), ("cache-control", "no-store"), *response.headers]
-        if self.h11.their_state is not h11.DONE:  # refused before its body was read: the rest is not read
-            headers.append(("connection", "close"))
+        if (self.h11.their_state is not h11.DONE or self.reserved
+                or (self.eof and not self.h11.trailing_data[0])):
+            headers.append(("connection", "close"))  # refused before its body was read, over the caps, or the last
         try:
-            self.out += self.h11.send(h11.Response(status_code=response.status, headers=headers,
-                                                   reason=STATUS_TEXT.get(response.status, "")))
-            if self.head is None or self.head.method != b"HEAD":
-                self.out += self.h11.send(h11.Data(data=response.body))
+            self.out += self.h11.send(h11.Response(status_code=status, headers=headers,
+                                                   reason=STATUS_TEXT.get(status, "")))
+            if body and (self.head is None or self.head.method != b"HEAD"):
+                self.out += self.h11.send(h11.Data(data=body))
             self.out += self.h11.send(h11.EndOfMessage())
         except h11.LocalProtocolError as exc:
             log.warning("%s: cannot answer %s: %s", self.server.where, self.peer, exc)
             self.close()
             return
         self.head, self.body = None, bytearray()
-        self.write()
-        if self.closed:
-            return
         if self.h11.our_state is h11.MUST_CLOSE or self.h11.their_state is not h11.DONE:
             self.closing = True
         else:
             self.h11.start_next_cycle()
             self.cycle += 1
-            self._events()  # a pipelined request may wait in h11's buffer
-        if self.closing and not self.out:
-            self.linger()
+            # a request already begun in h11's buffer (pipelined) is due from now; none: the connection idles
+            self.started = time.monotonic() if self.h11.trailing_data[0] else 0.0
+        self.write()
+        self._events()  # a pipelined request may wait in h11's buffer (in the loop already: it goes on)
 
     def _start_stream(self, stream: EventStream) -> None:
+        headers = [("content-type", "text/event-stream"), ("cache-control", "no-store"), ("server", SERVER),
+                   ("x-accel-buffering", "no")]
+        if self.head is not None and self.head.method == b"HEAD":  # its headers, and it ends there
+            stream.closed = True
+            self._answer(200, headers, b"")
+            return
         self.waiting = False
         self.stream = stream
         stream._conn = self
         self.server.streams += 1
-        headers = [("content-type", "text/event-stream"), ("cache-control", "no-store"), ("server", SERVER),
-                   ("x-accel-buffering", "no")]
         self.out += self.h11.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))  # no length: chunked
         self.flush_stream(stream)
 
@@ -327,13 +444,18 @@ class _Connection:
         if self.closed:
             stream.closed = True
             return
-        for chunk in stream.take():
-            self.out += self.h11.send(h11.Data(data=chunk))
+        try:
+            for chunk in stream.take():
+                self.out += self.h11.send(h11.Data(data=chunk))
+        except h11.LocalProtocolError as exc:
+            log.warning("%s: the stream to %s broke: %s", self.server.where, self.peer, exc)
+            self.close()
+            return
         self.write()
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer ``status`` and close: what follows on the connection cannot be trusted (the request was not
-        read whole, so :meth:`respond` says ``connection: close``)."""
+        read whole, so :meth:`_answer` says ``connection: close``)."""
         if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             self.close()
             return
@@ -342,6 +464,7 @@ class _Connection:
 
     def write(self) -> None:
         """Write what waits, as far as the socket takes it now; cut off a client that stopped reading."""
+        paused = len(self.out) >= PAUSE_OUTPUT
         while self.out and not self.closed:
             try:
                 sent = self.sock.send(self.out)
@@ -356,11 +479,16 @@ class _Connection:
             self.close()
         elif self.closing and not self.out:
             self.linger()
+        elif paused and len(self.out) < PAUSE_OUTPUT:
+            self._events()  # the requests that waited for the client to read
 
     def linger(self) -> None:
         """Everything is written: end our side, and drop what the client still sends until it closes its side
         or :data:`LINGER_S` passes (see :meth:`HttpServer.expire`)."""
         if self.lingering or self.closed:
+            return
+        if self.eof:  # it closed its side already
+            self.close()
             return
         self.lingering = time.monotonic() + LINGER_S
         try:
@@ -374,6 +502,7 @@ class _Connection:
         self.closed = True
         if self.stream is not None:
             self.stream.closed = True
+        self.server.forget(self)
         try:
             self.sock.close()
         except OSError:
@@ -395,30 +524,61 @@ class HttpServer:
         where: names the process in log lines (``gcm gcm-1a2b3c http``).
         drops: counts refused requests per reason.
         max_body: larger request bodies are refused with 413, unread.
-        max_connections: open connections at most; the next one is answered 503 and closed.
+        max_connections: open connections at most, in all (besides the reserve).
+        max_per_address: open connections of one client address at most (besides the reserve); at most
+            ``max_connections``.
+        reserve: connections over either cap, at most: only requests of ``health_paths`` are answered on them
+            (then they are closed), anything else 503.
+        health_paths: what the reserve answers (``GET`` and ``HEAD``).
+        head_timeout: a request's head must be whole this long after its first byte (or after the answer
+            before it), and its body this long after its head plus a second per ``min_body_rate`` bytes; else
+            408, and the connection is closed.
+        reserve_timeout: a request on a reserved connection must be whole this long after it was accepted.
+        min_body_rate: bytes per second a request's body must keep up (see ``head_timeout``).
         idle_timeout: a connection with no request for this long is closed (not a stream, nor one waiting
             for its answer).
         max_output: bytes waiting for a client that does not read, at most.
 
-    Call :meth:`bind`, then in each turn of the loop :meth:`sync` (before polling) and :meth:`ready` (with the
-    poll's events), and :meth:`close` at the end.
+    Call :meth:`bind`, then in each turn of the loop :meth:`sync` (before polling), :meth:`ready` (with the
+    poll's events) and :meth:`expire`, and :meth:`close` at the end.
+
+    Raises:
+        ConfigError: a limit is not positive.
     """
 
-    def __init__(self, handler: Handler, *, where: str, drops: DropCounter, max_body: int = 1 << 20,
-                 max_connections: int = 128, idle_timeout: float = 60.0, max_output: int = 16 << 20) -> None:
+    def __init__(self, handler: Handler, *, where: str, drops: DropCounter, max_body: int = MAX_BODY,
+                 max_connections: int = MAX_CONNECTIONS, max_per_address: int = MAX_PER_ADDRESS,
+                 reserve: int = RESERVE, health_paths: Iterable[str] = HEALTH_PATHS,
+                 head_timeout: float = HEAD_TIMEOUT, reserve_timeout: float = RESERVE_TIMEOUT,
+                 min_body_rate: float = MIN_BODY_RATE, idle_timeout: float = IDLE_TIMEOUT,
+                 max_output: int = MAX_OUTPUT) -> None:
+        if min(max_body, max_connections, max_per_address, reserve, head_timeout, reserve_timeout, min_body_rate,
+               idle_timeout, max_output) <= 0:
+            raise ConfigError("every limit of the HTTP server must be positive")
         self.handler = handler
         self.where = where
         self.drops = drops
         self.max_body = max_body
         self.max_connections = max_connections
+        self.max_per_address = min(max_per_address, max_connections)
+        self.reserve = reserve
+        self.health_paths = frozenset(health_paths)
+        self.head_timeout = head_timeout
+        self.reserve_timeout = reserve_timeout
+        self.min_body_rate = min_body_rate
         self.idle_timeout = idle_timeout
         self.max_output = max_output
+        self.over_caps = (f"too many connections (at most {max_connections}, {self.max_per_address} per address); "
+                          f"over them only {', '.join(sorted(self.health_paths))} are answered; retry")
         self.listener: socket.socket | None = None
         self.url = ""
         self.requests = 0
         self.streams = 0
         self.failures = 0
         self._conns: dict[int, _Connection] = {}
+        self._counted = 0  # connections open, not reserved
+        self._per_address: dict[str, int] = {}  # address -> its connections open, not reserved
+        self._reserved: dict[int, _Connection] = {}
         self._registered: dict[int, int] = {}  # fd -> the flags it is registered with
         self._next_trace = 0.0
 
@@ -453,18 +613,18 @@ class HttpServer:
 
     @property
     def connections(self) -> int:
+        """Connections open, the reserve's included."""
         return len(self._conns)
 
     def sync(self, poller: zmq.Poller) -> None:
-        """Register in ``poller`` what must be watched now (and unregister what is gone)."""
+        """Register in ``poller`` what must be watched now (and unregister what is gone or waits)."""
         wanted: dict[int, int] = {}
         if self.listener is not None:
             wanted[self.listener.fileno()] = zmq.POLLIN
-        for fd, conn in list(self._conns.items()):
-            if conn.closed:
-                del self._conns[fd]
-                continue
-            wanted[fd] = zmq.POLLIN | (zmq.POLLOUT if conn.out else 0)
+        for fd, conn in self._conns.items():
+            flags = (zmq.POLLIN if conn.wants_input else 0) | (zmq.POLLOUT if conn.out else 0)
+            if flags:
+                wanted[fd] = flags
         for fd in [fd for fd in self._registered if wanted.get(fd) != self._registered[fd]]:
             poller.unregister(fd)
             del self._registered[fd]
@@ -474,39 +634,46 @@ class HttpServer:
                 self._registered[fd] = flags
 
     def ready(self, events: dict[Any, int], now: float | None = None) -> None:
-        """Serve what the poll found ready (``events``: the poll's results as a dict; other keys are ignored)."""
+        """Serve what the poll found ready (``events``: the poll's results as a dict; other keys are ignored).
+        Connections are read before new ones are accepted: a reserved connection's request is served before
+        newcomers could evict it."""
         now = time.monotonic() if now is None else now
-        listener = self.listener
-        if listener is not None and listener.fileno() in events:
-            self._accept(now)
         for fd, conn in list(self._conns.items()):
             flags = events.get(fd, 0)
             if not flags or conn.closed:
                 continue
             if flags & zmq.POLLOUT:
                 conn.write()
-            if flags & (zmq.POLLIN | zmq.POLLERR):
+            if flags & (zmq.POLLIN | zmq.POLLERR) and not conn.closed:
                 conn.readable(now)
+        listener = self.listener
+        if listener is not None and listener.fileno() in events:
+            self._accept(now)
 
     def expire(self, now: float | None = None) -> None:
-        """Close connections idle for ``idle_timeout`` (a stream or a request being answered is not idle)."""
+        """Refuse requests that are late (408), close connections that lingered or idled long enough."""
         now = time.monotonic() if now is None else now
         for conn in list(self._conns.values()):
-            if conn.closed:
-                continue
-            if conn.lingering:
-                if now >= conn.lingering:
-                    conn.close()
-            elif not conn.waiting and conn.stream is None and now - conn.active > self.idle_timeout:
-                conn.close()
+            if not conn.closed:
+                conn.expire(now)
 
     def close(self) -> None:
-        for conn in self._conns.values():
+        for conn in list(self._conns.values()):
             conn.close()
-        self._conns.clear()
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+
+    def answer(self, request: HttpRequest, later: Later, reserved: bool) -> HttpResponse | EventStream | None:
+        """The handler's answer to ``request``; on a reserved connection a health check's only."""
+        if reserved and (request.method not in ("GET", "HEAD") or request.path not in self.health_paths):
+            self.drops.drop("HTTP connection refused", f"{request.peer}: over the caps, {request.path[:100]}")
+            return HttpResponse.error(503, self.over_caps).with_headers(("retry-after", "1"))
+        try:
+            return self.handler(request, later)
+        except Exception as exc:  # a bug: one request's, not the process's
+            self.failed(request, exc)
+            return HttpResponse.error(500, f"internal error ({type(exc).__name__}); the request was not carried out")
 
     def failed(self, request: HttpRequest, exc: BaseException) -> None:
         self.failures += 1
@@ -516,9 +683,23 @@ class HttpServer:
             log.error("%s: %s %s failed:\n%s", self.where, request.method, request.path[:200],
                       "".join(traceback.format_exception(exc)))
 
+    def forget(self, conn: _Connection) -> None:
+        """A connection closed: its slot is free."""
+        if self._conns.pop(conn.fd, None) is None:
+            return
+        if conn.reserved:
+            del self._reserved[conn.fd]
+            return
+        self._counted -= 1
+        left = self._per_address[conn.address] - 1
+        if left:
+            self._per_address[conn.address] = left
+        else:
+            del self._per_address[conn.address]
+
     def _accept(self, now: float) -> None:
         assert self.listener is not None
-        for _ in range(64):
+        for _ in range(max(1, self.reserve // 2)):  # a reserved connection lives at least this turn's arrivals
             try:
                 sock, addr = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -529,16 +710,17 @@ class HttpServer:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            peer = f"{addr[0]}:{addr[1]}"
-            if len(self._conns) >= self.max_connections:
-                self.drops.drop("HTTP connection refused", f"{peer}: {len(self._conns)} connections open")
-                body = HttpResponse.error(503, f"too many connections ({self.max_connections}); retry").body
-                try:
-                    sock.send(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-                              b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-                except OSError:
-                    pass
-                sock.close()
-                continue
-            conn = _Connection(self, sock, peer, now)
+            address = addr[0]
+            reserved = (self._counted >= self.max_connections
+                        or self._per_address.get(address, 0) >= self.max_per_address)
+            if reserved and len(self._reserved) >= self.reserve:
+                victim = min(self._reserved.values(), key=lambda c: c.evictable)
+                self.drops.drop("HTTP connection refused", f"{victim.peer}: evicted from the full reserve")
+                victim.close()
+            conn = _Connection(self, sock, f"{address}:{addr[1]}", now, reserved=reserved)
             self._conns[conn.fd] = conn
+            if reserved:
+                self._reserved[conn.fd] = conn
+            else:
+                self._counted += 1
+                self._per_address[address] = self._per_address.get(address, 0) + 1
