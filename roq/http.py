@@ -22,9 +22,10 @@ Slow and greedy clients cannot hold it (see docs/http.md, "Bounded"):
   either goes to a small *reserve* (``reserve``) where only the health checks (``health_paths``) are answered
   (anything else 503), its head due within ``reserve_timeout``; a newcomer to a full reserve evicts the oldest
   of those that have sent part of a request (a health check sends its head at once), else the oldest;
-* pipelined requests are answered one after another by a loop, in order; a connection's input is not read
-  further while its answers wait to be written (``PAUSE_OUTPUT``) or, while a request waits for its answer,
-  once :data:`PIPELINE_BYTES` more came;
+* pipelined requests are answered one after another by a loop, in order, and their answers written at once;
+  a turn of the loop reads :data:`READ_BYTES` of a connection, so that its requests take turns with everyone
+  else's; a connection's input is not read further while its answers wait to be written
+  (:data:`PAUSE_OUTPUT`) or, while a request waits for its answer, once :data:`PIPELINE_BYTES` more came;
 * a client that closed its side (end of file) is answered, and its socket is no longer polled for input;
 * a connection idle for ``idle_timeout`` is closed; a client that stops reading is cut off once
   ``max_output`` bytes wait for it.
@@ -55,7 +56,8 @@ log = logging.getLogger(__name__)
 
 MAX_HEADER_BYTES = 16 << 10  # request line and headers, at most
 MAX_JSON_DEPTH = 64  # nesting of a JSON body, at most: deeper would only make work for whoever walks it
-READ_BYTES = 64 << 10
+READ_BYTES = 4 << 10  # a connection's read each turn: a turn answers some 110 small pipelined requests at most
+BACKLOG = 1024  # connections the kernel holds until accepted: past it a client's SYN is dropped, retried after 1 s
 PIPELINE_BYTES = 64 << 10  # read while a request waits for its answer, at most: the rest waits in the kernel
 PAUSE_OUTPUT = 256 << 10  # answers waiting to be written past which a connection's next requests wait
 LINGER_S = 2.0  # after a refusal, what the client still sends is read and dropped this long before closing...
@@ -315,12 +317,13 @@ class _Connection:
             while (not self.closed and not self.waiting and self.stream is None and not self.closing
                    and len(self.out) < PAUSE_OUTPUT):
                 if not self._event():
-                    return
+                    break
         except h11.RemoteProtocolError as exc:
             self.server.drops.drop("malformed HTTP request", f"{self.peer}: {exc}"[:200])
             self._refuse(exc.error_status_hint or 400, f"malformed HTTP request: {exc}")
         finally:
             self._serving = False
+        self.write()  # the answers of the loop at once: a send each was most of a pipelined request's cost
 
     def _event(self) -> bool:
         """Take one event; whether to go on."""
@@ -423,8 +426,8 @@ class _Connection:
             self.cycle += 1
             # a request already begun in h11's buffer (pipelined) is due from now; none: the connection idles
             self.started = time.monotonic() if self.h11.trailing_data[0] else 0.0
-        self.write()
-        self._events()  # a pipelined request may wait in h11's buffer (in the loop already: it goes on)
+        if not self._serving:  # else the loop goes on, and writes when it ends
+            self._events()  # a pipelined request may wait in h11's buffer
 
     def _start_stream(self, stream: EventStream) -> None:
         headers = [("content-type", "text/event-stream"), ("cache-control", "no-store"), ("server", SERVER),
@@ -464,6 +467,8 @@ class _Connection:
 
     def write(self) -> None:
         """Write what waits, as far as the socket takes it now; cut off a client that stopped reading."""
+        if self.closed:
+            return
         paused = len(self.out) >= PAUSE_OUTPUT
         while self.out and not self.closed:
             try:
@@ -597,7 +602,7 @@ class HttpServer:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((address, port))
-            sock.listen(128)
+            sock.listen(BACKLOG)
         except OSError as exc:
             sock.close()
             raise BrokerConnectionError(f"cannot listen for HTTP on {address}:{port}: {exc.strerror or exc}") from exc
