@@ -15,6 +15,7 @@ the events, never by their ids.
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from typing import Any, Callable, Protocol
 
@@ -26,6 +27,8 @@ from roq.http import EventStream, HttpResponse
 from roq.status import live_subscribers, number, rate, traffic
 
 __all__ = ["LiveFeed", "MAX_STREAMS", "FIRST_EVENTS"]
+
+log = logging.getLogger(__name__)
 
 MAX_STREAMS = 64  # live feeds open at once
 FIRST_EVENTS = 50  # events a new live feed is sent at once
@@ -129,8 +132,7 @@ class LiveFeed:
             event = {**self.labels.event(event), "queue": snapshot.queue}
             self._recent.append(event)
             if last is not None:
-                for stream in self.streams:
-                    stream.send(event, "event", _event_id(event))
+                self._send(event, "event", _event_id(event))
         del self._recent[:-MAX_RECENT]
         for name in [n for n in self._seen if n not in self.shell.view.queues]:
             del self._seen[name]
@@ -141,10 +143,17 @@ class LiveFeed:
         self._record()
         self.streams = [s for s in self.streams if not s.closed]
         if self.streams:
-            state = self.state()
-            for stream in self.streams:
-                stream.send(state, "state")
+            self._send(self.state(), "state")
 
+    def _send(self, data: dict[str, Any], event: str, id: str = "") -> None:
+        """Send to every live feed; one that fails is ended and forgotten, and the others still get theirs."""
+        for stream in self.streams:
+            try:
+                stream.send(data, event, id)
+            except Exception as exc:  # its connection broke in a way the server did not foresee
+                log.warning("a live feed failed and is closed: %s: %s", type(exc).__name__, exc)
+                stream.close()
+        self.streams = [s for s in self.streams if not s.closed]
 
 
 def _event_id(event: dict[str, Any]) -> str:

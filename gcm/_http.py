@@ -326,6 +326,8 @@ class HttpApi:
     # ------------------------------------------------------------------ the live feed
 
     def stream(self, req: HttpRequest, later: Later) -> HttpResponse | EventStream:
+        if req.method == "HEAD":  # the stream's headers only: a stream of nobody's, never a live feed
+            return EventStream()
         return self.feed.open()
 
     # ------------------------------------------------------------------ the dashboard's files

@@ -86,7 +86,7 @@ class HostManager:
             health = Health(config.address, lambda: self.registration.registered and self.session.connected,
                             self.children.status)
             self.http = HttpServer(health.handle, where=f"host manager {config.address} http", drops=self.drops,
-                                   max_body=1 << 10, max_connections=32)
+                                   max_body=1 << 10, max_connections=32, max_per_address=8)
         self.http_url = ""
         self.endpoint = ""
         self._skipped: set[str] = set()  # malformed assignment names already logged

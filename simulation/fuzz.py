@@ -345,6 +345,10 @@ def http_requests(rng: random.Random) -> list[tuple[str, bytes, bool]]:
         ("http: bad query", b"GET /api/v1/queues/fuzzq/events?limit=-1&since=nan&offset=1e99&kind=%00 HTTP/1.1"
                             b"\r\nhost: x\r\n\r\n", False),
         ("http: pipelined flood", b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n" * 300, False),
+        ("http: 2,000 pipelined", b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n" * 2000, False),
+        ("http: HEAD of the live feed", b"HEAD /api/v1/stream HTTP/1.1\r\nhost: x\r\n\r\n", False),
+        ("http: rules nested 100,000 deep", b"PUT /api/v1/queues/fuzzq/rules HTTP/1.1\r\nhost: x\r\n" + wrong
+         + b"content-length: 200000\r\n\r\n" + b"[" * 100_000 + b"]" * 100_000, True),
         ("http: feed then garbage", b"GET /api/v1/stream HTTP/1.1\r\nhost: x\r\n\r\n" + os.urandom(500), False),
         ("http: random bytes", os.urandom(rng.choice((1, 64, 4096))), False),
     ]

@@ -17,7 +17,7 @@ from roq import management as m
 from roq.control import LATENCY_BOUNDS_MS, Reply
 from roq.documents import RUNNING, GcmDoc, QueueDoc
 from roq.errors import ConfigError, NotFoundError
-from roq.http import HttpRequest
+from roq.http import EventStream, HttpRequest
 from roq.runtime import DropCounter
 from roq.server import Dispatcher
 
@@ -72,6 +72,21 @@ def test_routes_methods_and_the_token():
     assert call(api(Shell(), token=""), "DELETE", "/api/v1/queues/q", authorization="Bearer x").status == 403
     bad = call(a, "POST", "/api/v1/queues", b'{"name": "x", "colour": 1}', authorization="Bearer " + TOKEN)
     assert bad.status == 400 and b"unknown key 'colour'" in bad.body
+
+
+def test_a_head_of_the_live_stream_opens_no_feed_and_a_get_does():
+    a = api(Shell())
+    head = call(a, "HEAD", "/api/v1/stream")
+    assert isinstance(head, EventStream) and a.feed.streams == []
+    live = call(a, "GET", "/api/v1/stream")
+    assert a.feed.streams == [live]
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b'{"max_exchanges": ' + b"[" * 900 + b"]" * 900 + b"}",
+                                  b"\xff\xfe", b"{,}"])
+def test_a_rules_body_that_does_not_decode_answers_400(body):
+    answer = call(api(Shell()), "PUT", "/api/v1/queues/q/rules", body, authorization="Bearer " + TOKEN)
+    assert answer.status == 400 and b"the body" in answer.body
 
 
 def test_a_standby_redirects_to_the_leader_and_answers_503_without_one():

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import zmq
 
+from roq.errors import ConfigError
 from roq.http import EventStream, HttpRequest, HttpResponse, HttpServer, Later
 from roq.runtime import DropCounter
 
@@ -29,6 +30,7 @@ class Loop:
         self.url = self.server.bind("127.0.0.1", 0)
         self.port = self.server.port
         self.calls: list[tuple[str, Any]] = []
+        self.polled = 0  # events the poll returned, all told
         self._stop = False
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -55,6 +57,7 @@ class Loop:
         while not self._stop:
             self.server.sync(poller)
             events = dict(poller.poll(10))
+            self.polled += len(events)
             self.server.ready(events)
             self.server.expire()
             while self.calls:
@@ -194,3 +197,178 @@ def test_an_event_stream_sends_events_as_they_happen_until_its_client_leaves(loo
     s.close()
     loop.call(stream.send, {"n": 3})  # the client left
     wait_until(lambda: stream.closed)
+
+
+# ---------------------------------------------------------------------- slow, greedy and odd clients
+
+
+def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+
+
+def read_until(s: socket.socket, marker: bytes, got: bytes = b"") -> bytes:
+    while marker not in got:
+        chunk = s.recv(65536)
+        assert chunk, f"closed before {marker!r}: {got[-300:]!r}"
+        got += chunk
+    return got
+
+
+def trickle_until_answered(s: socket.socket, data: bytes, every: float, limit: float) -> tuple[bytes, float]:
+    """Send ``data`` a byte each ``every`` seconds until the server answers; (the answer, seconds it took)."""
+    s.settimeout(every)
+    started = time.monotonic()
+    for byte in data:
+        assert time.monotonic() - started < limit, "no answer while bytes trickled in"
+        try:
+            s.send(bytes([byte]))
+        except OSError:
+            break
+        try:
+            answer = s.recv(65536)
+        except TimeoutError:
+            continue
+        return answer, time.monotonic() - started
+    raise AssertionError("every byte was sent and nothing came back")
+
+
+def test_a_head_that_trickles_in_gets_408_at_its_deadline_however_often_bytes_come():
+    lp = Loop(head_timeout=0.5, idle_timeout=30)
+    try:
+        with connect(lp.port) as s:
+            answer, took = trickle_until_answered(s, b"GET /x HTTP/1.1\r\nx-slow: " + b"a" * 1000, 0.05, 5)
+        assert answer.startswith(b"HTTP/1.1 408") and b"head did not arrive in time" in answer
+        assert 0.4 < took < 2.0  # the deadline, not a byte's arrival, decided
+        assert lp.drops.by_reason["HTTP request too slow"] == 1
+    finally:
+        lp.close()
+
+
+def test_a_body_slower_than_the_minimum_rate_gets_408():
+    lp = Loop(head_timeout=0.3, min_body_rate=100, idle_timeout=30)
+    try:
+        with connect(lp.port) as s:
+            s.sendall(b"PUT /x HTTP/1.1\r\nhost: x\r\ncontent-length: 900\r\n\r\n")
+            answer, took = trickle_until_answered(s, b"a" * 900, 0.05, 5)  # 20 bytes/s
+        assert answer.startswith(b"HTTP/1.1 408") and b"body did not arrive in time" in answer
+        assert took < 2.0
+    finally:
+        lp.close()
+
+
+def test_one_address_cannot_take_every_slot_and_health_checks_are_answered_over_the_caps():
+    lp = Loop(max_connections=8, max_per_address=4, reserve=2, head_timeout=30, reserve_timeout=5)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(12):  # a slowloris from 127.0.0.1: 4 slots, the reserve, then evicting each other
+            s = connect(lp.port)
+            s.sendall(b"GET /x HTTP/1.1\r\n")
+            held.append(s)
+            wait_until(lambda: lp.server.connections == min(len(held), 6)
+                       and lp.drops.by_reason.get("HTTP connection refused", 0) == max(0, len(held) - 6))
+        with connect(lp.port) as s:  # the same address: a health check is answered, then closed
+            s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            out = read_until(s, b'"/healthz"')
+            assert out.startswith(b"HTTP/1.1 200") and b"connection: close" in out.lower()
+        with connect(lp.port) as s:  # anything else is not
+            s.sendall(b"GET /api HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert read_until(s, b"\r\n\r\n").startswith(b"HTTP/1.1 503")
+        conn = http.client.HTTPConnection("127.0.0.1", lp.port, timeout=5, source_address=("127.0.0.2", 0))
+        conn.request("GET", "/api")  # another address has slots left
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        for s in held:
+            s.close()
+        lp.close()
+
+
+def test_a_head_of_an_event_stream_is_its_headers_and_the_connection_goes_on(loop):
+    with connect(loop.port) as s:
+        s.sendall(b"HEAD /stream HTTP/1.1\r\nhost: x\r\n\r\n")
+        got = read_until(s, b"\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 200") and b"content-type: text/event-stream" in got
+        wait_until(lambda: len(loop.streams) == 1)
+        stream = loop.streams[0]
+        assert stream.closed
+        loop.call(stream.send, {"n": 1})  # nobody listens: nothing is sent, nothing raises
+        s.sendall(b"GET /after HTTP/1.1\r\nhost: x\r\n\r\n")
+        got = read_until(s, b'"/after"', got)
+        assert b"retry:" not in got and b'{"n":1}' not in got
+
+
+def test_two_thousand_pipelined_requests_are_answered_in_order_without_recursion():
+    lp = Loop()
+    try:
+        with connect(lp.port) as s:
+            s.sendall(b"".join(b"GET /%d HTTP/1.1\r\nhost: x\r\n\r\n" % i for i in range(2000)))
+            got = read_until(s, b'"/1999"')
+        assert got.count(b"HTTP/1.1 200 OK") == 2000 and got.index(b'"/0"') < got.index(b'"/1000"')
+        assert lp.server.failures == 0 and lp._thread.is_alive()
+    finally:
+        lp.close()
+
+
+def test_a_client_that_pipelines_and_does_not_read_is_not_read_further():
+    lp = Loop()
+    n = 5000  # answers of 4 KB: 20 MB, more than the kernel's buffers take
+    try:
+        with connect(lp.port) as s:
+            s.settimeout(30)  # the sender blocks as long as the server waits for the reader
+            sender = threading.Thread(target=s.sendall, daemon=True,
+                                      args=((b"GET /" + b"p" * 4000 + b" HTTP/1.1\r\nhost: x\r\n\r\n") * n,))
+            sender.start()
+            seen = []
+
+            def settled() -> bool:  # answered requests stopped growing: the server waits for the client
+                seen.append(lp.server.requests)
+                time.sleep(0.05)
+                return len(seen) > 3 and seen[-1] == seen[-4]
+
+            wait_until(settled, 10)
+            [conn] = lp.server._conns.values()
+            assert lp.server.requests < n and len(conn.out) < 512 << 10  # paused, its answers bounded
+            answered, tail = 0, b""
+            while answered < n:  # the client reads: everything is answered
+                chunk = s.recv(1 << 20)
+                assert chunk, f"closed after {answered} answers"
+                answered += (tail + chunk).count(b"HTTP/1.1 200")
+                tail = chunk[-11:]  # a marker cut in two is counted once, with the next chunk
+            sender.join(5)
+    finally:
+        lp.close()
+
+
+def test_a_half_closed_client_is_answered_and_its_socket_no_longer_polled():
+    lp = Loop()
+    try:
+        with connect(lp.port) as s:
+            s.sendall(b"GET /later HTTP/1.1\r\nhost: x\r\n\r\n")
+            s.shutdown(socket.SHUT_WR)
+            wait_until(lambda: len(lp.later) == 1)
+            before, started = lp.polled, time.monotonic()
+            while time.monotonic() - started < 0.3:  # a window to count in, not a wait for something
+                time.sleep(0.05)
+            assert lp.polled - before < 10, f"{lp.polled - before} events in 0.3 s: the server spins"
+            lp.call(lp.later[0].respond, HttpResponse.json(200, {"late": True}))
+            got = read_until(s, b'"late": true')
+            assert got.startswith(b"HTTP/1.1 200") and s.recv(100) == b""  # answered, then closed
+        wait_until(lambda: lp.server.connections == 0)
+    finally:
+        lp.close()
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 64"),
+    (b"[" * 65 + b"]" * 65, "nested deeper than 64"),
+    (b'{"a": "\xff\xfe"}', "not UTF-8"),
+    (b"{not json", "not JSON"),
+])
+def test_a_body_that_does_not_decode_is_a_config_error_never_a_recursion_error(body, reason):
+    request = HttpRequest("PUT", "/x", {}, {}, body, "127.0.0.1:1")
+    with pytest.raises(ConfigError, match=reason):
+        request.json()
+
+
+def test_json_as_deep_as_allowed_decodes():
+    assert HttpRequest("PUT", "/x", {}, {}, b"[" * 64 + b"]" * 64, "p").json() == eval("[" * 64 + "]" * 64)
