@@ -386,9 +386,15 @@ class _Sockets:
         sock.setsockopt(zmq.SNDHWM, 100_000)
         # replies that are not read are dropped at the peer
         sock.setsockopt(zmq.RCVHWM, 100_000 if replies else 10)
-        if kind == zmq.DEALER:  # with CURVE, half of them with an id of the key's own: past the forgery check
-            own = self.curve is not None and random.random() < 0.5
-            sock.setsockopt(zmq.ROUTING_ID, identity_for(self.curve.public_key.encode()) if own else os.urandom(16))
+        if kind == zmq.DEALER:  # with CURVE, some with an id of the key's own: past the forgery check
+            pick = random.random()
+            if self.curve is not None and pick < 0.4:
+                sock.setsockopt(zmq.ROUTING_ID, identity_for(self.curve.public_key.encode()))
+            elif pick < 0.7:
+                sock.setsockopt(zmq.ROUTING_ID, os.urandom(16))
+            elif pick < 0.8:  # one of the ROUTER's own form, as a peer may choose it too
+                sock.setsockopt(zmq.ROUTING_ID, b"\0" + os.urandom(4))
+            # else none, as the clients connect: the ROUTER names the connection
         if self.curve is not None:
             self.curve.apply(sock)
         if kind == zmq.SUB:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gcm import LiveFeed, QueueView, View
+from gcm import Labels, LiveFeed, QueueView, View
 from roq.documents import RUNNING, QueueDoc
 from roq.http import EventStream
 
@@ -21,7 +21,7 @@ class Broken(EventStream):
 
 
 def test_a_stream_that_raises_is_dropped_and_every_other_feed_gets_its_state_each_round():
-    feed = LiveFeed(Shell(), clock=lambda: 1000.0)
+    feed = LiveFeed(Shell(), clock=lambda: 1000.0, labels=Labels())
     first = feed.open()
     broken = Broken()
     feed.streams.insert(0, broken)  # as if it had opened before the others
