@@ -13,9 +13,14 @@ now (``ROUTER_MANDATORY``: the send says so) is *held* for that subscriber, the 
 publishers (whose acknowledgements then wait, and whose ``max_in_flight`` stops them) and retries every
 :data:`RETRY_S` until the pipe has room. A pipe fills when its subscriber or ZeroMQ's I/O thread falls behind
 a burst: an exchange starved of CPU by a quota forwards what piled up while it was stopped faster than its
-I/O thread writes it out, and ZeroMQ learns that a subscriber read its pipe only every half a pipe. Only a
-subscriber whose pipe stays full for ``subscriber_grace`` is sent past: it is *behind*, the batches that find
-its pipe full go on without it (it sees a gap) until its pipe has had room for
+I/O thread writes it out, and ZeroMQ learns that a subscriber read its pipe only every half a pipe, so a pipe
+looks full for as long as its subscriber takes to read half of it (512 batches: a second and more at full
+speed). What says that a subscriber still reads is its progress reports (:meth:`Subscriber.progress
+<exchange._subscribers.Subscriber.progress>`, read by :mod:`exchange._subscriptions`): a held batch waits
+for a subscriber that reported within ``subscriber_grace`` (counted from the later of the hold's start and its
+last report, so a subscriber that never reports, an older client, has the grace from the hold's start). Only a
+subscriber whose pipe stays full with no progress for ``subscriber_grace`` is sent past: it is *behind*, the
+batches that find its pipe full go on without it (it sees a gap) until its pipe has had room for
 :data:`~exchange._subscribers.BEHIND_HOLD` graces, so a subscriber that stays behind costs the others one
 wait, not one per batch, and never a batch: the exchange knows each subscriber's pipe, not only that some
 pipe is full. On a durable queue nobody is sent past: such a subscriber is cut off instead
@@ -291,8 +296,8 @@ class Forwarder:
         self.missed += 1
 
     def retry(self, now: float) -> bool:
-        """Try the held batch again for the subscribers it waits for (past those whose pipe stayed full for
-        ``subscriber_grace``); True once it is out, and the loop may read publishers again."""
+        """Try the held batch again for the subscribers it waits for (past those whose pipe stayed full with no
+        progress for ``subscriber_grace``); True once it is out, and the loop may read publishers again."""
         if self.held is None:
             return True
         frames, h, waiting = self.held
@@ -314,8 +319,8 @@ class Forwarder:
             except zmq.ZMQError as exc:
                 if exc.errno != zmq.EAGAIN:
                     self.subscribers.remove(sub)
-                elif now - self.held_since < self.config.subscriber_grace:
-                    still.append(sub)
+                elif now - max(self.held_since, sub.progressed) < self.config.subscriber_grace:
+                    still.append(sub)  # it took batches within the grace (or the hold is younger): it reads on
                 elif self.journal is not None:  # a durable queue: it reads the journal instead
                     self.subscriptions.cut_off(sub, self.held_floor, now - self.held_since)
                 else:

@@ -8,6 +8,13 @@ pipe stays full for ``subscriber_grace`` is *behind*, and until its pipe has had
 graces the batches that find it full go past it (it sees a gap), while every other subscriber keeps the
 back-pressure that costs it nothing.
 
+**Progress.** A full pipe alone does not say that its subscriber stopped reading: ZeroMQ tells the writer
+only every half a pipe read. So a subscriber of the client library reports, while it takes batches, that it
+took some (:func:`roq.batch.pack_progress`, every few tens of milliseconds at most), and the grace runs from
+its last report (:attr:`Subscriber.progressed`): one that keeps reading holds its publishers back to its pace
+and is never behind; a report also ends a subscriber's time behind. One that sends no reports (an older
+client) has its grace run from when its pipe was found full, as before.
+
 On a durable queue a subscriber whose pipe stays full is *cut* instead (:meth:`Subscribers.cut`): it is sent
 nothing more, told where the journal has what it did not get (:class:`Cut`), and comes back with a subscription
 that names the cut's tag once it has read the journal that far.
@@ -29,9 +36,10 @@ BEHIND_HOLD = 2.0
 
 class Subscriber:
     """One subscriber of the exchange: its routing id, the prefixes it gets (its own and the control topic's),
-    until when it is behind, how many batches went past it, and whether its seam went to the journal."""
+    until when it is behind, how many batches went past it, whether its seam went to the journal, and when it
+    last reported progress."""
 
-    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed")
+    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed", "progressed")
 
     def __init__(self, ident: bytes, prefix: bytes, principal: str = "") -> None:
         self.ident = ident
@@ -41,9 +49,15 @@ class Subscriber:
         self.behind_until = 0.0
         self.missed = 0
         self.seamed = False  # a replaying subscriber's seam was sent to the journal
+        self.progressed = 0.0  # when it last reported it took batches (0: never; an older client does not)
 
     def behind(self, now: float) -> bool:
         return now < self.behind_until
+
+    def progress(self, now: float) -> None:
+        """It reported at ``now`` that it took batches: it is reading, so not behind."""
+        self.progressed = now
+        self.behind_until = 0.0
 
     def __repr__(self) -> str:
         return f"Subscriber({self.ident.hex()[:8]}, {self.prefix[:40]!r})"
