@@ -191,15 +191,11 @@ class Subscriber:
         return self._replay.commit(self._consumed, timeout, self._pump)
 
     def __iter__(self) -> Iterator[Message]:
-        """Yield records as they arrive, forever (until ``close()`` or ``break``)."""
-        records, batches = self._records, self._batches
+        """Yield records as they arrive, forever (until ``close()`` or ``break``): :meth:`recv` in a loop."""
         while not self._closed:
-            while records:
-                yield records.popleft()
-            if batches:
-                records.extend(batches.popleft())
-            else:
-                self._pump(1.0)
+            msg = self.recv(1.0)
+            if msg is not None:
+                yield msg
 
     def stats(self) -> SubscriberStats:
         """Counters and a latency summary (see :class:`SubscriberStats`)."""
