@@ -1,7 +1,9 @@
 """The subscriber: its feeds (one DEALER per exchange of the queue), a DEALER to the monitor, no thread.
 
 All the work happens inside ``recv`` (and iteration): reading the exchanges (:mod:`client._feeds`),
-ordering per publisher (:mod:`client.ordering`), answering the monitor (this module). A subscriber that is
+ordering per publisher (:mod:`client.ordering`), answering the monitor (this module), and telling the
+exchanges, as the application takes each batch, that it reads (:meth:`~client._feeds.Feeds.progress`, a few
+tens of times a second at most): an exchange waits for a full pipe whose subscriber reads. A subscriber that is
 not read stops answering the monitor after a while and is then no longer waited for: it does not keep up.
 """
 
@@ -130,6 +132,7 @@ class Subscriber:
         if not self._batches and not self._wait(timeout):
             return None
         head = self._batches.popleft()
+        self._feeds.progress()
         records.extend(head)
         self._consumed = head.offset + 1 if head.offset >= 0 else -1
         return records.popleft()
@@ -176,8 +179,10 @@ class Subscriber:
 
     def _handed(self, out: list[Batch]) -> list[Batch]:
         """``out`` goes to the application: a durable subscriber's position is after it."""
-        if out and out[-1].offset >= 0:
-            self._consumed = out[-1].offset + len(out[-1])
+        if out:
+            self._feeds.progress()  # the exchanges learn that we read
+            if out[-1].offset >= 0:
+                self._consumed = out[-1].offset + len(out[-1])
         return out
 
     def commit(self, timeout: float = 10.0) -> int:
