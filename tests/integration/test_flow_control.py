@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import bisect
 import os
-import threading
 from pathlib import Path
 
 import psutil
 
 from roq.config import DEFAULT_SUBSCRIBER_QUEUE_BYTES, ExchangeConfig, PublisherConfig, SubscriberConfig
 from simulation.audit import compare
+from tests.integration.memory import PeakRss
 
 SECONDS = float(os.environ.get("ROQ_FLOW_SECONDS", "20"))
 RECORD = int(os.environ.get("ROQ_FLOW_RECORD", "100"))
@@ -66,27 +66,14 @@ def test_a_steady_reader_loses_nothing_and_paces_the_publisher_and_only_a_stalle
     assert len(busy) == 2
 
     steady = loads.start("subscribe", m, "--idle-exit", "10", "--timeline-every", "0.5")
-    first = loads.start("publish", m, "--duration", str(SECONDS), "--size", str(RECORD))
-    one = loads.report(first, timeout=SECONDS + 120)
-    assert one["error"] == "", one
-
-    peak = [exchange.memory_info().rss]
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(0.2):
-            peak.append(exchange.memory_info().rss)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with PeakRss(exchange) as rss:
+        first = loads.start("publish", m, "--duration", str(SECONDS), "--size", str(RECORD))
+        one = loads.report(first, timeout=SECONDS + 120)
+        assert one["error"] == "", one
         slow = loads.start("subscribe", m, "--delay-us", "1000000", "--delay-for", str(SLOW_SECONDS),
                            "--idle-exit", "5")
         second = loads.start("publish", m, "--duration", str(SECOND_PHASE), "--size", str(RECORD))
         two = loads.report(second, timeout=SECOND_PHASE + 120)
-    finally:
-        done.set()
-        watcher.join()
     assert two["error"] == "", two
     assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in busy)  # busy the whole time
 
@@ -101,7 +88,7 @@ def test_a_steady_reader_loses_nothing_and_paces_the_publisher_and_only_a_stalle
           f"({one['rate']:,.0f}/s); the steady subscriber had {at_end:,} of them when it stopped ({ahead:,} in flight, "
           f"bound {in_flight_bound():,}), received at {kept['rate']:,.0f}/s overall; latency {kept['latency_ms']}")
     print(f"phase 2: published {two['sent']:,} ({two['rate']:,.0f}/s); steady subscriber: {audit}, "
-          f"its own count {kept['stats']}; exchange RSS peak {max(peak) / 2**20:.0f} MB (limit "
+          f"its own count {kept['stats']}; exchange RSS peak {rss.peak / 2**20:.0f} MB (limit "
           f"{MEMORY_LIMIT / 2**20:.0f} MB)")
     assert audit["expected"] == one["sent"] + two["sent"] == kept["received"]
     assert (audit["lost"], audit["duplicated"], audit["reordered"]) == (0, 0, 0), audit
@@ -116,5 +103,5 @@ def test_a_steady_reader_loses_nothing_and_paces_the_publisher_and_only_a_stalle
     assert stalls_of(log_dir, behind["subscriber"]) >= 1  # sent past once its grace ran out, and logged
     assert missed["dropped"] > 0 and behind["stats"]["gaps"] > 0
     assert (missed["duplicated"], missed["reordered"]) == (0, 0)
-    assert max(peak) < MEMORY_LIMIT
+    assert rss.peak < MEMORY_LIMIT
     assert cluster.exchanges["x1"].alive() and exchange.pid == cluster.exchanges["x1"].pid

@@ -10,12 +10,11 @@ however slowly, is not sent past: it holds the publisher back to its pace, ``tes
 
 from __future__ import annotations
 
-import threading
-
 import psutil
 
 from roq.config import DEFAULT_SUBSCRIBER_QUEUE_BYTES
 from simulation.audit import compare
+from tests.integration.memory import PeakRss
 
 SECONDS = 12  # at 50-180 MB/s, gigabytes: far past the 164 MB bound
 STALL = 8.0  # seconds the slow subscriber reads nothing: 16 of the exchange's graces
@@ -33,27 +32,15 @@ def test_a_slow_subscriber_costs_the_exchange_its_byte_bound_and_the_others_noth
                        "--duration", str(SECONDS + 5))
     pub = loads.start("publish", m, "--duration", str(SECONDS), "--size", str(RECORD), "--keys", "a,b")
 
-    peak = [exchange.memory_info().rss]
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(0.2):
-            peak.append(exchange.memory_info().rss)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with PeakRss(exchange) as rss:
         report = loads.report(pub, timeout=SECONDS + 60)
-    finally:
-        done.set()
-        watcher.join()
     assert report["error"] == "", report
     sent = {report["publisher"]: report["keys"]}
     sent_bytes = report["sent"] * RECORD
     print(f"published {report['sent']:,} records ({sent_bytes / 2**30:.1f} GiB) in {report['elapsed']:.1f}s; "
-          f"exchange RSS peak {max(peak) / 2**20:.0f} MB (limit {LIMIT / 2**20:.0f} MB)")
+          f"exchange RSS peak {rss.peak / 2**20:.0f} MB (limit {LIMIT / 2**20:.0f} MB)")
     assert sent_bytes > 4 * LIMIT  # the slow one fell far further behind than the bound
-    assert max(peak) < LIMIT
+    assert rss.peak < LIMIT
 
     loads.publishers_done(fast)
     keeping_up = compare(loads.report(fast)["audit"], sent)
