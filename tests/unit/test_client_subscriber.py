@@ -198,17 +198,17 @@ def test_a_subscriber_reports_progress_while_the_application_takes_batches_and_n
         assert backend.progress == []  # joining hands nothing to the application
         for first in range(1, 301, 3):
             backend.send_multipart(data(first, [b"a", b"b", b"c"]))
-        assert len(receive(sub, 3)) == 3  # one batch taken: one report, with what was read from the socket
+        assert len(receive(sub, 3)) == 3  # one batch taken, a burst read: a report, with what was read
         deadline = time.monotonic() + 5
         while not backend.progress and time.monotonic() < deadline:
             backend.read()
-        assert len(backend.progress) == 1 and backend.progress[0] >= 1
+        assert len(backend.progress) >= 1 and backend.progress[0] >= 16  # (said at the 16th message read)
         started = time.monotonic()
         assert len(receive(sub, 297)) == 297  # 99 more batches, taken at once: at most one report per interval
         took = time.monotonic() - started
         backend.read()  # (inproc: what was sent is there)
         assert 1 <= len(backend.progress) <= 2 + took / client._feeds.PROGRESS_INTERVAL
-        assert sum(backend.progress) >= 101  # 100 batches and the beacons were read from the socket
+        assert sum(backend.progress) >= 16  # what was read from the socket, as far as the reports sent say
         reports = len(backend.progress)
         assert sub.recv(timeout=0.2) is None  # nothing to take: nothing reported
         backend.read()
