@@ -18,7 +18,8 @@ looks full for as long as its subscriber takes to read half of it (512 batches: 
 speed). What says that a subscriber still reads is its progress reports (:meth:`Subscriber.progress
 <exchange._subscribers.Subscriber.progress>`, read by :mod:`exchange._subscriptions`): a held batch waits
 for a subscriber that reported within ``subscriber_grace`` (counted from the later of the hold's start and its
-last report, so a subscriber that never reports, an older client, has the grace from the hold's start). Only a
+last report, so a subscriber that never reports, an older client, has the grace from the hold's start; a turn
+that comes :data:`PAUSED_S` late, after the exchange itself was not running, sends past nobody). Only a
 subscriber whose pipe stays full with no progress for ``subscriber_grace`` is sent past: it is *behind*, the
 batches that find its pipe full go on without it (it sees a gap) until its pipe has had room for
 :data:`~exchange._subscribers.BEHIND_HOLD` graces, so a subscriber that stays behind costs the others one
@@ -83,7 +84,7 @@ from roq.zap import Keyring, recv_from
 log = logging.getLogger(__name__)
 
 __all__ = ["Forwarder", "describe_bounds", "BURST", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
-           "SYNC_MASK", "RETRY_S"]
+           "SYNC_MASK", "RETRY_S", "PAUSED_S"]
 
 #: Batches forwarded before the loop looks at its timers and other sockets again.
 BURST = 256
@@ -95,6 +96,9 @@ MIN_PUBLISHER_HWM = BURST
 SYNC_MASK = 63
 #: How often a held batch is tried again, seconds.
 RETRY_S = 0.001
+#: A retry of a held batch this long after the last one means the exchange itself did not run meanwhile (its
+#: I/O thread neither): progress reports sent then may not be read yet, so nobody is sent past in that turn.
+PAUSED_S = 0.1
 
 
 class Forwarder:
@@ -126,6 +130,7 @@ class Forwarder:
         # (None: it waits for the journal's pipe, and then goes to every subscriber)
         self.held: tuple[list[bytes], batch.Header, list[Subscriber] | None] | None = None
         self.held_since = 0.0
+        self.retried = 0.0  # when the held batch was last tried again
         self.held_floor = -1  # the journal's end when the held batch went there: it is at or after it
         self.missed = 0  # batches a subscriber behind did not get
         self.stalls = 0  # times a subscriber's pipe stayed full for subscriber_grace
@@ -311,6 +316,7 @@ class Forwarder:
             self._hold(frames, h, waiting)
             return False
         self.backend.getsockopt(zmq.EVENTS)  # take in the subscribers' reads
+        paused, self.retried = now - self.retried > PAUSED_S, now
         send = self.backend.send_multipart
         still = []
         for sub in waiting:
@@ -319,7 +325,7 @@ class Forwarder:
             except zmq.ZMQError as exc:
                 if exc.errno != zmq.EAGAIN:
                     self.subscribers.remove(sub)
-                elif now - max(self.held_since, sub.progressed) < self.config.subscriber_grace:
+                elif paused or now - max(self.held_since, sub.progressed) < self.config.subscriber_grace:
                     still.append(sub)  # it took batches within the grace (or the hold is younger): it reads on
                 elif self.journal is not None:  # a durable queue: it reads the journal instead
                     self.subscriptions.cut_off(sub, self.held_floor, now - self.held_since)

@@ -308,6 +308,21 @@ def test_a_full_pipe_is_waited_for_while_its_subscriber_reports_progress_and_sen
         time.sleep(0.001)
 
 
+@pytest.mark.parametrize("tight", [(60.0, 10)], indirect=True)
+def test_a_turn_after_the_exchange_itself_did_not_run_sends_past_nobody(tight):
+    # reports sent while the exchange was stopped may still be on their way in: the turn after the pause waits,
+    # the next one decides
+    fwd, pub, me, subscriber = tight
+    subscriber()
+    send_batches(pub, me, 300)
+    turn(fwd, 1.0)  # until the pipe and the socket buffers are full
+    now = time.monotonic()
+    assert not fwd.retry(now) and fwd.stalls == 0  # held, within the grace
+    assert not fwd.retry(now + 100.0) and fwd.stalls == 0  # 100 s later: the exchange was not running
+    fwd.retry(now + 100.001)
+    assert fwd.stalls == 1 and fwd.subscribers.all[0].missed == 1  # a turn later: no report came, sent past
+
+
 def test_each_subscriber_gets_the_keys_of_its_prefix_and_every_marker(rig):
     fwd, pub, sub, me = rig
     ctx = zmq.Context.instance()
