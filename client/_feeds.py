@@ -4,8 +4,8 @@ Each DEALER has the subscriber's id as its routing id and sends the exchange its
 (:func:`roq.batch.pack_subscription`) when it connects and again on every hello (:meth:`Feeds.refresh`), so
 that an exchange that lost it has it back within a heartbeat; the exchange answers a new one with a beacon.
 
-**Progress.** While the application takes batches (and while the feeds take them from the sockets, every 16
-messages of a burst), the feeds tell every exchange so (:meth:`Feeds.progress`:
+**Progress.** While the application takes batches or waits for them (and while the feeds take them from the
+sockets, every 16 messages of a burst), the feeds tell every exchange so (:meth:`Feeds.progress`:
 :func:`roq.batch.pack_progress`, at most every :data:`PROGRESS_INTERVAL`, with how many batches were taken from
 that exchange's socket since): an exchange that finds our pipe full waits for it as long as we report, and
 sends past us only once we reported nothing for its ``subscriber_grace``. ZeroMQ tells the exchange that we
@@ -174,8 +174,9 @@ class Feeds:
             pass
 
     def progress(self) -> None:
-        """The application took a batch, or we read a socket: tell every exchange we are reading (at most every
-        :data:`PROGRESS_INTERVAL`; a report that finds its pipe full is not sent, the next one will be)."""
+        """The application took a batch or waits for one, or we read a socket: tell every exchange we are reading
+        (at most every :data:`PROGRESS_INTERVAL`; a report that finds its pipe full is not sent, the next one will
+        be)."""
         now = time.monotonic()
         if now < self._next_progress:
             return

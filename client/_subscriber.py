@@ -2,8 +2,9 @@
 
 All the work happens inside ``recv`` (and iteration): reading the exchanges (:mod:`client._feeds`),
 ordering per publisher (:mod:`client.ordering`), answering the monitor (this module), and telling the
-exchanges, as the application takes each batch, that it reads (:meth:`~client._feeds.Feeds.progress`, a few
-tens of times a second at most): an exchange waits for a full pipe whose subscriber reads. A subscriber that is
+exchanges, as the application takes each batch or waits in ``recv`` with nothing to take, that it reads
+(:meth:`~client._feeds.Feeds.progress`, a few tens of times a second at most): an exchange waits for a full pipe
+whose subscriber reads. A subscriber that is
 not read stops answering the monitor after a while and is then no longer waited for: it does not keep up.
 """
 
@@ -39,6 +40,9 @@ __all__ = ["Subscriber"]
 
 #: Longest wait in one turn of ``_pump`` while joining, seconds.
 _JOIN_TURN = 0.05
+#: Longest wait in one turn of ``_pump`` while ``recv`` waits for records, seconds: each turn tells the exchanges
+#: that we wait with nothing to take (we keep up, however full their pipes to us look), well within their grace.
+_WAIT_TURN = 0.1
 #: Planned moves remembered until their target exchange is heard (the oldest is forgotten beyond).
 MAX_PREPARES = 1024
 #: Records ``recv_many`` returns at most by default.
@@ -234,7 +238,8 @@ class Subscriber:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else deadline - time.monotonic()
-            self._pump(1.0 if left is None else max(0.0, min(left, 1.0)))
+            self._feeds.progress()
+            self._pump(_WAIT_TURN if left is None else max(0.0, min(left, _WAIT_TURN)))
             if self._batches:
                 return True
             if self._forbidden is not None:  # what arrived before is read first
