@@ -25,7 +25,7 @@ from tests.integration.memory import PeakRss
 
 SECONDS = float(os.environ.get("ROQ_FLOW_SECONDS", "20"))
 RECORD = int(os.environ.get("ROQ_FLOW_RECORD", "100"))
-SLOW_SECONDS = 8.0  # the second subscriber reads a record a second this long (16 graces), then reads on
+SLOW_SECONDS = 12.0  # the second subscriber reads a record a second this long (24 graces), then reads on
 SECOND_PHASE = SLOW_SECONDS + 10.0  # what the second publisher sends meanwhile, and then while it catches up
 #: Two subscribers' pipes at the exchange (each its byte bound), the publishers' pipes, the process itself.
 MEMORY_LIMIT = 2 * DEFAULT_SUBSCRIBER_QUEUE_BYTES + (100 << 20)
@@ -70,8 +70,10 @@ def test_a_steady_reader_loses_nothing_and_paces_the_publisher_and_only_a_stalle
         first = loads.start("publish", m, "--duration", str(SECONDS), "--size", str(RECORD))
         one = loads.report(first, timeout=SECONDS + 120)
         assert one["error"] == "", one
+        # its own queue small, so that the pipes to it are full within seconds at the steady one's pace (600
+        # batches, not 1,600: at 150,000 records a second those took longer than it stalled)
         slow = loads.start("subscribe", m, "--delay-us", "1000000", "--delay-for", str(SLOW_SECONDS),
-                           "--idle-exit", "5")
+                           "--rcvhwm", "20", "--idle-exit", "5")
         second = loads.start("publish", m, "--duration", str(SECOND_PHASE), "--size", str(RECORD))
         two = loads.report(second, timeout=SECOND_PHASE + 120)
     assert two["error"] == "", two
