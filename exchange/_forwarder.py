@@ -22,7 +22,8 @@ last report, so a subscriber that never reports, an older client, has the grace 
 that comes :data:`PAUSED_S` late, after the exchange itself was not running, sends past nobody). Only a
 subscriber whose pipe stays full with no progress for ``subscriber_grace`` is sent past: it is *behind*, the
 batches that find its pipe full go on without it (it sees a gap) until its pipe has had room for
-:data:`~exchange._subscribers.BEHIND_HOLD` graces, so a subscriber that stays behind costs the others one
+:data:`~exchange._subscribers.BEHIND_HOLD` graces (one that reports progress: until it reports again, however
+long the loop held batches for others meanwhile), so a subscriber that stays behind costs the others one
 wait, not one per batch, and never a batch: the exchange knows each subscriber's pipe, not only that some
 pipe is full. On a durable queue nobody is sent past: such a subscriber is cut off instead
 (:meth:`~exchange._subscriptions.Subscriptions.cut_off`) and reads what it missed from the journal.
@@ -297,6 +298,7 @@ class Forwarder:
     def _past(self, sub: Subscriber, now: float) -> None:
         """``sub``'s full pipe misses a batch (it sees a gap); it stays behind a while longer."""
         sub.behind_until = now + BEHIND_HOLD * self.config.subscriber_grace
+        sub.missed_at = now
         sub.missed += 1
         self.missed += 1
 

@@ -6,7 +6,7 @@ A subscriber's DEALER connects to the exchange's backend ROUTER and sends a subs
 whose prefix the key starts with, one send per subscriber, so it knows each one's pipe: a subscriber whose
 pipe stays full for ``subscriber_grace`` is *behind*, and until its pipe has had room for :data:`BEHIND_HOLD`
 graces the batches that find it full go past it (it sees a gap), while every other subscriber keeps the
-back-pressure that costs it nothing.
+back-pressure that costs it nothing; one that reports progress (below) stays behind until it reports again.
 
 **Progress.** A full pipe alone does not say that its subscriber stopped reading: ZeroMQ tells the writer
 only every half a pipe read. So a subscriber of the client library reports, while it takes batches, that it
@@ -39,7 +39,8 @@ class Subscriber:
     until when it is behind, how many batches went past it, whether its seam went to the journal, and when it
     last reported progress."""
 
-    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed", "progressed")
+    __slots__ = ("ident", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed", "progressed",
+                 "missed_at")
 
     def __init__(self, ident: bytes, prefix: bytes, principal: str = "") -> None:
         self.ident = ident
@@ -50,9 +51,12 @@ class Subscriber:
         self.missed = 0
         self.seamed = False  # a replaying subscriber's seam was sent to the journal
         self.progressed = 0.0  # when it last reported it took batches (0: never; an older client does not)
+        self.missed_at = 0.0  # when a batch last went past it
 
     def behind(self, now: float) -> bool:
-        return now < self.behind_until
+        """Until ``behind_until``; and one that reports progress, until it reports again after it missed a batch
+        (a long hold for another subscriber must not end its time behind and make everyone wait for it again)."""
+        return now < self.behind_until or 0.0 < self.progressed < self.missed_at
 
     def progress(self, now: float) -> None:
         """It reported at ``now`` that it took batches: it is reading, so not behind."""
