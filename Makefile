@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-deploy fuzz crash image bench setup clean
+.PHONY: demo test test-deploy fuzz crash flow image bench setup clean
 
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
@@ -23,6 +23,11 @@ fuzz: $(STAMP)
 # the journal's crash consistency with 200 seeded trials instead of make test's 20 (a few minutes)
 crash: $(STAMP)
 	ROQ_CRASH_TRIALS=200 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_journal_crash.py
+
+# flow control for 60 s instead of make test's 20, with 100 B and with 4 KiB records (about four minutes)
+flow: $(STAMP)
+	ROQ_FLOW_SECONDS=60 ROQ_FLOW_RECORD=100 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_flow_control.py
+	ROQ_FLOW_SECONDS=60 ROQ_FLOW_RECORD=4096 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_flow_control.py
 
 # the deployment tests run their own Docker engine and build images offline (a few minutes)
 test-deploy: $(STAMP)

@@ -4,6 +4,13 @@ Each DEALER has the subscriber's id as its routing id and sends the exchange its
 (:func:`roq.batch.pack_subscription`) when it connects and again on every hello (:meth:`Feeds.refresh`), so
 that an exchange that lost it has it back within a heartbeat; the exchange answers a new one with a beacon.
 
+**Progress.** While the application takes batches or waits for them (and while the feeds take them from the
+sockets, every 16 messages of a burst), the feeds tell every exchange so (:meth:`Feeds.progress`:
+:func:`roq.batch.pack_progress`, at most every :data:`PROGRESS_INTERVAL`, with how many batches were taken from
+that exchange's socket since): an exchange that finds our pipe full waits for it as long as we report, and
+sends past us only once we reported nothing for its ``subscriber_grace``. ZeroMQ tells the exchange that we
+read its pipe only every half a pipe, too seldom to tell a subscriber that reads from one that stopped.
+
 Every frame is checked before anything acts on it: three frames, a header :func:`roq.batch.parse_header`
 accepts, a body that splits into its records, a beacon naming the exchange it came from. A frame that fails
 is dropped and counted (:attr:`Feeds.dropped`), never raised: a broken exchange cannot break the
@@ -30,12 +37,15 @@ log = logging.getLogger(__name__)
 
 #: Messages read from one socket before looking at the others.
 BURST = 128
+#: Seconds between two progress reports to an exchange, at least (an exchange's ``subscriber_grace`` is 0.5 s by
+#: default: a subscriber that reads reports many times within it).
+PROGRESS_INTERVAL = 0.02
 
 
 class Feed:
     """The DEALER connected to one exchange's backend (and, with CURVE, the monitor of its handshakes)."""
 
-    __slots__ = ("exchange", "backend", "socket", "heard", "watch", "refused", "floor", "rejoin", "away")
+    __slots__ = ("exchange", "backend", "socket", "heard", "watch", "refused", "floor", "rejoin", "away", "taken")
 
     def __init__(self, exchange: str, backend: str, socket: zmq.Socket, watch: RefusalWatch | None = None) -> None:
         self.exchange = exchange
@@ -47,6 +57,7 @@ class Feed:
         self.floor = -1  # a durable queue: the journal offset its last beacon carried (what follows is after it)
         self.rejoin = 0  # the tag of the last cut it sent us
         self.away = False  # cut off, and not back yet: no subscription is sent there
+        self.taken = 0  # messages read from its socket since the last progress report
 
 
 class Feeds:
@@ -92,6 +103,7 @@ class Feeds:
         self._by_socket: dict[zmq.Socket, Feed] = {}
         self.dropped = 0
         self.cuts = 0  # times an exchange cut us off
+        self._next_progress = 0.0  # no progress report before this (monotonic seconds)
 
     def get(self, exchange: str) -> Feed | None:
         return self._feeds.get(exchange)
@@ -160,6 +172,24 @@ class Feeds:
         except zmq.Again:  # its pipe is full (the exchange is not reading): the next hello sends it again
             pass
 
+    def progress(self) -> None:
+        """The application took a batch or waits for one, or we read a socket: tell every exchange we are reading
+        (at most every :data:`PROGRESS_INTERVAL`; a report that finds its pipe full is not sent, the next one will
+        be)."""
+        now = time.monotonic()
+        if now < self._next_progress:
+            return
+        self._next_progress = now + PROGRESS_INTERVAL
+        ident = self._ident
+        for feed in self._feeds.values():
+            if feed.away:
+                continue
+            try:
+                feed.socket.send_multipart(batch.pack_progress(ident, feed.taken), zmq.NOBLOCK)
+                feed.taken = 0
+            except zmq.Again:
+                pass
+
     def remove(self, feed: Feed) -> None:
         """Stop listening to an exchange, after reading what it already sent us."""
         self.read(feed, None)
@@ -223,8 +253,11 @@ class Feeds:
             try:
                 frames = recv(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
             n += 1
+            if not n & 15:  # taking from the socket is progress too: said within a long burst (a starved process)
+                feed.taken += 16
+                self.progress()
             if len(frames) != 3:
                 self._drop(exchange, f"{len(frames)} frames")
                 continue
@@ -268,6 +301,7 @@ class Feeds:
                 if not feed.heard:
                     feed.heard = True
                     self._heard(exchange)
+        feed.taken += n & 15
 
     def close(self) -> None:
         for feed in self._feeds.values():

@@ -1,7 +1,10 @@
 """The subscriber: its feeds (one DEALER per exchange of the queue), a DEALER to the monitor, no thread.
 
 All the work happens inside ``recv`` (and iteration): reading the exchanges (:mod:`client._feeds`),
-ordering per publisher (:mod:`client.ordering`), answering the monitor (this module). A subscriber that is
+ordering per publisher (:mod:`client.ordering`), answering the monitor (this module), and telling the
+exchanges, as the application takes each batch or waits in ``recv`` with nothing to take, that it reads
+(:meth:`~client._feeds.Feeds.progress`, a few tens of times a second at most): an exchange waits for a full pipe
+whose subscriber reads. A subscriber that is
 not read stops answering the monitor after a while and is then no longer waited for: it does not keep up.
 """
 
@@ -37,6 +40,9 @@ __all__ = ["Subscriber"]
 
 #: Longest wait in one turn of ``_pump`` while joining, seconds.
 _JOIN_TURN = 0.05
+#: Longest wait in one turn of ``_pump`` while ``recv`` waits for records, seconds: each turn tells the exchanges
+#: that we wait with nothing to take (we keep up, however full their pipes to us look), well within their grace.
+_WAIT_TURN = 0.1
 #: Planned moves remembered until their target exchange is heard (the oldest is forgotten beyond).
 MAX_PREPARES = 1024
 #: Records ``recv_many`` returns at most by default.
@@ -130,6 +136,7 @@ class Subscriber:
         if not self._batches and not self._wait(timeout):
             return None
         head = self._batches.popleft()
+        self._feeds.progress()
         records.extend(head)
         self._consumed = head.offset + 1 if head.offset >= 0 else -1
         return records.popleft()
@@ -176,8 +183,10 @@ class Subscriber:
 
     def _handed(self, out: list[Batch]) -> list[Batch]:
         """``out`` goes to the application: a durable subscriber's position is after it."""
-        if out and out[-1].offset >= 0:
-            self._consumed = out[-1].offset + len(out[-1])
+        if out:
+            self._feeds.progress()  # the exchanges learn that we read
+            if out[-1].offset >= 0:
+                self._consumed = out[-1].offset + len(out[-1])
         return out
 
     def commit(self, timeout: float = 10.0) -> int:
@@ -191,15 +200,11 @@ class Subscriber:
         return self._replay.commit(self._consumed, timeout, self._pump)
 
     def __iter__(self) -> Iterator[Message]:
-        """Yield records as they arrive, forever (until ``close()`` or ``break``)."""
-        records, batches = self._records, self._batches
+        """Yield records as they arrive, forever (until ``close()`` or ``break``): :meth:`recv` in a loop."""
         while not self._closed:
-            while records:
-                yield records.popleft()
-            if batches:
-                records.extend(batches.popleft())
-            else:
-                self._pump(1.0)
+            msg = self.recv(1.0)
+            if msg is not None:
+                yield msg
 
     def stats(self) -> SubscriberStats:
         """Counters and a latency summary (see :class:`SubscriberStats`)."""
@@ -233,7 +238,8 @@ class Subscriber:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else deadline - time.monotonic()
-            self._pump(1.0 if left is None else max(0.0, min(left, 1.0)))
+            self._feeds.progress()
+            self._pump(_WAIT_TURN if left is None else max(0.0, min(left, _WAIT_TURN)))
             if self._batches:
                 return True
             if self._forbidden is not None:  # what arrived before is read first

@@ -13,10 +13,17 @@ now (``ROUTER_MANDATORY``: the send says so) is *held* for that subscriber, the 
 publishers (whose acknowledgements then wait, and whose ``max_in_flight`` stops them) and retries every
 :data:`RETRY_S` until the pipe has room. A pipe fills when its subscriber or ZeroMQ's I/O thread falls behind
 a burst: an exchange starved of CPU by a quota forwards what piled up while it was stopped faster than its
-I/O thread writes it out, and ZeroMQ learns that a subscriber read its pipe only every half a pipe. Only a
-subscriber whose pipe stays full for ``subscriber_grace`` is sent past: it is *behind*, the batches that find
-its pipe full go on without it (it sees a gap) until its pipe has had room for
-:data:`~exchange._subscribers.BEHIND_HOLD` graces, so a subscriber that stays behind costs the others one
+I/O thread writes it out, and ZeroMQ learns that a subscriber read its pipe only every half a pipe, so a pipe
+looks full for as long as its subscriber takes to read half of it (512 batches: a second and more at full
+speed). What says that a subscriber still reads is its progress reports (:meth:`Subscriber.progress
+<exchange._subscribers.Subscriber.progress>`, read by :mod:`exchange._subscriptions`): a held batch waits
+for a subscriber that reported within ``subscriber_grace`` (counted from the later of the hold's start and its
+last report, so a subscriber that never reports, an older client, has the grace from the hold's start; a turn
+that comes :data:`PAUSED_S` late, after the exchange itself was not running, sends past nobody). Only a
+subscriber whose pipe stays full with no progress for ``subscriber_grace`` is sent past: it is *behind*, the
+batches that find its pipe full go on without it (it sees a gap) until its pipe has had room for
+:data:`~exchange._subscribers.BEHIND_HOLD` graces (one that reports progress: until it reports again, however
+long the loop held batches for others meanwhile), so a subscriber that stays behind costs the others one
 wait, not one per batch, and never a batch: the exchange knows each subscriber's pipe, not only that some
 pipe is full. On a durable queue nobody is sent past: such a subscriber is cut off instead
 (:meth:`~exchange._subscriptions.Subscriptions.cut_off`) and reads what it missed from the journal.
@@ -80,7 +87,7 @@ from roq.zap import CLUSTER, Keyring, may_use, recv_from
 log = logging.getLogger(__name__)
 
 __all__ = ["Forwarder", "describe_bounds", "BURST", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
-           "SYNC_MASK", "RETRY_S"]
+           "SYNC_MASK", "RETRY_S", "PAUSED_S"]
 
 #: Batches forwarded before the loop looks at its timers and other sockets again.
 BURST = 256
@@ -92,6 +99,9 @@ MIN_PUBLISHER_HWM = BURST
 SYNC_MASK = 63
 #: How often a held batch is tried again, seconds.
 RETRY_S = 0.001
+#: A retry of a held batch this long after the last one means the exchange itself did not run meanwhile (its
+#: I/O thread neither): progress reports sent then may not be read yet, so nobody is sent past in that turn.
+PAUSED_S = 0.1
 
 
 
@@ -124,6 +134,7 @@ class Forwarder:
         # journal's pipe, and then goes to every subscriber) and the connection it came on
         self.held: tuple[list[bytes], batch.Header, list[Subscriber] | None, bytes] | None = None
         self.held_since = 0.0
+        self.retried = 0.0  # when the held batch was last tried again
         self.held_floor = -1  # the journal's end when the held batch went there: it is at or after it
         self.missed = 0  # batches a subscriber behind did not get
         self.stalls = 0  # times a subscriber's pipe stayed full for subscriber_grace
@@ -284,12 +295,13 @@ class Forwarder:
     def _past(self, sub: Subscriber, now: float) -> None:
         """``sub``'s full pipe misses a batch (it sees a gap); it stays behind a while longer."""
         sub.behind_until = now + BEHIND_HOLD * self.config.subscriber_grace
+        sub.missed_at = now
         sub.missed += 1
         self.missed += 1
 
     def retry(self, now: float) -> bool:
-        """Try the held batch again for the subscribers it waits for (past those whose pipe stayed full for
-        ``subscriber_grace``); True once it is out, and the loop may read publishers again."""
+        """Try the held batch again for the subscribers it waits for (past those whose pipe stayed full with no
+        progress for ``subscriber_grace``); True once it is out, and the loop may read publishers again."""
         if self.held is None:
             return True
         frames, h, waiting, conn = self.held
@@ -305,6 +317,7 @@ class Forwarder:
             self._hold(frames, h, waiting, conn)
             return False
         self.backend.getsockopt(zmq.EVENTS)  # take in the subscribers' reads
+        paused, self.retried = now - self.retried > PAUSED_S, now
         send = self.backend.send_multipart
         still = []
         for sub in waiting:
@@ -313,8 +326,8 @@ class Forwarder:
             except zmq.ZMQError as exc:
                 if exc.errno != zmq.EAGAIN:
                     self.subscribers.remove(sub)
-                elif now - self.held_since < self.config.subscriber_grace:
-                    still.append(sub)
+                elif paused or now - max(self.held_since, sub.progressed) < self.config.subscriber_grace:
+                    still.append(sub)  # it took batches within the grace (or the hold is younger): it reads on
                 elif self.journal is not None:  # a durable queue: it reads the journal instead
                     self.subscriptions.cut_off(sub, self.held_floor, now - self.held_since)
                 else:

@@ -9,7 +9,14 @@ same key can). The exchange sends each batch to every subscriber
 whose prefix the key starts with, one send per subscriber, so it knows each one's pipe: a subscriber whose
 pipe stays full for ``subscriber_grace`` is *behind*, and until its pipe has had room for :data:`BEHIND_HOLD`
 graces the batches that find it full go past it (it sees a gap), while every other subscriber keeps the
-back-pressure that costs it nothing.
+back-pressure that costs it nothing; one that reports progress (below) stays behind until it reports again.
+
+**Progress.** A full pipe alone does not say that its subscriber stopped reading: ZeroMQ tells the writer
+only every half a pipe read. So a subscriber of the client library reports, while it takes batches, that it
+took some (:func:`roq.batch.pack_progress`, every few tens of milliseconds at most), and the grace runs from
+its last report (:attr:`Subscriber.progressed`): one that keeps reading holds its publishers back to its pace
+and is never behind; a report also ends a subscriber's time behind. One that sends no reports (an older
+client) has its grace run from when its pipe was found full, as before.
 
 On a durable queue a subscriber whose pipe stays full is *cut* instead (:meth:`Subscribers.cut`): it is sent
 nothing more, told where the journal has what it did not get (:class:`Cut`), and comes back with a subscription
@@ -33,9 +40,10 @@ BEHIND_HOLD = 2.0
 class Subscriber:
     """One subscriber of the exchange: its connection's routing id (``ident``, what it is sent to), its id (the
     one its subscription names), the prefixes it gets (its own and the control topic's), until when it is behind,
-    how many batches went past it, and whether its seam went to the journal."""
+    how many batches went past it, whether its seam went to the journal, and when it last reported progress."""
 
-    __slots__ = ("ident", "id", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed")
+    __slots__ = ("ident", "id", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed", "progressed",
+                 "missed_at")
 
     def __init__(self, ident: bytes, prefix: bytes, principal: str = "", id: bytes = b"") -> None:
         self.ident = ident
@@ -46,9 +54,18 @@ class Subscriber:
         self.behind_until = 0.0
         self.missed = 0
         self.seamed = False  # a replaying subscriber's seam was sent to the journal
+        self.progressed = 0.0  # when it last reported it took batches (0: never; an older client does not)
+        self.missed_at = 0.0  # when a batch last went past it
 
     def behind(self, now: float) -> bool:
-        return now < self.behind_until
+        """Until ``behind_until``; and one that reports progress, until it reports again after it missed a batch
+        (a long hold for another subscriber must not end its time behind and make everyone wait for it again)."""
+        return now < self.behind_until or 0.0 < self.progressed < self.missed_at
+
+    def progress(self, now: float) -> None:
+        """It reported at ``now`` that it took batches: it is reading, so not behind."""
+        self.progressed = now
+        self.behind_until = 0.0
 
     def __repr__(self) -> str:
         return f"Subscriber({self.id.hex()[:8]}, {self.prefix[:40]!r})"

@@ -2,7 +2,10 @@
 that tell them their subscription is live, and, with CURVE, who may subscribe to what.
 
 A subscription (:func:`roq.batch.pack_subscription`) puts its subscriber in the table
-(:class:`~exchange._subscribers.Subscribers`), and a new one gets a beacon at once. On a durable queue, a
+(:class:`~exchange._subscribers.Subscribers`), and a new one gets a beacon at once. A progress report
+(:func:`roq.batch.pack_progress`) marks when its subscriber last took batches
+(:meth:`~exchange._subscribers.Subscriber.progress`): the forward loop waits for a full pipe while its
+subscriber keeps reporting. On a durable queue, a
 subscription that asks to replay the journal has its *seam* sent to the journal (:attr:`Subscriptions.journal`)
 once the subscriber is in the table: the journal then knows it holds everything this exchange forwarded
 before the subscriber gets it live. There each beacon also carries the journal's end as the exchange last heard
@@ -66,7 +69,8 @@ class Subscriptions:
         self.journal: JournalFeed | None = None  # a durable queue's: replaying subscribers' seams go there
 
     def readable(self) -> None:
-        """Read what subscribers sent (their subscriptions); anything else is dropped and counted."""
+        """Read what subscribers sent (their subscriptions and progress reports); anything else is dropped and
+        counted."""
         keyring, admission = self.keyring, self.admission
         principal = ""
         for _ in range(MAX_SUBSCRIPTIONS_READ):
@@ -77,6 +81,14 @@ class Subscriptions:
                     frames, principal = recv_from(self.backend, zmq.NOBLOCK)
             except zmq.Again:
                 return
+            try:
+                progress = batch.progress_of(frames[1:])
+            except BatchError as exc:
+                self.drops.drop(exc.reason, str(exc))
+                continue
+            if progress is not None:
+                self._progress(frames[0], progress[0], principal)
+                continue
             try:
                 subscriber, prefix = batch.check_subscription(frames[1:])
             except BatchError as exc:
@@ -111,6 +123,20 @@ class Subscriptions:
             if not sub.seamed and journal is not None and batch.replays(frames[1:]):
                 # not sent (the journal's pipe is full): with its next subscription
                 sub.seamed = journal.mark_seam(subscriber, f"{self.name}#{rejoin}" if rejoin else self.name)
+
+    def _progress(self, ident: bytes, subscriber: bytes, principal: str) -> None:
+        """``subscriber`` reports on the connection ``ident`` that it took batches: the forward loop's grace for its
+        full pipe runs from now. Naming another subscriber than the one that subscribed on this connection (whose
+        id was checked against its key then), it is dropped; on a connection with no subscriber in the table (not
+        subscribed yet, or cut off) it is ignored."""
+        sub = self.subscribers.get(ident)
+        if sub is None:
+            return
+        if sub.id != subscriber:
+            self.drops.drop("bad progress", f"{principal or 'a subscriber'} reported as {subscriber.hex()[:32]}, not "
+                                            "as the subscriber of its connection")
+            return
+        sub.progress(time.monotonic())
 
     def cut_off(self, sub: Subscriber, floor: int, waited: float) -> None:
         """A durable queue's subscriber whose pipe stayed full for ``waited`` seconds: send it nothing more, and

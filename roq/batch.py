@@ -9,7 +9,9 @@ A batch is one ZeroMQ message of three frames ``[key, header, body]``:
 Exchanges read the header only and forward the three frames untouched. Markers and beacons use the same
 three-frame shape with the key :data:`CONTROL_TOPIC`, so that they travel in order with the data on the same
 ZeroMQ pipes. So does a subscription, the one frame a subscriber sends an exchange: the header names the
-subscriber, the body is the key prefix it wants (:func:`pack_subscription`, :func:`check_subscription`).
+subscriber, the body is the key prefix it wants (:func:`pack_subscription`, :func:`check_subscription`); and
+so does its progress report, "I took batches since my last one" (:func:`pack_progress`, :func:`progress_of`),
+which tells the exchange that a subscriber whose pipe is full is still reading it.
 
 This module is the one place the header's layout is known: publishers build headers with
 :func:`pack_header`, the exchange checks what it forwards with :func:`check_incoming` and subscribers read
@@ -52,6 +54,9 @@ __all__ = [
     "parse_header",
     "pack_subscription",
     "check_subscription",
+    "PROGRESS",
+    "pack_progress",
+    "progress_of",
     "encode_body",
     "decode_body",
     "encode_ack",
@@ -70,6 +75,7 @@ BEACON = 3  # sent by an exchange on its backend: "your subscription to me is li
 SUBSCRIBE = 5  # sent by a subscriber to an exchange's backend: "send me the keys starting with the body"
 SEAM = 8  # sent by an exchange to its journal: "subscriber <publisher> is live here from now on" (body: my id)
 CUT = 9  # sent by an exchange of a durable queue to a subscriber it stopped sending to: "read the journal" (body: my id)
+PROGRESS = 10  # sent by a subscriber to an exchange's backend: "I took batches since my last report" (count: how many)
 
 #: Flag bits.
 FLAG_RETRANSMIT = 0x1  # resent after a failover (subscribers may have it already)
@@ -106,6 +112,7 @@ JOURNAL_ACK_KIND = 6
 #: Publishers in one journal acknowledgement, at most.
 MAX_JOURNAL_ACKS = 4096
 
+_KIND_AT = 1  # the kind's byte in HEADER: a message's kind, before it is known to be a header at all
 _LITTLE = sys.byteorder == "little"
 _unpack = HEADER.unpack
 _new_tuple = tuple.__new__
@@ -179,7 +186,7 @@ def parse_header(frame: bytes) -> Header:
     elif kind == MARKER:
         if first == 0 or count:
             raise BatchError("bad marker", f"first seq {first}, count {count}")
-    elif kind != BEACON and kind != SUBSCRIBE and kind != SEAM and kind != CUT:
+    elif kind != BEACON and kind != SUBSCRIBE and kind != SEAM and kind != CUT and kind != PROGRESS:
         raise BatchError("bad header", f"unknown frame kind {kind}")
     header = _new_tuple(Header, values)  # the fields are checked: skip NamedTuple._make's own length check
     return header
@@ -268,6 +275,35 @@ def check_subscription(frames: list[bytes]) -> tuple[bytes, bytes]:
     if len(prefix) > MAX_KEY:
         raise BatchError("bad subscription", f"prefix of {len(prefix)} bytes > {MAX_KEY}")
     return h.publisher, prefix
+
+
+def pack_progress(subscriber: bytes, taken: int) -> list[bytes]:
+    """The frames of a progress report: ``subscriber`` (16 bytes, also the socket's routing id) handed its
+    application batches since its last report, and read ``taken`` messages from this exchange's socket
+    meanwhile (0: none came from it, but it still takes what it read before; more than 32 bits' worth counts
+    as the most they hold).
+
+    Raises:
+        ProtocolError: the id is not 16 bytes.
+    """
+    return [CONTROL_TOPIC, pack_header(PROGRESS, subscriber, 0, min(taken, 0xFFFFFFFF)), b""]
+
+
+def progress_of(frames: list[bytes]) -> tuple[bytes, int] | None:
+    """What a subscriber sent an exchange (the frames after its routing id), if it is a progress report
+    (:func:`pack_progress`): its id and the batches it took; None if it is not one (a subscription, say).
+
+    Raises:
+        BatchError: a progress report of the wrong shape (not three frames, not on the control topic, a body, a
+            sequence number).
+    """
+    if len(frames) != 3 or len(frames[1]) != HEADER_SIZE or frames[1][_KIND_AT] != PROGRESS:
+        return None
+    key, header, body = frames
+    h = parse_header(header)
+    if key != CONTROL_TOPIC or body or h.first_seq or h.epoch or h.key_prev:
+        raise BatchError("bad progress", f"key {key[:16]!r}, body of {len(body)} bytes, first seq {h.first_seq}")
+    return h.publisher, h.count
 
 
 def replays(frames: list[bytes]) -> bool:

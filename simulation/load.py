@@ -173,6 +173,7 @@ def publish(args: argparse.Namespace) -> int:
                     run_left = args.key_run
                     key_index = (key_index + 1) % len(keys)
         elapsed = time.monotonic() - started
+        ended = time.time()
         error = ""
         try:
             pub.flush(timeout=args.flush_timeout)
@@ -184,6 +185,7 @@ def publish(args: argparse.Namespace) -> int:
                 "sent": sent,
                 "keys": {k.decode(): v for k, v in sent_per_key.items()},
                 "elapsed": elapsed,
+                "ended": ended,  # wall time when it stopped sending (before its flush)
                 "rate": sent / elapsed if elapsed else 0.0,
                 "longest_send_ms": longest_pause * 1000,
                 "stats": pub.stats(),
@@ -246,6 +248,8 @@ def subscribe(args: argparse.Namespace) -> int:
                     del latency[:]
             if delay:
                 time.sleep(delay)
+                if args.delay_for and last - started >= args.delay_for:
+                    delay = 0.0
             if received == args.pause_at:
                 time.sleep(args.pause_for)  # a stalled consumer: its queues overflow meanwhile
                 last = time.monotonic()
@@ -287,6 +291,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sp.add_argument("--idle-exit", type=float, default=3.0, help="stop this long after the last record (default 3; 0 = never; "
                     f"{DONE_IDLE_S} s once SIGUSR1 says every publisher has flushed)")
     sp.add_argument("--delay-us", type=float, default=0.0, help="processing time per record, to model a slow consumer")
+    sp.add_argument("--delay-for", type=float, default=0.0,
+                    help="seconds of --delay-us, then as fast as it can (default 0 = the whole run)")
     sp.add_argument("--hold-timeout", type=float, default=2.0, help="subscriber hold timeout in seconds (default 2)")
     sp.add_argument("--pause-at", type=int, default=-1, help="stop reading after this many records...")
     sp.add_argument("--pause-for", type=float, default=0.0, help="...for this many seconds, then read on")

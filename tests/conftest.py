@@ -32,7 +32,7 @@ ALONE_MODULES = {"test_saturation.py", "test_tuner_budget.py"}
 #: gigabytes pushed through. A test elsewhere says so with ``@pytest.mark.measured``.
 MEASURED_MODULES = {"test_saturation.py", "test_tuner_budget.py", "test_elasticity.py", "test_emulated_hosts.py",
                     "test_slow_subscriber.py", "test_dashboard.py", "test_kpi.py", "test_journal_crash.py",
-                    "test_fuzz.py", "test_scenario_run.py"}
+                    "test_fuzz.py", "test_scenario_run.py", "test_flow_control.py"}
 
 
 @pytest.hookimpl(tryfirst=True)

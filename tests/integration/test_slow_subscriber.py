@@ -1,21 +1,23 @@
-"""A subscriber that never keeps up costs the exchange a bounded number of bytes, and nobody else anything.
+"""A subscriber that stops reading costs the exchange a bounded number of bytes, and nobody else anything.
 
-One publisher sends as fast as it can for 12 s, one subscriber reads everything, one reads a record every
-100 us (a tenth of the rate or less). The slow one falls behind by gigabytes; the exchange holds at most its per-subscriber byte bound
+One publisher sends as fast as it can for 12 s, one subscriber reads everything, one stops reading for 8 s
+(it takes no batch: it makes no progress, and the exchange sends past it once its grace ran out) and then
+reads on. The stalled one falls behind by gigabytes; the exchange holds at most its per-subscriber byte bound
 for it (``subscriber_queue_bytes``, 64 MiB by default): its RSS must stay under that plus 100 MB. The one
-that keeps up loses nothing; the slow one loses records and counts every gap.
+that keeps up loses nothing; the stalled one loses records and counts every gap. (A subscriber that reads,
+however slowly, is not sent past: it holds the publisher back to its pace, ``test_flow_control.py``.)
 """
 
 from __future__ import annotations
-
-import threading
 
 import psutil
 
 from roq.config import DEFAULT_SUBSCRIBER_QUEUE_BYTES
 from simulation.audit import compare
+from tests.integration.memory import PeakRss
 
 SECONDS = 12  # at 50-180 MB/s, gigabytes: far past the 164 MB bound
+STALL = 8.0  # seconds the slow subscriber reads nothing: 16 of the exchange's graces
 RECORD = 4000  # bytes: batches near the publisher's 128 KiB bound, so the slow subscriber's backlog is in bytes
 LIMIT = DEFAULT_SUBSCRIBER_QUEUE_BYTES + (100 << 20)
 
@@ -26,30 +28,19 @@ def test_a_slow_subscriber_costs_the_exchange_its_byte_bound_and_the_others_noth
     m = cluster.monitor_endpoint
     fast = loads.start("subscribe", m, "--idle-exit", "5")
     # its own queue small, so that it reads past the exchange's holes within the run and sees them
-    slow = loads.start("subscribe", m, "--delay-us", "100", "--rcvhwm", "20", "--duration", str(SECONDS + 5))
+    slow = loads.start("subscribe", m, "--pause-at", "1000", "--pause-for", str(STALL), "--rcvhwm", "20",
+                       "--duration", str(SECONDS + 5))
     pub = loads.start("publish", m, "--duration", str(SECONDS), "--size", str(RECORD), "--keys", "a,b")
 
-    peak = [exchange.memory_info().rss]
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(0.2):
-            peak.append(exchange.memory_info().rss)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with PeakRss(exchange) as rss:
         report = loads.report(pub, timeout=SECONDS + 60)
-    finally:
-        done.set()
-        watcher.join()
     assert report["error"] == "", report
     sent = {report["publisher"]: report["keys"]}
     sent_bytes = report["sent"] * RECORD
     print(f"published {report['sent']:,} records ({sent_bytes / 2**30:.1f} GiB) in {report['elapsed']:.1f}s; "
-          f"exchange RSS peak {max(peak) / 2**20:.0f} MB (limit {LIMIT / 2**20:.0f} MB)")
+          f"exchange RSS peak {rss.peak / 2**20:.0f} MB (limit {LIMIT / 2**20:.0f} MB)")
     assert sent_bytes > 4 * LIMIT  # the slow one fell far further behind than the bound
-    assert max(peak) < LIMIT
+    assert rss.peak < LIMIT
 
     loads.publishers_done(fast)
     keeping_up = compare(loads.report(fast)["audit"], sent)

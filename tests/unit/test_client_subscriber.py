@@ -23,15 +23,24 @@ class Backend:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.bind(endpoint)
         self.subscribers: list[bytes] = []
+        self.progress: list[int] = []  # the messages each progress report said were read since the last one
 
     def send_multipart(self, frames: list[bytes]) -> None:
+        self.read()
+        for ident in self.subscribers:
+            self.socket.send_multipart([ident, *frames])
+
+    def read(self) -> None:
+        """Take in the subscriptions and progress reports sent so far."""
         while self.socket.poll(0):
             ident, *subscription = self.socket.recv_multipart()  # (the ROUTER's id for the connection)
+            progress = batch.progress_of(subscription)
+            if progress is not None:
+                self.progress.append(progress[1])
+                continue
             assert batch.check_subscription(subscription)[1] == b""
             if ident not in self.subscribers:
                 self.subscribers.append(ident)
-        for ident in self.subscribers:
-            self.socket.send_multipart([ident, *frames])
 
     def close(self) -> None:
         self.socket.close()
@@ -178,3 +187,28 @@ def test_recv_many_returns_batches_in_order_split_at_max_records_and_mixes_with_
         sub.close()
     with pytest.raises(client.ClosedError):
         sub.recv_many()
+
+
+def test_a_subscriber_reports_progress_while_the_application_takes_batches_or_waits_for_them(peers):
+    ctx, monitor, backend = peers
+    sub = join(ctx, monitor, backend)
+    try:
+        backend.read()
+        assert backend.progress == []  # joining hands nothing to the application
+        for first in range(1, 301, 3):
+            backend.send_multipart(data(first, [b"a", b"b", b"c"]))
+        started = time.monotonic()
+        assert len(receive(sub, 300)) == 300  # 100 batches taken: at most one report per interval
+        took = time.monotonic() - started
+        backend.read()  # (inproc: what was sent is there)
+        assert 1 <= len(backend.progress) <= 2 + took / client._feeds.PROGRESS_INTERVAL
+        reports = len(backend.progress)
+        assert sub.recv(timeout=0.3) is None  # waiting with nothing to take is keeping up: reported
+        backend.read()
+        assert len(backend.progress) > reports
+        assert sum(backend.progress) >= 100  # by now every message read from the socket was counted
+        reports = len(backend.progress)
+        backend.read()
+        assert len(backend.progress) == reports  # no thread: nothing is sent between the application's calls
+    finally:
+        sub.close()

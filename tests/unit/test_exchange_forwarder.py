@@ -273,6 +273,54 @@ def test_a_subscriber_that_stays_full_is_sent_past_after_the_grace_and_the_other
     assert fwd.subscribers.all[1].missed == 0
 
 
+@pytest.mark.parametrize("tight", [(0.3, 10)], indirect=True)
+def test_a_full_pipe_is_waited_for_while_its_subscriber_reports_progress_and_sent_past_once_it_stops(tight):
+    fwd, pub, me, subscriber = tight
+    sub = subscriber()
+    ident = sub.getsockopt(zmq.ROUTING_ID)
+    send_batches(pub, me, 300)
+    deadline = time.monotonic() + 10
+    while fwd.held is None:  # until its pipe and the socket buffers are full
+        assert time.monotonic() < deadline, "the pipe never filled"
+        turn(fwd, 0.05)
+    forwarded = fwd.acct.records_in
+    reporting_until = time.monotonic() + 4 * 0.3  # four graces of reports (and no reading)
+    while time.monotonic() < reporting_until:
+        sub.send_multipart(batch.pack_progress(ident, 1))
+        fwd.subscriptions.readable()
+        turn(fwd, 0.05)
+    assert fwd.held is not None and (fwd.stalls, fwd.missed) == (0, 0)  # still waited for
+    assert fwd.acct.records_in == forwarded  # and the publisher held back
+    deadline = time.monotonic() + 5
+    while fwd.stalls == 0:  # no more reports: sent past once the grace has run from the last one
+        assert time.monotonic() < deadline, "never sent past"
+        fwd.subscriptions.readable()
+        turn(fwd, 0.01)
+    assert time.monotonic() - reporting_until >= 0.3 - 0.05
+    assert fwd.subscribers.all[0].missed >= 1 and fwd.acct.records_in > forwarded
+    sub.send_multipart(batch.pack_progress(os.urandom(16), 1))  # another's id: dropped and counted
+    deadline = time.monotonic() + 5
+    while not fwd.drops.by_reason.get("bad progress"):
+        assert time.monotonic() < deadline, "a forged report was not dropped"
+        fwd.subscriptions.readable()
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("tight", [(60.0, 10)], indirect=True)
+def test_a_turn_after_the_exchange_itself_did_not_run_sends_past_nobody(tight):
+    # reports sent while the exchange was stopped may still be on their way in: the turn after the pause waits,
+    # the next one decides
+    fwd, pub, me, subscriber = tight
+    subscriber()
+    send_batches(pub, me, 300)
+    turn(fwd, 1.0)  # until the pipe and the socket buffers are full
+    now = time.monotonic()
+    assert not fwd.retry(now) and fwd.stalls == 0  # held, within the grace
+    assert not fwd.retry(now + 100.0) and fwd.stalls == 0  # 100 s later: the exchange was not running
+    fwd.retry(now + 100.001)
+    assert fwd.stalls == 1 and fwd.subscribers.all[0].missed == 1  # a turn later: no report came, sent past
+
+
 def test_each_subscriber_gets_the_keys_of_its_prefix_and_every_marker(rig):
     fwd, pub, sub, me = rig
     ctx = zmq.Context.instance()

@@ -32,3 +32,15 @@ def test_a_subscriber_is_behind_until_its_time_runs_out():
     assert not sub.behind(0.0)
     sub.behind_until = 10.0
     assert sub.behind(9.9) and not sub.behind(10.0)
+
+
+def test_a_subscriber_that_reports_progress_is_behind_until_it_reports_again_and_one_that_never_did_until_its_time():
+    table = Subscribers()
+    old, new = table.subscribe(b"o" * 16, b"")[0], table.subscribe(b"n" * 16, b"")[0]
+    new.progress(1.0)
+    for sub in (old, new):
+        sub.behind_until, sub.missed_at = 10.0, 8.0  # a batch went past it at 8.0
+    assert old.behind(9.9) and not old.behind(10.0)  # an older client: the time runs out
+    assert new.behind(10.0) and new.behind(100.0)  # silent since before it missed: still behind
+    new.progress(101.0)
+    assert not new.behind(101.0) and new.behind_until == 0.0  # it reads again

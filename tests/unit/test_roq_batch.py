@@ -126,3 +126,26 @@ def test_beacons_and_cuts_carry_a_journal_offset_and_a_subscription_may_name_the
     assert (batch.rejoins(back), batch.replays(back)) == (9, True)  # coming back marks a seam
     with pytest.raises(batch.BatchError, match="not accepted from publishers"):
         batch.check_incoming(batch.CONTROL_TOPIC, header, body, 1 << 20)
+
+
+def test_a_progress_report_is_told_apart_from_a_subscription_and_checked_on_decode():
+    report = batch.pack_progress(PUB, 16)
+    assert batch.progress_of(report) == (PUB, 16)
+    assert batch.progress_of(batch.pack_progress(PUB, 0)) == (PUB, 0)  # still taking what it read before
+    assert batch.progress_of(batch.pack_progress(PUB, 1 << 40))[1] == 0xFFFFFFFF  # saturates, never fails
+    subscription = batch.pack_subscription(PUB, b"k")
+    assert batch.progress_of(subscription) is None  # a subscription goes on to check_subscription
+    assert batch.progress_of([b"x"]) is None and batch.progress_of([b"", b"", b""]) is None
+    with pytest.raises(batch.BatchError, match="bad subscription"):
+        batch.check_subscription(report)  # and a report is never taken for one
+    topic, header, _ = report
+    for bad in ([b"load", header, b""], [topic, header, b"prefix"],
+                [topic, batch.pack_header(batch.PROGRESS, PUB, 5, 1), b""]):
+        with pytest.raises(batch.BatchError, match="bad progress"):
+            batch.progress_of(bad)
+    with pytest.raises(batch.BatchError, match="bad header"):
+        batch.progress_of([topic, b"\x09" + header[1:], b""])  # a progress report of another version
+    with pytest.raises(batch.BatchError, match="not accepted from publishers"):
+        batch.check_incoming(topic, header, b"", 1 << 20)
+    with pytest.raises(ProtocolError):
+        batch.pack_progress(b"short", 1)
