@@ -1,7 +1,7 @@
 """A subscriber's feeds: one DEALER per exchange of its queue, and the reading of what they carry.
 
-Each DEALER has the subscriber's id as its routing id and sends the exchange its subscription
-(:func:`roq.batch.pack_subscription`) when it connects and again on every hello (:meth:`Feeds.refresh`), so
+Each DEALER chooses no routing id (the exchange's ROUTER names the connection) and sends the exchange its
+subscription (:func:`roq.batch.pack_subscription`, naming the subscriber's id) when it connects and again on every hello (:meth:`Feeds.refresh`), so
 that an exchange that lost it has it back within a heartbeat; the exchange answers a new one with a beacon.
 
 **Progress.** While the application takes batches or waits for them (and while the feeds take them from the
