@@ -82,7 +82,7 @@ from roq.config import ExchangeConfig
 from roq.runtime import DropCounter
 from roq.sockets import bind
 from roq.curve import Curve
-from roq.zap import CLUSTER, Keyring, may_use, recv_from
+from roq.zap import Keyring, may_claim, may_use, recv_from
 
 log = logging.getLogger(__name__)
 
@@ -408,11 +408,10 @@ def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publi
     frames, principal = recv_from(sock, flags)
     if len(frames) != 4:
         return frames  # the frame count is checked by the caller
-    refused = may_use(keyring, principal, frames[0])
     publisher = frames[2][batch.PUBLISHER_OFFSET:batch.PUBLISHER_OFFSET + 16]
-    if not refused and principal != CLUSTER and len(frames[2]) == batch.HEADER_SIZE:  # (else check_incoming drops it)
-        if not keyring.owns(principal, publisher):
-            refused = keyring.why_not(principal, publisher)
+    refused = may_use(keyring, principal, frames[0])
+    if not refused and len(frames[2]) == batch.HEADER_SIZE:  # (a header of another size: check_incoming drops it)
+        refused = may_claim(keyring, principal, publisher)
     if refused:
         drops.drop(refused, f"{principal} sent a batch of publisher {publisher.hex()} on the connection "
                             f"{frames[0].hex()[:32]}")

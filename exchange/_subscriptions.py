@@ -33,7 +33,7 @@ from exchange._subscribers import Cut, Subscriber, Subscribers
 from roq import batch
 from roq.batch import BatchError
 from roq.runtime import DropCounter
-from roq.zap import CLUSTER, Keyring, may_use, recv_from
+from roq.zap import Keyring, may_claim, may_use, recv_from
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,7 @@ class Subscriptions:
                 self.drops.drop(exc.reason, str(exc))
                 continue
             if keyring is not None:  # its id, and a routing id it chose, must be its key's own
-                refused = may_use(keyring, principal, frames[0])
-                if not refused and principal != CLUSTER and not keyring.owns(principal, subscriber):
-                    refused = keyring.why_not(principal, subscriber)
+                refused = may_use(keyring, principal, frames[0]) or may_claim(keyring, principal, subscriber)
                 if refused:
                     self.drops.drop(refused, f"{principal} subscribed as {subscriber.hex()[:32]} on the connection "
                                              f"{frames[0].hex()[:32]}")

@@ -278,7 +278,7 @@ def check_subscription(frames: list[bytes]) -> tuple[bytes, bytes]:
 
 
 def pack_progress(subscriber: bytes, taken: int) -> list[bytes]:
-    """The frames of a progress report: ``subscriber`` (16 bytes, also the socket's routing id) handed its
+    """The frames of a progress report: ``subscriber`` (its 16-byte id, as its subscription names it) handed its
     application batches since its last report, and read ``taken`` messages from this exchange's socket
     meanwhile (0: none came from it, but it still takes what it read before; more than 32 bits' worth counts
     as the most they hold).

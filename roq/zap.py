@@ -40,7 +40,7 @@ from roq.runtime import DropCounter
 log = logging.getLogger(__name__)
 
 __all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "identity_for", "owns", "Keyring", "Decision",
-           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from", "may_use", "may_name",
+           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from", "may_use", "may_claim", "may_name",
            "KEY_REMOVED"]
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -145,17 +145,22 @@ def may_use(keyring: Keyring, principal: str, identity: bytes) -> str:
     return "forged id"
 
 
-def may_name(keyring: Keyring, principal: str, name: str) -> str:
-    """Why ``principal`` may not name the peer ``name`` (the hex of a 16-byte id) in a message it sends ("" = it
-    may): the id is another key's (``forged id``), or its key was removed (:data:`KEY_REMOVED`). The cluster's
-    own processes may name any."""
-    if principal == CLUSTER:
+def may_claim(keyring: Keyring, principal: str, identity: bytes) -> str:
+    """Why ``principal`` may not name the peer id ``identity`` (16 bytes: a publisher's, a subscriber's) in a
+    message it sends ("" = it may): the id is another key's (``forged id``), or its key was removed
+    (:data:`KEY_REMOVED`). The cluster's own processes may name any."""
+    if principal == CLUSTER or keyring.owns(principal, identity):
         return ""
+    return keyring.why_not(principal, identity)
+
+
+def may_name(keyring: Keyring, principal: str, name: str) -> str:
+    """:func:`may_claim` for an id named by its hex text (a control message's ``publisher`` or ``subscriber``)."""
     try:
         identity = bytes.fromhex(name)
     except ValueError:
-        return "forged id"
-    return "" if keyring.owns(principal, identity) else keyring.why_not(principal, identity)
+        return "" if principal == CLUSTER else "forged id"
+    return may_claim(keyring, principal, identity)
 
 
 class Keyring:
