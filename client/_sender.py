@@ -21,6 +21,7 @@ for ``ack_timeout`` while batches wait: not when acknowledgements merely lag beh
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 
@@ -124,7 +125,7 @@ class Sender(threading.Thread):
         monitor, wake_fd = channel.socket, outbox.wakeup.fd
         while True:
             now = time.monotonic()
-            sealed = outbox.take(now)
+            sealed = outbox.take(now, stream.idle)
             if sealed is None:
                 return
             if sealed:
@@ -151,14 +152,26 @@ class Sender(threading.Thread):
 
     def _wait(self, now: float) -> list:
         """Sleep until a socket, a wake-up, the open batch's linger or a timer needs us."""
-        deadline, lingering = self._outbox.idle_until(now, min(self._next_check, self._next_hello))
+        deadline, lingering = self._outbox.idle_until(now, min(self._next_check, self._next_hello), self._stream.idle)
         timeout = deadline - now
         if lingering and 0 < timeout < FINE_SLEEP and not self._stream.blocked:
-            time.sleep(timeout)
+            self._linger(timeout)
             timeout = 0
         events = self._poller.poll(poll_ms(timeout))
         self._outbox.awake()
         return events
+
+    def _linger(self, timeout: float) -> None:
+        """Wait out the rest of a linger shorter than ``zmq_poll``'s millisecond, or until the application
+        wakes the sender or (a batch being on its way) the exchange acknowledges it: then nothing waits for the
+        open batch (:attr:`Stream.idle <client._stream.Stream.idle>`)."""
+        fds = [self._outbox.wakeup.fd]
+        link = self._stream.link
+        if link is not None and self._stream.window.in_flight:
+            if self._poller.poll(0):  # (which also lets the link's descriptor signal what arrives from now on)
+                return
+            fds.append(link.socket.getsockopt(zmq.FD))
+        select.select(fds, [], [], timeout)
 
     # ------------------------------------------------------------------ sending and acknowledgements
 

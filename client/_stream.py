@@ -103,6 +103,12 @@ class Stream:
             append(Sent(s.first, len(s.payloads), s.key, encode(s.payloads), s.key_prev, s.timestamp_ns, s.size,
                         s.flags, 0.0))
 
+    @property
+    def idle(self) -> bool:
+        """True while nothing is queued or waits for an acknowledgement on a link that may be sent through: a
+        batch sealed now goes out at once, and nothing else it could have joined is on its way."""
+        return not self._queue and not self.window.in_flight and self.link is not None and not self.held
+
     def send(self, now: float) -> bool:
         """Send what is queued through the link; True once the queue is empty (False: no link, held, the
         link's queue is full, or :attr:`max_in_flight` batches wait for their acknowledgement)."""

@@ -4,7 +4,9 @@ The :class:`Outbox` is owned by the :class:`~client.Publisher`; its sender threa
 knows nothing else of the publisher. Everything the two threads share is here, under one lock:
 
 * the **open batch**: records of one key appended by ``send``, sealed (given its sequence numbers) when its
-  key changes, when it is full, on ``flush()``, or by the sender once it has lingered ``linger`` seconds;
+  key changes, when it is full, on ``flush()``, or by the sender once it has lingered ``linger`` seconds, or
+  at once while the publisher has nothing on its way to the exchange (``idle``: as Nagle's algorithm, a
+  batch lingers only while an earlier one waits for its acknowledgement, so a lone record does not wait);
 * the **sealed batches** waiting for the sender: at most ``max_pending_batches``, so that a fast application
   waits on a condition (handing the GIL over) instead of starving the sender;
 * the **counters** both sides read: the highest seq acknowledged and the payload bytes buffered (not yet
@@ -157,7 +159,9 @@ class Outbox:
         self._batch_bytes = min(config.batch_bytes, MAX_RECORD_BYTES)
         self._buffer_bytes = config.buffer_bytes
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)  # a free slot, freed bytes: put's waits
+        self._acked_changed = threading.Condition(self._lock)  # flush's wait (a wake-up of its own: taking batches
+        # or freeing bytes does not wake a flush)
         # the open batch
         self._key: bytes | None = None
         self._payloads: list[bytes] = []
@@ -262,7 +266,7 @@ class Outbox:
                     raise BrokerTimeoutError(
                         f"{target - self._acked} records not acknowledged after {timeout:.1f}s; they stay buffered"
                     )
-                self._changed.wait(left)
+                self._acked_changed.wait(left)
 
     def begin_close(self) -> bool:
         """Refuse records from now on; False if closing had begun already."""
@@ -280,7 +284,8 @@ class Outbox:
             self._accepting = False
             self._idle = True
             self._wake()
-            self._changed.notify_all()
+            self._room.notify_all()
+            self._acked_changed.notify_all()
 
     @property
     def error(self) -> BaseException | None:
@@ -294,27 +299,29 @@ class Outbox:
 
     # ------------------------------------------------------------------ sender side
 
-    def take(self, now: float) -> list[Sealed] | None:
-        """The sealed batches (the open batch sealed first if it lingered long enough); None once closed."""
+    def take(self, now: float, idle: bool = False) -> list[Sealed] | None:
+        """The sealed batches (the open batch sealed first if it lingered long enough, or at all if the sender is
+        ``idle``: nothing waits for an acknowledgement); None once closed."""
         with self._lock:
             if self._closed:
                 return None
-            if self._payloads and now - self._opened >= self.config.linger:
+            if self._payloads and (idle or now - self._opened >= self.config.linger):
                 self._seal(wait=False)
             if not self._sealed:
                 return []
             sealed = list(self._sealed)
             self._sealed.clear()
-            self._changed.notify_all()
+            self._room.notify_all()
             return sealed
 
-    def idle_until(self, now: float, deadline: float) -> tuple[float, bool]:
+    def idle_until(self, now: float, deadline: float, idle: bool = False) -> tuple[float, bool]:
         """The sender will sleep until ``deadline`` unless there is work sooner: the time to wake up (``now``
-        if batches wait or the outbox is closed, the end of the open batch's linger if earlier) and whether
-        that is the linger. When it sleeps, wake-ups come through :attr:`wakeup` until :meth:`awake`."""
+        if batches wait, the outbox is closed, or records are open and the sender is ``idle``; the end of the
+        open batch's linger if earlier) and whether that is the linger. When it sleeps, wake-ups come through
+        :attr:`wakeup` until :meth:`awake`."""
         lingering = False
         with self._lock:
-            if self._sealed or self._closed:
+            if self._sealed or self._closed or (idle and self._payloads):
                 deadline = now
             elif self._payloads and self._opened + self.config.linger < deadline:
                 deadline = self._opened + self.config.linger
@@ -331,20 +338,21 @@ class Outbox:
         """An exchange acknowledged every record up to ``seq``."""
         with self._lock:
             self._acked = seq
-            self._changed.notify_all()
+            self._acked_changed.notify_all()
 
     def forget(self, size: int) -> None:
         """``size`` payload bytes became safe to forget: room in the buffer."""
         with self._lock:
             self._buffered -= size
-            self._changed.notify_all()
+            self._room.notify_all()
 
     def fail(self, exc: BaseException) -> None:
         """The sender thread failed with ``exc``: every call of the application raises it from now on."""
         with self._lock:
             self._error = exc
             self._accepting = False
-            self._changed.notify_all()
+            self._room.notify_all()
+            self._acked_changed.notify_all()
         self.assignment.failed()
 
     # ------------------------------------------------------------------ internals (lock held)
@@ -385,7 +393,7 @@ class Outbox:
         if wait:
             while len(self._sealed) >= self.config.max_pending_batches and not self._closed and self._error is None:
                 self._wake()
-                self._changed.wait(_SLOT_WAIT)
+                self._room.wait(_SLOT_WAIT)
             if not self._payloads:  # the sender sealed it by linger while we waited
                 return
         count = len(self._payloads)
@@ -424,7 +432,7 @@ class Outbox:
                     "unacknowledged): is any exchange alive?"
                 )
             self._wake()
-            self._changed.wait(left)
+            self._room.wait(left)
 
     def _wake(self) -> None:
         if self._idle:

@@ -2,9 +2,10 @@
 
 Each publisher's connection is owed the highest seq the exchange forwarded of what came on it (with a
 journal: the highest the journal acknowledged of its publisher, sent to the connection its latest batch came on,
-:meth:`Acks.via`). Acknowledgements are coalesced: they go out ``ack_interval`` after the data that made them
-due, at once when a batch asks for it (``FLAG_ACK_NOW``, a marker), when the journal answered, or when
-:data:`MAX_PENDING_ACKS` publishers are owed one (the table is keyed by an identity a peer chooses: bounded).
+:meth:`Acks.via`). Acknowledgements go out at once when the forward loop has read everything waiting, when a
+batch asks for it (``FLAG_ACK_NOW``, a marker), when the journal answered, or when :data:`MAX_PENDING_ACKS`
+publishers are owed one (the table is keyed by an identity a peer chooses: bounded); while more batches wait to
+be read, they are coalesced and go out ``ack_interval`` after the data that made them due.
 They are sent without blocking: a publisher gone, or whose pipe is full, resends or fails over.
 """
 

@@ -2,7 +2,8 @@
 
 * frontend, ROUTER, bound: publishers' DEALERs send ``[key, header, body]``; every batch is checked by
   :func:`roq.batch.check_incoming` (a bad one is dropped and counted under its reason) and its publisher
-  gets a cumulative acknowledgement, coalesced over ``ack_interval`` unless the batch asks for it now.
+  gets a cumulative acknowledgement: at once when the forward loop has read everything waiting (a publisher
+  then waits for nothing else), coalesced over ``ack_interval`` while more waits to be read.
 * backend, ROUTER, bound: subscribers' DEALERs send their subscription (:mod:`exchange._subscribers`, checked
   by :func:`roq.batch.check_subscription`) and get the same three frames, untouched, of every batch whose key
   starts with their prefix, one send per subscriber. Every heartbeat each subscriber also gets a beacon on
@@ -183,8 +184,8 @@ class Forwarder:
     # ------------------------------------------------------------------ the hot path
 
     def forward(self) -> None:
-        """Forward up to :data:`BURST` batches; their acknowledgements go out within ``ack_interval``. Nothing
-        while a batch is held (see :meth:`retry`)."""
+        """Forward up to :data:`BURST` batches; their acknowledgements go out at once if that read everything
+        waiting, else within ``ack_interval``. Nothing while a batch is held (see :meth:`retry`)."""
         if self.held is not None and not self.retry(time.monotonic()):
             return
         journal = self.journal
@@ -209,6 +210,7 @@ class Forwarder:
             try:
                 frames = recv(nowait)
             except zmq.Again:
+                urgent = True  # nothing more to read: no acknowledgement waits for what comes later
                 break
             if frames is None:  # CURVE: its id is not its key's own
                 continue

@@ -154,8 +154,9 @@ class ExchangeConfig:
         subscriber_grace: how long the exchange waits for a subscriber's full pipe (holding the batch, reading
             no publisher meanwhile) before it sends past that subscriber, which then misses batches.
         drain_timeout: on SIGTERM, how long to keep forwarding while the monitor moves publishers away.
-        ack_interval: acknowledgements to a publisher are coalesced over this many seconds (they only
-            free its buffer and complete its flush(); fewer of them save wake-ups on both sides).
+        ack_interval: while publishers' batches wait to be read, their acknowledgements are coalesced over this
+            many seconds (fewer of them save wake-ups on both sides); once the exchange has read everything
+            waiting, they go out at once.
         commands: read the host manager's commands (control messages) on standard input.
         secret_key: the CURVE secret key file the frontend and backend serve with (the cluster's server
             key); "" = plaintext, anyone may connect.
@@ -364,7 +365,8 @@ class PublisherConfig:
     """A publisher of the client library.
 
     Attributes:
-        linger: seconds a batch stays open for more records of the same key (0 = send at once).
+        linger: seconds a batch stays open for more records of the same key while an earlier batch waits for
+            its acknowledgement (0 = send at once); with nothing on its way, a batch goes out at once.
         batch_records: a batch is sent when it holds this many records.
         batch_bytes: a batch is sent when its payloads reach this many bytes.
         buffer_bytes: bound of the retransmission buffer (payload bytes not yet safe to forget).

@@ -24,8 +24,9 @@ Configurations (100-byte payloads unless ``--size``):
 (j) as (b), with CURVE between the clients and the exchange (the cluster's key, a keyring admitting the
     client's key), beside (b);
 (k) durable queues (:mod:`simulation.bench_durable`): 1 KiB records acknowledged under durability none,
-    interval and always, their acknowledgement latency and a replay from the start, beside NATS JetStream's
-    file store.
+    interval and always (batched, one at a time, and every record's acknowledgement latency paced at
+    ``--ack-rate``) and a replay from the start, beside NATS JetStream's file store with its default sync
+    and with ``sync_interval: always``.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--rate", type=float, default=20_000, help="records/s in all for the latency runs (default 20,000)")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
+    p.add_argument("--ack-rate", type=float, default=5_000,
+                   help="records/s of (k)'s paced run, one record a send, every acknowledgement timed (default 5,000)")
     p.add_argument("--only", default="abcdefghijk", help="which configurations to run (default abcdefghijk)")
     p.add_argument("--observed-rounds", type=int, default=2,
                    help="runs each of (i)'s data plane unwatched and watched, alternating (default 2)")

@@ -289,8 +289,6 @@ class Journal:
                 log.error("journal %s: %s; nothing of the last round is acknowledged, the exchanges send it again "
                           "(intake paused for %.1fs; %d failures in all)", self.id, exc, PAUSE_S, failures)
             return
-        if self.reads is not None:
-            self.reads.written()  # readers waiting at the end
         send = self.sock.send_multipart
         most = batch.MAX_JOURNAL_ACKS
         end = store.next_offset
@@ -300,6 +298,8 @@ class Journal:
                     send([source, batch.encode_journal_ack(self.incarnation, pairs[i:i + most], end)], zmq.NOBLOCK)
                 except zmq.ZMQError:  # the exchange is gone or its pipe full: it sends again, and is answered
                     pass
+        if self.reads is not None:
+            self.reads.written()  # readers waiting at the end (after the acknowledgements: publishers wait on them)
 
     def _sync(self, raising: bool = False) -> None:
         store = self.store

@@ -89,6 +89,16 @@ def test_the_sender_seals_a_batch_once_it_lingered(make):
     assert summary(o.take(opened + 0.5)) == [(b"k", [b"x"], 1, 0, 1, 0)]
 
 
+def test_an_idle_sender_seals_the_open_batch_without_waiting_for_its_linger(make):
+    o = make(linger=0.5)
+    put(o, b"k", b"x")
+    opened = time.monotonic()
+    assert o.take(opened) == []  # an earlier batch is on its way: the record waits for company
+    assert o.idle_until(opened, opened + 5.0, idle=True) == (opened, False)  # nothing is: no sleep
+    assert summary(o.take(opened, idle=True)) == [(b"k", [b"x"], 1, 0, 1, 0)]
+    assert o.idle_until(opened, opened + 5.0, idle=True) == (opened + 5.0, False)  # nothing open: sleep
+
+
 def test_a_sleeping_sender_is_woken_through_the_pipe_and_only_then(make):
     o = make()
     now = time.monotonic()

@@ -134,6 +134,27 @@ def test_the_pipes_are_bounded_in_bytes_of_the_largest_batch(queue_bytes, backen
         ctx.term()
 
 
+def test_once_everything_waiting_is_read_the_acknowledgement_goes_out_at_once():
+    ctx = zmq.Context()
+    config = ExchangeConfig(monitor="tcp://127.0.0.1:1", ack_interval=60.0)  # coalesced, they would wait a minute
+    fwd = Forwarder(ctx, config, DropCounter(log, "test"))
+    fwd.bind("127.0.0.1", 0, 0)
+    pub = ctx.socket(zmq.DEALER)
+    pub.setsockopt(zmq.LINGER, 0)
+    me = os.urandom(16)
+    try:
+        pub.connect(fwd.frontend_endpoint)
+        pub.send_multipart([b"k", header(me, count=3), batch.encode_body([b"a", b"b", b"c"])])
+        forward_until(fwd, lambda: fwd.acct.records_in == 3)
+        assert pub.poll(5000), "the publisher waits for an acknowledgement nothing else will come with"
+        assert batch.decode_ack(pub.recv()) == 3
+        assert fwd.acks.owed == {} and fwd.acks.due == float("inf")
+    finally:
+        pub.close()
+        fwd.close()
+        ctx.term()
+
+
 def test_a_flood_of_identities_grows_neither_the_acks_nor_the_accounting():
     ctx = zmq.Context()
     config = ExchangeConfig(monitor="tcp://127.0.0.1:1", ack_interval=60.0)  # acks would wait a minute
@@ -152,13 +173,15 @@ def test_a_flood_of_identities_grows_neither_the_acks_nor_the_accounting():
             peer.send_multipart([b"k", header(me), batch.encode_body([b"x"])])
             peers.append(peer)
         biggest = 0
+        send = fwd.acks.send
 
-        def seen_all() -> bool:
+        def sending() -> None:  # the table at its fullest: just before what it owes goes out
             nonlocal biggest
             biggest = max(biggest, len(fwd.acks.owed))
-            return fwd.acct.records_in == len(peers)
+            send()
 
-        forward_until(fwd, seen_all, timeout=20)
+        fwd.acks.send = sending  # type: ignore[method-assign]
+        forward_until(fwd, lambda: fwd.acct.records_in == len(peers), timeout=20)
         assert 0 < biggest < 40 + 256  # at most one burst past the bound before they go out
         assert len(fwd.acct.publishers) == 50
         assert fwd.acct.records_in == len(peers)  # every batch still counted in the totals
