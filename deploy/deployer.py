@@ -26,7 +26,7 @@ import tarfile
 import time
 from typing import Any, Callable
 
-from deploy.cluster_file import ClusterFile
+from deploy.cluster_file import ClusterFile, GcmSpec, HostManagerSpec, ZooKeeperSpec
 from roq.errors import RoQError
 from roq.keys import ClusterKeys
 
@@ -39,6 +39,8 @@ KEYS_IN_CONTAINER = "/etc/roq/keys"
 _SERVER_KEYS = ("cluster.key", "cluster.key_secret", "zookeeper.secret", "keyring", "tokens")
 ORDER = ("zookeeper", "gcm", "hostmanager")
 _SECOND = 1_000_000_000  # the Engine API counts health-check times in nanoseconds
+#: one container to run: (Docker host, role, address, image, command, health check, environment)
+Planned = tuple[str, str, str, str, list[str], list[str], dict[str, str]]
 
 
 class DeployError(RoQError):
@@ -185,7 +187,7 @@ class Deployer:
 
     # ------------------------------------------------------------------ helpers
 
-    def _plan(self) -> list[tuple[str, str, str, str, list[str], list[str], dict[str, str]]]:
+    def _plan(self) -> list[Planned]:
         """(docker host, role, address, image, command, health check, environment) per container."""
         c = self.cluster
         d = c.deployment
@@ -235,7 +237,7 @@ class Deployer:
             self._clients[name] = client
         return self._clients[name]
 
-    def _check_images(self, plan: list[tuple], pull: bool) -> None:
+    def _check_images(self, plan: list[Planned], pull: bool) -> None:
         import docker.errors
 
         for host, image in sorted({(p[0], p[3]) for p in plan}):
@@ -256,8 +258,9 @@ class Deployer:
 
     def _existing(self) -> list[dict[str, Any]]:
         rows = []
-        for host in sorted({spec.docker_host for spec in (*self.cluster.zookeeper, *self.cluster.gcms,
-                                                           *self.cluster.hostmanagers)}):
+        specs: list[ZooKeeperSpec | GcmSpec | HostManagerSpec] = [*self.cluster.zookeeper, *self.cluster.gcms,
+                                                                  *self.cluster.hostmanagers]
+        for host in sorted({spec.docker_host for spec in specs}):
             for container in self._client(host).containers.list(
                     all=True, filters={"label": f"{LABEL}={self.cluster.deployment.name}"}):
                 rows.append(_row(host, container))

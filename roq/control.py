@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar, dataclass_transform
 
 import bson
 from bson.errors import BSONError
@@ -99,6 +99,7 @@ _REGISTRY: dict[int, type[Message]] = {}
 M = TypeVar("M", bound=type)
 
 
+@dataclass_transform(frozen_default=True)
 def message(cmd: int) -> Callable[[M], M]:
     """Class decorator: make ``cls`` a frozen dataclass and register it under command number ``cmd``."""
 

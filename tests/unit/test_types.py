@@ -1,0 +1,43 @@
+"""The type check: mypy over every product package, held to a ratchet (``tests/typing.json``).
+
+* ``errors``: the most errors mypy may find in the product packages (its configuration: ``[tool.mypy]`` in
+  ``pyproject.toml``). The count may only fall: a change that fixes some lowers the number in the file with it.
+* ``strict``: packages (or modules) that pass ``mypy --strict`` without an error of their own, and must go on
+  passing it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from mypy import api
+
+from tests.unit.test_structure import PACKAGES, ROOT
+
+RATCHET = ROOT / "tests" / "typing.json"
+
+
+def _mypy(*args: str) -> tuple[int, str]:
+    """The errors mypy finds with ``args``, and its report."""
+    out, err, _status = api.run(["--config-file", str(ROOT / "pyproject.toml"), *args])
+    found = re.search(r"Found (\d+) errors?", out)
+    if found is None and "Success" not in out:
+        pytest.fail(f"mypy did not run: {out}{err}")
+    return (int(found.group(1)) if found else 0), out
+
+
+def test_the_product_has_no_more_type_errors_than_the_ratchet_allows():
+    allowed = json.loads(RATCHET.read_text())["errors"]
+    errors, report = _mypy(*(str(ROOT / p) for p in PACKAGES))
+    assert errors <= allowed, f"{errors} type errors, the ratchet allows {allowed}:\n{report}"
+    if errors < allowed:
+        print(f"{errors} type errors, {allowed} allowed: lower \"errors\" in {RATCHET.relative_to(ROOT)} to {errors}")
+
+
+@pytest.mark.parametrize("package", json.loads(RATCHET.read_text())["strict"])
+def test_a_strict_package_stays_strict(package):
+    errors, report = _mypy("--strict", "--follow-imports=silent", str(ROOT / package))  # its own errors only
+    assert errors == 0, f"{package} passed mypy --strict and no longer does:\n{report}"
