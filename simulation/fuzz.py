@@ -57,6 +57,7 @@ __all__ = ["Target", "sweep", "fuzz_round", "wrong_values", "command_variants", 
 ZMTP_SIGNATURE = b"\xff" + b"\x00" * 8 + b"\x7f"
 LINGER_MS = 2000  # how long a closed socket may still deliver what it was given
 ANSWER_S = 30.0  # how long a server may take to answer everything the sweep asked
+HTTP_ANSWER_S = 5.0  # how long an HTTP server may take to answer one broken request (only a hang takes it)
 ANSWERS = ("asked", "answered", "accepted", "garbled answers")  # what a tally counts beside the garbage
 HUGE = 50 << 20  # the largest string sent (once per sweep, to each server)
 READS_WINDOW = 32  # requests a sweep keeps unanswered at a journal's reads port, at most
@@ -296,13 +297,16 @@ def _host_port(endpoint: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def send_raw(endpoint: str, payload: bytes, wait: float = 0.02) -> bytes:
+def send_raw(endpoint: str, payload: bytes, wait: float = 0.02, *, half_close: bool = False) -> bytes:
     """Connect over TCP, write ``payload``, read what comes back for ``wait`` seconds (b"" if nothing, or
-    if the server closed on us, which is its right), close."""
+    if the server closed on us, which is its right), close. ``half_close``: say that nothing more comes once
+    ``payload`` is out, so that a server answers (or closes) at once instead of waiting for the rest."""
     got = b""
     try:
         with socket.create_connection(_host_port(endpoint), timeout=1.0) as conn:
             conn.sendall(payload)
+            if half_close:
+                conn.shutdown(socket.SHUT_WR)
             conn.settimeout(wait)
             try:
                 got = conn.recv(4096)
@@ -494,7 +498,8 @@ def sweep(targets: list[Target], queue: str, *, huge: bool = True) -> Tally:
                 tally.add("broken subscriptions", len(broken_subscriptions(rng)))
             elif target.kind == "http":
                 for _, payload, write in http_requests(rng):
-                    _http_answer(send_raw(target.endpoint, payload, wait=0.5), write, tally)
+                    # half-closed: answered or closed at once, so the generous wait costs nothing but on a hang
+                    _http_answer(send_raw(target.endpoint, payload, wait=HTTP_ANSWER_S, half_close=True), write, tally)
             else:
                 xsub = socks.connect(zmq.XSUB, target.endpoint, peer=zmq.PUB)
                 for frame in (b"\x07 not a subscription", b"", b"\x01" + b"p" * 70_000, os.urandom(100)):

@@ -313,7 +313,9 @@ def test_a_full_pipe_is_waited_for_while_its_subscriber_reports_progress_and_sen
         fwd.subscriptions.readable()
         turn(fwd, 0.05)
     assert fwd.held is not None and (fwd.stalls, fwd.missed) == (0, 0)  # still waited for
-    assert fwd.acct.records_in == forwarded  # and the publisher held back
+    # and the publisher held back (the pipe may have taken a few more as ZeroMQ's I/O thread moved batches on into
+    # the socket buffers, but never all)
+    assert forwarded <= fwd.acct.records_in < 300
     deadline = time.monotonic() + 5
     while fwd.stalls == 0:  # no more reports: sent past once the grace has run from the last one
         assert time.monotonic() < deadline, "never sent past"
