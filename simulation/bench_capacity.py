@@ -23,10 +23,10 @@ from typing import Any, Callable
 
 from roqcli.embedded import wait_for
 from simulation.audit import compare
-from simulation.bench_common import Result
+from simulation.bench_common import Check, Result
 from simulation.load import Loads
 
-__all__ = ["run", "render", "bench_capacity"]
+__all__ = ["run", "render", "checks", "bench_capacity"]
 
 HOSTS = 4
 #: Each host's CPU budget, cores.
@@ -37,6 +37,8 @@ SAMPLE_S = 8.0
 #: Longest wait for k exchanges to carry publishers and be busy, seconds.
 SETTLE_S = 90.0
 TARGET = 3.2
+#: what a queue at 2 exchanges carries beside 1, at least (a saturated exchange sheds its load to a second)
+TWO = 1.8
 RULES = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5, "cooldown_s": 4.0}
 
 
@@ -123,3 +125,17 @@ def render(results: list[Result]) -> list[str]:
                  f"{moves['relocations']} relocations, {moves['failovers']} fail-overs, "
                  f"{moves['retransmitted']} records retransmitted")
     return lines
+
+
+def checks(results: list[Result]) -> list[Check]:
+    """(h)'s targets: a queue held at 2 exchanges carries at least :data:`TWO` times what 1 does, at 4 at least
+    :data:`TARGET` times, and nothing is lost or duplicated."""
+    rows = {r.notes["exchanges"]: r for r in results if r.name.startswith("(h)")}
+    out = []
+    for k, target in ((2, TWO), (4, TARGET)):
+        if k in rows:
+            out.append(Check(f"(h) {k} exchanges beside 1, records/s", rows[k].notes["x_one"], target, False, "x"))
+    if rows:
+        audit = rows[max(rows)].notes["audit"]
+        out.append(Check("(h) records lost or duplicated over the run", audit["lost"] + audit["duplicated"], 0, True))
+    return out

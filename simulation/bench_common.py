@@ -5,9 +5,9 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["Result", "STAMP", "END", "TICK", "padding", "paced", "percentiles"]
+__all__ = ["Result", "Check", "STAMP", "END", "TICK", "padding", "paced", "percentiles"]
 
 STAMP = struct.Struct("<q")
 END = b"\x00end"
@@ -23,6 +23,29 @@ class Result:
     lost: int = 0
     latency_ms: dict[str, float] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+
+
+class Check(NamedTuple):
+    """A figure held to its target by ``python -m simulation.bench --check`` (``make bench-check``): the run exits
+    non-zero when one misses. ``most``: the figure may be at most ``target`` (else: at least)."""
+
+    what: str
+    value: float
+    target: float
+    most: bool
+    unit: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the figure meets its target (a figure that was not measured, NaN, does not)."""
+        return self.value <= self.target if self.most else self.value >= self.target
+
+    def line(self) -> str:
+        def shown(x: float) -> str:
+            return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+        return (f"{'ok  ' if self.ok else 'MISS'} {self.what}: {shown(self.value)}{self.unit} "
+                f"({'<=' if self.most else '>='} {shown(self.target)}{self.unit})")
 
 
 def padding(size: int) -> bytes:

@@ -15,9 +15,9 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from simulation.bench_common import END, STAMP, Result, paced, padding, percentiles
+from simulation.bench_common import END, STAMP, Check, Result, paced, padding, percentiles
 
-__all__ = ["run", "bench_raw", "bench_roq"]
+__all__ = ["run", "checks", "bench_raw", "bench_roq"]
 
 
 def _raw_publisher(endpoint: str, mode: str, n: int, rate: float, duration: float, size: int, ready: Any) -> None:
@@ -250,3 +250,27 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
             r.notes["exchange_rss_mb"] = [round(x["rss_bytes"] / 2**20, 1) for x in status["exchanges"]]
         results.append(r)
     return results
+
+
+def checks(results: list[Result], rate: float) -> list[Check]:
+    """The data plane's targets: (b) at least twice the raw-pyzmq baseline (a) with p99 at most 5 ms at ``rate``
+    records/s; (j) with CURVE at least 70% of (b) and its p99 at most 1 ms above; (g)'s subscriber at least
+    2,000,000 records/s."""
+    by = {r.name[:3]: r for r in results}
+    out = []
+    nan = float("nan")
+    if "(a)" in by and "(b)" in by:
+        out.append(Check("(b) beside (a), records/s", by["(b)"].records_per_s / (by["(a)"].records_per_s or nan), 2.0,
+                         False, "x"))
+    if "(b)" in by:
+        out.append(Check(f"(b) p99 at {rate:,.0f} records/s", by["(b)"].latency_ms.get("p99", nan), 5.0, True, " ms"))
+    if "(b)" in by and "(j)" in by:
+        plain, curve = by["(b)"], by["(j)"]
+        out.append(Check("(j) beside (b), records/s", curve.records_per_s / (plain.records_per_s or nan), 0.70, False,
+                         "x"))
+        out.append(Check("(j) p99 above (b)'s", curve.latency_ms.get("p99", nan) - plain.latency_ms.get("p99", nan),
+                         1.0, True, " ms"))
+    if "(g)" in by:
+        out.append(Check("(g) one subscriber through recv_many, records/s", by["(g)"].records_per_s, 2_000_000, False))
+    return out
+

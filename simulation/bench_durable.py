@@ -41,9 +41,9 @@ import zmq
 
 from roq import batch
 from roq.process import spawn
-from simulation.bench_common import Result, percentiles
+from simulation.bench_common import Check, Result, percentiles
 
-__all__ = ["run", "render"]
+__all__ = ["run", "render", "checks"]
 
 SIZE = 1024
 PER_BATCH = 64
@@ -499,3 +499,21 @@ def _path(rows: dict[str, Result], sync: float) -> list[str]:
     lines = ["", f"{'one record acknowledged, one at a time (medians)':68} {'round trip':>10} {'adds':>7}"]
     lines += [f"{name:68} {total:7.3f} ms {added:+7.3f}" for name, total, added in steps]
     return lines
+
+
+def checks(results: list[Result]) -> list[Check]:
+    """(k)'s targets: every record's acknowledgement paced at ``--ack-rate``, p50 at most 1 ms and p99 at most 3
+    ms on ``none`` and ``interval``, p99 at most 3 ms plus one ``fdatasync`` on ``always``. (One record at a time
+    against JetStream is reported, not checked: see docs/benchmarks.md.)"""
+    rows = {r.notes["kind"]: r for r in results if r.name.startswith("(k)") and "kind" in r.notes}
+    out = []
+    for d in ("none", "interval"):
+        if d in rows:
+            lat = rows[d].latency_ms
+            out.append(Check(f"(k) {d}: acknowledgement p50", lat.get("p50", float("nan")), 1.0, True, " ms"))
+            out.append(Check(f"(k) {d}: acknowledgement p99", lat.get("p99", float("nan")), 3.0, True, " ms"))
+    if "always" in rows:
+        r = rows["always"]
+        out.append(Check("(k) always: acknowledgement p99", r.latency_ms.get("p99", float("nan")),
+                         3.0 + r.notes["fdatasync_ms"], True, " ms"))
+    return out

@@ -25,11 +25,11 @@ from typing import Any, Callable
 
 from roq.errors import BrokerTimeoutError
 from roqcli.embedded import wait_for
-from simulation.bench_common import Result, percentiles
+from simulation.bench_common import Check, Result, percentiles
 from simulation.bench_dataplane import bench_roq
 from simulation.load import Loads
 
-__all__ = ["run", "render"]
+__all__ = ["run", "render", "checks"]
 
 #: The queue's high-water mark in the reaction trials, records/s per exchange.
 HIGH = 1500.0
@@ -267,3 +267,14 @@ def render(results: list[Result]) -> list[str]:
                      f"the machine's {os.cpu_count()} cores and one subscriber receives everything: an exchange "
                      "more adds a process, not a core")
     return lines
+
+
+def checks(results: list[Result]) -> list[Check]:
+    """(e)'s target: from an exchange's overload to a new exchange carrying traffic within :data:`TARGET_MS`,
+    every trial."""
+    by = {r.name: r for r in results}
+    reaction = by.get("(e) overload -> new exchange carrying traffic")
+    if reaction is None:
+        return []
+    return [Check("(e) overload -> new exchange carrying traffic, slowest trial",
+                  reaction.latency_ms.get("max", float("nan")), TARGET_MS, True, " ms")]

@@ -30,9 +30,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Callable
 
-from simulation.bench_common import Result, percentiles
+from simulation.bench_common import Check, Result, percentiles
 
-__all__ = ["run", "render", "metrics_of_many_queues"]
+__all__ = ["run", "render", "checks", "metrics_of_many_queues"]
 
 OBSERVED_RECORDS = 10  # the observed runs send this many times --records: several seconds, several scrapes each
 
@@ -294,3 +294,19 @@ def render(results: list[Result]) -> list[str]:
             lines.append(f"{r.name:62} {r.latency_ms.get('p50', 0):11.2f} {r.latency_ms.get('p99', 0):11.2f}{extra}")
     lines.append("targets: /metrics of 1,000 queues p99 < 100 ms; GET /api/v1/queues/{queue} p99 < 20 ms")
     return lines
+
+
+def checks(results: list[Result]) -> list[Check]:
+    """(i)'s targets: watched at most 3% below unwatched, /metrics of 1,000 queues p99 < 100 ms, a queue's
+    statistics p99 < 20 ms."""
+    out = []
+    for r in results:
+        if not r.name.startswith("(i)"):
+            continue
+        if "ratio" in r.notes:
+            out.append(Check(f"{r.name}: watched beside unwatched", r.notes["ratio"], 0.97, False, "x"))
+        elif "bytes" in r.notes:
+            out.append(Check(f"{r.name}, p99", r.latency_ms.get("p99", float("nan")), 100.0, True, " ms"))
+        else:
+            out.append(Check(f"{r.name}, p99", r.latency_ms.get("p99", float("nan")), 20.0, True, " ms"))
+    return out

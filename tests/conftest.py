@@ -26,7 +26,7 @@ from simulation.load import Loads
 #: Modules whose figures are the machine's capacity (a throughput ratio, a saturation point): ``make test`` runs
 #: them after the others, with nothing beside them (``-m alone``): a second worker's load would be part of what
 #: they measure.
-ALONE_MODULES = {"test_saturation.py", "test_tuner_budget.py"}
+ALONE_MODULES = {"test_tuner_budget.py"}
 #: Modules whose tests load the machine or measure it: emulated hosts (CPU quotas, namespaces, and checks of
 #: what is left of them machine-wide), Spark, a browser with Prometheus, saturation, crash loops, fuzzing,
 #: gigabytes pushed through. A test elsewhere says so with ``@pytest.mark.measured``.

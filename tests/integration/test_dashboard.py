@@ -2,9 +2,9 @@
 chromedriver (nothing downloads a browser), the page served by a real cluster's GCM.
 
 The first test opens the page of a cluster under audited load while a real Prometheus (Debian's package)
-scrapes it every second: the page follows a load step and a forced scale-out within 2 s each, PromQL gives
-back the rate sent, and nothing is lost. The second draws a minute of 100 queues through
-``window.roqRender`` and measures in the browser how long each drawing takes.
+scrapes it every second: the page follows a load step and a forced scale-out, PromQL gives back the rate sent,
+and nothing is lost. The second draws a minute of 100 queues through ``window.roqRender``: rows are updated in
+place. How soon and how fast are figures of benchmark (l) (:mod:`simulation.bench_page`, ``make bench-check``).
 """
 
 from __future__ import annotations
@@ -16,35 +16,25 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 import client
+from simulation.bench_page import ADD_EVENTS, RENDER, fake_state
+from simulation.bench_page import browser as chromium
 from simulation.prometheus import PrometheusServer
 from tests.integration.queues import Queue
 from tests.integration.zkhelp import wait_until
 
-CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "out" / "test-output"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 WAIT_S = 30
 
 
 @pytest.fixture
 def browser():
     """A headless chromium, quit after the test (so no chromium process outlives it)."""
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", "--no-proxy-server"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def wait(driver, condition, what: str, timeout: float = WAIT_S):
@@ -118,7 +108,7 @@ def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_not
             assert sorted(hosts) == sorted(cluster.addresses)
             assert browser.find_element(By.ID, "leader").text == "gcm1"
 
-            # the load changes: the page shows it within 2 s
+            # the load changes: the page shows it
             wait(browser, lambda d: 350 <= (records_in(d, "orders") or 0) <= 700,
                  "the shown rate settled near the 500 records/s sent")
             before = records_in(browser, "orders")
@@ -128,9 +118,8 @@ def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_not
                  "the records/s shown to follow the load up")
             took = time.monotonic() - changed
             print(f"records/s on the page: {before:,.0f} before the step, moved {took:.2f} s after it")
-            assert took <= 2.0
 
-            # a forced scale-out (min_exchanges 2): its event on the page within 2 s
+            # a forced scale-out (min_exchanges 2): its event on the page
             cluster.manager.set_rules("orders", {"min_exchanges": 2})
             forced = time.monotonic()
             wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR,
@@ -139,7 +128,7 @@ def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_not
             took = time.monotonic() - forced
             text = browser.find_element(By.CSS_SELECTOR, '#events li[data-kind="scale_out"] .text').text
             print(f"scale-out on the page {took:.2f} s after the rule was set: {text}")
-            assert took <= 2.0 and "min_exchanges" in text
+            assert "min_exchanges" in text  # how soon is benchmark (l)'s figure (make bench-check)
 
             # a forced relocation, and the selected queue's exchanges with their publishers
             wait(browser, lambda d: shown(d, "return document.querySelectorAll('#d-exchanges tr.exchange').length")
@@ -196,46 +185,7 @@ def test_the_page_follows_load_and_scaling_live_while_prometheus_scrapes_and_not
     q.audit()  # with the page open and Prometheus scraping: nothing lost, duplicated or reordered
 
 
-def fake_state(step: int, rng: random.Random, start: float) -> dict:
-    """A state of 100 queues of 2-4 exchanges and 3-6 publishers each, as the feed sends it."""
-    queues = []
-    for i in range(100):
-        n = 2 + (i + step // 20) % 3  # the exchange count changes twice in the minute
-        ids = [f"x{k + 1}-{i:04x}" for k in range(n)]
-        publishers = [{"id": f"{i:04x}{p:04x}", "exchange": ids[p % n], "records_per_s": rng.uniform(0, 2000)}
-                      for p in range(3 + i % 4)]
-        exchanges = [{"id": x, "records_per_s": sum(p["records_per_s"] for p in publishers if p["exchange"] == x),
-                      "records_out_per_s": rng.uniform(0, 4000), "busy": rng.random(),
-                      "publishers": sum(p["exchange"] == x for p in publishers), "mark_records_per_s": 200000.0,
-                      "draining": False} for x in ids]
-        rate = sum(x["records_per_s"] for x in exchanges)
-        queues.append({
-            "name": f"q{i:03d}", "state": "running", "host": "127.0.0.11",
-            "placement": {f"x{k + 1}": f"127.0.0.{11 + k}" for k in range(n)},
-            "records_in_per_s": rate, "records_out_per_s": rate, "bytes_in_per_s": rate * 100,
-            "bytes_out_per_s": rate * 100, "publishers": len(publishers), "subscribers": 2,
-            "exchanges": exchanges, "publisher_list": publishers,
-            "latency": [{"id": f"{i:04x}{k:04x}", "p50": rng.uniform(1, 5), "p99": rng.uniform(5, 50),
-                         "prefix": "b''" if k else "b'eu'"} for k in range(2)],
-            "counters": {"relocations": step // 10, "failovers": 0, "scale_outs": step // 20, "scale_ins": 0},
-            "journal": None if i % 2 else {
-                "host": "127.0.0.12", "durability": "always", "alive": True, "first_offset": 0,
-                "next_offset": 1000 * step, "size_bytes": 1_200_000 * step, "unsynced_bytes": 0,
-                "lag_bytes": 4096, "sync_ms": 0.7, "sync_max_ms": 21.0, "write_failures": 0},
-        })
-    hosts = [{"address": f"127.0.0.{11 + k}", "cpus": 2.0, "cpu_percent": rng.uniform(0, 100),
-              "memory_percent": rng.uniform(0, 100), "net_bytes_per_s": 1e6, "net_percent": 0.0, "exchanges": 75,
-              "max_exchanges": 100, "monitors": 25} for k in range(4)]
-    return {"time": start + step, "leader": "gcm1", "hosts": hosts, "queues": queues}
-
-
-RENDER = "const t0 = performance.now(); window.roqRender(arguments[0]); document.body.offsetHeight; " \
-         "return performance.now() - t0;"
-ADD_EVENTS = "const t0 = performance.now(); for (const e of arguments[0]) window.roqAddEvent(e); " \
-             "document.body.offsetHeight; return performance.now() - t0;"
-
-
-def test_a_minute_of_100_queues_renders_in_place_and_fast(make_embedded, browser):
+def test_a_minute_of_100_queues_renders_in_place(make_embedded, browser):
     cluster = make_embedded(hosts=1)
     browser.get(cluster.http_url() + "/?feed=0")  # the page without the live feed: these states only
     wait(browser, lambda d: shown(d, "return typeof window.roqRender === 'function'"), "the page's script")
@@ -285,8 +235,8 @@ def test_a_minute_of_100_queues_renders_in_place_and_fast(make_embedded, browser
     assert page["exchanges"] in (2, 3, 4) and page["latency"] == 2
     assert page["journal"] == ("journal on 127.0.0.12 · always · 70.8 MB, offsets 0..59000 · lag 4.1 kB · unsynced "
                                "0 B · sync 0.70 ms (max 21 ms)"), page["journal"]  # q000's, of the last state
-    assert average < 50 and worst < 500, renders
-    assert sum(adds) / len(adds) < 20 and round_trip < 2.0
+    # how fast is benchmark (l)'s figure (make bench-check): here, that every drawing and set of events was timed
+    assert len(renders) == 60 and len(adds) == 60 and all(t >= 0 for t in renders + adds)
 
     # ten minutes later: the five-minute histories keep only the new point
     shown(browser, RENDER, fake_state(660, rng, start))

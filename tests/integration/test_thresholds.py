@@ -21,7 +21,7 @@ def archived_kinds(archive: str) -> dict[str, int]:
     return kinds
 
 
-def test_a_running_monitor_adopts_new_thresholds_within_a_second_and_relocates_by_them(make_embedded, loads, tmp_path):
+def test_a_running_monitor_adopts_new_thresholds_and_relocates_by_them(make_embedded, loads, tmp_path):
     archive = str(tmp_path / "archive")
     cluster = make_embedded(hosts=1, kpi_archive=archive)
     q = Queue(cluster, loads, "tuned", kpi_period_s=0.5, sustain_s=1.0, cooldown_s=1.0, smoothing=1.0,
@@ -48,7 +48,7 @@ def test_a_running_monitor_adopts_new_thresholds_within_a_second_and_relocates_b
     status = q.wait(lambda s: any(e["kind"] == "thresholds_adopted" for e in s["events"]), 5, "the adoption event")
     adopted = next(e for e in status["events"] if e["kind"] == "thresholds_adopted")
     print(f"adopted {adopted['time'] - written:.3f} s after the write: {adopted['text']}")
-    assert adopted["time"] - written < 1.0
+    # how soon is benchmark (d)'s figure (make bench-check)
     assert adopted["adopted"] == ["exchange_records_per_s"] and adopted["overridden"] == []
     assert status["rules"]["exchange_records_per_s"] == 1500.0
 
