@@ -28,7 +28,9 @@ Configurations (100-byte payloads unless ``--size``):
     ``--ack-rate``) and a replay from the start, beside NATS JetStream's file store with its default sync
     and with ``sync_interval: always``;
 (l) the dashboard in a real browser (:mod:`simulation.bench_page`): a state of 100 queues drawn, events added, and
-    a forced scale-out's event on the live page.
+    a forced scale-out's event on the live page;
+(m) the KPI tuner on an emulated host of a known CPU budget (:mod:`simulation.bench_tuner`; root): its capacity
+    estimate beside the saturation throughput measured in the same run.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -46,7 +48,7 @@ import time
 from dataclasses import asdict
 
 from simulation import (bench_capacity, bench_control, bench_dataplane, bench_durable, bench_elastic, bench_http,
-                        bench_kpi, bench_page)
+                        bench_kpi, bench_page, bench_tuner)
 from simulation.bench_common import STAMP, Check, Result
 
 
@@ -69,6 +71,8 @@ def run(args: argparse.Namespace) -> list[Result]:
         results += bench_durable.run(args, progress)
     if "l" in args.only:
         results += bench_page.run(args, progress)
+    if "m" in args.only:
+        results += bench_tuner.run(args, progress)
     return results
 
 
@@ -85,7 +89,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     ]
     for r in results:
         lat = r.latency_ms
-        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)", "(k)", "(l)")):
+        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)", "(k)", "(l)", "(m)")):
             continue
         lines.append(
             f"{r.name:62} {r.records_per_s:11,.0f} {r.mb_per_s:7.1f} {r.lost:6d} "
@@ -128,6 +132,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     lines += bench_capacity.render(results)
     lines += bench_durable.render(results)
     lines += bench_page.render(results)
+    lines += bench_tuner.render(results)
     lines += bench_http.render(results)
     return "\n".join(lines)
 
@@ -136,7 +141,7 @@ def checks(results: list[Result], args: argparse.Namespace) -> list[Check]:
     """Every target of the configurations that ran, with its figure."""
     return (bench_dataplane.checks(results, args.rate) + bench_control.checks(results) + bench_elastic.checks(results)
             + bench_capacity.checks(results) + bench_http.checks(results) + bench_durable.checks(results)
-            + bench_page.checks(results))
+            + bench_page.checks(results) + bench_tuner.checks(results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
     p.add_argument("--ack-rate", type=float, default=5_000,
                    help="records/s of (k)'s paced run, one record a send, every acknowledgement timed (default 5,000)")
-    p.add_argument("--only", default="abcdefghijkl", help="which configurations to run (default abcdefghijkl)")
+    p.add_argument("--only", default="abcdefghijklm", help="which configurations to run (default abcdefghijklm)")
     p.add_argument("--observed-rounds", type=int, default=2,
                    help="runs each of (i)'s data plane unwatched and watched, alternating (default 2)")
     p.add_argument("--kpi-records", type=int, default=1_000_000,

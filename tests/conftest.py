@@ -23,14 +23,10 @@ from roqcli.embedded import EmbeddedCluster
 from simulation.load import Loads
 
 
-#: Modules whose figures are the machine's capacity (a throughput ratio, a saturation point): ``make test`` runs
-#: them after the others, with nothing beside them (``-m alone``): a second worker's load would be part of what
-#: they measure.
-ALONE_MODULES = {"test_tuner_budget.py"}
 #: Modules whose tests load the machine or measure it: emulated hosts (CPU quotas, namespaces, and checks of
 #: what is left of them machine-wide), Spark, a browser with Prometheus, saturation, crash loops, fuzzing,
 #: gigabytes pushed through. A test elsewhere says so with ``@pytest.mark.measured``.
-MEASURED_MODULES = {"test_saturation.py", "test_tuner_budget.py", "test_elasticity.py", "test_emulated_hosts.py",
+MEASURED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_hosts.py",
                     "test_slow_subscriber.py", "test_dashboard.py", "test_kpi.py", "test_journal_crash.py",
                     "test_fuzz.py", "test_scenario_run.py", "test_flow_control.py"}
 
@@ -41,8 +37,6 @@ def pytest_collection_modifyitems(config, items):
     on one worker, one test after another, while the other worker runs the rest: no two of them load the machine
     at once, and none shares the machine-wide things it checks with another."""
     for item in items:
-        if item.path.name in ALONE_MODULES:
-            item.add_marker(pytest.mark.alone)
         if item.path.name in MEASURED_MODULES or item.get_closest_marker("measured") is not None:
             item.add_marker(pytest.mark.xdist_group("measured"))
 
