@@ -11,10 +11,11 @@ PYTEST_ARGS ?=
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
 
-# one test at a time: beside a second worker (pytest-xdist, -n 2 --dist loadgroup, which tests/conftest.py
-# prepares for) timing and capacity tests still fail now and then on two cores
+# on both cores: two pytest-xdist workers; the tests that load the machine heavily, and those that make emulated
+# hosts, each run one after another on one worker (tests/conftest.py). Times, rates and capacity ratios are not
+# asserted here: make bench-check holds them to their targets.
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/deploy
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS) tests --ignore=tests/deploy
 
 # the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
 fuzz: $(STAMP)

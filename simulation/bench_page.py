@@ -56,8 +56,9 @@ def fake_state(step: int, rng: random.Random, start: float) -> dict:
     for i in range(100):
         n = 2 + (i + step // 20) % 3  # the exchange count changes twice in the minute
         ids = [f"x{k + 1}-{i:04x}" for k in range(n)]
-        publishers = [{"id": f"{i:04x}{p:04x}", "exchange": ids[p % n], "records_per_s": rng.uniform(0, 2000)}
-                      for p in range(3 + i % 4)]
+        publishers: list[dict[str, Any]] = [
+            {"id": f"{i:04x}{p:04x}", "exchange": ids[p % n], "records_per_s": rng.uniform(0, 2000)}
+            for p in range(3 + i % 4)]
         exchanges = [{"id": x, "records_per_s": sum(p["records_per_s"] for p in publishers if p["exchange"] == x),
                       "records_out_per_s": rng.uniform(0, 4000), "busy": rng.random(),
                       "publishers": sum(p["exchange"] == x for p in publishers), "mark_records_per_s": 200000.0,

@@ -303,10 +303,13 @@ def send_raw(endpoint: str, payload: bytes, wait: float = 0.02, *, half_close: b
     ``payload`` is out, so that a server answers (or closes) at once instead of waiting for the rest."""
     got = b""
     try:
-        with socket.create_connection(_host_port(endpoint), timeout=1.0) as conn:
-            conn.sendall(payload)
-            if half_close:
-                conn.shutdown(socket.SHUT_WR)
+        with socket.create_connection(_host_port(endpoint), timeout=max(1.0, wait)) as conn:
+            try:
+                conn.sendall(payload)
+                if half_close:
+                    conn.shutdown(socket.SHUT_WR)
+            except OSError:  # the server answered before it read it all, and closed: its answer may be there
+                pass
             conn.settimeout(wait)
             try:
                 got = conn.recv(4096)

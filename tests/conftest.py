@@ -23,21 +23,25 @@ from roqcli.embedded import EmbeddedCluster
 from simulation.load import Loads
 
 
-#: Modules whose tests load the machine or measure it: emulated hosts (CPU quotas, namespaces, and checks of
-#: what is left of them machine-wide), Spark, a browser with Prometheus, saturation, crash loops, fuzzing,
-#: gigabytes pushed through. A test elsewhere says so with ``@pytest.mark.measured``.
-MEASURED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_hosts.py",
-                    "test_slow_subscriber.py", "test_dashboard.py", "test_kpi.py", "test_journal_crash.py",
+#: Modules whose tests make emulated hosts (CPU quotas in cgroups, network namespaces) and check what is left of
+#: them machine-wide: one after another, so that none sees another's.
+EMULATED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_hosts.py"}
+#: Modules whose tests load the machine heavily: Spark, a browser with Prometheus, crash loops, fuzzing, busy loops,
+#: gigabytes pushed through. A test elsewhere says so with ``@pytest.mark.measured``. They assert outcomes, not
+#: figures (the figures are the benchmark's: ``make bench-check``), so they may run beside anything; one after
+#: another, two of them never share the machine's two cores.
+MEASURED_MODULES = {"test_slow_subscriber.py", "test_dashboard.py", "test_kpi.py", "test_journal_crash.py",
                     "test_fuzz.py", "test_scenario_run.py", "test_flow_control.py"}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``), the measured tests are one group, which runs
-    on one worker, one test after another, while the other worker runs the rest: no two of them load the machine
-    at once, and none shares the machine-wide things it checks with another."""
+    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``), each group runs on one worker, one test
+    after another, while the other worker runs the rest."""
     for item in items:
-        if item.path.name in MEASURED_MODULES or item.get_closest_marker("measured") is not None:
+        if item.path.name in EMULATED_MODULES:
+            item.add_marker(pytest.mark.xdist_group("emulated"))
+        elif item.path.name in MEASURED_MODULES or item.get_closest_marker("measured") is not None:
             item.add_marker(pytest.mark.xdist_group("measured"))
 
 
