@@ -48,6 +48,7 @@ from typing import Any
 from roq.errors import ConfigError
 from roq.settings import check_table, missing_keys, parse_toml, read_text
 from roq.zk import Paths
+from roq import defaults
 
 __all__ = ["ClusterFile", "Deployment", "DockerHost", "ZooKeeperSpec", "GcmSpec", "HostManagerSpec", "load_cluster_file",
            "parse_cluster_file", "OFFICIAL_ZOOKEEPER"]
@@ -61,8 +62,8 @@ class Deployment:
     name: str
     image: str = "roq:latest"
     zookeeper_image: str = OFFICIAL_ZOOKEEPER
-    root: str = "/roq"
-    session_timeout: float = 6.0
+    root: str = defaults.ROOT
+    session_timeout: float = defaults.SESSION_TIMEOUT
     keys: str = ""  # "" = ~/.roq/deployments/NAME
     insecure: bool = False
 
@@ -77,17 +78,17 @@ class DockerHost:
 class ZooKeeperSpec:
     docker_host: str
     address: str
-    port: int = 2181
+    port: int = defaults.ZK_PORT
 
 
 @dataclasses.dataclass(frozen=True)
 class GcmSpec:
     docker_host: str
     address: str
-    lookup_port: int = 5000
-    management_port: int = 5003
-    broadcast_port: int = 5005
-    http_port: int = 5080
+    lookup_port: int = defaults.LOOKUP_PORT
+    management_port: int = defaults.MANAGEMENT_PORT
+    broadcast_port: int = defaults.BROADCAST_PORT
+    http_port: int = defaults.HTTP_PORT
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from typing import Callable
+from roq import defaults
 
 __all__ = ["main", "ROLES"]
 
@@ -35,7 +36,7 @@ def _zookeeper(argv: list[str]) -> int:
 
     p = argparse.ArgumentParser(prog="deploy.node zookeeper", description="a standalone ZooKeeper server")
     p.add_argument("--address", default="127.0.0.1", help="address of its client port (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
+    p.add_argument("--port", type=int, default=defaults.ZK_PORT, help=f"client port (default {defaults.ZK_PORT})")
     p.add_argument("--data-dir", default="/var/lib/roq/zookeeper", help="data directory")
     args = p.parse_args(argv)
     setup_logging("INFO")
@@ -59,7 +60,7 @@ def _health(argv: list[str]) -> int:
     p.add_argument("--address", required=True)
     p.add_argument("--port", type=int, default=0, help="zookeeper: its client port; gcm: its management port")
     p.add_argument("--zk", default="", help="hostmanager: ZooKeeper servers")
-    p.add_argument("--root", default="/roq")
+    p.add_argument("--root", default=defaults.ROOT)
     p.add_argument("--http-port", type=int, default=0,
                    help="gcm, hostmanager: the port of its HTTP health checks; asks its /readyz (0 = the older checks)")
     args = p.parse_args(argv)

@@ -8,6 +8,7 @@ from roq.acl import Rule
 from roq.config import check_curve_settings
 from roq.errors import ConfigError
 from roq.zk import DEFAULT_ROOT, Paths, check_hosts
+from roq import defaults
 
 __all__ = ["GcmConfig"]
 
@@ -53,18 +54,18 @@ class GcmConfig:
 
     zk: str
     address: str = "127.0.0.1"
-    lookup_port: int = 5000
-    management_port: int = 5003
-    broadcast_port: int = 5005
+    lookup_port: int = defaults.LOOKUP_PORT
+    management_port: int = defaults.MANAGEMENT_PORT
+    broadcast_port: int = defaults.BROADCAST_PORT
     root: str = DEFAULT_ROOT
-    session_timeout: float = 6.0
+    session_timeout: float = defaults.SESSION_TIMEOUT
     broadcast_period: float = 2.0
     ready_timeout: float = 15.0
     stop_timeout: float = 15.0
     host_grace: float = 2.0
     gcm_id: str = dataclasses.field(default="", metadata={"flag": "--id"})
     http_address: str = "127.0.0.1"
-    http_port: int = 5080
+    http_port: int = defaults.HTTP_PORT
     api_token_file: str = ""
     census_period: float = 1.0
     metrics_top: int = 10

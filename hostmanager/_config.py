@@ -18,6 +18,7 @@ from roq.config import ExchangeConfig, JournalConfig, MonitorConfig, check_curve
 from roq.errors import ConfigError
 from roq.settings import parse_assignments, parse_rate
 from roq.zk import Paths, check_hosts
+from roq import defaults
 
 __all__ = ["HostManagerConfig", "ChildSettings", "MODULES"]
 
@@ -70,12 +71,12 @@ class HostManagerConfig:
     zk: str
     address: str = "127.0.0.1"
     port: int = 0
-    root: str = "/roq"
+    root: str = defaults.ROOT
     max_exchanges: int = 4
     cpus: float = 0.0
     link_rate: str = ""
     kpi_period: float = 1.0
-    session_timeout: float = 6.0
+    session_timeout: float = defaults.SESSION_TIMEOUT
     port_low: int = 0
     port_high: int = 0
     log_dir: str = ""

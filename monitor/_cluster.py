@@ -30,6 +30,7 @@ from roq.documents import AclDoc, EventsDoc, GcmDoc, QueueDoc, RulesDoc
 from roq.errors import BrokerConnectionError, ProtocolError, ZooKeeperError
 from roq.rules import effective_rules
 from roq.zk import MAX_EVENTS, Paths, Session, ZkAuth
+from roq import defaults
 
 __all__ = ["ClusterLink", "FLUSH_PERIOD", "ANSWER_TIMEOUT"]
 
@@ -57,7 +58,7 @@ class ClusterLink:
         ConfigError: a malformed connection string or root.
     """
 
-    def __init__(self, zk: str, root: str, queue: str, context: zmq.Context, *, session_timeout: float = 6.0,
+    def __init__(self, zk: str, root: str, queue: str, context: zmq.Context, *, session_timeout: float = defaults.SESSION_TIMEOUT,
                  curve: Curve | None = None, auth: ZkAuth | None = None) -> None:
         self.paths = Paths(root)
         self._curve = curve

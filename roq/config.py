@@ -14,6 +14,7 @@ from typing import Any
 
 from roq.batch import HEADER_SIZE, MAX_KEY
 from roq.errors import ConfigError
+from roq import defaults
 
 __all__ = [
     "DEFAULT_MONITOR_PORT",
@@ -29,7 +30,7 @@ __all__ = [
 ]
 
 #: Port of the first monitor of a host in the original system; 0 means "any free port".
-DEFAULT_MONITOR_PORT = 5500
+DEFAULT_MONITOR_PORT = defaults.MONITOR_PORT
 #: What an exchange may hold for one subscriber that does not keep up, in bytes.
 DEFAULT_SUBSCRIBER_QUEUE_BYTES = 64 << 20
 #: Fewest batches a subscriber's pipe at an exchange holds. ZeroMQ's PUB learns that a subscriber read its pipe
@@ -327,8 +328,8 @@ class MonitorConfig:
     publisher_timeout: float = 5.0
     relocation_rule: bool = True
     zk: str = ""
-    root: str = "/roq"
-    session_timeout: float = 6.0
+    root: str = defaults.ROOT
+    session_timeout: float = defaults.SESSION_TIMEOUT
     kpi_archive: str = ""
     archive_retention_days: float = 7.0
     secret_key: str = ""

@@ -48,6 +48,7 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 from kazoo.security import make_acl, make_digest_acl
 
+from roq import defaults
 from roq.errors import (
     BrokerConnectionError,
     ConfigError,
@@ -77,7 +78,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ROOT = "/roq"
+DEFAULT_ROOT = defaults.ROOT
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 _HOSTPORT = re.compile(r"[A-Za-z0-9_.-]+:\d{1,5}\Z")
 
@@ -304,7 +305,7 @@ class Session:
         with _mapped(what):
             yield
 
-    def __init__(self, hosts: str, *, timeout: float = 6.0, auth: ZkAuth | None = None) -> None:
+    def __init__(self, hosts: str, *, timeout: float = defaults.SESSION_TIMEOUT, auth: ZkAuth | None = None) -> None:
         self.hosts = check_hosts(hosts)
         self.timeout = timeout
         self._zk = KazooClient(

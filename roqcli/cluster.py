@@ -12,6 +12,7 @@ from typing import Any
 from roq.errors import RoQError
 from roq.runtime import ExitCode
 from roqcli.keys import DEFAULT_CLUSTER_KEYS
+from roq import defaults
 
 __all__ = ["ClusterSettings", "cluster_up"]
 
@@ -23,15 +24,15 @@ class ClusterSettings:
     hosts: int = 3
     first_host: str = "127.0.0.11"
     zk: str = ""  # "" = start ZooKeeper on 127.0.0.1:zk_port
-    zk_port: int = 2181
+    zk_port: int = defaults.ZK_PORT
     gcms: int = 2
-    root: str = "/roq"
-    session_timeout: float = 6.0
+    root: str = defaults.ROOT
+    session_timeout: float = defaults.SESSION_TIMEOUT
     max_exchanges: int = 4
-    lookup_port: int = 5000
-    management_port: int = 5003
-    broadcast_port: int = 5005
-    http_port: int = 5080  # the first GCM's HTTP API, metrics and dashboard (on 127.0.0.1); -1 = none
+    lookup_port: int = defaults.LOOKUP_PORT
+    management_port: int = defaults.MANAGEMENT_PORT
+    broadcast_port: int = defaults.BROADCAST_PORT
+    http_port: int = defaults.HTTP_PORT  # the first GCM's HTTP API, metrics and dashboard (on 127.0.0.1); -1 = none
     log_dir: str = ""
     kpi_archive: str = ""  # "" = LOG_DIR/kpi-archive
     host_cpus: str = ""  # each host's CPU budget in cores: one for all (0.5) or one per host (0.5,1,2); "" = none

@@ -37,6 +37,7 @@ from roqcli.deploying import deploy
 from roqcli.keys import DEFAULT_CLUSTER_KEYS, keys
 from roqcli.kpi.command import add_parsers as kpi_parsers, run as run_kpi
 from roqcli.manage import ClientSettings, manage
+from roq import defaults
 
 __all__ = ["main"]
 
@@ -50,8 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def client_flags(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--zk", help="ZooKeeper servers (default $ROQ_ZK or 127.0.0.1:2181)")
-        q.add_argument("--root", help="ZooKeeper root of the cluster (default /roq)")
+        q.add_argument("--zk", help=f"ZooKeeper servers (default $ROQ_ZK or {defaults.ZK})")
+        q.add_argument("--root", help=f"ZooKeeper root of the cluster (default {defaults.ROOT})")
         q.add_argument("--timeout", type=float, help="seconds to wait for the cluster (default 30)")
         q.add_argument("--credentials", help="your credentials directory, for a cluster that serves CURVE (your "
                        "secret key and cluster.key; default $ROQ_CREDENTIALS; roq cluster up prints the admin's)")
@@ -64,10 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--hosts", type=int, help="host managers on 127.0.0.11, 127.0.0.12, ... (default 3)")
     up.add_argument("--first-host", help="address of the first host (default 127.0.0.11)")
     up.add_argument("--zk", help="use this ZooKeeper instead of starting one")
-    up.add_argument("--zk-port", type=int, help="port of the ZooKeeper it starts (default 2181; 0 = any free)")
+    up.add_argument("--zk-port", type=int, help=f"port of the ZooKeeper it starts (default {defaults.ZK_PORT}; 0 = any free)")
     up.add_argument("--gcms", type=int, help="GCMs: one leader, the rest standbys (default 2); any GCM or host "
                     "manager that exits is started again")
-    up.add_argument("--root", help="ZooKeeper root (default /roq)")
+    up.add_argument("--root", help=f"ZooKeeper root (default {defaults.ROOT})")
     up.add_argument("--keys", help="the cluster's CURVE keys, made where missing (default ~/.roq/cluster): every "
                     "socket is encrypted and only keys of KEYS/keyring may connect; the admin's credentials are "
                     "KEYS/clients/admin")
@@ -75,11 +76,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="no CURVE: anyone who reaches the cluster's ports may use it (said so in the log)")
     up.add_argument("--session-timeout", type=float, help="ZooKeeper session timeout, seconds (default 6)")
     up.add_argument("--max-exchanges", type=int, help="exchanges per host (default 4)")
-    up.add_argument("--lookup-port", type=int, help="first GCM's look-up port (default 5000; 0 = any free)")
-    up.add_argument("--management-port", type=int, help="first GCM's management port (default 5003)")
-    up.add_argument("--broadcast-port", type=int, help="first GCM's broadcast port (default 5005)")
+    up.add_argument("--lookup-port", type=int, help=f"first GCM's look-up port (default {defaults.LOOKUP_PORT}; 0 = any free)")
+    up.add_argument("--management-port", type=int, help=f"first GCM's management port (default {defaults.MANAGEMENT_PORT})")
+    up.add_argument("--broadcast-port", type=int, help=f"first GCM's broadcast port (default {defaults.BROADCAST_PORT})")
     up.add_argument("--http-port", type=int, help="first GCM's HTTP API, metrics and dashboard, on 127.0.0.1 "
-                    "(default 5080; 0 = any free; -1 = none); writes need the bearer token it prints the path of")
+                    f"(default {defaults.HTTP_PORT}; 0 = any free; -1 = none); writes need the bearer token it prints "
+                    "the path of")
     up.add_argument("--log-dir", help="directory for every process's log (default: a temporary directory)")
     up.add_argument("--kpi-archive", help="directory of the KPI archive the host managers and monitors append to, "
                     "read by 'roq kpi' (default LOG_DIR/kpi-archive)")

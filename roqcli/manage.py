@@ -12,6 +12,7 @@ from typing import Any
 from roq.errors import ConfigError, ProtocolError, RoQError
 from roq.runtime import ExitCode
 from roq.status import latency, traffic
+from roq import defaults
 
 __all__ = ["ClientSettings", "manage"]
 
@@ -20,8 +21,8 @@ __all__ = ["ClientSettings", "manage"]
 class ClientSettings:
     """``[client]``: where the other commands find the cluster."""
 
-    zk: str = "127.0.0.1:2181"
-    root: str = "/roq"
+    zk: str = defaults.ZK
+    root: str = defaults.ROOT
     timeout: float = 30.0
     credentials: str = ""  # a credentials directory, for a cluster that serves CURVE ("" = plaintext)
 

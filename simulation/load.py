@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import client
+from roq import defaults
 from roq.errors import RoQError
 from roq.process import Child, spawn
 from roq.runtime import ExitCode, StopFlag, announce_ready, setup_logging
@@ -303,7 +304,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         q.add_argument("--monitor", default="", help="monitor endpoint of the queue")
         q.add_argument("--zk", default="", help="or: ZooKeeper servers, with --queue (follows a moving monitor)")
         q.add_argument("--queue", default="", help="the queue's name, with --zk")
-        q.add_argument("--root", default="/roq", help="ZooKeeper root of the cluster, with --zk (default /roq)")
+        q.add_argument("--root", default=defaults.ROOT,
+                       help=f"ZooKeeper root of the cluster, with --zk (default {defaults.ROOT})")
         q.add_argument("--credentials", default="", help="the client's credentials directory, for a cluster that "
                                                           "serves CURVE (its secret key and cluster.key)")
         q.add_argument("--log-level", default="WARNING")

@@ -159,3 +159,20 @@ def test_kazoo_is_called_in_one_place_and_its_errors_mapped_in_one_boundary():
             if any(m == "kazoo" or m.startswith("kazoo.") for m in modules):
                 users.add(name)
     assert users <= allowed, sorted(users - allowed)
+
+
+def test_a_default_port_or_root_is_written_once():
+    """The cluster's default ports and ZooKeeper root are :mod:`roq.defaults`' alone: no other module of ours
+    writes them out (a value equal to one, in code; prose may name them)."""
+    from roq import defaults
+
+    written = {defaults.ROOT, defaults.ZK, defaults.ZK_PORT, defaults.MANAGEMENT_PORT, defaults.BROADCAST_PORT,
+               defaults.HTTP_PORT}
+    found = []
+    for name, path in MODULES.items():
+        if name == "roq.defaults":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and type(node.value) in (str, int) and node.value in written:
+                found.append(f"{name}:{node.lineno}: {node.value!r}")
+    assert not found, "\n".join(found)
