@@ -500,9 +500,10 @@ def sweep(targets: list[Target], queue: str, *, huge: bool = True) -> Tally:
                     socks.send(dealer, frames)
                 tally.add("broken subscriptions", len(broken_subscriptions(rng)))
             elif target.kind == "http":
-                for _, payload, write in http_requests(rng):
+                for family, payload, write in http_requests(rng):
                     # half-closed: answered or closed at once, so the generous wait costs nothing but on a hang
-                    _http_answer(send_raw(target.endpoint, payload, wait=HTTP_ANSWER_S, half_close=True), write, tally)
+                    _http_answer(send_raw(target.endpoint, payload, wait=HTTP_ANSWER_S, half_close=True), write, tally,
+                                 family)
             else:
                 xsub = socks.connect(zmq.XSUB, target.endpoint, peer=zmq.PUB)
                 for frame in (b"\x07 not a subscription", b"", b"\x01" + b"p" * 70_000, os.urandom(100)):
@@ -517,13 +518,16 @@ def sweep(targets: list[Target], queue: str, *, huge: bool = True) -> Tally:
     return tally
 
 
-def _http_answer(answer: bytes, write: bool, tally: Tally) -> None:
-    """Count an HTTP answer; a write that succeeded without the token counts as ``accepted``."""
+def _http_answer(answer: bytes, write: bool, tally: Tally, family: str) -> None:
+    """Count an HTTP answer (one that never came, by its request's ``family``); a write that succeeded without the
+    token counts as ``accepted``."""
     tally.add("broken HTTP")
     if answer.startswith(b"HTTP/1.1 "):
         tally.add("http answered")
         if write and answer[9:10] == b"2":
             tally.add("accepted")
+    else:
+        tally.add(f"unanswered {family}")
 
 
 def _answers(sock: zmq.Socket, expected: int, tally: Tally) -> None:
@@ -564,8 +568,9 @@ def fuzz_round(targets: list[Target], seed: int, queue: str, *, per_target: int 
                 requests = http_requests(rng)
                 for _ in range(per_target // 4):  # each a connection of its own: fewer, as they cost more
                     if rng.random() < 0.75:
-                        _, payload, write = rng.choice(requests)
-                        _http_answer(send_raw(target.endpoint, payload), write, tally)
+                        family, payload, write = rng.choice(requests)
+                        _http_answer(send_raw(target.endpoint, payload, wait=HTTP_ANSWER_S, half_close=True), write,
+                                     tally, family)
                     else:
                         send_raw(target.endpoint, rng.choice(raw_payloads(rng))[1])
                         tally.add("raw bytes and broken greetings")

@@ -310,7 +310,9 @@ def test_what_peers_send_a_standbys_broadcast_port_does_not_stay(make_embedded):
     assert result == Result.NOT_LEADER
     grown = (process.memory_info().rss - before) >> 20
     print(f"the standby GCM grew by {grown} MB after 64 MB sent to its broadcast port")
-    assert grown < 24  # untended, it grew by about 90 MB
+    # untended, it keeps all 64 MB (it grew by about 90 MB); tended, it holds what arrives between two turns of its
+    # loop (8-28 MB measured, the more the busier the machine): under what was sent, it did not stay
+    assert grown < 48
 
 
 def test_rules_are_checked_and_bad_ones_change_nothing(make_embedded):
