@@ -120,6 +120,10 @@ class Feeds:
         off carried (0 for one that carried none): what they have not sent us yet is after it."""
         return min([offset] + [f.floor if f.floor >= 0 else 0 for f in self._feeds.values() if not f.away])
 
+    def listed(self) -> list[str]:
+        """Every exchange the monitor listed, heard or not."""
+        return list(self._feeds)
+
     def deaf(self) -> list[str]:
         """The exchanges not heard yet."""
         return [f.exchange for f in self._feeds.values() if not f.heard]

@@ -331,9 +331,11 @@ class Replay:
         self.live_bytes += size
 
     def seamed(self, exchanges: list[str], delivered: dict[bytes, int], now: float) -> bool:
-        """Whether the live stream may take over: the journal was read past the seam of every exchange
-        listened to, and up to what each publisher needs (``delivered``: publisher -> highest seq delivered);
-        or the seams waited :data:`SEAM_WAIT_S` at the journal's end."""
+        """Whether the live stream may take over: the journal was read past the seam of every exchange listed
+        (``exchanges``: heard from or not, since an exchange not heard yet may already forward what the journal
+        was not read up to), and up to what each publisher needs (``delivered``: publisher -> highest seq
+        delivered); or the seams waited :data:`SEAM_WAIT_S` at the journal's end. With no exchange listed yet,
+        only that wait ends a first replay: nothing says yet where the live stream begins."""
         if self.offset < 0 or self.end_offset < 0 or self.durable:
             return False  # (a durable subscriber reads the journal for good)
         if any(delivered.get(p, 0) < seq for p, seq in self.need.items()):
@@ -342,7 +344,7 @@ class Replay:
         # (a catch-up waits only for the exchanges that cut it off and are still listed)
         wanted = [rejoins.get(x, x) for x in exchanges] if self.initial else [
             tag for x, tag in rejoins.items() if x in exchanges]
-        if all(x in self.seams and self.offset >= self.seams[x] for x in wanted):
+        if (wanted or not self.initial) and all(x in self.seams and self.offset >= self.seams[x] for x in wanted):
             return True
         if self.at_end_since and now - self.at_end_since >= SEAM_WAIT_S:
             missing = [x for x in wanted if x not in self.seams]

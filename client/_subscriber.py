@@ -272,7 +272,7 @@ class Subscriber:
     def _replayed(self, replay: Replay) -> None:
         """Deliver what the journal gave; hand over to the live stream once past the seams; come back to the
         exchanges that cut us off once at the journal's end."""
-        if replay.take(self._order, self._deliver, self._feeds.heard()):
+        if replay.take(self._order, self._deliver, self._feeds.listed()):
             self._feeds.hold = None
             self._replay = None
             self._feeds.release(replay.finish(self._who))
