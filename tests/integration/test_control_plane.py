@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 import zmq
-from zkhelp import ask, doc, gone, wait_until
+from zkhelp import ask, doc, gone, registered, wait_until
 
 import client
 from roq import management as m
@@ -25,9 +25,7 @@ def runtime_pids(kz, root: str, queue: str) -> list[int]:
     pids = []
     if kz.exists(paths.monitor(queue)):
         pids.append(json.loads(kz.get(paths.monitor(queue))[0])["pid"])
-    if kz.exists(paths.exchanges(queue)):
-        for xid in kz.get_children(paths.exchanges(queue)):
-            pids.append(json.loads(kz.get(paths.exchange(queue, xid))[0])["pid"])
+    pids += [doc["pid"] for doc in registered(kz, root, queue).values()]
     return pids
 
 
@@ -37,7 +35,7 @@ def whole(kz, root: str, queue: str) -> bool:
     q = json.loads(kz.get(paths.queue(queue))[0])
     live = set(kz.get_children(paths.hosts))
     monitor = json.loads(kz.get(paths.monitor(queue))[0]) if kz.exists(paths.monitor(queue)) else {}
-    running = {x: json.loads(kz.get(paths.exchange(queue, x))[0]) for x in kz.get_children(paths.exchanges(queue))}
+    running = registered(kz, root, queue)
     return (
         q["host"] in live
         and monitor.get("host") == q["host"]
@@ -372,7 +370,7 @@ def test_a_crashed_exchange_is_restarted_and_nothing_is_lost(make_embedded, kz):
     paths = Paths(cluster.root)
 
     def exchanges() -> dict[str, dict]:
-        return {x: json.loads(kz.get(paths.exchange("q", x))[0]) for x in kz.get_children(paths.exchanges("q"))}
+        return registered(kz, cluster.root, "q")
 
     with cluster.connect("q") as conn:
         sub = conn.subscriber()

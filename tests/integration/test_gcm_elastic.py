@@ -17,7 +17,7 @@ import sys
 import time
 
 import pytest
-from zkhelp import gone, wait_until
+from zkhelp import gone, registered, wait_until
 
 import client
 from roq.process import spawn
@@ -29,16 +29,6 @@ QUIET = {"sustain_s": 3600, "host_cpu_percent": 100, "host_memory_percent": 100}
 
 def queue_node(kz, root: str, queue: str) -> dict:
     return json.loads(kz.get(Paths(root).queue(queue))[0])
-
-
-def registered(kz, root: str, queue: str) -> dict[str, dict]:
-    """The queue's live exchanges by slot, as their host managers registered them."""
-    paths = Paths(root)
-    out = {}
-    for slot in kz.get_children(paths.exchanges(queue)):
-        data = kz.get(paths.exchange(queue, slot))[0]
-        out[slot] = json.loads(data)
-    return out
 
 
 def whole(kz, root: str, queue: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 import bson
@@ -9,9 +10,29 @@ import psutil
 import pytest
 import zmq
 
+from kazoo.exceptions import NoNodeError
+
 from roq.control import Reply
 from roq.errors import BrokerTimeoutError
+from roq.zk import Paths
 from roqcli.embedded import wait_for
+
+
+def registered(kz: Any, root: str, queue: str) -> dict[str, dict]:
+    """The queue's live exchanges by slot, as their host managers registered them (one that goes between the
+    listing and the reading, stopping or restarting, is left out)."""
+    paths = Paths(root)
+    out = {}
+    try:
+        slots = kz.get_children(paths.exchanges(queue))
+    except NoNodeError:
+        return out
+    for slot in slots:
+        try:
+            out[slot] = json.loads(kz.get(paths.exchange(queue, slot))[0])
+        except NoNodeError:
+            continue
+    return out
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
