@@ -12,11 +12,10 @@ from client._management import QueueManager
 from client._publisher import Publisher
 from client._subscriber import Subscriber
 from client.locator import MonitorLocator
-from roq import control
+from roq import control, defaults
 from roq.config import CurveClient, PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
 from roq.sockets import PLAINTEXT_HINT, RefusalWatch, check_endpoint, poll_ms
-from roq.zk import DEFAULT_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +179,7 @@ def connect(
     *,
     zk: str | None = None,
     queue: str | None = None,
-    root: str = DEFAULT_ROOT,
+    root: str = defaults.ROOT,
     timeout: float = 5.0,
     publisher_config: PublisherConfig | None = None,
     subscriber_config: SubscriberConfig | None = None,

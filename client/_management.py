@@ -10,12 +10,12 @@ from typing import Any
 import zmq
 
 from client._leader import GcmLeader
-from roq import control
+from roq import control, defaults
 from roq import management as m
 from roq.config import CurveClient
 from roq.control import Message
 from roq.errors import BrokerTimeoutError, NotFoundError, UnavailableError, error_for
-from roq.zk import DEFAULT_ROOT, Paths, check_queue_name
+from roq.zk import Paths, check_queue_name
 
 __all__ = ["QueueManager"]
 
@@ -46,7 +46,7 @@ class QueueManager:
             secret key others may read).
     """
 
-    def __init__(self, zk: str, *, root: str = DEFAULT_ROOT, timeout: float = 30.0,
+    def __init__(self, zk: str, *, root: str = defaults.ROOT, timeout: float = 30.0,
                  credentials: str | CurveClient | None = None) -> None:
         self.paths = Paths(root)
         self.timeout = timeout

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 #: How often the sender looks at acknowledgement ages and trims its window, seconds.
 CHECK_INTERVAL = 0.05
-#: zmq_poll counts whole milliseconds: a linger ending sooner than this is slept through.
+#: zmq_poll counts whole milliseconds: a linger ending sooner than this is waited out in select (Sender._linger).
 FINE_SLEEP = 0.002
 
 

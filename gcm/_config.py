@@ -7,7 +7,7 @@ import dataclasses
 from roq.acl import Rule
 from roq.config import check_curve_settings
 from roq.errors import ConfigError
-from roq.zk import DEFAULT_ROOT, Paths, check_hosts
+from roq.zk import Paths, check_hosts
 from roq import defaults
 
 __all__ = ["GcmConfig"]
@@ -57,7 +57,7 @@ class GcmConfig:
     lookup_port: int = defaults.LOOKUP_PORT
     management_port: int = defaults.MANAGEMENT_PORT
     broadcast_port: int = defaults.BROADCAST_PORT
-    root: str = DEFAULT_ROOT
+    root: str = defaults.ROOT
     session_timeout: float = defaults.SESSION_TIMEOUT
     broadcast_period: float = 2.0
     ready_timeout: float = 15.0

@@ -17,7 +17,6 @@ from roq.errors import ConfigError
 from roq import defaults
 
 __all__ = [
-    "DEFAULT_MONITOR_PORT",
     "DEFAULT_SUBSCRIBER_QUEUE_BYTES",
     "MIN_SUBSCRIBER_HWM",
     "ExchangeConfig",
@@ -29,8 +28,6 @@ __all__ = [
     "SubscriberConfig",
 ]
 
-#: Port of the first monitor of a host in the original system; 0 means "any free port".
-DEFAULT_MONITOR_PORT = defaults.MONITOR_PORT
 #: What an exchange may hold for one subscriber that does not keep up, in bytes.
 DEFAULT_SUBSCRIBER_QUEUE_BYTES = 64 << 20
 #: Fewest batches a subscriber's pipe at an exchange holds. ZeroMQ's PUB learns that a subscriber read its pipe
@@ -314,7 +311,7 @@ class MonitorConfig:
     """
 
     address: str = "127.0.0.1"
-    port: int = DEFAULT_MONITOR_PORT
+    port: int = defaults.MONITOR_PORT
     queue: str = "default"
     kpi_period: float = 1.0
     heartbeat_timeout: float = 1.0

@@ -71,14 +71,12 @@ __all__ = [
     "check_hosts",
     "incarnation",
     "exchange_slot",
-    "DEFAULT_ROOT",
     "EVENT_SOURCES",
     "MAX_EVENTS",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ROOT = defaults.ROOT
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 _HOSTPORT = re.compile(r"[A-Za-z0-9_.-]+:\d{1,5}\Z")
 
@@ -119,7 +117,7 @@ def exchange_slot(name: str) -> str:
 class Paths:
     """Znode paths under ``root``."""
 
-    def __init__(self, root: str = DEFAULT_ROOT) -> None:
+    def __init__(self, root: str = defaults.ROOT) -> None:
         if not root.startswith("/") or root.endswith("/") or "//" in root:
             raise ConfigError(f"bad ZooKeeper root {root!r}: expected an absolute path like /roq")
         self.root = root

@@ -27,7 +27,7 @@ import client
 from roq.errors import BrokerTimeoutError, ConfigError
 from roq.keys import ClusterKeys
 from roq.process import Child, spawn
-from roq.zk import DEFAULT_ROOT
+from roq import defaults
 from roqcli.emulation import Emulation, HostBudget, sweep
 from roqcli.zkserver import ZooKeeperServer
 
@@ -98,7 +98,7 @@ class EmbeddedCluster:
         zk: str | None = None,
         zk_port: int = 0,
         gcms: int = 1,
-        root: str = DEFAULT_ROOT,
+        root: str = defaults.ROOT,
         session_timeout: float = 4.0,
         max_exchanges: int = 4,
         log_dir: str | None = None,

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from roq.errors import ConfigError, RoQError
-from roq.zk import DEFAULT_ROOT
+from roq import defaults
 from roq.runtime import ExitCode, SignalWakeup, setup_logging
 
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--zk", default=None,
                     help="run on the cluster of these ZooKeeper servers instead of starting one (its hosts replace "
                          "the scenario's; faults on hosts, GCMs and ZooKeeper need the runner's own cluster)")
-    rp.add_argument("--root", default=DEFAULT_ROOT, help=f"ZooKeeper root of that cluster (default {DEFAULT_ROOT})")
+    rp.add_argument("--root", default=defaults.ROOT, help=f"ZooKeeper root of that cluster (default {defaults.ROOT})")
     rp.add_argument("--credentials", default=None, help="with --zk: the credentials directory for that cluster, if it "
                                                         "serves CURVE (default $ROQ_CREDENTIALS)")
     rp.add_argument("--insecure", action="store_true", help="run the runner's own cluster without CURVE (by default "

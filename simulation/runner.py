@@ -24,7 +24,7 @@ import psutil
 
 import client
 from roq.errors import ConfigError, RoQError
-from roq.zk import DEFAULT_ROOT
+from roq import defaults
 from simulation.audit import compare
 from roqcli.embedded import EmbeddedCluster
 from simulation.load import Loads
@@ -51,7 +51,7 @@ class GivenCluster:
     zookeeper = None
     emulation = None
 
-    def __init__(self, zk: str, root: str = DEFAULT_ROOT, credentials: str | None = None) -> None:
+    def __init__(self, zk: str, root: str = defaults.ROOT, credentials: str | None = None) -> None:
         self.zk, self.root, self.credentials = zk, root, credentials
         self.addresses: list[str] = []
         self.manager = client.QueueManager(zk, root=root, credentials=credentials)
@@ -105,7 +105,7 @@ class Runner:
     """
 
     def __init__(self, scenario: Scenario, out_dir: str, *, progress: Callable[[str], None] = print,
-                 stop_requested: Callable[[], bool] = lambda: False, zk: str = "", root: str = DEFAULT_ROOT,
+                 stop_requested: Callable[[], bool] = lambda: False, zk: str = "", root: str = defaults.ROOT,
                  secure: bool = True, credentials: str | None = None) -> None:
         if zk:
             for i, f in enumerate(scenario.faults):

@@ -367,7 +367,6 @@ def test_three_node_ensemble_survives_losing_a_member(tmp_path):
 def test_a_crashed_exchange_is_restarted_and_nothing_is_lost(make_embedded, kz):
     cluster = make_embedded(hosts=1)
     cluster.manager.create("q", "127.0.0.11", exchanges=2)
-    paths = Paths(cluster.root)
 
     def exchanges() -> dict[str, dict]:
         return registered(kz, cluster.root, "q")

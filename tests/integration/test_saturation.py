@@ -14,7 +14,6 @@ import time
 
 from roqcli.emulation import HostBudget
 from tests.integration.queues import Queue
-from tests.integration.zkhelp import wait_until
 
 RULES = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5, "cooldown_s": 4.0}
 PUBLISHERS = 6  # three for each of two exchanges: the publishers, not the exchanges, must never be the limit
