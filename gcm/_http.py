@@ -171,8 +171,7 @@ class HttpApi:
         if leader is None or not leader.http:
             return HttpResponse.error(503, "not the leader, and no leader with an HTTP API is elected; retry",
                                       leader="").with_headers(("retry-after", "1"))
-        query = "&".join(f"{k}={v}" for k, v in req.query.items())
-        location = leader.http + req.path + (f"?{query}" if query else "")
+        location = leader.http + req.target  # as it came, still percent-encoded
         return HttpResponse.error(307, f"not the leader; the leader is {leader.id} at {leader.http}",
                                   leader=leader.http).with_headers(("location", location))
 

@@ -198,6 +198,7 @@ class Connection:
             headers={k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers},
             body=bytes(self.body),
             peer=self.peer,
+            target=target,
         )
         self.waiting = True
         self.fed = 0
@@ -244,8 +245,14 @@ class Connection:
                 or (self.eof and not self.h11.trailing_data[0])):
             headers.append(("connection", "close"))  # refused before its body was read, over the caps, or the last
         try:
-            self.out += self.h11.send(h11.Response(status_code=status, headers=headers,
-                                                   reason=STATUS_TEXT.get(status, "")))
+            response = h11.Response(status_code=status, headers=headers, reason=STATUS_TEXT.get(status, ""))
+        except h11.LocalProtocolError as exc:  # a handler's bug (a header no HTTP may carry): the client hears so
+            log.error("%s: a response to %s could not be sent (%s); answered 500", self.server.where, self.peer, exc)
+            body = b'{"error": "internal error (a response that HTTP cannot carry)", "status": 500}\n'
+            response = h11.Response(status_code=500, reason=STATUS_TEXT[500], headers=[
+                ("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close")])
+        try:
+            self.out += self.h11.send(response)
             if body and (self.head is None or self.head.method != b"HEAD"):
                 self.out += self.h11.send(h11.Data(data=body))
             self.out += self.h11.send(h11.EndOfMessage())

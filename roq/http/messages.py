@@ -26,7 +26,8 @@ STATUS_TEXT = {200: "OK", 201: "Created", 202: "Accepted", 204: "No Content", 30
 @dataclasses.dataclass(frozen=True)
 class HttpRequest:
     """One request: ``path`` percent-decoded, without the query; ``query`` its parameters (the last of a
-    repeated name wins); ``headers`` with lower-case names."""
+    repeated name wins); ``headers`` with lower-case names; ``target`` the path and query as they came, still
+    percent-encoded (what a redirect names: the decoded path may hold bytes no header may carry)."""
 
     method: str
     path: str
@@ -34,6 +35,7 @@ class HttpRequest:
     headers: dict[str, str]
     body: bytes
     peer: str
+    target: str
 
     def json(self) -> Any:
         """The body as JSON (None when there is none).

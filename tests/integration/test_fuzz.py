@@ -95,9 +95,9 @@ def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, lo
     print(f"sent {tally.total:,} pieces of garbage in {time.monotonic() - started:.1f}s: {tally.counts}")
     # every malformed request that fits a server's size limit was answered, and refused
     assert tally.counts["answered"] == tally.counts["asked"] > 15_000 and "accepted" not in tally.counts, tally.counts
+    # every broken HTTP request was answered (refused), none ignored
     unanswered = {k: v for k, v in tally.counts.items() if k.startswith("unanswered")}
-    print(f"HTTP requests without an answer: {unanswered}")
-    assert tally.counts["http answered"] > 0.8 * tally.counts["broken HTTP"], unanswered  # HTTP refused, not ignored
+    assert tally.counts["http answered"] == tally.counts["broken HTTP"] > 500, unanswered
 
     # every process is the one it was, and serves
     assert _processes(cluster, q) == before

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import time
+import urllib.parse
 
 import pytest
 
@@ -49,7 +50,7 @@ def api(shell: Shell, token: str = TOKEN) -> HttpApi:
 
 def call(a: HttpApi, method: str, path: str, body: bytes = b"", **headers: str):
     query = dict(p.split("=", 1) for p in path.partition("?")[2].split("&") if p)
-    req = HttpRequest(method, path.partition("?")[0], query, headers, body, "127.0.0.1:1")
+    req = HttpRequest(method, urllib.parse.unquote(path.partition("?")[0]), query, headers, body, "127.0.0.1:1", path)
     return a.handle(req, later=None)  # type: ignore[arg-type]
 
 
@@ -93,6 +94,9 @@ def test_a_standby_redirects_to_the_leader_and_answers_503_without_one():
     moved = call(api(Shell(leading=False, leader=GcmDoc(id="gcm2", http="http://127.0.0.1:6000"))),
                  "GET", "/api/v1/queues/q/events?limit=5")
     assert moved.status == 307 and ("location", "http://127.0.0.1:6000/api/v1/queues/q/events?limit=5") in moved.headers
+    garbage = "/api/v1/queues/%ff%fe%00%0d%0a/events?kind=%00"  # names the leader as it came: no NUL in a header
+    moved = call(api(Shell(leading=False, leader=GcmDoc(id="gcm2", http="http://127.0.0.1:6000"))), "GET", garbage)
+    assert moved.status == 307 and ("location", "http://127.0.0.1:6000" + garbage) in moved.headers
     alone = Shell(leading=False)
     alone.leader = None
     assert call(api(alone), "GET", "/api/v1/queues").status == 503
