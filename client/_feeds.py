@@ -82,7 +82,8 @@ class Feeds:
 
     def __init__(self, context: zmq.Context, poller: zmq.Poller, ident: bytes, prefix: bytes, rcvhwm: int,
                  order: Reassembler, deliver: Callable[[list], None], heard: Callable[[str], None], who: str, *,
-                 curve: CurveClient | None = None, replay: bool = False) -> None:
+                 curve: CurveClient | None = None, replay: bool = False,
+                 on_cut: Callable[[Feed, int, int], None] | None = None) -> None:
         self._ctx = context
         self._curve = curve
         self._poller = poller
@@ -92,7 +93,7 @@ class Feeds:
         # while the subscriber replays the journal: what the exchanges send is held there, not ordered yet
         self.hold: Callable[[tuple, bytes, int, int, int], None] | None = None
         # told of each cut an exchange of a durable queue sends (exchange, journal offset, tag)
-        self.on_cut: Callable[[Feed, int, int], None] | None = None
+        self.on_cut = on_cut
         self._replay = replay
         self._rcvhwm = rcvhwm
         self._order = order
@@ -105,6 +106,9 @@ class Feeds:
         self.cuts = 0  # times an exchange cut us off
         self._next_progress = 0.0  # no progress report before this (monotonic seconds)
 
+    def hold_in(self, hold: Callable[[tuple, bytes, int, int, int], None] | None) -> None:
+        """Hold what the exchanges send in ``hold`` (a replay's), not ordered yet; None: order it again."""
+        self.hold = hold
     def get(self, exchange: str) -> Feed | None:
         return self._feeds.get(exchange)
 
@@ -299,9 +303,9 @@ class Feeds:
             elif kind == batch.CUT:
                 if self.on_cut is not None and h.epoch != feed.rejoin:  # (told again: the same cut)
                     self.cuts += 1
-                    self.on_cut(feed, batch.floor_of(h), h.epoch)
+                    self.on_cut(feed, h.floor, h.epoch)
             else:
-                feed.floor = batch.floor_of(h)
+                feed.floor = h.floor
                 if not feed.heard:
                     feed.heard = True
                     self._heard(exchange)

@@ -86,10 +86,10 @@ class Subscriber:
         self._journal = ""  # where the queue's journal is read, as the monitor said
         self._deliver = functools.partial(_to_batches, self._batches, self._names, self._latency.batch)
         self._feeds = Feeds(context, self._poller, self.id, prefix, config.rcvhwm, self._order, self._deliver,
-                            self._heard, self._who, curve=config.curve, replay=self._replay is not None)
+                            self._heard, self._who, curve=config.curve, replay=self._replay is not None,
+                            on_cut=functools.partial(self._cut, context))
         if self._replay is not None:
-            self._feeds.hold = self._replay.hold
-        self._feeds.on_cut = functools.partial(self._cut, context)
+            self._feeds.hold_in(self._replay.hold)
         locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
         self._monitor = MonitorChannel(context, locator, self._who, config.curve)
         self._poller.register(self._monitor.socket, zmq.POLLIN)
@@ -273,7 +273,7 @@ class Subscriber:
         """Deliver what the journal gave; hand over to the live stream once past the seams; come back to the
         exchanges that cut us off once at the journal's end."""
         if replay.take(self._order, self._deliver, self._feeds.listed()):
-            self._feeds.hold = None
+            self._feeds.hold_in(None)
             self._replay = None
             self._feeds.release(replay.finish(self._who))
         elif replay.at_end:
@@ -288,7 +288,7 @@ class Subscriber:
         if replay is None:
             replay = self._replay = Replay.catching_up(context, self._poller, self.id, self.prefix, start,
                                                        self.config.curve)
-            self._feeds.hold = replay.hold
+            self._feeds.hold_in(replay.hold)
             replay.connect(self._journal)
         log.warning("%s: %s cut us off (we did not keep up): reading the journal from offset %d", self._who,
                     feed.exchange, start)

@@ -32,6 +32,14 @@ class Accounting:
         self.started = now
         self.max_publishers = max_publishers
 
+    def spent(self, seconds: float) -> None:
+        """Count ``seconds`` spent handling traffic."""
+        self.busy += seconds
+
+    def restart(self, now: float) -> None:
+        """Begin the period at ``now`` (counting nothing of what came before)."""
+        self.__init__(now, max_publishers=self.max_publishers)  # type: ignore[misc]
+
     def count_publisher(self, publisher: bytes, records: int, size: int) -> None:
         """Count one batch of ``publisher`` (off the hot path, which does the same inline)."""
         stat = self.publishers.get(publisher)
@@ -57,5 +65,5 @@ class Accounting:
             busy=min(1.0, self.busy / period),
             dropped=dropped,
         )
-        self.__init__(now, max_publishers=self.max_publishers)  # type: ignore[misc]
+        self.restart(now)
         return kpi

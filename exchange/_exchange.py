@@ -21,15 +21,16 @@ import psutil
 import zmq
 
 from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
-from exchange._forwarder import RETRY_S, Forwarder, describe_bounds
+from exchange._forwarder import Forwarder
 from exchange._journaling import JournalFeed
 from roq import control
 from roq.config import DURABILITIES, ExchangeConfig
 from roq.errors import ProtocolError
+from roq.loop import Loop, Timer
 from roq.pipe import MAX_FRAME
 from roq.runtime import DropCounter, SignalWakeup
 from roq.server import Dispatcher, Request
-from roq.sockets import HandshakeWatch, check_endpoint, poll_ms
+from roq.sockets import HandshakeWatch, check_endpoint
 from exchange._admission import Admission
 from roq.curve import Curve
 
@@ -63,7 +64,6 @@ class Exchange:
         self._process = psutil.Process()
         self._process.cpu_percent(None)
         self._draining_since: float | None = None
-        self._stopping = False
         self._kpi_period = config.kpi_period
         self._next_reply_log = 0.0
         # ConfigError: an unsafe or unreadable key file, an unreadable keyring
@@ -86,7 +86,9 @@ class Exchange:
         self._watches: list[HandshakeWatch] = []
         self._journal_told = False  # no publisher is read before the monitor said whether the queue is durable
         self._durability = "none"
-        self._poller: zmq.Poller | None = None
+        self.loop = Loop(f"exchange {self.id}", self.drops)
+        self._kpi_timer: Timer | None = None
+        self._dropped_at_report = 0
 
     @property
     def frontend_endpoint(self) -> str:
@@ -115,7 +117,7 @@ class Exchange:
         self.monitor.send(self._heartbeat())
         log.info("exchange %s: frontend %s, backend %s, monitor %s", self.id, fwd.frontend_endpoint,
                  fwd.backend_endpoint, cfg.monitor)
-        log.info("exchange %s: memory bounds: %s", self.id, describe_bounds(fwd))
+        log.info("exchange %s: memory bounds: %s", self.id, fwd.describe_bounds())
         if self.curve is not None:
             log.info("exchange %s: %s", self.id, self.curve.describe())
         else:
@@ -139,101 +141,60 @@ class Exchange:
     # ------------------------------------------------------------------ loop
 
     def serve(self, wakeup: SignalWakeup | None = None) -> None:
-        """Run until stopped: by a signal on ``wakeup`` (graceful drain), or a Shutdown from the monitor."""
-        cfg = self.config
-        fwd = self.forwarder
-        poller = zmq.Poller()
-        self._poller = poller
-        # publishers and subscribers wait until the monitor said whether the queue is durable, and with CURVE
-        # until it sent the permissions
-        closed = not self._open()
-        reading = not closed and not fwd.blocked  # the frontend is polled
-        poller.register(fwd.frontend, zmq.POLLIN if reading else 0)
-        poller.register(fwd.backend, 0 if closed else zmq.POLLIN)  # subscriptions
-        poller.register(self.monitor.socket, zmq.POLLIN)
-        for watch in self._watches:
-            poller.register(watch.socket, zmq.POLLIN)
+        """Run until stopped: by a signal on ``wakeup`` (graceful drain), or a Shutdown from the monitor. The
+        loop's table of registrations: publishers and subscribers (the forwarder's), the monitor, the host
+        manager's commands, ZAP, the handshake watches, the heartbeat and the KPIs."""
+        loop = self.loop
+        if self.curve is not None:
+            self.curve.attach(loop, on_change=self.forwarder.revoke)  # a key removed: its subscribers go now
         if wakeup is not None:
-            poller.register(wakeup.fd, zmq.POLLIN)
-        commands = self._commands
-        if commands is not None:
-            poller.register(commands.fd, zmq.POLLIN)
-        zap = self.curve.zap if self.curve is not None else None
-        if zap is not None:
-            poller.register(zap.socket, zmq.POLLIN)
-        now = time.monotonic()
-        fwd.acct.started = now
-        dropped_at_report = 0
-        next_beat = now + cfg.heartbeat_interval
-        next_kpi = now + self._kpi_period
-        while not self._stopping:
-            timeout = max(0.0, min(next_beat, next_kpi, fwd.acks.due) - time.monotonic())
-            holding = fwd.blocked  # then the frontend is not polled
-            retrying = fwd.retrying  # a held batch, or the journal's backlog: tried again every RETRY_S
-            if retrying:
-                timeout = min(timeout, RETRY_S)
-            polled = time.monotonic()
-            events = dict(poller.poll(poll_ms(timeout)))
-            # time spent holding a batch back for a full pipe is busy time: the exchange forwards no faster
-            started = polled if retrying else time.monotonic()
-            if zap is not None and zap.socket in events:
-                zap.readable()
-            if fwd.backend in events:
-                fwd.subscriptions.readable()
-            if fwd.journal is not None and fwd.journal.socket in events:
-                fwd.read_journal()
-            if not closed and (holding or fwd.frontend in events):
-                fwd.forward()  # the held batch first
-            if self.monitor.socket in events:
-                self.monitor.readable()
-                if closed and self._open():
-                    closed = False
-                    poller.modify(fwd.backend, zmq.POLLIN)
-            # a full pipe or the journal holds the publishers back, or lets them go: whatever changed it (a held
-            # batch out, the monitor naming a journal or none), the frontend is polled exactly while it may be read
-            if reading != (not closed and not fwd.blocked):
-                reading = not reading
-                poller.modify(fwd.frontend, zmq.POLLIN if reading else 0)
-            if wakeup is not None and wakeup.fd in events and wakeup.consume():
-                self._begin_drain("signal")
-            if commands is not None and commands.fd in events:
-                commands.readable(started)
-                if commands.closed:  # the host manager is gone: its death signal follows
-                    poller.unregister(commands.fd)
-                    commands = None
-            for watch in self._watches:
-                if watch.socket in events:
-                    watch.handle()
-            now = time.monotonic()
-            if now >= fwd.acks.due:
-                fwd.acks.send()
-            fwd.acct.busy += now - started
-            if now >= next_beat:
-                next_beat = now + cfg.heartbeat_interval
-                self.monitor.send(self._heartbeat())
-                fwd.subscriptions.beacon()
-                if self.curve is not None and self.curve.refresh():  # a key removed: its subscribers go now
-                    self.forwarder.subscriptions.revoke()
-                if fwd.journal is not None:
-                    fwd.journal.tick(now)
-                self._check_drained(now)
-                if commands is not None:
-                    commands.expire(now)
-            if now >= min(next_kpi, fwd.acct.started + self._kpi_period):
-                next_kpi = now + self._kpi_period
-                kpi = fwd.acct.report(self.id, now, cpu_percent=self._process.cpu_percent(None),
-                                      rss_bytes=self._process.memory_info().rss,
-                                      dropped=self.drops.total - dropped_at_report)
-                dropped_at_report = self.drops.total
-                self.monitor.send(kpi)
-        fwd.acks.send()
+            loop.on_signal(wakeup, lambda: self._begin_drain("signal"))
+        self.forwarder.attach(loop, self.config.heartbeat_interval)
+        if self._open():  # publishers and subscribers wait until the monitor said whether the queue is durable,
+            self.forwarder.admit()  # and with CURVE until it sent the permissions
+        loop.add(self.monitor.socket, self._on_monitor, "the monitor")
+        if self._commands is not None:
+            loop.add(self._commands.fd, self._on_commands, "the host manager's commands")
+        for watch in self._watches:
+            loop.add(watch.socket, watch.handle, "handshakes")
+        loop.every(self.config.heartbeat_interval, self._beat, "the heartbeat")
+        self._kpi_timer = loop.every(lambda: self._kpi_period, self._report, "the KPIs")
+        loop.run()
+        self.forwarder.finish()
         log.info("exchange %s stopped (%d malformed inputs dropped in all)", self.id, self.drops.total)
+
+    def _on_monitor(self) -> None:
+        admitted = self._open()
+        self.monitor.readable()
+        if not admitted and self._open():
+            self.forwarder.admit()
+
+    def _on_commands(self) -> None:
+        commands = self._commands
+        assert commands is not None
+        commands.readable(time.monotonic())
+        if commands.closed:  # the host manager is gone: its death signal follows
+            self.loop.remove(commands.fd)
+            self._commands = None
+
+    def _beat(self, now: float) -> None:
+        self.monitor.send(self._heartbeat())
+        self._check_drained(now)
+        if self._commands is not None:
+            self._commands.expire(now)
+
+    def _report(self, now: float) -> None:
+        kpi = self.forwarder.acct.report(self.id, now, cpu_percent=self._process.cpu_percent(None),
+                                         rss_bytes=self._process.memory_info().rss,
+                                         dropped=self.drops.total - self._dropped_at_report)
+        self._dropped_at_report = self.drops.total
+        self.monitor.send(kpi)
 
     # ------------------------------------------------------------------ commands
 
     def _on_shutdown(self, msg: control.Shutdown, _request: Request) -> None:
         log.info("exchange %s: shutdown asked by the monitor (%s)", self.id, msg.reason[:200] or "no reason")
-        self._stopping = True
+        self.loop.stop()
 
     def _on_kpi_period(self, msg: control.KpiPeriod, _request: Request) -> None:
         if not MIN_KPI_PERIOD <= msg.period <= MAX_KPI_PERIOD:
@@ -241,6 +202,8 @@ class Exchange:
         if msg.period != self._kpi_period:
             log.info("exchange %s: KPI period now %.2fs (was %.2fs)", self.id, msg.period, self._kpi_period)
             self._kpi_period = msg.period
+            if self._kpi_timer is not None:  # a shorter period: the next report is due sooner
+                self._kpi_timer.at(min(self._kpi_timer.due, time.monotonic() + msg.period))
 
     def _on_permissions(self, msg: control.AclRules, _request: Request) -> None:
         """The cluster's permissions, from the monitor: held from now on; a subscriber they no longer allow gets
@@ -248,7 +211,7 @@ class Exchange:
         admission = self.admission
         if admission is None or not admission.adopt(msg):  # ConfigError: a rule that does not read, counted
             return
-        gone = self.forwarder.subscriptions.revoke()
+        gone = self.forwarder.revoke()
         log.info("exchange %s: permissions %s (%s)%s", self.id, admission.digest,
                  f"{len(msg.rules)} rules" if msg.enforced else "none set: every key of the keyring",
                  f"; {len(gone)} subscribers no longer allowed, dropped" if gone else "")
@@ -272,20 +235,14 @@ class Exchange:
         fwd = self.forwarder
         holding = durable and not endpoint
         if holding != fwd.hold_for_journal:
-            fwd.hold_for_journal = holding
+            fwd.hold(holding)
             if holding:
                 log.warning("exchange %s: the queue is durable (%s) and no journal is known: nothing new is "
                             "acknowledged until one is", self.id, msg.durability)
         current = fwd.journal.endpoint if fwd.journal is not None else ""
         if holding or endpoint == current:
             return
-        poller = self._poller
-        if fwd.journal is not None and poller is not None:
-            poller.unregister(fwd.journal.socket)
-        feed = JournalFeed(self._ctx, endpoint, msg.durability, self.curve) if endpoint else None
-        fwd.set_journal(feed)
-        if feed is not None and poller is not None:
-            poller.register(feed.socket, zmq.POLLIN)
+        fwd.set_journal(JournalFeed(self._ctx, endpoint, msg.durability, self.curve) if endpoint else None)
         log.info("exchange %s: %s", self.id, f"journal {endpoint} ({msg.durability}): publishers are acknowledged "
                  "once it has their records" if endpoint else "no journal: the queue is not durable")
 
@@ -334,7 +291,7 @@ class Exchange:
             return
         idle = now - max(self.forwarder.last_data, self._draining_since)
         if idle >= 2 * self.config.heartbeat_interval or now - self._draining_since >= self.config.drain_timeout:
-            self._stopping = True
+            self.loop.stop()
 
 
 def _journal_figures(journal: JournalFeed | None) -> dict[str, int]:

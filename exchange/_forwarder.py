@@ -51,7 +51,7 @@ peer connects (so the bounds are set once, before binding):
 and the process's ZAP handler (:class:`roq.zap.ZapServer`) admits only the keys of its keyring; every batch
 and subscription then comes with its sender's principal (``User-Id``). **An identity is its key**: the
 publisher id a batch's header names, and the subscriber id a subscription names, must be one of its sender's
-key's own (:meth:`roq.zap.Keyring.owns`), and so must a routing id the peer chose (:func:`roq.zap.may_use`);
+key's own (:meth:`roq.zap.Keyring.owns`), and so must a routing id the peer chose (:meth:`roq.zap.Keyring.may_use`);
 anything else is dropped and counted as ``forged id``. Neither ROUTER hands an id over to a second connection
 (no ``ROUTER_HANDOVER``), and our clients choose no routing id: each connection has the ROUTER's own, new at
 every reconnection, so a stranger cannot end, replace or redirect another's connection by presenting its id,
@@ -80,14 +80,15 @@ from exchange._subscriptions import Subscriptions
 from roq import batch
 from roq.batch import BatchError
 from roq.config import ExchangeConfig
+from roq.loop import Loop
 from roq.runtime import DropCounter
 from roq.sockets import bind
 from roq.curve import Curve
-from roq.zap import Keyring, may_claim, may_use, recv_from
+from roq.zap import Keyring, recv_from
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Forwarder", "describe_bounds", "BURST", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
+__all__ = ["Forwarder", "BURST", "PUBLISHER_QUEUE_BYTES", "MIN_PUBLISHER_HWM",
            "SYNC_MASK", "RETRY_S", "PAUSED_S"]
 
 #: Batches forwarded before the loop looks at its timers and other sockets again.
@@ -143,6 +144,9 @@ class Forwarder:
         self.backend_endpoint = ""
         self.journal: JournalFeed | None = None  # a durable queue's journal (see set_journal)
         self.hold_for_journal = False  # a durable queue with no journal known: read no publisher
+        self._loop: Loop | None = None  # the process's loop, once attached
+        self._admitted = False  # publishers and subscribers may be read
+        self._retrying_at_poll = False
 
         self.frontend = context.socket(zmq.ROUTER)  # no handover: a second connection never takes an id
         # room for a body over the bound, so that an oversized batch is counted rather than cut off unseen
@@ -175,11 +179,76 @@ class Forwarder:
         self.frontend_endpoint = bind(self.frontend, address, frontend_port)
         self.backend_endpoint = bind(self.backend, address, backend_port)
 
+    def describe_bounds(self) -> str:
+        """The memory bounds the forwarder keeps, for the log."""
+        largest = self.config.max_batch_bytes + batch.MAX_KEY + batch.HEADER_SIZE
+        return (f"{self.subscriber_hwm} batches per subscriber (at most {self.subscriber_hwm * largest >> 20} MiB "
+                f"of batches up to {largest} bytes; subscriber_queue_bytes "
+                f"{self.config.subscriber_queue_bytes >> 20} MiB), {self.publisher_hwm} batches per publisher (at "
+                f"most {self.publisher_hwm * largest >> 20} MiB), {self.acct.max_publishers} publishers counted per "
+                f"KPI period, {self.acks.limit} acknowledgements pending at most, {self.subscribers.limit} "
+                f"subscribers at most")
+
     def close(self) -> None:
         for sock in (self.frontend, self.backend):
             sock.close()
         if self.journal is not None:
             self.journal.close()
+
+    # ------------------------------------------------------------------ in the process's loop
+
+    def attach(self, loop: Loop, heartbeat_interval: float) -> None:
+        """Serve in ``loop``: the frontend read exactly while publishers may be (:meth:`admit`, and not
+        :attr:`blocked`), the subscriptions once admitted, the journal's acknowledgements, a held batch tried
+        again every :data:`RETRY_S`, the acknowledgements when due, the beacons every ``heartbeat_interval``, and
+        the time spent handling traffic (waiting on a held batch counts: the exchange forwards no faster)."""
+        self._loop = loop
+        loop.add(self.backend, self.subscriptions.readable, "subscriptions", flags=zmq.POLLIN if self._admitted else 0)
+        if self.journal is not None:
+            loop.add(self.journal.socket, self.read_journal, "the journal's acknowledgements")
+        loop.add(self.frontend, self.forward, "the publishers' batches", flags=0)
+        loop.deadline(lambda: self.retried + RETRY_S if self.retrying else float("inf"), lambda now: self.forward(),
+                      "a held batch")
+        loop.deadline(lambda: self.acks.due, lambda now: self.acks.send(), "the acknowledgements")
+        loop.every(heartbeat_interval, self._beat, "the beacons")
+        loop.before_poll(self._before_poll, "the traffic's accounting")
+        loop.after_turn(self._after_turn, "the traffic's accounting")
+        self.acct.restart(time.monotonic())
+
+    def admit(self) -> None:
+        """Publishers and subscribers may be read from now on (the exchange knows whether the queue is durable,
+        and who may)."""
+        self._admitted = True
+        if self._loop is not None:
+            self._loop.want(self.backend, zmq.POLLIN)
+
+    def hold(self, holding: bool) -> None:
+        """A durable queue with no journal known (``holding``): read no publisher, acknowledge nothing new."""
+        self.hold_for_journal = holding
+
+    def revoke(self) -> list[Subscriber]:
+        """Drop the subscribers the permissions no longer allow (see :meth:`Subscriptions.revoke`)."""
+        return self.subscriptions.revoke()
+
+    def finish(self) -> None:
+        """At the end: the acknowledgements owed go out."""
+        self.acks.send()
+
+    def _before_poll(self) -> None:
+        self._retrying_at_poll = self.retrying
+
+    def _after_turn(self, now: float) -> None:
+        loop = self._loop
+        assert loop is not None
+        self.acct.spent(now - (loop.polled if self._retrying_at_poll else loop.woke))
+        # a full pipe or the journal holds the publishers back, or lets them go: whatever changed it (a held batch
+        # out, the monitor naming a journal or none), the frontend is polled exactly while it may be read
+        loop.want(self.frontend, zmq.POLLIN if self._admitted and not self.blocked else 0)
+
+    def _beat(self, now: float) -> None:
+        self.subscriptions.beacon()
+        if self.journal is not None:
+            self.journal.tick(now)
 
     # ------------------------------------------------------------------ the hot path
 
@@ -379,7 +448,12 @@ class Forwarder:
         """Feed ``feed``'s journal from now on; None: no journal, the queue is not durable any more (what the
         previous one had not acknowledged is acknowledged by the exchange, as everything is from now on)."""
         old, self.journal = self.journal, feed
-        self.subscriptions.journal = feed
+        self.subscriptions.read_from(feed)
+        if self._loop is not None:
+            if old is not None:
+                self._loop.remove(old.socket)
+            if feed is not None:
+                self._loop.add(feed.socket, self.read_journal, "the journal's acknowledgements")
         if old is None:
             return
         if feed is not None:
@@ -411,9 +485,9 @@ def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publi
     if len(frames) != 4:
         return frames  # the frame count is checked by the caller
     publisher = frames[2][batch.PUBLISHER_OFFSET:batch.PUBLISHER_OFFSET + 16]
-    refused = may_use(keyring, principal, frames[0])
+    refused = keyring.may_use(principal, frames[0])
     if not refused and len(frames[2]) == batch.HEADER_SIZE:  # (a header of another size: check_incoming drops it)
-        refused = may_claim(keyring, principal, publisher)
+        refused = keyring.may_claim(principal, publisher)
     if refused:
         drops.drop(refused, f"{principal} sent a batch of publisher {publisher.hex()} on the connection "
                             f"{frames[0].hex()[:32]}")
@@ -430,11 +504,3 @@ def _log_stall(sub: Subscriber, waited: float, hold: float, stalls: int) -> None
                     "has had room for %.1fs (%d times in all)", sub.id.hex()[:8], waited, hold, stalls)
 
 
-def describe_bounds(fwd: Forwarder) -> str:
-    """The memory bounds a forwarder keeps, for the log."""
-    largest = fwd.config.max_batch_bytes + batch.MAX_KEY + batch.HEADER_SIZE
-    return (f"{fwd.subscriber_hwm} batches per subscriber (at most {fwd.subscriber_hwm * largest >> 20} MiB of "
-            f"batches up to {largest} bytes; subscriber_queue_bytes {fwd.config.subscriber_queue_bytes >> 20} "
-            f"MiB), {fwd.publisher_hwm} batches per publisher (at most {fwd.publisher_hwm * largest >> 20} "
-            f"MiB), {fwd.acct.max_publishers} publishers counted per KPI period, {fwd.acks.limit} "
-            f"acknowledgements pending at most, {fwd.subscribers.limit} subscribers at most")

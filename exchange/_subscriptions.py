@@ -33,7 +33,7 @@ from exchange._subscribers import Cut, Subscriber, Subscribers
 from roq import batch
 from roq.batch import BatchError
 from roq.runtime import DropCounter
-from roq.zap import Keyring, may_claim, may_use, recv_from
+from roq.zap import Keyring, recv_from
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,10 @@ class Subscriptions:
         self.cuts = 0  # subscribers cut off (a durable queue's: they read the journal instead)
         self.journal: JournalFeed | None = None  # a durable queue's: replaying subscribers' seams go there
 
+
+    def read_from(self, journal: JournalFeed | None) -> None:
+        """The queue's journal from now on (None: not durable): replaying subscribers' seams go there."""
+        self.journal = journal
     def readable(self) -> None:
         """Read what subscribers sent (their subscriptions and progress reports); anything else is dropped and
         counted."""
@@ -95,7 +99,7 @@ class Subscriptions:
                 self.drops.drop(exc.reason, str(exc))
                 continue
             if keyring is not None:  # its id, and a routing id it chose, must be its key's own
-                refused = may_use(keyring, principal, frames[0]) or may_claim(keyring, principal, subscriber)
+                refused = keyring.may_use(principal, frames[0]) or keyring.may_claim(principal, subscriber)
                 if refused:
                     self.drops.drop(refused, f"{principal} subscribed as {subscriber.hex()[:32]} on the connection "
                                              f"{frames[0].hex()[:32]}")

@@ -62,6 +62,10 @@ class Census:
         self.on_round = on_round
         self._round_open = False
 
+    def follow(self, on_status: Callable[[Snapshot], None], on_round: Callable[[], None]) -> None:
+        """Call ``on_status`` with each new snapshot and ``on_round`` at the end of each round from now on."""
+        self.on_status, self.on_round = on_status, on_round
+
     def sockets(self) -> set[zmq.Socket]:
         return self.asks.sockets()
 

@@ -10,6 +10,7 @@ when it reconnects, joins again as a new candidate at the end of the line. Both 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from roq.documents import GcmDoc
@@ -37,6 +38,10 @@ class Election:
         self.candidate = ""  # the name of our candidate node
         self.leading = False
         self.leader: GcmDoc | None = None  # the leader's endpoints, as published (None: none known)
+
+    def publish(self, **endpoints: str) -> None:
+        """This GCM's endpoints, once bound: what its candidate node will say."""
+        self.me = dataclasses.replace(self.me, **endpoints)
 
     def lost(self) -> None:
         """Our session expired: we lead no more and must stand again."""

@@ -47,7 +47,8 @@ from roq.errors import (BrokerConnectionError, NodeExistsError, NodeMissingError
 from roq.runtime import DropCounter, SignalWakeup
 from roq.http import HttpServer
 from roq.server import Dispatcher, PendingReplies, Request, RouterServer
-from roq.sockets import bind, poll_ms
+from roq.loop import Loop
+from roq.sockets import bind
 from roq.zk import Create, Paths, Session, ZkAuth
 
 __all__ = ["Gcm"]
@@ -56,6 +57,8 @@ log = logging.getLogger("gcm")
 
 _MAX_ZMQ_MESSAGE = 128 << 20  # beyond this ZeroMQ drops the peer; below it a too-large request is answered
 _RETRY = 0.1  # seconds before reading ZooKeeper again after a failed read
+STANDBY_WAKE = 0.25  # the longest poll (a standby has no timer of its own)
+INF = float("inf")
 _STALE = (NodeExistsError, NodeMissingError, VersionConflictError)  # the transaction was decided on a stale view
 
 
@@ -92,13 +95,14 @@ class Gcm:
         self.pending = PendingReplies()
         self.stats = StatsAsks(self._ctx, curve=self.curve)
         self.census = Census(self._ctx, config.census_period, curve=self.curve)
-        self.http_api, self.http = _http(self, api) if config.http_port >= 0 else (None, None)
+        self.http_api, self.http = self._http(api) if config.http_port >= 0 else (None, None)
         self.events = EventLog(self.session, self.paths)
         self.host_loss = HostLoss(config.host_grace)
         self.view = View(paths=self.paths)
         self._dirty = True
         self._retry_at = 0.0
-        self._next_trace = 0.0
+        self._asking: set[zmq.Socket] = set()  # the monitors' sockets the loop reads answers on
+        self.loop = Loop(f"GCM {self.id}", self.drops, on_error=self._on_error, idle=STANDBY_WAKE)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -119,7 +123,7 @@ class Gcm:
                      "broadcast": bind(self.broadcaster.socket, c.address, c.broadcast_port)}
         if self.http is not None:
             endpoints["http"] = self.http.bind(c.http_address, c.http_port)
-        self.election.me = dataclasses.replace(self.election.me, **endpoints)
+        self.election.publish(**endpoints)
         self.session.start()
         try:
             _prepare(self.session, self.paths, c.admin if self.curve is not None else None)
@@ -150,66 +154,81 @@ class Gcm:
         return self.election.leader
 
     def serve(self, wakeup: SignalWakeup) -> None:
-        """Serve until a signal asks to stop."""
-        poller = zmq.Poller()
+        """Serve until a signal asks to stop: the loop's table of registrations."""
+        loop, census, acting = self.loop, self.census, self._acting
+        loop.on_signal(wakeup, self._on_signal)
+        loop.add(self.session.fd, self._on_zookeeper, "session events")
+        loop.deadline(lambda: self._retry_at if self._dirty else INF, lambda now: self._refresh(), "reading again")
+        if self.curve is not None:
+            self.curve.attach(loop)
+        loop.add(self.lookup.socket, self.lookup.readable, "the look-up port")
+        loop.add(self.management.socket, self.management.readable, "the management port")
         # The broadcast PUB never has input for us, but libzmq handles what peers send it (subscriptions,
         # closed connections) only when its owner calls into the socket: a standby's PUB, never sent on, kept
         # every message and every connection that ever came (the 1,000-seed fuzz grew a standby by 388 MB).
         # Polled, the socket is tended whenever something arrives.
-        for item in (wakeup.fd, self.session.fd, self.lookup.socket, self.management.socket, self.broadcaster.socket):
-            poller.register(item, zmq.POLLIN)
-        curve = self.curve
-        for sock in curve.sockets if curve is not None else ():
-            poller.register(sock, zmq.POLLIN)
-        asking: set[zmq.Socket] = set()
-        while True:
-            wanted = self.stats.sockets() | self.census.sockets()
-            for sock in asking - wanted:  # stats asks answered since the last turn
-                poller.unregister(sock)
-            for sock in wanted - asking:
-                poller.register(sock, zmq.POLLIN)
-            asking = wanted
-            if self.http is not None:
-                self.http.sync(poller)
-            now = time.monotonic()
-            wake = now + 0.25  # a standby wakes only to notice signals; a leader also for its timers
-            if self.leading:
-                wake = min(wake, self.broadcaster.next_at, self.census.next_at,
-                           self.host_loss.next_deadline(now) or wake)
-            timeout = max(0.02, self._retry_at - now) if self._dirty else max(0.0, wake - now)
-            events = dict(poller.poll(poll_ms(timeout)))
-            if wakeup.fd in events and wakeup.consume():
-                log.info("GCM %s: stopping on signal", self.id)
-                return
-            if self.session.fd in events:
-                self._guarded("session events", self._on_session)
-            if self._dirty and time.monotonic() >= self._retry_at:
-                self._refresh()
-            if curve is not None:
-                curve.tend(events)
-            for server in (self.lookup, self.management):
-                if server.socket in events:
-                    server.readable()
-            census = self.census.sockets()
-            for sock in asking & set(events):
-                answered = self.census.readable if sock in census else self.stats.readable
-                self._guarded("a monitor's status", answered, sock)
-            if self.http is not None:
-                self._guarded("HTTP", self.http.ready, events)
-            now = time.monotonic()
-            self.pending.expire(now)
-            self._guarded("stats deadlines", self.stats.expire, now)
-            self._guarded("census deadlines", self.census.expire, now)
-            if self.http is not None:
-                self.http.expire(now)
-            if self.leading and not self._dirty and now >= self.census.next_at:
-                self._guarded("the census", self.census.round, self.view, now)  # the feeds follow its answers
-            if self.leading and not self._dirty:
-                self._guarded("host loss and removals", self._maintain, now)
-            if self.leading:
-                self._guarded("the audit trail", self.audit.flush)
-            if self.leading and now >= self.broadcaster.next_at:
-                self._guarded("the broadcast", self.broadcaster.publish, self.view, now, force=True)
+        loop.add(self.broadcaster.socket, lambda: None, "the broadcast's connections")
+        loop.before_poll(self._follow_asks, "the monitors' answers")
+        if self.http is not None:
+            self.http.attach(loop)
+        loop.deadline(lambda: census.next_at if acting() else INF, self._census, "the census")
+        loop.deadline(lambda: (self.host_loss.next_deadline(time.monotonic()) or INF) if acting() else INF,
+                      lambda now: None, "a lost host's grace")  # (acted on at the end of the turn)
+        loop.deadline(lambda: self.broadcaster.next_at if self.leading else INF, self._broadcast, "the broadcast")
+        loop.after_turn(self._expire, "deadlines")
+        loop.after_turn(self._lead, "the leader's own decisions")
+        loop.run()
+
+    def _on_zookeeper(self) -> None:
+        """Session events and watches: the view read again before the requests of this turn are decided."""
+        self._on_session()
+        if self._dirty and time.monotonic() >= self._retry_at:
+            self._refresh()
+
+    def _on_signal(self) -> None:
+        log.info("GCM %s: stopping on signal", self.id)
+        self.loop.stop()
+
+    def _acting(self) -> bool:
+        """The leader, with a view read since the last change: it may decide on its own."""
+        return self.leading and not self._dirty
+
+    def _follow_asks(self) -> None:
+        """The monitors' sockets that the stats and the census ask on come and go: keep the loop in step."""
+        wanted = self.stats.sockets() | self.census.sockets()
+        for sock in self._asking - wanted:  # asks answered since the last turn
+            self.loop.remove(sock)
+        for sock in wanted - self._asking:
+            self.loop.add(sock, lambda sock=sock: self._answered(sock), "a monitor's status")
+        self._asking = wanted
+
+    def _answered(self, sock: zmq.Socket) -> None:
+        (self.census.readable if sock in self.census.sockets() else self.stats.readable)(sock)
+
+    def _census(self, now: float) -> None:
+        self.census.round(self.view, now)  # the feeds follow its answers
+
+    def _broadcast(self, now: float) -> None:
+        self.broadcaster.publish(self.view, now, force=True)
+
+    def _expire(self, now: float) -> None:
+        self.pending.expire(now)
+        self.loop.guarded("stats deadlines", self.stats.expire, now)
+        self.loop.guarded("census deadlines", self.census.expire, now)
+
+    def _lead(self, now: float) -> None:
+        if self._acting():
+            self.loop.guarded("host loss and removals", self._maintain, now)
+        if self.leading:
+            self.audit.flush()
+
+    def _on_error(self, what: str, exc: Exception) -> bool:
+        """ZooKeeper away: a warning, and the view read again; anything else is the loop's (a bug)."""
+        if not isinstance(exc, ZooKeeperError):
+            return False
+        log.warning("GCM %s: %s failed (%s)", self.id, what, exc)
+        self._dirty = True
+        return True
 
     def close(self) -> None:
         self.stats.close()
@@ -300,6 +319,21 @@ class Gcm:
                 continue
             self._settle(outcome)
 
+    def _http(self, api: Api) -> tuple[HttpApi, HttpServer]:
+        """The GCM's HTTP API, fed by its census, and the server that serves it.
+
+        Raises:
+            ConfigError: the token file or the token directory is unsafe or unreadable.
+        """
+        c = self.config
+        dispatcher = Dispatcher(f"gcm {self.id} http", api.handlers("http"), self.drops, max_bytes=m.MAX_REQUEST_BYTES)
+        token = read_token(c.api_token_file)
+        http_api = HttpApi(self, dispatcher, token=token, top=c.metrics_top, secure=self.curve is not None,
+                           tokens=Tokens(token, c.admin, c.api_tokens))
+        self.census.follow(http_api.census_taken, http_api.feed.tick)
+        return http_api, HttpServer(http_api.handle, where=f"gcm {self.id} http", drops=self.drops,
+                                    max_body=m.MAX_REQUEST_BYTES)
+
     # ------------------------------------------------------------------ ZooKeeper
 
     def _on_session(self) -> None:
@@ -330,44 +364,9 @@ class Gcm:
         except ZooKeeperError as exc:
             log.warning("GCM %s: reading ZooKeeper failed (%s); retrying", self.id, exc)
             self._dirty, self._retry_at = True, time.monotonic() + _RETRY
-        except Exception:  # a bug: logged, and the read tried again; the loop goes on
-            self._trace("reading the topology")
+        except Exception as exc:  # a bug: logged, and the read tried again; the loop goes on
+            self.loop.failed("reading the topology", exc)
             self._dirty, self._retry_at = True, time.monotonic() + 1.0
-
-    # ------------------------------------------------------------------ the loop's boundary
-
-    def _guarded(self, what: str, step: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """Run one step of the loop; an exception is logged (its traceback at most every 10 s), never raised."""
-        try:
-            step(*args, **kwargs)
-        except ZooKeeperError as exc:
-            log.warning("GCM %s: %s failed (%s)", self.id, what, exc)
-            self._dirty = True
-        except Exception:
-            self._trace(what)
-
-    def _trace(self, what: str) -> None:
-        self.drops.drop("internal error", what)
-        if time.monotonic() >= self._next_trace:
-            self._next_trace = time.monotonic() + 10.0
-            log.exception("GCM %s: %s failed", self.id, what)
-
-
-def _http(gcm: Gcm, api: Api) -> tuple[HttpApi, HttpServer]:
-    """The GCM's HTTP API, fed by its census, and the server that serves it.
-
-    Raises:
-        ConfigError: the token file or the token directory is unsafe or unreadable.
-    """
-    c = gcm.config
-    dispatcher = Dispatcher(f"gcm {gcm.id} http", api.handlers("http"), gcm.drops, max_bytes=m.MAX_REQUEST_BYTES)
-    token = read_token(c.api_token_file)
-    http_api = HttpApi(gcm, dispatcher, token=token, top=c.metrics_top, secure=gcm.curve is not None,
-                       tokens=Tokens(token, c.admin, c.api_tokens))
-    gcm.census.on_status = http_api.census_taken
-    gcm.census.on_round = http_api.feed.tick
-    return http_api, HttpServer(http_api.handle, where=f"gcm {gcm.id} http", drops=gcm.drops,
-                                max_body=m.MAX_REQUEST_BYTES)
 
 
 def _prepare(session: Session, paths: Paths, admin: str | None) -> None:

@@ -58,6 +58,10 @@ class HostSampler:
         # placement acts on the CPU of the last few reports, not on one busy second (a process starting)
         self._cpu: collections.deque[float] = collections.deque(maxlen=CPU_WINDOW)
 
+
+    def bound(self, endpoint: str) -> None:
+        """The host manager's control endpoint, once bound: what the host's node names."""
+        self.endpoint = endpoint
     def kpis(self) -> HostKpis:
         """This period's KPIs (and its archive record)."""
         now = time.monotonic()
@@ -119,6 +123,10 @@ class Registration:
             log.warning("host manager %s: replaced the node of a previous session", self.address)
         self.registered = True
         log.info("host manager %s registered in ZooKeeper (session %#x)", self.address, self.session.session_id)
+
+    def lost(self) -> None:
+        """The session went, and the host's node with it: register again once connected."""
+        self.registered = False
 
     def report(self, doc: HostDoc) -> None:
         """Rewrite the host's node with ``doc`` (register again if someone deleted it). Never raises."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import Any
 
 import zmq
@@ -28,6 +27,7 @@ from hostmanager._converge import converge, wanted
 from hostmanager._health import Health
 from hostmanager._host import HostSampler, Registration
 from hostmanager._ports import PortAllocator
+from hostmanager._children import Supervised
 from hostmanager._supervision import Children
 from roq import control
 from roq.curve import Curve
@@ -37,12 +37,15 @@ from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
 from roq.runtime import DropCounter, SignalWakeup
 from roq.http import HttpServer
 from roq.server import Dispatcher, Request, RouterServer
-from roq.sockets import bind, check_endpoint, poll_ms
+from roq.loop import Loop
+from roq.sockets import bind, check_endpoint
 from roq.zk import Paths, Session, ZkAuth
 
 __all__ = ["HostManager"]
 
 log = logging.getLogger("hostmanager")
+
+CHECK_S = 0.1  # the children are looked at at least this often (an exit is seen within it)
 
 
 class HostManager:
@@ -91,7 +94,7 @@ class HostManager:
         self.endpoint = ""
         self._skipped: set[str] = set()  # malformed assignment names already logged
         self._dirty = True
-        self._next_kpi = 0.0
+        self._outputs: dict[int, Supervised] = {}  # the children's outputs the loop reads
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -106,7 +109,8 @@ class HostManager:
             log.info("host manager %s: %s (its monitors and exchanges too)", self.address, self.curve.describe())
         else:
             log.warning("host manager %s: plaintext, no CURVE (its monitors and exchanges neither)", self.address)
-        self.endpoint = self.host.endpoint = bind(self.server.socket, self.address, self.config.port)
+        self.endpoint = bind(self.server.socket, self.address, self.config.port)
+        self.host.bound(self.endpoint)
         if self.http is not None:
             self.http_url = self.http.bind(self.config.http_address, self.config.http_port)
         self.session.start()
@@ -122,45 +126,41 @@ class HostManager:
         return {"address": self.address, "endpoint": self.endpoint, "http": self.http_url}
 
     def serve(self, wakeup: SignalWakeup) -> None:
-        poller = zmq.Poller()
-        for fixed in (wakeup.fd, self.session.fd, self.server.socket):
-            poller.register(fixed, zmq.POLLIN)
-        curve = self.curve
-        for sock in curve.sockets if curve is not None else ():
-            poller.register(sock, zmq.POLLIN)
-        watched: dict[int, Any] = {}
-        while True:
-            current = self.children.outputs()  # children's outputs come and go: keep the poller in step
-            for fd in set(watched) - set(current):
-                poller.unregister(fd)
-            for fd in set(current) - set(watched):
-                poller.register(fd, zmq.POLLIN)
-            watched = current
-            if self.http is not None:
-                self.http.sync(poller)
-            events = dict(poller.poll(poll_ms(min(0.1, max(0.0, self._next_kpi - time.monotonic())))))
-            now = time.monotonic()
-            if wakeup.fd in events and wakeup.consume():
-                log.info("host manager %s: stopping on signal", self.address)
-                return
-            if self.session.fd in events:
-                self._on_session()
-            if curve is not None:
-                curve.tend(events)
-            if self.server.socket in events:
-                self.server.readable()
-            if self.http is not None:
-                self.http.ready(events, now)
-                self.http.expire(now)
-            for fd in events:
-                if fd in watched:
-                    self.children.read(watched[fd])
-            self._dirty |= self.children.check(now)
-            if self._dirty and self.registration.registered:
-                self._converge(now)
-            if now >= self._next_kpi:
-                self._next_kpi = now + self.config.kpi_period
-                self.registration.report(self._host_doc())
+        """Run until a signal: the loop's table of registrations."""
+        loop = Loop(f"host manager {self.address}", self.drops, idle=CHECK_S)
+        loop.on_signal(wakeup, lambda: self._stop(loop))
+        loop.add(self.session.fd, self._on_session, "ZooKeeper's events")
+        loop.add(self.server.socket, self.server.readable, "the control port")
+        if self.curve is not None:
+            self.curve.attach(loop)
+        if self.http is not None:
+            self.http.attach(loop)
+        loop.before_poll(lambda: self._watch_outputs(loop), "the children's outputs")
+        loop.after_turn(self._supervise, "supervision")
+        loop.every(lambda: self.config.kpi_period, self._report, "the host's KPIs", first=0.0)
+        loop.run()
+
+    def _stop(self, loop: Loop) -> None:
+        log.info("host manager %s: stopping on signal", self.address)
+        loop.stop()
+
+    def _watch_outputs(self, loop: Loop) -> None:
+        """Children's outputs come and go: keep the loop in step."""
+        current = self.children.outputs()
+        for fd in set(self._outputs) - set(current):
+            loop.remove(fd)
+        for fd, sup in current.items():
+            if fd not in self._outputs:
+                loop.add(fd, lambda sup=sup: self.children.read(sup), "a child's output")
+        self._outputs = current
+
+    def _supervise(self, now: float) -> None:
+        self._dirty |= self.children.check(now)
+        if self._dirty and self.registration.registered:
+            self._converge(now)
+
+    def _report(self, now: float) -> None:
+        self.registration.report(self._host_doc())
 
     def close(self) -> None:
         """Stop every child (SIGTERM, then a second one, then SIGKILL), leave ZooKeeper, close."""
@@ -182,7 +182,7 @@ class HostManager:
         for state in states:
             if state == "lost":
                 log.warning("host manager %s: ZooKeeper session lost; will register again", self.address)
-                self.registration.registered = False
+                self.registration.lost()
             elif state == "connected" and not self.registration.registered:
                 try:
                     self.registration.register(self._host_doc())

@@ -71,9 +71,13 @@ class Balancer:
             source, target = exchanges[move.source], exchanges[move.target]
             self.mover.start(publishers[move.publisher], target, "rule", move.describe(), now)
             # book the move at once so that the next evaluation does not move more than needed
-            source.load.value -= move.publisher_rate
-            target.load.value += move.publisher_rate
+            source.load.shift(-move.publisher_rate)
+            target.load.shift(move.publisher_rate)
             source.hot_since = source.over_since = None
+
+    def wait_for(self, exchange: str) -> None:
+        """The hot exchanges move onto ``exchange`` once every subscriber hears it."""
+        self.fresh = exchange
 
     def check_fresh(self, now: float, *, enabled: bool) -> None:
         """Once every subscriber hears the new exchange, the hot exchanges need not wait for the next

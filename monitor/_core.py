@@ -119,11 +119,11 @@ class Core:
         For ``2 x heartbeat_timeout`` it settles: it does not fail a publisher over from an exchange it has
         not heard of yet, and sends subscribers no list that would take an exchange away from them.
         """
-        self.topology.settle_until = now + 2 * self.config.heartbeat_timeout
+        self.topology.settle(now + 2 * self.config.heartbeat_timeout)
         if view is None:
             return
         self._adopt(view)
-        self.adoption.thresholds_seen = dict(view.thresholds)
+        self.adoption.seen(view)
         self.outbox.event("monitor_started", f"monitor of queue {self.config.queue} started on {endpoint}"
                           + (f"; continuing {earlier} earlier events" if earlier else ""), endpoint=endpoint)
 
@@ -135,10 +135,10 @@ class Core:
     def _adopt(self, view: QueueView) -> None:
         self.permissions.adopt(view.acl)
         if self.scaling is not None:
-            self.scaling.view = view
+            self.scaling.adopt(view)
         if self.adoption.adopt(view) and self.scaling is not None:
             self.scaling.scaler.reset()
-        self.durability.replaced = view.journal_lost
+        self.durability.replaced_times(view.journal_lost)
         self.durability.changed()
 
     # ------------------------------------------------------------------ timers
@@ -179,7 +179,7 @@ class Core:
         self.durability.heartbeat(hb, identity)
         x: ExchangeEntry | None = self.exchanges.heartbeat(hb, identity, now)
         if x is not None and self.scaling is not None and self.scaling.exchange_joined(x, now):
-            self.balancer.fresh = x.id  # the hot exchanges move onto it once every subscriber hears it
+            self.balancer.wait_for(x.id)
 
     def _journal_heartbeat(self, hb: control.JournalHeartbeat, identity: bytes, now: float) -> None:
         self.permissions.heartbeat(hb, identity)  # who may read it (JournalHeartbeat.permissions)

@@ -68,6 +68,10 @@ class Durability:
         intake = self.journal.intake if self.journal is not None and durability != "none" else ""
         return control.Journaling(journal=intake, durability=durability)
 
+    def replaced_times(self, replaced: int) -> None:
+        """How many times the queue's journal was started anew after its host was lost (the GCM says)."""
+        self.replaced = replaced
+
     def changed(self) -> bool:
         """The rules (or the journal) may have changed: tell every exchange, and the journal, what they must know
         now; True if the exchanges were told something new."""

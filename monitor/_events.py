@@ -62,6 +62,10 @@ class EventLog:
         self.counters[counter] = self.counters.get(counter, 0) + n
         self.changed = True
 
+    def saved(self) -> None:
+        """Its owner saved the events: nothing changed since."""
+        self.changed = False
+
     def recent(self, n: int) -> list[dict[str, Any]]:
         """The last ``n`` events, oldest first."""
         return list(self.events)[-n:] if n > 0 else []

@@ -34,7 +34,8 @@ from roq.kpi.archive import ArchiveWriter
 from roq.kpi.records import EventRecord
 from roq.runtime import DropCounter, SignalWakeup
 from roq.server import Dispatcher, Request, RouterServer
-from roq.sockets import HandshakeWatch, bind, poll_ms
+from roq.loop import Loop
+from roq.sockets import HandshakeWatch, bind
 from roq.zk import ZkAuth
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,6 @@ INTERNAL = (control.Heartbeat, control.ExchangeKpi, control.ExchangeBye, control
 STALL = 0.25  # a tick this late means the loop itself stopped (see Core.discount_stall)
 EVALUATIONS_PER_PERIOD = 4  # rule evaluations per KPI period (each acts only on sustained conditions)
 MAX_MESSAGE = 1 << 20  # larger messages make ZeroMQ drop the connection
-GUARD_LOG_INTERVAL = 10.0  # at most one traceback per this many seconds from a failing timer
 
 
 class Monitor:
@@ -100,14 +100,14 @@ class Monitor:
         self._watch: HandshakeWatch | None = None
         self.archive: ArchiveWriter | None = None  # opened by start()
         self.endpoint = ""
-        self._failures = 0  # timer and GCM-answer failures caught in the loop (bugs; logged)
-        self._next_trace = 0.0
-        self._stopping = False
+        self.loop = Loop(f"monitor of queue {config.queue!r}", self.drops)
+        self._gcm: zmq.Socket | None = None  # the GCM leader's socket the loop reads
+        self._next_tick = 0.0
 
     @property
     def failures(self) -> int:
         """Bugs caught at the boundaries (a handler's, a timer's): each logged, none the end of the loop."""
-        return self._failures + self._server.dispatcher.failures
+        return self.loop.failures + self._server.dispatcher.failures
 
     def ready_info(self) -> dict[str, Any]:
         """The ready line's fields."""
@@ -161,53 +161,43 @@ class Monitor:
             self._ctx.term()
 
     def serve(self, wakeup: SignalWakeup | None = None) -> None:
-        """Run until a signal arrives on ``wakeup``."""
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        if self._watch is not None:
-            poller.register(self._watch.socket, zmq.POLLIN)
+        """Run until a signal arrives on ``wakeup``: the loop's table of registrations."""
+        loop = self.loop
         if wakeup is not None:
-            poller.register(wakeup.fd, zmq.POLLIN)
+            loop.on_signal(wakeup, self._on_signal)
         if self.cluster is not None:
-            poller.register(self.cluster.fd, zmq.POLLIN)
+            loop.add(self.cluster.fd, self._on_session, "reading ZooKeeper")
+            loop.before_poll(self._follow_gcm, "the GCM leader's socket")
         if self.curve is not None:
-            poller.register(self.curve.zap.socket, zmq.POLLIN)
-        gcm: zmq.Socket | None = None
-        next_tick = time.monotonic() + TICK
-        next_rule = time.monotonic() + self.core.kpi_period / EVALUATIONS_PER_PERIOD
-        while not self._stopping:
-            if self.cluster is not None and self.cluster.gcm is not gcm:  # the GCM leader changed
-                if gcm is not None:
-                    poller.unregister(gcm)  # works on a closed socket too
-                gcm = self.cluster.gcm
-                if gcm is not None:
-                    poller.register(gcm, zmq.POLLIN)
-            timeout = max(0.0, min(next_tick, next_rule) - time.monotonic())
-            ready = dict(poller.poll(poll_ms(timeout)))
-            if self.cluster is not None:
-                if self.cluster.fd in ready:
-                    self._guarded("reading ZooKeeper", self._on_session)
-                if gcm is not None and gcm in ready and not gcm.closed:
-                    self._guarded("reading the GCM's answers", self.cluster.on_gcm, time.monotonic())
-            if self.curve is not None:
-                self.curve.tend(ready)
-            if self._router in ready:
-                self._server.readable()
-            if self._watch is not None and self._watch.socket in ready:
-                self._watch.handle()
-            if wakeup is not None and wakeup.fd in ready and wakeup.consume():
-                log.info("monitor of queue %r stopping on signal", self.config.queue)
-                self._stopping = True
-            now = time.monotonic()
-            if now >= next_tick:
-                if now - next_tick >= STALL:
-                    self.core.discount_stall(now - next_tick)
-                next_tick = now + TICK
-                self._guarded("the tick", self._tick, now)
-            if now >= next_rule:
-                next_rule = now + self.core.kpi_period / EVALUATIONS_PER_PERIOD
-                self._guarded("the rules", self.core.evaluate, now)
-            self._apply()
+            self.curve.attach(loop)
+        loop.add(self._router, self._server.readable, "the control port")
+        if self._watch is not None:
+            loop.add(self._watch.socket, self._watch.handle, "handshakes")
+        self._next_tick = time.monotonic() + TICK
+        loop.deadline(lambda: self._next_tick, self._tick, "the tick")
+        loop.every(lambda: self.core.kpi_period / EVALUATIONS_PER_PERIOD, self.core.evaluate, "the rules")
+        loop.after_turn(lambda now: self._apply(), "the core's decisions")
+        loop.run()
+
+    def _on_signal(self) -> None:
+        log.info("monitor of queue %r stopping on signal", self.config.queue)
+        self.loop.stop()
+
+    def _follow_gcm(self) -> None:
+        """The GCM leader changed: read the answers of the new one's socket."""
+        assert self.cluster is not None
+        if self.cluster.gcm is self._gcm:
+            return
+        if self._gcm is not None:
+            self.loop.remove(self._gcm)  # works on a closed socket too
+        self._gcm = gcm = self.cluster.gcm
+        if gcm is not None:
+            self.loop.add(gcm, self._on_gcm, "reading the GCM's answers")
+
+    def _on_gcm(self) -> None:
+        assert self.cluster is not None
+        if self._gcm is not None and not self._gcm.closed:
+            self.cluster.on_gcm(time.monotonic())
 
     # ------------------------------------------------------------------ inputs and timers
 
@@ -234,28 +224,16 @@ class Monitor:
             self.core.cluster_changed(self.cluster.view)
 
     def _tick(self, now: float) -> None:
+        if now - self._next_tick >= STALL:
+            self.core.discount_stall(now - self._next_tick)
+        self._next_tick = now + TICK
         if self.archive is not None:
             self.archive.tick()
         self.core.tick(now)
         if self.cluster is not None:
             self.cluster.expire(now)
             if self.log.changed and self.cluster.flush(self.log.recent(len(self.log.events)), self.log.counters, now):
-                self.log.changed = False
-
-    def _guarded(self, what: str, fn: Callable[..., Any], *args: Any) -> bool:
-        """Run ``fn``; a failure is a bug, logged (a traceback at most every 10 s) and counted, never the end
-        of the loop. True if it ran through."""
-        try:
-            fn(*args)
-            return True
-        except Exception:
-            self._failures += 1
-            self.drops.drop("internal error", what)
-            now = time.monotonic()
-            if now >= self._next_trace:
-                self._next_trace = now + GUARD_LOG_INTERVAL
-                log.exception("monitor of queue %r: %s failed", self.config.queue, what)
-            return False
+                self.log.saved()
 
     # ------------------------------------------------------------------ carrying out the core's decisions
 
@@ -286,9 +264,9 @@ class Monitor:
                 self._record(event)
             now = time.monotonic()
             for request in out.requests:  # each is answered exactly once, or the core would wait for ever
-                if self.cluster is None or not self._guarded("asking the GCM", self.cluster.ask, request, now):
-                    self._guarded("answering a request not sent", request.answer, None,
-                                  f"{request.what}: not sent to the GCM", now)
+                if self.cluster is None or not self.loop.guarded("asking the GCM", self.cluster.ask, request, now):
+                    self.loop.guarded("answering a request not sent", request.answer, None,
+                                      f"{request.what}: not sent to the GCM", now)
 
     def _record(self, event: Event) -> None:
         fields = event.fields

@@ -26,7 +26,7 @@ from monitor._topology import Topology
 from roq import control
 from roq.acl import Acl, Rule
 from roq.errors import ForbiddenError
-from roq.zap import CLUSTER, Keyring, may_name
+from roq.zap import CLUSTER, Keyring
 
 __all__ = ["Permissions", "NEEDS", "NAMES"]
 
@@ -111,7 +111,7 @@ class Permissions:
         field = NAMES.get(type(msg))
         if field is None or keyring is None or principal is None or principal == CLUSTER:
             return ""
-        return may_name(keyring, principal, getattr(msg, field))
+        return keyring.may_name(principal, getattr(msg, field))
 
     def _message(self) -> control.AclRules:
         rules = self.rules

@@ -48,6 +48,10 @@ class Ewma:
         self.value = 0.0
         self.samples = 0
 
+    def shift(self, by: float) -> None:
+        """Move the average by ``by`` at once (a move booked before the samples show it)."""
+        self.value += by
+
     def add(self, sample: float) -> float:
         self.value = sample if self.samples == 0 else self.alpha * sample + (1 - self.alpha) * self.value
         self.samples += 1

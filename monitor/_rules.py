@@ -92,6 +92,10 @@ class Adoption:
                           "rules in force: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())), rules=changed)
         return True
 
+    def seen(self, view: QueueView) -> None:
+        """The thresholds ``view`` holds are known already (a monitor that starts reports none as new)."""
+        self.thresholds_seen = dict(view.thresholds)
+
     def note_thresholds(self, view: QueueView) -> None:
         """New thresholds (from the KPI tuner) are an event of their own: which are now in force, which the
         queue's rules override."""

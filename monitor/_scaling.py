@@ -69,6 +69,10 @@ class Scaling:
         self.remove_asked = False
         self.asking = 0  # GCM requests not answered yet
 
+    def adopt(self, view: QueueView) -> None:
+        """The queue's state and placement, as ZooKeeper holds them now."""
+        self.view = view
+
     def describe(self) -> dict[str, Any]:
         return {
             "placement": dict(self.view.placement),

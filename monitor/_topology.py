@@ -221,6 +221,10 @@ class Topology:
             self.refused[table] += 1
             raise UnavailableError(f"the monitor already tracks {limit} {table}; {name[:64]!r} is refused")
 
+    def settle(self, until: float) -> None:
+        """A (re)started monitor: wait until ``until`` for exchanges to report before failing any over."""
+        self.settle_until = until
+
     def settling(self, now: float) -> bool:
         """Whether the monitor is new: a publisher's exchange it has not heard of yet may still report."""
         return now < self.settle_until

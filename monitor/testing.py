@@ -114,6 +114,10 @@ class Driver:
                 self.log.add(event.kind, event.text, queue=self.config.queue, origin="monitor", **event.fields)
             self.requests += out.requests
 
+    def forget(self, kind: type[Message]) -> None:
+        """Forget what was sent of type ``kind``."""
+        self.sent = [(i, m) for i, m in self.sent if not isinstance(m, kind)]
+
     def to(self, identity: bytes, kind: type | None = None) -> list[Message]:
         """What was sent to ``identity`` (of type ``kind``), oldest first."""
         return [m for i, m in self.sent if i == identity and (kind is None or isinstance(m, kind))]
@@ -198,7 +202,7 @@ class Peers:
         for s in self.subscribers:
             for prepare in self.d.to(s.encode(), control.Prepare):
                 self.d.send(control.Ready(s, prepare.relocation), s.encode())
-        self.d.sent = [(i, m) for i, m in self.d.sent if not isinstance(m, control.Prepare)]
+        self.d.forget(control.Prepare)
 
     def publisher(self, name: str, exchange: str = "") -> control.Relocate | None:
         """A publisher says hello (and takes the exchange it is assigned); the last Relocate it was sent, if any."""

@@ -42,7 +42,6 @@ __all__ = [
     "pack_seam",
     "pack_beacon",
     "pack_cut",
-    "floor_of",
     "replays",
     "rejoins",
     "CONTROL_TOPIC",
@@ -142,6 +141,11 @@ class Header(NamedTuple):
         """Highest seq covered: for a marker, the last seq sent before it."""
         return self.first_seq + self.count - 1
 
+    @property
+    def floor(self) -> int:
+        """The journal offset a beacon or a cut carries (-1: none)."""
+        return self.key_prev - 1
+
 
 def pack_header(
     kind: int,
@@ -235,7 +239,7 @@ def pack_subscription(subscriber: bytes, prefix: bytes, replay: bool = False, re
 def pack_beacon(beacon_id: bytes, count: int, exchange: str, floor: int, timestamp_ns: int) -> list[bytes]:
     """The frames (after the routing id) of an exchange's beacon, its ``count``-th: "your subscription to
     ``exchange`` is live". On a durable queue ``floor`` is an offset of the journal at or before every batch the
-    exchange sends after it (-1: no journal, or not known yet): see :func:`floor_of`."""
+    exchange sends after it (-1: no journal, or not known yet): see :attr:`Header.floor`."""
     return [CONTROL_TOPIC, pack_header(BEACON, beacon_id, count, 0, key_prev=floor + 1, timestamp_ns=timestamp_ns),
             exchange.encode()]
 
@@ -245,11 +249,6 @@ def pack_cut(beacon_id: bytes, exchange: str, floor: int, tag: int) -> list[byte
     it nothing more, and everything it did not send it is in the journal from offset ``floor``. The subscriber
     reads the journal and comes back with a subscription that names ``tag`` (:func:`pack_subscription`)."""
     return [CONTROL_TOPIC, pack_header(CUT, beacon_id, 0, 0, epoch=tag, key_prev=floor + 1), exchange.encode()]
-
-
-def floor_of(h: Header) -> int:
-    """The journal offset a beacon or a cut carries (-1: none)."""
-    return h.key_prev - 1
 
 
 def pack_seam(subscriber: bytes, exchange: str) -> list[bytes]:

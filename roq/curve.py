@@ -4,7 +4,7 @@ Every process of a cluster holds the cluster's key pair (``--secret-key``): it s
 it (the one server key its clients are given) and connects to the other processes of the cluster with it, so
 that they know it as the principal :data:`roq.zap.CLUSTER`. Who else may connect is the keyring
 (``--keyring``, a directory of public keys, :class:`roq.zap.Keyring`), decided by the process's own ZAP
-handler (:class:`roq.zap.ZapServer`), which its loop polls beside its other sockets.
+handler (:class:`roq.zap.ZapServer`), served by its loop beside its other sockets (:meth:`Curve.attach`).
 
 Why one key for all: the clients of a cluster know one server key, so every server of it holds that key's
 secret; a second key per process for its outgoing connections would not keep a host that leaked its files
@@ -15,13 +15,13 @@ cluster's clients, which is where the principals and their permissions are.
 from __future__ import annotations
 
 import logging
-import time
-from typing import Container
+from typing import Callable
 
 import zmq
 
 from roq.errors import ConfigError
 from roq.keys import load_secret
+from roq.loop import Loop
 from roq.runtime import DropCounter
 from roq.sockets import HandshakeWatch
 from roq.zap import CLUSTER, Authenticator, Keyring, ZapServer
@@ -56,13 +56,7 @@ class Curve:
         self.keyring = Keyring(keyring, keys=[(CLUSTER, pair.public)])
         self.zap = ZapServer(context, Authenticator(self.keyring), drops)
         self._drops = drops
-        self._next_refresh = 0.0
         self._watches: list[HandshakeWatch] = []
-
-    @property
-    def sockets(self) -> list[zmq.Socket]:
-        """What the process's loop polls for :meth:`tend`: the ZAP handler, and the watches of :meth:`serve`."""
-        return [self.zap.socket, *(w.socket for w in self._watches)]
 
     @classmethod
     def of(cls, context: zmq.Context, secret_key: str, keyring: str, drops: DropCounter) -> Curve | None:
@@ -114,18 +108,18 @@ class Curve:
             self._drops.drop("keyring unreadable", str(exc))
         return False
 
-    def tend(self, events: Container[object]) -> None:
-        """After a poll whose ready sockets are ``events``: answer ZAP if asked, and read the keyring again
-        if :data:`REFRESH_PERIOD` has passed (for a loop that polls :attr:`zap` ``.socket``)."""
-        if self.zap.socket in events:
-            self.zap.readable()
+    def attach(self, loop: Loop, on_change: Callable[[], object] | None = None) -> None:
+        """Serve in ``loop``: ZAP when asked, the handshake watches of :meth:`serve`, and the keyring read again
+        every :data:`REFRESH_PERIOD` (``on_change()`` when it changed)."""
+        loop.add(self.zap.socket, self.zap.readable, "ZAP")
         for watch in self._watches:
-            if watch.socket in events:
-                watch.handle()
-        now = time.monotonic()
-        if now >= self._next_refresh:
-            self._next_refresh = now + REFRESH_PERIOD
-            self.refresh()
+            loop.add(watch.socket, watch.handle, "a handshake watch")
+
+        def refresh(now: float) -> None:
+            if self.refresh() and on_change is not None:
+                on_change()
+
+        loop.every(REFRESH_PERIOD, refresh, "the keyring", first=0.0)
 
     def describe(self) -> str:
         return f"CURVE on, {len(self.keyring)} keys may connect (keyring {self.keyring.directory})"

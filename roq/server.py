@@ -41,7 +41,7 @@ from roq.errors import (
     UnknownCommandError,
 )
 from roq.runtime import DropCounter
-from roq.zap import CLUSTER, KEY_REMOVED, Keyring, may_use, recv_from
+from roq.zap import CLUSTER, KEY_REMOVED, Keyring, recv_from
 
 __all__ = ["Request", "Replier", "Handler", "Dispatcher", "RouterServer", "PendingReplies", "reply_for", "MAX_PENDING"]
 
@@ -181,7 +181,7 @@ class RouterServer:
         dispatcher: decodes, dispatches and answers.
         burst: most messages read per :meth:`readable` call, so one busy peer cannot starve the loop.
         keyring: a CURVE server socket's keyring: every request then carries its sender's principal, and one
-            sent with a routing id that is another key's (:func:`roq.zap.may_use`) is dropped unanswered
+            sent with a routing id that is another key's (:meth:`roq.zap.Keyring.may_use`) is dropped unanswered
             and counted as ``forged id``.
     """
 
@@ -210,7 +210,7 @@ class RouterServer:
                 log.debug("%s: receive failed: %s", self.dispatcher.where, exc)
                 return
             self.requests += 1
-            refused = may_use(keyring, principal, frames[0]) if keyring is not None else ""
+            refused = keyring.may_use(principal, frames[0]) if keyring is not None else ""
             if refused:  # a forgery is not answered (the answer would go to the id's owner); a removed key is told
                 drops.drop(refused, f"{principal} sent with the id {frames[0].hex()[:32]}")
                 if refused == KEY_REMOVED and len(frames) == 2:

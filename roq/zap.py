@@ -40,7 +40,7 @@ from roq.runtime import DropCounter
 log = logging.getLogger(__name__)
 
 __all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "identity_for", "owns", "Keyring", "Decision",
-           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from", "may_use", "may_claim", "may_name",
+           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from",
            "KEY_REMOVED"]
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -132,37 +132,6 @@ def recv_from(sock: zmq.Socket, flags: int) -> tuple[list[bytes], str]:
     return frames, principal
 
 
-def may_use(keyring: Keyring, principal: str, identity: bytes) -> str:
-    """Why ``principal`` may not send with the routing id ``identity`` ("" = it may): its key was removed from
-    the keyring since it connected (:data:`KEY_REMOVED`), or the id is another key's (``forged id``). Its
-    key's own ids are its, any the ROUTER gave (a zero byte and four more: libzmq lets a peer choose such an id too,
-    but never one in use, and there is no handover), and any for the cluster's own processes."""
-    given = len(identity) == ROUTER_ID_BYTES and identity[:1] == b"\0"
-    if not keyring.has(principal):
-        return KEY_REMOVED if given else keyring.why_not(principal, identity)
-    if given or principal == CLUSTER or keyring.owns(principal, identity):
-        return ""
-    return "forged id"
-
-
-def may_claim(keyring: Keyring, principal: str, identity: bytes) -> str:
-    """Why ``principal`` may not name the peer id ``identity`` (16 bytes: a publisher's, a subscriber's) in a
-    message it sends ("" = it may): the id is another key's (``forged id``), or its key was removed
-    (:data:`KEY_REMOVED`). The cluster's own processes may name any."""
-    if principal == CLUSTER or keyring.owns(principal, identity):
-        return ""
-    return keyring.why_not(principal, identity)
-
-
-def may_name(keyring: Keyring, principal: str, name: str) -> str:
-    """:func:`may_claim` for an id named by its hex text (a control message's ``publisher`` or ``subscriber``)."""
-    try:
-        identity = bytes.fromhex(name)
-    except ValueError:
-        return "" if principal == CLUSTER else "forged id"
-    return may_claim(keyring, principal, identity)
-
-
 class Keyring:
     """Public keys and the principals they stand for (one key each): a directory of ``NAME.key`` files
     (:mod:`roq.keys`), or given pairs. :meth:`refresh` reads the directory again when it changed, or when a
@@ -210,6 +179,36 @@ class Keyring:
         """Whether ``identity`` (a routing id) is one of ``principal``'s key's own (:func:`identity_for`)."""
         tag = self._tags.get(principal)
         return tag is not None and len(identity) == 16 and identity[:TAG_BYTES] == tag
+
+    def may_use(self, principal: str, identity: bytes) -> str:
+        """Why ``principal`` may not send with the routing id ``identity`` ("" = it may): its key was removed from
+        the keyring since it connected (:data:`KEY_REMOVED`), or the id is another key's (``forged id``). Its
+        key's own ids are its, any the ROUTER gave (a zero byte and four more: libzmq lets a peer choose such an id too,
+        but never one in use, and there is no handover), and any for the cluster's own processes."""
+        given = len(identity) == ROUTER_ID_BYTES and identity[:1] == b"\0"
+        if not self.has(principal):
+            return KEY_REMOVED if given else self.why_not(principal, identity)
+        if given or principal == CLUSTER or self.owns(principal, identity):
+            return ""
+        return "forged id"
+
+
+    def may_claim(self, principal: str, identity: bytes) -> str:
+        """Why ``principal`` may not name the peer id ``identity`` (16 bytes: a publisher's, a subscriber's) in a
+        message it sends ("" = it may): the id is another key's (``forged id``), or its key was removed
+        (:data:`KEY_REMOVED`). The cluster's own processes may name any."""
+        if principal == CLUSTER or self.owns(principal, identity):
+            return ""
+        return self.why_not(principal, identity)
+
+
+    def may_name(self, principal: str, name: str) -> str:
+        """:meth:`may_claim` for an id named by its hex text (a control message's ``publisher`` or ``subscriber``)."""
+        try:
+            identity = bytes.fromhex(name)
+        except ValueError:
+            return "" if principal == CLUSTER else "forged id"
+        return self.may_claim(principal, identity)
 
     def __len__(self) -> int:
         return len(self._by_key)

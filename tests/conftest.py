@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import itertools
 import os
 import subprocess
@@ -164,3 +165,18 @@ def kz(zookeeper):
     yield client
     client.stop()
     client.close()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The largest classes of the product, at the end of every whole run: a signal of where cohesion may be
+    slipping, not a failure (:func:`test_structure.largest_classes`)."""
+    if getattr(config, "workerinput", None) is not None or not any("unit" in str(a) or a == "tests"
+                                                                     for a in config.args):
+        return
+    spec = importlib.util.spec_from_file_location("structure", Path(__file__).parent / "unit" / "test_structure.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    terminalreporter.write_sep("-", "largest classes of the product (lines)")
+    for lines, name in module.largest_classes():
+        terminalreporter.write_line(f"{lines:5d}  {name}")

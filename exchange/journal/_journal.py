@@ -55,7 +55,8 @@ from roq.errors import JournalError, ProtocolError
 from roq.pipe import MAX_FRAME
 from roq.runtime import DropCounter, SignalWakeup
 from roq.server import Dispatcher, Request
-from roq.sockets import HandshakeWatch, bind, check_endpoint, poll_ms
+from roq.loop import Loop
+from roq.sockets import HandshakeWatch, bind, check_endpoint
 from roq.zap import CLUSTER, recv_from
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class Journal:
             self.curve.serve(self.sock)
         self.endpoint = ""
         self._watch: HandshakeWatch | None = None
-        self._stopping = False
+        self.loop = Loop(f"journal {self.id}", self.drops)
         self._paused_until = 0.0
         self._next_sync = float("inf")
         orders = Dispatcher(f"journal {self.id} (monitor)", {control.JournalPolicy: self._on_policy,
@@ -151,7 +152,7 @@ class Journal:
             log.warning("journal %s: plaintext, no CURVE: anyone who reaches its intake may write to it", self.id)
         if self.monitor is not None:
             self.monitor.connect()
-            self.monitor.send(heartbeat_of(self))
+            self.monitor.send(self.heartbeat())
 
     def ready_info(self) -> dict[str, Any]:
         """The ready line's fields."""
@@ -181,70 +182,70 @@ class Journal:
     # ------------------------------------------------------------------ loop
 
     def serve(self, wakeup: SignalWakeup | None = None) -> None:
-        """Run until a signal on ``wakeup``."""
-        store, intake, reads = self.store, self.intake, self.reads
-        assert store is not None and intake is not None and reads is not None
-        poller = zmq.Poller()
-        paused = time.monotonic() < self._paused_until  # neither written nor read (reads: before the first policy)
-        poller.register(self.sock, 0 if paused else zmq.POLLIN)
-        poller.register(reads.socket, 0 if paused and not self.told else zmq.POLLIN)
-        extra = [wakeup.fd] if wakeup is not None else []
-        extra += [self._watch.socket] if self._watch is not None else []
-        extra += [self.monitor.socket] if self.monitor is not None else []
-        extra += self.curve.sockets if self.curve is not None else []
+        """Run until a signal on ``wakeup``: the loop's table of registrations."""
+        reads, loop = self.reads, self.loop
+        assert reads is not None
+        if wakeup is not None:
+            loop.on_signal(wakeup, self._on_signal)
+        if self.curve is not None:
+            self.curve.attach(loop)
+        if self._watch is not None:
+            loop.add(self._watch.socket, self._watch.handle, "handshakes")
+        loop.add(self.sock, lambda: self._round(time.monotonic()), "the intake")
+        loop.add(reads.socket, lambda: reads.readable(time.monotonic()), "the reads port")
+        if self.monitor is not None:
+            loop.add(self.monitor.socket, self.monitor.readable, "the monitor")
         commands = self._commands
-        extra += [commands.fd] if commands is not None else []
-        for item in extra:
-            poller.register(item, zmq.POLLIN)
-        now = time.monotonic()
-        self._next_sync = now + self.policy.sync_interval_ms / 1000 if self.interval else float("inf")
-        next_gaps, next_retain, next_beat = now + GAP_CHECK_S, now, now + self.config.heartbeat_interval
-        while not self._stopping:
-            due = min(self._next_sync, next_gaps, next_retain, next_beat, self._paused_until if paused else next_beat)
-            events = dict(poller.poll(poll_ms(max(0.0, due - time.monotonic()))))
-            if self.curve is not None:
-                self.curve.tend(events)
-            if self._watch is not None and self._watch.socket in events:
-                self._watch.handle()
-            if wakeup is not None and wakeup.fd in events and wakeup.consume():
-                log.info("journal %s: stopping (signal)", self.id)
-                self._stopping = True
-            now = time.monotonic()
-            if not paused and self.sock in events:
-                self._round(now)
-            if reads.socket in events:
-                reads.readable(now)
-            if self.monitor is not None and self.monitor.socket in events:
-                self.monitor.readable()
-            if commands is not None and commands.fd in events:
-                commands.readable(now)
-                if commands.closed:  # the host manager is gone: its death signal follows
-                    poller.unregister(commands.fd)
-                    commands = None
-            now = time.monotonic()
-            if now >= next_gaps:
-                next_gaps = now + GAP_CHECK_S
-                if intake.expire(now, time.time_ns()):
-                    self._commit()
-                reads.expire(now)
-            if now >= self._next_sync:
-                self._next_sync = now + self.policy.sync_interval_ms / 1000 if self.interval else float("inf")
-                self._sync()
-            if now >= next_beat:
-                next_beat = now + self.config.heartbeat_interval
-                if self.monitor is not None:
-                    self.monitor.send(heartbeat_of(self))
-                if commands is not None:
-                    commands.expire(now)
-            if now >= next_retain:
-                next_retain = now + RETAIN_S
-                self._retain()
-            if paused != (now < self._paused_until):
-                paused = not paused
-                poller.modify(self.sock, 0 if paused else zmq.POLLIN)
-                poller.modify(reads.socket, 0 if paused and not self.told else zmq.POLLIN)
+        if commands is not None:
+            loop.add(commands.fd, self._on_commands, "the host manager's commands")
+        self._follow_pause(time.monotonic())
+        loop.deadline(lambda: self._paused_until if not loop.wants(self.sock) else float("inf"), self._follow_pause,
+                      "the end of a pause")
+        loop.after_turn(self._follow_pause, "pausing")
+        self._next_sync = time.monotonic() + self.policy.sync_interval_ms / 1000 if self.interval else float("inf")
+        loop.deadline(lambda: self._next_sync, self._on_sync_due, "the sync")
+        loop.every(GAP_CHECK_S, self._expire, "the gaps")
+        loop.every(RETAIN_S, lambda now: self._retain(), "the retention", first=0.0)
+        loop.every(self.config.heartbeat_interval, self._beat, "the heartbeat")
+        loop.run()
         self._sync()
-        log.info("journal %s stopped: %s", self.id, describe(self))
+        log.info("journal %s stopped: %s", self.id, self.describe())
+
+    def _on_signal(self) -> None:
+        log.info("journal %s: stopping (signal)", self.id)
+        self.loop.stop()
+
+    def _on_commands(self) -> None:
+        commands = self._commands
+        assert commands is not None
+        commands.readable(time.monotonic())
+        if commands.closed:  # the host manager is gone: its death signal follows
+            self.loop.remove(commands.fd)
+            self._commands = None
+
+    def _follow_pause(self, now: float) -> None:
+        """The intake is read exactly while not paused; the reads port too, or before the first policy."""
+        paused = now < self._paused_until
+        reads = self.reads
+        assert reads is not None
+        self.loop.want(self.sock, 0 if paused else zmq.POLLIN)
+        self.loop.want(reads.socket, 0 if paused and not self.told else zmq.POLLIN)
+
+    def _on_sync_due(self, now: float) -> None:
+        self._next_sync = now + self.policy.sync_interval_ms / 1000 if self.interval else float("inf")
+        self._sync()
+
+    def _expire(self, now: float) -> None:
+        assert self.intake is not None and self.reads is not None
+        if self.intake.expire(now, time.time_ns()):
+            self._commit()
+        self.reads.expire(now)
+
+    def _beat(self, now: float) -> None:
+        if self.monitor is not None:
+            self.monitor.send(self.heartbeat())
+        if self._commands is not None:
+            self._commands.expire(now)
 
     def _round(self, now: float) -> None:
         """Read what has come, append it, write it, sync it (``always``) and acknowledge it."""
@@ -325,6 +326,60 @@ class Journal:
             log.info("journal %s: retention removed %d segment(s); the oldest offset kept is %d", self.id, removed,
                      store.first_offset)
 
+    def describe(self) -> str:
+        """What the journal did, for its last log line."""
+        store, intake = self.store, self.intake
+        if store is None or intake is None:
+            return "not started"
+        return (f"{intake.records} records in {intake.batches} batches journaled, {intake.duplicates} duplicate "
+                f"batches, {intake.skipped} records skipped past gaps, offsets {store.first_offset}.."
+                f"{store.next_offset}, {store.size_bytes} bytes in {len(store.segments)} segments, "
+                f"{self.meter.describe()}, {self.drops.total} inputs dropped")
+
+    def _begin(self, msg: control.JournalPolicy) -> bool:
+        """The first policy: one of an earlier generation than the queue's (new, or the files of a lost host that
+        came back) begins anew past every offset the queue's journals gave; False if it could not."""
+        store, reads = self.store, self.reads
+        # the monitor's count, or its host manager's if the monitor's view of the queue is behind the GCM's move
+        generation = max(msg.replaces, self.config.generation)
+        if store is None or reads is None or generation <= store.generation:
+            return True
+        base = max(int(time.time()) << REBASE_SHIFT, msg.last + 1)
+        was = store.generation
+        try:
+            moved = store.begin_generation(generation, base)
+        except JournalError as exc:
+            log.error("journal %s: %s", self.id, exc)
+            return False
+        if moved:
+            reads.positions = Positions(store.directory)
+            log.warning("journal %s: these files are of the queue's journal before it was started anew (generation "
+                        "%d of %d): set aside in %s, with the durable subscribers' positions", self.id, was, generation,
+                        moved)
+        log.warning("journal %s replaces the queue's journal lost with its host (%d time(s) in all): it begins at "
+                    "offset %d, past every offset the lost one gave (the highest heard: %d); the records that one held "
+                    "stay on its host's disk", self.id, generation, base, msg.last)
+        return True
+
+    def heartbeat(self) -> control.JournalHeartbeat:
+        """What the journal tells its monitor every heartbeat."""
+        store, intake = self.store, self.intake
+        syncs, sync_ms, sync_max_ms, error = self.meter.period()
+        figures: dict[str, Any] = {}
+        if store is not None and intake is not None:
+            figures = dict(first_offset=store.first_offset, next_offset=store.next_offset,
+                           size_bytes=store.size_bytes, segments=len(store.segments),
+                           unsynced_bytes=store.unsynced_bytes, records=intake.records,
+                           duplicates=intake.duplicates, skipped=intake.skipped)
+        reads, admission = self.reads, self.admission
+        return control.JournalHeartbeat(journal=self.id, intake=self.endpoint, pid=os.getpid(),
+                                        incarnation=self.incarnation,
+                                        policy=self.policy.digest() if self.told else "",
+                                        reads=reads.endpoint if reads is not None else "",
+                                        permissions=admission.digest if admission is not None else "-",
+                                        syncs=syncs, sync_ms=sync_ms, sync_max_ms=sync_max_ms,
+                                        write_failures=self.meter.write_failures, error=error[:500], **figures)
+
     # ------------------------------------------------------------------ the monitor and the host manager
 
     def _on_policy(self, msg: control.JournalPolicy, _request: Request) -> None:
@@ -334,7 +389,7 @@ class Journal:
         if not 1 <= msg.sync_interval_ms <= 3_600_000 or msg.retention_bytes < 0 or msg.retention_s < 0:
             raise ProtocolError(f"policy out of range: {msg}")
         if self._paused_until == float("inf"):
-            if not begin(self, msg):
+            if not self._begin(msg):
                 return  # told again with the next heartbeat
             self._paused_until = 0.0
         was, self.told = self.policy, True
@@ -358,7 +413,7 @@ class Journal:
         monitor = check_endpoint(msg.monitor)
         if self.monitor is not None and self.monitor.retarget(monitor):
             log.info("journal %s: the queue's monitor moved to %s", self.id, monitor)
-            self.monitor.send(heartbeat_of(self))
+            self.monitor.send(self.heartbeat())
 
 
 def _describe(policy: control.JournalPolicy) -> str:
@@ -368,58 +423,3 @@ def _describe(policy: control.JournalPolicy) -> str:
             f"{policy.retention_s:g} s" if policy.retention_s else ""]
     kept = " and ".join(k for k in keep if k) or "everything"
     return f"durability {policy.durability} ({sync}), keeps {kept}"
-
-
-def describe(journal: Journal) -> str:
-    """What a journal did, for its last log line."""
-    store, intake = journal.store, journal.intake
-    if store is None or intake is None:
-        return "not started"
-    return (f"{intake.records} records in {intake.batches} batches journaled, {intake.duplicates} duplicate "
-            f"batches, {intake.skipped} records skipped past gaps, offsets {store.first_offset}.."
-            f"{store.next_offset}, {store.size_bytes} bytes in {len(store.segments)} segments, "
-            f"{journal.meter.describe()}, {journal.drops.total} inputs dropped")
-
-
-def begin(journal: Journal, msg: control.JournalPolicy) -> bool:
-    """A journal's first policy: one of an earlier generation than the queue's (new, or the files of a lost host
-    that came back) begins anew past every offset the queue's journals gave; False if it could not."""
-    store, reads = journal.store, journal.reads
-    # the monitor's count, or its host manager's if the monitor's view of the queue is behind the GCM's move
-    generation = max(msg.replaces, journal.config.generation)
-    if store is None or reads is None or generation <= store.generation:
-        return True
-    base = max(int(time.time()) << REBASE_SHIFT, msg.last + 1)
-    was = store.generation
-    try:
-        moved = store.begin_generation(generation, base)
-    except JournalError as exc:
-        log.error("journal %s: %s", journal.id, exc)
-        return False
-    if moved:
-        reads.positions = Positions(store.directory)
-        log.warning("journal %s: these files are of the queue's journal before it was started anew (generation %d of "
-                    "%d): set aside in %s, with the durable subscribers' positions", journal.id, was, generation, moved)
-    log.warning("journal %s replaces the queue's journal lost with its host (%d time(s) in all): it begins at offset "
-                "%d, past every offset the lost one gave (the highest heard: %d); the records that one held stay on "
-                "its host's disk", journal.id, generation, base, msg.last)
-    return True
-
-
-def heartbeat_of(journal: Journal) -> control.JournalHeartbeat:
-    """What a journal tells its monitor every heartbeat."""
-    store, intake = journal.store, journal.intake
-    syncs, sync_ms, sync_max_ms, error = journal.meter.period()
-    figures: dict[str, Any] = {}
-    if store is not None and intake is not None:
-        figures = dict(first_offset=store.first_offset, next_offset=store.next_offset, size_bytes=store.size_bytes,
-                       segments=len(store.segments), unsynced_bytes=store.unsynced_bytes, records=intake.records,
-                       duplicates=intake.duplicates, skipped=intake.skipped)
-    reads, admission = journal.reads, journal.admission
-    return control.JournalHeartbeat(journal=journal.id, intake=journal.endpoint, pid=os.getpid(),
-                                    incarnation=journal.incarnation,
-                                    policy=journal.policy.digest() if journal.told else "",
-                                    reads=reads.endpoint if reads is not None else "",
-                                    permissions=admission.digest if admission is not None else "-",
-                                    syncs=syncs, sync_ms=sync_ms, sync_max_ms=sync_max_ms,
-                                    write_failures=journal.meter.write_failures, error=error[:500], **figures)

@@ -18,7 +18,7 @@ from exchange._admission import Admission
 from exchange._control import MAX_CONTROL_BYTES
 from exchange.journal._reads import Positions, Reads
 from exchange.journal._store import Store
-from roq import batch, control
+from roq import control
 from roq.control import Reply
 from roq.curve import Curve
 from roq.errors import ForbiddenError, JournalError, UnavailableError

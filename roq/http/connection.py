@@ -275,7 +275,7 @@ class Connection:
         headers = [("content-type", "text/event-stream"), ("cache-control", "no-store"), ("server", SERVER),
                    ("x-accel-buffering", "no")]
         if self.head is not None and self.head.method == b"HEAD":  # its headers, and it ends there
-            stream.closed = True
+            stream.gone()
             self._answer(200, headers, b"")
             return
         self.waiting = False
@@ -286,7 +286,7 @@ class Connection:
 
     def flush_stream(self, stream: EventStream) -> None:
         if self.closed:
-            stream.closed = True
+            stream.gone()
             return
         try:
             for chunk in stream.take():
@@ -347,7 +347,7 @@ class Connection:
             return
         self.closed = True
         if self.stream is not None:
-            self.stream.closed = True
+            self.stream.gone()
         self.server.forget(self)
         try:
             self.sock.close()

@@ -146,6 +146,10 @@ class EventStream:
             if self._conn is not None:
                 self._conn.flush_stream(self)
 
+    def gone(self) -> None:
+        """Its connection went (the client left, or it was refused): nothing more is sent."""
+        self.closed = True
+
     def close(self) -> None:
         """End the stream: its connection is closed."""
         self.closed = True

@@ -1,5 +1,5 @@
 """The HTTP server: its listening socket, which connections it takes (in all, per address, the reserve), their
-registration in the process's poller, their deadlines (see :mod:`roq.http`)."""
+registrations in the process's loop, their deadlines (see :mod:`roq.http`)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import logging
 import socket
 import time
 import traceback
-from typing import Any, Iterable
+from typing import Iterable
 
 import zmq
 
 from roq.errors import BrokerConnectionError, ConfigError
 from roq.http.connection import Connection, Limits
 from roq.http.messages import EventStream, Handler, HttpRequest, HttpResponse, Later
+from roq.loop import Loop
 from roq.runtime import DropCounter
 
 __all__ = ["HttpServer", "MAX_BODY", "MAX_CONNECTIONS", "MAX_PER_ADDRESS", "RESERVE", "HEAD_TIMEOUT",
@@ -61,8 +62,8 @@ class HttpServer:
             for its answer).
         max_output: bytes waiting for a client that does not read, at most.
 
-    Call :meth:`bind`, then in each turn of the loop :meth:`sync` (before polling), :meth:`ready` (with the
-    poll's events) and :meth:`expire`, and :meth:`close` at the end.
+    Call :meth:`bind`, then :meth:`attach` it to the process's :class:`~roq.loop.Loop`, and :meth:`close` it
+    at the end.
 
     Raises:
         ConfigError: a limit is not positive.
@@ -134,39 +135,40 @@ class HttpServer:
         """Connections open, the reserve's included."""
         return len(self._conns)
 
-    def sync(self, poller: zmq.Poller) -> None:
-        """Register in ``poller`` what must be watched now (and unregister what is gone or waits)."""
+    def attach(self, loop: Loop) -> None:
+        """Serve in ``loop``: before each poll its sockets are brought in step with the connections (the
+        listener registered late: connections are read before new ones are accepted, so a reserved
+        connection's request is served before newcomers could evict it); after each turn the deadlines."""
+        loop.before_poll(lambda: self._sync(loop), f"{self.where}: its connections")
+        loop.after_turn(self.expire, f"{self.where}: deadlines")
+
+    def _sync(self, loop: Loop) -> None:
+        """Register in ``loop`` what must be watched now (and remove what is gone; pause what waits)."""
         wanted: dict[int, int] = {}
-        if self.listener is not None:
-            wanted[self.listener.fileno()] = zmq.POLLIN
         for fd, conn in self._conns.items():
-            flags = (zmq.POLLIN if conn.wants_input else 0) | (zmq.POLLOUT if conn.out else 0)
-            if flags:
-                wanted[fd] = flags
-        for fd in [fd for fd in self._registered if wanted.get(fd) != self._registered[fd]]:
-            poller.unregister(fd)
+            wanted[fd] = (zmq.POLLIN if conn.wants_input else 0) | (zmq.POLLOUT if conn.out else 0)
+        for fd in [fd for fd in self._registered if fd not in wanted]:
+            loop.remove(fd)
             del self._registered[fd]
         for fd, flags in wanted.items():
             if fd not in self._registered:
-                poller.register(fd, flags)
-                self._registered[fd] = flags
-
-    def ready(self, events: dict[Any, int], now: float | None = None) -> None:
-        """Serve what the poll found ready (``events``: the poll's results as a dict; other keys are ignored).
-        Connections are read before new ones are accepted: a reserved connection's request is served before
-        newcomers could evict it."""
-        now = time.monotonic() if now is None else now
-        for fd, conn in list(self._conns.items()):
-            flags = events.get(fd, 0)
-            if not flags or conn.closed:
-                continue
-            if flags & zmq.POLLOUT:
-                conn.write()
-            if flags & (zmq.POLLIN | zmq.POLLERR) and not conn.closed:
-                conn.readable(now)
+                loop.add(fd, lambda ready, fd=fd: self._ready(fd, ready, time.monotonic()), f"{self.where}",
+                         flags=flags, with_flags=True)
+            elif self._registered[fd] != flags:
+                loop.want(fd, flags)
+            self._registered[fd] = flags
         listener = self.listener
-        if listener is not None and listener.fileno() in events:
-            self._accept(now)
+        if listener is not None and not loop.has(listener.fileno()):
+            loop.add(listener.fileno(), lambda: self._accept(time.monotonic()), f"{self.where}: accepting", late=True)
+
+    def _ready(self, fd: int, flags: int, now: float) -> None:
+        conn = self._conns.get(fd)
+        if conn is None or conn.closed:
+            return
+        if flags & zmq.POLLOUT:
+            conn.write()
+        if flags & (zmq.POLLIN | zmq.POLLERR) and not conn.closed:
+            conn.readable(now)
 
     def expire(self, now: float | None = None) -> None:
         """Refuse requests that are late (408), close connections that lingered or idled long enough."""

@@ -11,7 +11,7 @@ import time
 import pytest
 import zmq
 
-from exchange import MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder, describe_bounds
+from exchange import MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder
 from roq import batch
 from roq.config import MIN_SUBSCRIBER_HWM, ExchangeConfig
 from roq.curve import Curve
@@ -128,7 +128,7 @@ def test_the_pipes_are_bounded_in_bytes_of_the_largest_batch(queue_bytes, backen
         largest = (1 << 20) + batch.MAX_KEY + batch.HEADER_SIZE
         assert fwd.backend.getsockopt(zmq.SNDHWM) == expected
         assert fwd.frontend.getsockopt(zmq.RCVHWM) == max(MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES // largest)
-        assert f"{expected} batches per subscriber" in describe_bounds(fwd)
+        assert f"{expected} batches per subscriber" in fwd.describe_bounds()
         fwd.close()
     finally:
         ctx.term()
@@ -573,7 +573,7 @@ def test_with_a_journal_a_subscriber_that_stays_full_is_cut_off_told_where_the_j
             break
     assert got == list(range(1, len(got) + 1)) and h is not None and h.kind == batch.CUT and frames[2] == b"x"
     # the next one is missed; a floor not known is the journal's start
-    assert h.epoch == cut.tag and batch.floor_of(h) == max(cut.floor, 0) and cut.floor <= len(got)
+    assert h.epoch == cut.tag and h.floor == max(cut.floor, 0) and cut.floor <= len(got)
 
     stuck.send_multipart(batch.pack_subscription(ident, b""))  # not naming the cut: not taken, told again
     deadline = time.monotonic() + 5

@@ -113,11 +113,11 @@ def test_a_journal_acknowledgement_carries_the_journal_end_and_garbage_is_refuse
 
 def test_beacons_and_cuts_carry_a_journal_offset_and_a_subscription_may_name_the_cut_it_comes_back_from():
     beacon = batch.parse_header(batch.pack_beacon(PUB, 3, "x1", 42, 5)[1])
-    assert (beacon.kind, beacon.first_seq, batch.floor_of(beacon)) == (batch.BEACON, 3, 42)
-    assert batch.floor_of(batch.parse_header(batch.pack_beacon(PUB, 3, "x1", -1, 5)[1])) == -1  # no journal
+    assert (beacon.kind, beacon.first_seq, beacon.floor) == (batch.BEACON, 3, 42)
+    assert batch.parse_header(batch.pack_beacon(PUB, 3, "x1", -1, 5)[1]).floor == -1  # no journal
     topic, header, body = batch.pack_cut(PUB, "x1", 0, 0xFFFFFFFF)
     cut = batch.parse_header(header)
-    assert (topic, body, cut.kind, cut.epoch, batch.floor_of(cut)) == (batch.CONTROL_TOPIC, b"x1", batch.CUT,
+    assert (topic, body, cut.kind, cut.epoch, cut.floor) == (batch.CONTROL_TOPIC, b"x1", batch.CUT,
                                                                          0xFFFFFFFF, 0)
     plain = batch.pack_subscription(PUB, b"k")
     back = batch.pack_subscription(PUB, b"k", rejoin=9)

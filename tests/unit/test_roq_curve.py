@@ -12,6 +12,7 @@ import zmq
 from roq import keys, zap
 from roq.curve import Curve
 from roq.errors import ConfigError
+from roq.loop import Loop
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, RouterServer
 from roq import control
@@ -59,6 +60,9 @@ def test_the_cluster_talks_as_cluster_a_client_of_the_keyring_as_itself_and_a_re
     endpoint = sock.bind_to_random_port("tcp://127.0.0.1")
     alice = keys.load_credentials(ring.client("alice"))[1]
     peers = []
+    loop = Loop("test", drops, idle=0.01)
+    curve.attach(loop)
+    loop.add(sock, server.readable, "the server")
 
     def ask(setup, msg=control.Ping(), identity=None) -> bool:
         peer = ctx.socket(zmq.DEALER)
@@ -71,9 +75,7 @@ def test_the_cluster_talks_as_cluster_a_client_of_the_keyring_as_itself_and_a_re
         peer.send(control.encode(msg))
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
-            curve.tend({curve.zap.socket} if curve.zap.socket.poll(10) else set())
-            if sock.poll(0):
-                server.readable()
+            loop.turn()
             if peer.poll(0):
                 return True
         return False
@@ -84,8 +86,7 @@ def test_the_cluster_talks_as_cluster_a_client_of_the_keyring_as_itself_and_a_re
     try:
         deadline = time.monotonic() + 2
         while len(curve.keyring) < 2 and time.monotonic() < deadline:  # alice's key, made after the start
-            curve.tend(set())
-            time.sleep(0.01)
+            loop.turn()
         assert ask(curve.connect) and ask(as_alice)
         assert seen == ["cluster", "alice"]
         # an id of alice's own key is hers; one of another key's is a forgery, dropped unanswered
@@ -99,8 +100,7 @@ def test_the_cluster_talks_as_cluster_a_client_of_the_keyring_as_itself_and_a_re
         assert ring.revoke("alice") and not ring.revoke("alice")
         deadline = time.monotonic() + 2
         while len(curve.keyring) > 1 and time.monotonic() < deadline:  # read again within REFRESH_PERIOD
-            curve.tend(set())
-            time.sleep(0.01)
+            loop.turn()
         assert not ask(as_alice) and drops.by_reason.get("refused: unknown key")
     finally:
         for peer in peers:

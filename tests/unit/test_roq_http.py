@@ -12,10 +12,10 @@ import time
 from typing import Any
 
 import pytest
-import zmq
 
 from roq.errors import ConfigError
 from roq.http import EventStream, HttpRequest, HttpResponse, HttpServer, Later
+from roq.loop import Loop as RoqLoop
 from roq.runtime import DropCounter
 
 
@@ -45,6 +45,8 @@ class Loop:
             return stream
         if request.path == "/boom":
             raise RuntimeError("a bug")
+        if request.path.startswith("/echo-header"):  # a handler that puts the decoded path in a header: a bug
+            return HttpResponse.json(200, {}).with_headers(("x-path", request.path))
         return HttpResponse.json(200, {"method": request.method, "path": request.path, "query": request.query,
                                        "body": request.body.decode(), "type": request.headers.get("content-type")})
 
@@ -53,16 +55,17 @@ class Loop:
         self.calls.append((fn, args))
 
     def _run(self) -> None:
-        poller = zmq.Poller()
+        loop = RoqLoop("test http", self.drops, idle=0.01)
+        self.server.attach(loop)
+        loop.after_turn(self._calls, "calls")
         while not self._stop:
-            self.server.sync(poller)
-            events = dict(poller.poll(10))
-            self.polled += len(events)
-            self.server.ready(events)
-            self.server.expire()
-            while self.calls:
-                fn, args = self.calls.pop(0)
-                fn(*args)
+            loop.turn()
+            self.polled += loop.ready
+
+    def _calls(self, now: float) -> None:
+        while self.calls:
+            fn, args = self.calls.pop(0)
+            fn(*args)
 
     def close(self) -> None:
         self._stop = True
@@ -151,6 +154,14 @@ def test_a_handler_that_raises_answers_500_and_the_next_request_is_served(loop):
     conn.request("GET", "/ok")
     assert conn.getresponse().status == 200
     assert loop.server.failures == 1
+
+
+def test_a_response_http_cannot_carry_answers_500_and_the_request_target_comes_as_sent(loop):
+    answer = raw(loop.port, b"GET /echo-header/%00%0d%0ax HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 500 ") and b"cannot carry" in answer
+    conn = http.client.HTTPConnection("127.0.0.1", loop.port, timeout=5)
+    conn.request("GET", "/echo-header/ok")
+    assert conn.getresponse().status == 200
 
 
 def test_an_answer_given_later_reaches_its_client_and_one_for_a_gone_client_is_dropped(loop):
@@ -365,10 +376,10 @@ def test_a_half_closed_client_is_answered_and_its_socket_no_longer_polled():
     (b"{not json", "not JSON"),
 ])
 def test_a_body_that_does_not_decode_is_a_config_error_never_a_recursion_error(body, reason):
-    request = HttpRequest("PUT", "/x", {}, {}, body, "127.0.0.1:1")
+    request = HttpRequest("PUT", "/x", {}, {}, body, "127.0.0.1:1", "/x")
     with pytest.raises(ConfigError, match=reason):
         request.json()
 
 
 def test_json_as_deep_as_allowed_decodes():
-    assert HttpRequest("PUT", "/x", {}, {}, b"[" * 64 + b"]" * 64, "p").json() == eval("[" * 64 + "]" * 64)
+    assert HttpRequest("PUT", "/x", {}, {}, b"[" * 64 + b"]" * 64, "p", "/x").json() == eval("[" * 64 + "]" * 64)
