@@ -147,6 +147,7 @@ class Forwarder:
         self._loop: Loop | None = None  # the process's loop, once attached
         self._admitted = False  # publishers and subscribers may be read
         self._retrying_at_poll = False
+        self._next_retry = 0.0  # a held batch or the journal's backlog is tried again then
 
         self.frontend = context.socket(zmq.ROUTER)  # no handover: a second connection never takes an id
         # room for a body over the bound, so that an oversized batch is counted rather than cut off unseen
@@ -207,8 +208,8 @@ class Forwarder:
         if self.journal is not None:
             loop.add(self.journal.socket, self.read_journal, "the journal's acknowledgements")
         loop.add(self.frontend, self.forward, "the publishers' batches", flags=0)
-        loop.deadline(lambda: self.retried + RETRY_S if self.retrying else float("inf"), lambda now: self.forward(),
-                      "a held batch")
+        loop.deadline(lambda: self._next_retry if self.retrying else float("inf"), self._retry_due,
+                      "a held batch, the journal's backlog")
         loop.deadline(lambda: self.acks.due, lambda now: self.acks.send(), "the acknowledgements")
         loop.every(heartbeat_interval, self._beat, "the beacons")
         loop.before_poll(self._before_poll, "the traffic's accounting")
@@ -233,6 +234,10 @@ class Forwarder:
     def finish(self) -> None:
         """At the end: the acknowledgements owed go out."""
         self.acks.send()
+
+    def _retry_due(self, now: float) -> None:
+        self._next_retry = now + RETRY_S
+        self.forward()
 
     def _before_poll(self) -> None:
         self._retrying_at_poll = self.retrying

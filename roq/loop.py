@@ -39,7 +39,7 @@ __all__ = ["Loop", "Timer", "TRACE_INTERVAL"]
 log = logging.getLogger(__name__)
 
 TRACE_INTERVAL = 10.0  # seconds between two tracebacks of the loop's boundary
-Source = Union[zmq.Socket, int]
+Source = Union["zmq.Socket[Any]", int]
 Step = Callable[[], object]
 Timed = Callable[[float], object]
 
@@ -106,7 +106,7 @@ class Loop:
         self.polled = 0.0  # when the last poll began
         self.woke = 0.0  # when it returned
         self.ready = 0  # sources it found ready
-        self._poller = zmq.Poller()
+        self._items: list[tuple[Source, int]] | None = []  # what zmq_poll is given (None: to be made again)
         self._sources: dict[Source, _Source] = {}
         self._timers: list[Timer | _Deadline] = []
         self._before: list[tuple[Step, str]] = []
@@ -120,15 +120,16 @@ class Loop:
             late: bool = False, with_flags: bool = False) -> None:
         """Call ``handler()`` when ``source`` is ready for ``flags`` (``handler(flags)`` ``with_flags``); a
         ``late`` source is served after the others of its turn. Adding a source again replaces it."""
+        self._sources.pop(source, None)  # (added again: it goes last)
         self._sources[source] = _Source(handler, what, flags, late, with_flags)
-        self._poller.register(source, flags)
+        self._items = None
 
     def want(self, source: Source, flags: int) -> None:
         """Poll ``source`` for ``flags`` from now on (0: paused)."""
         entry = self._sources[source]
         if entry.flags != flags:
-            entry.flags = flags
-            self._poller.modify(source, flags)
+            entry.flags = flags  # a paused source stays in the poll with no events asked: it keeps its place
+            self._items = None
 
     def wants(self, source: Source) -> int:
         """What ``source`` is polled for (0: paused or not registered)."""
@@ -138,7 +139,7 @@ class Loop:
     def remove(self, source: Source) -> None:
         """Poll ``source`` no more (nothing happens if it is not registered; a closed socket may be removed)."""
         if self._sources.pop(source, None) is not None:
-            self._poller.unregister(source)
+            self._items = None
 
     def has(self, source: Source) -> bool:
         return source in self._sources
@@ -194,7 +195,10 @@ class Loop:
         for timer in self._timers:
             due = min(due, timer.next_due())
         self.polled = now
-        ready = self._poller.poll(poll_ms(max(0.0, due - now)))
+        items = self._items
+        if items is None:
+            items = self._items = [(source, entry.flags) for source, entry in self._sources.items()]
+        ready = zmq.zmq_poll(items, poll_ms(max(0.0, due - now)))
         self.woke = time.monotonic()
         self.ready = len(ready)
         if ready:

@@ -1,7 +1,7 @@
 """What every RoQ process shares at run time: exit codes, signals, logging, the ready line, drops.
 
-A process runs one ``zmq.Poller`` loop. :class:`SignalWakeup` turns SIGTERM/SIGINT into a readable file
-descriptor that the loop polls beside its sockets: the first signal asks for a graceful stop, the second
+A process runs one loop (:class:`roq.loop.Loop`). :class:`SignalWakeup` turns SIGTERM/SIGINT into a readable
+file descriptor that the loop polls beside its sockets: the first signal asks for a graceful stop, the second
 one ends the process at once (as dramatiq's workers do).
 """
 

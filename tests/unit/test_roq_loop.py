@@ -55,6 +55,9 @@ def test_a_paused_source_is_not_served_and_a_removed_one_not_even_in_its_turn(pi
     lp.want(r0, zmq.POLLIN)
     lp.turn()
     assert seen == [0, 0]
+    lp.want(r0, 0)
+    lp.remove(r0)  # a paused source can go too
+    assert not lp.has(r0) and lp.wants(r0) == 0
 
 
 def test_timers_run_when_due_with_a_period_read_again_and_deadlines_the_process_moves():
