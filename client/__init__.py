@@ -11,11 +11,9 @@
         for batch in sub.recv_many(timeout=1.0):       # what is ready, a list of records per batch
             handle(batch.payloads)
 
-Applications import from ``client`` itself (:data:`__all__`). The pure cores have public modules of their
-own for tests and tools, outside that surface: :mod:`client.ordering` (a subscriber's per-publisher
-ordering), :mod:`client.window` (a publisher's retransmission window), :mod:`client.outbox` (the hand-over
-between a publisher's application thread and its sender thread) and :mod:`client.locator` (where a queue's
-monitor is). Everything else is private.
+Applications import from ``client`` itself (:data:`__all__`): connecting, managing queues, publishing,
+subscribing, and the errors. Everything else is private; its unit tests import the cores from their modules
+(``client._ordering``, ``client._window``, ``client._outbox``, ``client._locator``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import zmq
 
-from client.locator import MonitorLocator
+from client._locator import MonitorLocator
 from roq import control
 from roq.config import CurveClient
 from roq.errors import ProtocolError

@@ -11,7 +11,7 @@ import zmq
 from client._management import QueueManager
 from client._publisher import Publisher
 from client._subscriber import Subscriber
-from client.locator import MonitorLocator
+from client._locator import MonitorLocator
 from roq import control, defaults
 from roq.config import CurveClient, PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError

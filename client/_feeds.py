@@ -14,7 +14,7 @@ read its pipe only every half a pipe, too seldom to tell a subscriber that reads
 Every frame is checked before anything acts on it: three frames, a header :func:`roq.batch.parse_header`
 accepts, a body that splits into its records, a beacon naming the exchange it came from. A frame that fails
 is dropped and counted (:attr:`Feeds.dropped`), never raised: a broken exchange cannot break the
-application's ``recv``. Data and markers go to the subscriber's :class:`~client.ordering.Reassembler`; what
+application's ``recv``. Data and markers go to the subscriber's :class:`~client._ordering.Reassembler`; what
 it releases goes to the subscriber's delivery.
 """
 
@@ -26,7 +26,7 @@ from typing import Callable, Iterable
 
 import zmq
 
-from client.ordering import Reassembler
+from client._ordering import Reassembler
 from roq import batch
 from roq.batch import BatchError
 from roq.config import CurveClient

@@ -1,7 +1,7 @@
 """The publisher: what the application calls. Its sender thread (:mod:`client._sender`) does the sending.
 
 The application thread only appends records to the open batch of the publisher's
-:class:`~client.outbox.Outbox`; the sender thread, which owns every socket, takes the sealed batches from
+:class:`~client._outbox.Outbox`; the sender thread, which owns every socket, takes the sealed batches from
 there. The outbox is all the two threads share.
 """
 
@@ -14,8 +14,8 @@ from typing import Any, Iterable
 import zmq
 
 from client._sender import Sender
-from client.locator import MonitorLocator
-from client.outbox import Outbox, failure
+from client._locator import MonitorLocator
+from client._outbox import Outbox, failure
 from roq.config import PublisherConfig
 from roq.zap import identity_for
 from roq.errors import BrokerConnectionError, NoExchangeError

@@ -5,7 +5,7 @@ A subscriber made with ``start=`` (anything but ``"latest"``) subscribes to ever
 there, after every batch it sent the journal before. Meanwhile the subscriber holds what the exchanges send
 it live (:class:`Replay` ``.live``, bounded) and fetches the journal from the start asked for, two fetches in
 flight; each publisher's records from the journal go straight to delivery, in order
-(:meth:`client.ordering.Reassembler.ordered`).
+(:meth:`client._ordering.Reassembler.ordered`).
 
 **The seam.** Once the fetches have passed the seam of every exchange it listens to, everything that did not
 reach the subscriber live has come from the journal: the live batches held are handed to the reassembler,
@@ -38,7 +38,7 @@ import zmq
 
 from roq import batch, control
 from roq.config import CurveClient
-from client.ordering import Reassembler
+from client._ordering import Reassembler
 from roq.errors import BrokerConnectionError, BrokerTimeoutError, ProtocolError
 
 log = logging.getLogger(__name__)

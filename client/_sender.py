@@ -1,6 +1,6 @@
 """A publisher's sender thread: owns its sockets, takes sealed batches from the outbox, follows the monitor.
 
-It knows the publisher only through its :class:`~client.outbox.Outbox` (batches in; acknowledgements,
+It knows the publisher only through its :class:`~client._outbox.Outbox` (batches in; acknowledgements,
 freed bytes, assignment and errors out). Sending is the :class:`~client._stream.Stream`'s; this module
 runs the loop, talks to the monitor and carries out its moves:
 
@@ -29,8 +29,8 @@ import zmq
 
 from client._channel import MonitorChannel
 from client._stream import Link, Stream
-from client.locator import MonitorLocator
-from client.outbox import Outbox
+from client._locator import MonitorLocator
+from client._outbox import Outbox
 from roq import batch, control
 from roq.config import PublisherConfig
 from roq.errors import BrokerConnectionError, ForbiddenError, Result

@@ -2,7 +2,7 @@
 
 The sender thread (:mod:`client._sender`) owns one :class:`Stream`; the stream owns the DEALER of every
 exchange link it connects (registered in the sender's poller), the queue of batches not yet sent, the
-retransmission window (:class:`~client.window.Window`) and the epoch. It sends without ever blocking: when
+retransmission window (:class:`~client._window.Window`) and the epoch. It sends without ever blocking: when
 the link's queue is full it watches the socket for room (``blocked``) and goes on when the poll says so.
 Which exchange to send through, and when to change, is the sender's business (the monitor's orders).
 """
@@ -15,8 +15,8 @@ import time
 
 import zmq
 
-from client.outbox import Sealed
-from client.window import Pressure, Sent, Window
+from client._outbox import Sealed
+from client._window import Pressure, Sent, Window
 from roq import batch
 from roq.config import CurveClient
 from roq.errors import ProtocolError

@@ -1,7 +1,7 @@
 """The subscriber: its feeds (one DEALER per exchange of the queue), a DEALER to the monitor, no thread.
 
 All the work happens inside ``recv`` (and iteration): reading the exchanges (:mod:`client._feeds`),
-ordering per publisher (:mod:`client.ordering`), answering the monitor (this module), and telling the
+ordering per publisher (:mod:`client._ordering`), answering the monitor (this module), and telling the
 exchanges, as the application takes each batch or waits in ``recv`` with nothing to take, that it reads
 (:meth:`~client._feeds.Feeds.progress`, a few tens of times a second at most): an exchange waits for a full pipe
 whose subscriber reads. A subscriber that is
@@ -24,8 +24,8 @@ from client._feeds import Feed, Feeds
 from client._latency import Latency
 from client._message import Batch, Message, SubscriberStats
 from client._replay import NOT_DURABLE, Replay
-from client.locator import MonitorLocator
-from client.ordering import Reassembler
+from client._locator import MonitorLocator
+from client._ordering import Reassembler
 from roq import control
 from roq.config import SubscriberConfig
 from roq.zap import identity_for

@@ -5,23 +5,8 @@ Run it with ``python -m exchange --monitor tcp://HOST:PORT --address ADDR`` (see
 
 from __future__ import annotations
 
-from exchange._accounting import MAX_PUBLISHERS, Accounting
-from exchange._acks import MAX_PENDING_ACKS, Acks
-from exchange._admission import Admission
-from exchange._control import CommandPipe, MonitorLink
-from exchange._exchange import Exchange
-from exchange._journaling import JOURNAL_HWM, MAX_UNCONFIRMED_BYTES, RESEND_S, JournalFeed
-from exchange._forwarder import BURST, MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder
-from exchange._subscribers import BEHIND_HOLD, MAX_SUBSCRIBERS, Subscriber, Subscribers
+from exchange._exchange import Exchange, main
+from exchange._journaling import MAX_UNCONFIRMED_BYTES
+from roq.config import ExchangeConfig
 
-__all__ = [
-    # the process
-    "Exchange",
-    # its data plane and its bounds
-    "Forwarder", "Accounting", "Acks", "BURST", "MAX_PENDING_ACKS", "MAX_PUBLISHERS", "PUBLISHER_QUEUE_BYTES",
-    "MIN_PUBLISHER_HWM", "Subscribers", "Subscriber", "MAX_SUBSCRIBERS", "BEHIND_HOLD", "Admission",
-    # its feed of a durable queue's journal
-    "JournalFeed", "RESEND_S", "MAX_UNCONFIRMED_BYTES", "JOURNAL_HWM",
-    # its control path
-    "MonitorLink", "CommandPipe",
-]
+__all__ = ["Exchange", "ExchangeConfig", "main", "MAX_UNCONFIRMED_BYTES"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import uuid
 from typing import Any
@@ -28,7 +29,7 @@ from roq.config import DURABILITIES, ExchangeConfig
 from roq.errors import ProtocolError
 from roq.loop import Loop, Timer
 from roq.pipe import MAX_FRAME
-from roq.runtime import DropCounter, SignalWakeup
+from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.server import Dispatcher, Request
 from roq.sockets import HandshakeWatch, check_endpoint
 from exchange._admission import Admission
@@ -297,3 +298,21 @@ class Exchange:
 def _journal_figures(journal: JournalFeed | None) -> dict[str, int]:
     """What a heartbeat says of the exchange's journal: its end as last acknowledged, and what waits for it."""
     return {} if journal is None else {"journal_end": journal.end, "journal_waiting": journal.bytes}
+
+
+DESCRIPTION = (
+    "Run one RoQ exchange: it receives publisher batches on its frontend, forwards them untouched to "
+    "subscribers on its backend, acknowledges publishers, and reports heartbeats and KPIs to the queue's "
+    "monitor. With --commands-on-stdin it reads its host manager's commands (BSON control messages) on "
+    "standard input. SIGTERM drains it (the monitor moves its publishers away); a second signal stops it at "
+    "once. Settings come from the [exchange] table of --config, overridden by flags. It prints one line "
+    "'READY {json}' with its endpoints when bound."
+)
+
+
+def make_exchange(config: ExchangeConfig) -> Exchange:
+    return Exchange(config, commands_fd=sys.stdin.fileno() if config.commands else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("exchange", ExchangeConfig, make_exchange, argv, description=DESCRIPTION)

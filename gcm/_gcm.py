@@ -44,7 +44,7 @@ from roq.curve import Curve
 from roq.documents import GcmDoc
 from roq.errors import (BrokerConnectionError, NodeExistsError, NodeMissingError, Result, VersionConflictError,
                         ZooKeeperError)
-from roq.runtime import DropCounter, SignalWakeup
+from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.http import HttpServer
 from roq.server import Dispatcher, PendingReplies, Request, RouterServer
 from roq.loop import Loop
@@ -395,3 +395,15 @@ def _socket(ctx: zmq.Context, kind: int, curve: Curve | None, name: str) -> zmq.
     if curve is not None:
         curve.serve(sock, name)
     return sock
+
+
+DESCRIPTION = (
+    "Run a RoQ global configuration manager. GCMs elect a leader through ZooKeeper; the leader serves queue "
+    "look-ups, the BSON management API (create, remove, stop, start, rules...) and broadcasts the configuration; "
+    "standbys answer 'not leader' naming it and take over when it dies. Settings come from the [gcm] table of "
+    "--config, overridden by flags. Prints 'READY {json}' with its endpoints once bound."
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("gcm", GcmConfig, Gcm, argv, description=DESCRIPTION)

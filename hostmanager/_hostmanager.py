@@ -34,7 +34,7 @@ from roq.curve import Curve
 from roq.documents import JOURNAL, MONITOR, HostDoc, MonitorDoc, QueueDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
-from roq.runtime import DropCounter, SignalWakeup
+from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.http import HttpServer
 from roq.server import Dispatcher, Request, RouterServer
 from roq.loop import Loop
@@ -236,3 +236,17 @@ class HostManager:
     def status(self) -> dict[str, Any]:
         return {"address": self.address, "pid": os.getpid(), "children": self.children.status(),
                 "dropped": self.drops.total}
+
+
+DESCRIPTION = (
+    "Run the RoQ host manager of one host: it registers the host in ZooKeeper (an ephemeral node with its "
+    "capacity and CPU/memory/network KPIs), runs the monitors and exchanges the GCM assigns to it, restarts "
+    "them when they crash and stops them when it stops. Settings come from the [hostmanager] table of "
+    "--config, overridden by flags; --exchange-option and --monitor-option (KEY=VALUE, repeatable) set fields "
+    "of every exchange's and monitor's settings and are checked at start. Prints 'READY {json}' once "
+    "registered."
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("hostmanager", HostManagerConfig, HostManager, argv, description=DESCRIPTION)

@@ -32,7 +32,7 @@ from roq.curve import Curve
 from roq.errors import ProtocolError, Result
 from roq.kpi.archive import ArchiveWriter
 from roq.kpi.records import EventRecord
-from roq.runtime import DropCounter, SignalWakeup
+from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.server import Dispatcher, Request, RouterServer
 from roq.loop import Loop
 from roq.sockets import HandshakeWatch, bind
@@ -276,3 +276,16 @@ class Monitor:
             self.archive.append(EventRecord(event=event.kind, text=event.text, exchange=fields.get("exchange"),
                                             publisher=fields.get("publisher"), reason=fields.get("reason"),
                                             fields=fields))
+
+
+DESCRIPTION = (
+    "Run the monitor of one RoQ logical queue. Exchanges register with it by heartbeat; clients ask it for "
+    "exchanges; it moves the most productive publisher off an exchange that stays above the high mark, and fails "
+    "publishers over from an exchange that stops heartbeating. With --zk it adopts the queue's rules from "
+    "ZooKeeper, keeps its events there and scales the queue out and in through the GCM. It prints one line "
+    "'READY {json}' with its endpoint once bound. SIGTERM stops it."
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("monitor", MonitorConfig, Monitor, argv, description=DESCRIPTION)

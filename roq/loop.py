@@ -68,9 +68,6 @@ class Timer:
         """Run next at ``due`` instead (sooner or later)."""
         self.due = due
 
-    def next_due(self) -> float:
-        return self.due
-
 
 class _Deadline:
     """A handler run whenever ``due()`` has come: the process moves the deadline itself."""
@@ -81,9 +78,6 @@ class _Deadline:
         self.fn = fn
         self.what = what
         self.due = due
-
-    def next_due(self) -> float:
-        return self.due()
 
 
 class Loop:
@@ -108,7 +102,8 @@ class Loop:
         self.ready = 0  # sources it found ready
         self._items: list[tuple[Source, int]] | None = []  # what zmq_poll is given (None: to be made again)
         self._sources: dict[Source, _Source] = {}
-        self._timers: list[Timer | _Deadline] = []
+        self._every: list[Timer] = []
+        self._deadlines: list[_Deadline] = []
         self._before: list[tuple[Step, str]] = []
         self._after: list[tuple[Timed, str]] = []
         self._next_trace = 0.0
@@ -149,12 +144,12 @@ class Loop:
         ``first`` (default: one period from now)."""
         start = time.monotonic() + (period() if callable(period) else period) if first is None else first
         timer = Timer(fn, what, start, period)
-        self._timers.append(timer)
+        self._every.append(timer)
         return timer
 
     def deadline(self, due: Callable[[], float], fn: Timed, what: str) -> None:
         """Run ``fn(now)`` whenever ``due()`` (monotonic seconds; ``inf``: nothing due) has come."""
-        self._timers.append(_Deadline(fn, what, due))
+        self._deadlines.append(_Deadline(fn, what, due))
 
     def before_poll(self, fn: Step, what: str) -> None:
         """Run ``fn()`` before every poll."""
@@ -192,8 +187,13 @@ class Loop:
             self.guarded(what, step)
         now = time.monotonic()
         due = now + self.idle
-        for timer in self._timers:
-            due = min(due, timer.next_due())
+        for timer in self._every:
+            if timer.due < due:
+                due = timer.due
+        for deadline in self._deadlines:
+            at = deadline.due()
+            if at < due:
+                due = at
         self.polled = now
         items = self._items
         if items is None:
@@ -204,12 +204,14 @@ class Loop:
         if ready:
             self._dispatch(ready, self._sources)
         now = time.monotonic()
-        for timer in self._timers:
-            if now >= timer.next_due():
-                if isinstance(timer, Timer):
-                    period = timer.period
-                    timer.due = now + (period() if callable(period) else period)
+        for timer in self._every:
+            if now >= timer.due:
+                period = timer.period
+                timer.due = now + (period() if callable(period) else period)
                 self.guarded(timer.what, timer.fn, now)
+        for deadline in self._deadlines:
+            if now >= deadline.due():
+                self.guarded(deadline.what, deadline.fn, now)
         for fn, what in self._after:
             self.guarded(what, fn, now)
 

@@ -207,7 +207,9 @@ def metrics_of_many_queues(queues: int = 1000, scrapes: int = 200) -> Result:
     """``GET /metrics`` of a made-up cluster of ``queues`` running queues, through the GCM's own code."""
     import zmq
 
-    from gcm import HostView, HttpApi, QueueView, Snapshot, View
+    from gcm._census import Snapshot
+    from gcm._http import HttpApi
+    from gcm._view import HostView, QueueView, View
     from roq.documents import RUNNING, ExchangeDoc, GcmDoc, HostDoc, MonitorDoc, QueueDoc
     from roq.http import HttpServer
     from roq.runtime import DropCounter

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
 import time
 import uuid
 from typing import Any
@@ -53,7 +54,7 @@ from roq.config import DURABILITIES, JournalConfig
 from roq.curve import Curve
 from roq.errors import JournalError, ProtocolError
 from roq.pipe import MAX_FRAME
-from roq.runtime import DropCounter, SignalWakeup
+from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.server import Dispatcher, Request
 from roq.loop import Loop
 from roq.sockets import HandshakeWatch, bind, check_endpoint
@@ -423,3 +424,22 @@ def _describe(policy: control.JournalPolicy) -> str:
             f"{policy.retention_s:g} s" if policy.retention_s else ""]
     kept = " and ".join(k for k in keep if k) or "everything"
     return f"durability {policy.durability} ({sync}), keeps {kept}"
+
+
+DESCRIPTION = (
+    "Run the journal of one durable RoQ queue: its exchanges send it every batch they forward, it appends them "
+    "to segment files in --directory (each publisher's records once, in order), and acknowledges them once "
+    "they are on disk (--durability always: one fdatasync covers every batch waiting) or written "
+    "(--durability interval: synced every --sync-interval seconds). Recovery at start cuts a torn tail off the "
+    "last segment and keeps the bytes cut beside it. With --monitor it reports to the queue's monitor and takes "
+    "the queue's policy from it. SIGTERM syncs and stops it. It prints one line 'READY {json}' with its "
+    "intake's endpoint when bound."
+)
+
+
+def make_journal(config: JournalConfig) -> Journal:
+    return Journal(config, commands_fd=sys.stdin.fileno() if config.commands else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("journal", JournalConfig, make_journal, argv, description=DESCRIPTION, module="exchange.journal")

@@ -7,7 +7,7 @@ import json
 import pytest
 import zmq
 
-from client.locator import MonitorLocator
+from client._locator import MonitorLocator
 
 
 def node(**fields):

@@ -1,6 +1,6 @@
 """The subscriber's per-publisher ordering rules, fed by hand."""
 
-from client.ordering import Reassembler
+from client._ordering import Reassembler
 
 P = b"p" * 16
 Q = b"q" * 16

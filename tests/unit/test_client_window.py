@@ -1,6 +1,6 @@
 import pytest
 
-from client.window import Pressure, Sent, Window
+from client._window import Pressure, Sent, Window
 
 
 def sent(first, count, at=0.0, size=10):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exchange import MAX_PUBLISHERS, Accounting
+from exchange._accounting import MAX_PUBLISHERS, Accounting
 from roq import control
 
 

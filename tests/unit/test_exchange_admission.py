@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exchange import Admission
+from exchange._admission import Admission
 from roq import control
 from roq.acl import Rule
 from roq.errors import ConfigError

@@ -10,7 +10,7 @@ import bson
 import pytest
 import zmq
 
-from exchange import CommandPipe, MonitorLink
+from exchange._control import CommandPipe, MonitorLink
 from roq import control, pipe
 from roq.runtime import DropCounter
 from roq.server import Dispatcher

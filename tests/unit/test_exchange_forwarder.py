@@ -11,7 +11,7 @@ import time
 import pytest
 import zmq
 
-from exchange import MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder
+from exchange._forwarder import MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder
 from roq import batch
 from roq.config import MIN_SUBSCRIBER_HWM, ExchangeConfig
 from roq.curve import Curve
@@ -525,7 +525,7 @@ def test_with_a_journal_a_subscriber_that_stays_full_is_cut_off_told_where_the_j
     """A durable queue's exchange sends past nobody: it cuts a full subscriber off after the grace and tells it,
     behind what its pipe holds, the journal offset from which it missed batches; a subscription that does not
     name the cut is not taken (the cut is told again); one that does brings it back, with its seam marked."""
-    from exchange import JournalFeed
+    from exchange._journaling import JournalFeed
 
     fwd, pub, me, subscriber = tight
     ctx = zmq.Context.instance()

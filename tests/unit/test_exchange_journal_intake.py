@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exchange.journal import Gaps, Intake, Store
+from exchange.journal import Store
+from exchange.journal._intake import Intake
+from exchange.journal._sequencer import Gaps
 from roq import batch
 from roq.batch import BatchError
 

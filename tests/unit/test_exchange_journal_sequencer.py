@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exchange.journal import DUPLICATE, GAP, TRIM, WRITE, Gaps, Held, decide
+from exchange.journal._sequencer import DUPLICATE, GAP, TRIM, WRITE, Gaps, Held, decide
 
 P = b"P" * 16
 

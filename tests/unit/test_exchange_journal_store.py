@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from exchange.journal import INDEX_INTERVAL, Store, segment_name
+from exchange.journal import Store, segment_name
+from exchange.journal._format import INDEX_INTERVAL
 from roq import batch
 from roq.errors import CorruptJournalError, JournalError
 

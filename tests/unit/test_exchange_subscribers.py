@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exchange import MAX_SUBSCRIBERS, Subscribers
+from exchange._subscribers import MAX_SUBSCRIBERS, Subscribers
 from roq import batch
 
 

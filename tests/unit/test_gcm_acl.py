@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from gcm import View, bootstrap, check, get_acl, grant, required, revoke
+from gcm._acl import bootstrap, check, get_acl, grant, required, revoke
+from gcm._view import View
 from roq import management as m
 from roq.acl import MAX_PREFIX, MAX_RULES, Rule
 from roq.documents import AclDoc

@@ -14,7 +14,9 @@ import bson
 import pytest
 from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 
-from gcm import Api, HostView, Outcome, QueueView, View
+from gcm._api import Api
+from gcm._outcome import Outcome
+from gcm._view import HostView, QueueView, View
 from roq import management as m
 from roq.control import Message, Reply, encode
 from roq.documents import GcmDoc, HostDoc, MonitorDoc, QueueDoc

@@ -6,7 +6,10 @@ import logging
 
 import pytest
 
-from gcm import Api, AuditTrail, View, audit_entry
+from gcm._api import Api
+from gcm._audit import AuditTrail
+from gcm._audit import entry as audit_entry
+from gcm._view import View
 from roq import control
 from roq import management as m
 from roq.errors import BadRequestError, Result

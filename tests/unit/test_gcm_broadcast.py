@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gcm import Broadcaster, HostView, QueueView, View
+from gcm._broadcast import Broadcaster
+from gcm._view import HostView, QueueView, View
 from roq.documents import HostDoc, HostKpis, QueueDoc
 from roq.management import parse_broadcast
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gcm import Event, appended, merge_events
+from gcm._events import appended, merge_events
+from gcm._outcome import Event
 from roq.documents import EventsDoc
 from roq.zk import MAX_EVENTS
 

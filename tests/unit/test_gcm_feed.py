@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gcm import Labels, LiveFeed, QueueView, View
+from gcm._feed import LiveFeed
+from gcm._labels import Labels
+from gcm._view import QueueView, View
 from roq.documents import RUNNING, QueueDoc
 from roq.http import EventStream
 

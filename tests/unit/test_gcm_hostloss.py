@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gcm import HostLoss, HostView, LostHosts, QueueView, View
+from gcm._hostloss import HostLoss, LostHosts
+from gcm._view import HostView, QueueView, View
 from roq.documents import HostDoc, QueueDoc
 from roq.zk import Create, Delete, Paths
 

@@ -12,7 +12,14 @@ import urllib.parse
 
 import pytest
 
-from gcm import ROUTES, Exposition, HttpApi, Labels, LiveFeed, QueueView, Snapshot, View, document, read_token, snake
+from gcm._census import Snapshot
+from gcm._feed import LiveFeed
+from gcm._http import HttpApi, read_token
+from gcm._labels import Labels
+from gcm._metrics import Exposition
+from gcm._openapi import ROUTES, document
+from gcm._shapes import snake
+from gcm._view import QueueView, View
 from prometheus_client.parser import text_string_to_metric_families
 from roq import management as m
 from roq.control import LATENCY_BOUNDS_MS, Reply

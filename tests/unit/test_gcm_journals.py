@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from gcm import HostView, QueueView, View, set_rules, start, stop
+from gcm._lifecycle import start, stop
+from gcm._rules import set_rules
+from gcm._view import HostView, QueueView, View
 from roq import management as m
 from roq.documents import STOPPED, QueueDoc
 from roq.zk import Create, Delete, Paths, SetData

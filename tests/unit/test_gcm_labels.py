@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gcm import Labels
+from gcm._labels import Labels
 
 ID = "3f9a7c0e5b2d4a1f8e6c9b0a7d5e3c1f"
 

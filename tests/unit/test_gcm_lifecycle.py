@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gcm import READY, REMOVED, STOPPED, HostView, QueueView, View, create, create_exchange, finish_removals, remove, start, stop
+from gcm._lifecycle import create, create_exchange, finish_removals, remove, start, stop
+from gcm._outcome import READY, REMOVED, STOPPED
+from gcm._view import HostView, QueueView, View
 from roq import management as m
 from roq.control import Reply
 from roq.documents import EventsDoc, ExchangeDoc, HostDoc, MonitorDoc, QueueDoc, RulesDoc

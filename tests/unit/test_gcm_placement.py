@@ -3,7 +3,8 @@ go (pure, on views built here)."""
 
 from __future__ import annotations
 
-from gcm import Blocked, HostView, Move, Placer, QueueView, View, choose_host, explain_no_host, plan_replacements
+from gcm._placement import Blocked, Move, Placer, choose_host, explain_no_host, plan_replacements
+from gcm._view import HostView, QueueView, View
 from roq.documents import HostDoc, HostKpis, QueueDoc
 from roq.rules import DEFAULT_RULES
 

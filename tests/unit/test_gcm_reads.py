@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gcm import QueueView, View, exists, get_events, get_rules, get_thresholds, list_hosts, list_queues, lookup
-from gcm import HostView
+from gcm._reads import exists, get_events, get_rules, get_thresholds, list_hosts, list_queues, lookup
+from gcm._view import QueueView, View
+from gcm._view import HostView
 from roq import management as m
 from roq.documents import EventsDoc, HostDoc, MonitorDoc, QueueDoc, TuningDoc
 from roq.errors import BadRequestError, NotFoundError, UnavailableError

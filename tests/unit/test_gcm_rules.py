@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from gcm import MAX_EVIDENCE, QueueView, View, set_rules, set_thresholds
+from gcm._rules import MAX_EVIDENCE, set_rules, set_thresholds
+from gcm._view import QueueView, View
 from roq import management as m
 from roq.documents import QueueDoc, RulesDoc, TuningDoc
 from roq.errors import BadRequestError, NotFoundError

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gcm import HostView, QueueView, View, remove_exchange, scale_out
+from gcm._scaling import remove_exchange, scale_out
+from gcm._view import HostView, QueueView, View
 from roq import management as m
 from roq.documents import HostDoc, HostKpis, QueueDoc
 from roq.errors import BadRequestError, NotFoundError, UnavailableError

@@ -8,7 +8,8 @@ import time
 import pytest
 import zmq
 
-from gcm import QueueView, StatsAsks, stats_reply
+from gcm._stats import StatsAsks, stats_reply
+from gcm._view import QueueView
 from roq.control import Reply, Status, decode, encode
 from roq.documents import MonitorDoc, QueueDoc
 from roq.server import Request

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gcm import Tokens
+from gcm._tokens import Tokens
 
 ADMIN = "a" * 32
 

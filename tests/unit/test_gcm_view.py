@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gcm import HostView, QueueView, View
+from gcm._view import HostView, QueueView, View
 from roq.documents import ExchangeDoc, HostDoc, HostKpis, MonitorDoc, QueueDoc
 from roq.errors import BadRequestError, NotFoundError
 from roq.management import HostSummary, QueueSummary, broadcast_frames, parse_broadcast

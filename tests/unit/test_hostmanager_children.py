@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import signal
 
-from hostmanager import KILL_AFTER, SECOND_SIGNAL_AFTER, ChildState, Supervised
+from hostmanager._children import KILL_AFTER, SECOND_SIGNAL_AFTER, Supervised
+from hostmanager._converge import ChildState
 from roq import control
 from roq.config import ExchangeConfig
 from roq.documents import Assignment

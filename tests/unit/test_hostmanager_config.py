@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hostmanager import MODULES, ChildSettings, HostManagerConfig
+from hostmanager import HostManagerConfig
+from hostmanager._config import MODULES, ChildSettings
 from roq.config import ExchangeConfig, MonitorConfig
 from roq.errors import ConfigError
 from roq.settings import from_args, parser_for, to_args

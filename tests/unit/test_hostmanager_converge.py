@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from hostmanager import ChildState, Restart, Start, Stop, Tell, converge, wanted
+from hostmanager._converge import ChildState, Restart, Start, Stop, Tell, converge, wanted
 from roq.documents import Assignment
 
 MON = Assignment("orders", "monitor")

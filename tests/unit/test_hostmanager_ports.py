@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from hostmanager import PortAllocator
+from hostmanager._ports import PortAllocator
 from roq.errors import BrokerConnectionError, ConfigError
 
 

@@ -6,17 +6,13 @@ from __future__ import annotations
 import dataclasses
 import signal
 
-from hostmanager import (
-    Children,
-    ChildSettings,
-    HostManagerConfig,
-    PortAllocator,
-    Registration,
-    Restart,
-    Stop,
-    Supervised,
-    Tell,
-)
+from hostmanager import HostManagerConfig
+from hostmanager._children import Supervised
+from hostmanager._config import ChildSettings
+from hostmanager._converge import Restart, Stop, Tell
+from hostmanager._host import Registration
+from hostmanager._ports import PortAllocator
+from hostmanager._supervision import Children
 from roq.config import ExchangeConfig
 from roq.documents import Assignment, ExchangeDoc
 from roq.errors import NodeExistsError, NodeMissingError

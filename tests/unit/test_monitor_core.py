@@ -6,7 +6,8 @@ from __future__ import annotations
 import bson
 import pytest
 
-from monitor import MAX_NAME, MAX_PUBLISHERS, MAX_STATUS_BYTES, MAX_SUBSCRIBERS
+from monitor._operators import MAX_STATUS_BYTES
+from monitor._topology import MAX_NAME, MAX_PUBLISHERS, MAX_SUBSCRIBERS
 from monitor.testing import Driver, Peers
 from roq import control
 from roq.config import MonitorConfig

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from monitor import ExchangeLoad, QueueLoad, Scaler, evaluate
+from monitor._elastic import QueueLoad, Scaler
+from monitor._rule import ExchangeLoad, evaluate
 from roq.rules import DEFAULT_RULES
 
 RULES = {**DEFAULT_RULES, "exchange_records_per_s": 1000.0, "sustain_s": 1.0, "cooldown_s": 5.0,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor import EventLog
+from monitor._events import EventLog
 
 
 def test_events_are_numbered_and_stamped_and_a_successor_continues_them():

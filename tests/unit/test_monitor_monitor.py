@@ -11,7 +11,8 @@ import bson
 import pytest
 import zmq
 
-from monitor import MAX_STATUS_BYTES, Monitor
+from monitor import Monitor
+from monitor._operators import MAX_STATUS_BYTES
 from roq import control
 from roq.config import MonitorConfig
 from roq.control import Result

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from monitor import EventLog, Ewma, ExchangeEntry, Mover, Outbox, PublisherEntry, Rules, SubscriberEntry, Topology
+from monitor._events import EventLog
+from monitor._moves import Mover
+from monitor._outbox import Outbox
+from monitor._rule import Ewma
+from monitor._rules import Rules
+from monitor._topology import ExchangeEntry, PublisherEntry, SubscriberEntry, Topology
 from roq import control
 from roq.config import MonitorConfig
 

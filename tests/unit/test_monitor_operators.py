@@ -5,7 +5,7 @@ from __future__ import annotations
 import bson
 import pytest
 
-from monitor import fit
+from monitor._operators import fit
 from monitor.testing import Driver, Peers
 from roq import control
 from roq.config import MonitorConfig

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor import QueueView
+from monitor._topology import QueueView
 from monitor.testing import Driver
 from roq import control
 from roq.acl import Rule

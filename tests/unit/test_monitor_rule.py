@@ -1,4 +1,4 @@
-from monitor import Ewma, ExchangeLoad, evaluate, saturation_mark
+from monitor._rule import Ewma, ExchangeLoad, evaluate, saturation_mark
 
 HIGH = 100.0
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from monitor import QueueView, Rules
+from monitor._rules import Rules
+from monitor._topology import QueueView
 from monitor.testing import Driver, Peers
 from roq import control
 from roq.config import MonitorConfig

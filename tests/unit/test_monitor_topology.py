@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from monitor import MAX_NAME, Ewma, ExchangeEntry, SubscriberEntry, Topology
+from monitor._rule import Ewma
+from monitor._topology import MAX_NAME, ExchangeEntry, SubscriberEntry, Topology
 from roq.errors import UnavailableError
 
 

@@ -7,7 +7,9 @@
   harness: nothing product imports it).
 * No module imports itself back through others, counting imports inside functions and under
   ``TYPE_CHECKING`` (a cycle hidden there is still a cycle in the design).
-* Tests import public names only: no ``_private`` module of ours.
+* A unit test imports the internals of the package it tests and public names of the others; every other test
+  imports public names only. The process packages export their process, its settings and ``main``
+  (:data:`MAX_PROCESS_EXPORTS`).
 * Cohesion: no module function takes the module's own class (one with methods) as its first parameter, unless
   :data:`FREE_FUNCTIONS` says why (a method exiled to keep a class short is still that class's); nothing
   writes through two attributes into another object (``a.b.c = ...``: ask ``a.b`` to do it). The largest
@@ -35,6 +37,9 @@ ALLOWED = {
     "roqcli": {"roq", "client", "deploy"},
     "simulation": {"roq", "client", "roqcli", "gcm"},  # gcm: the benchmark of its HTTP code alone (bench_http)
 }
+#: names a process package exports at most: its process, its settings, ``main``, and what tools read of its files
+MAX_PROCESS_EXPORTS = 6
+PROCESS_PACKAGES = ("exchange", "exchange.journal", "monitor", "gcm", "hostmanager")
 #: the product's packages (``simulation`` is the harness)
 PRODUCT = tuple(p for p in PACKAGES if p != "simulation")
 #: module functions that take their module's class first, and why they are functions
@@ -122,9 +127,19 @@ def test_no_import_cycles():
     assert not cycles, "\n".join(cycles)
 
 
-def test_tests_import_no_private_module_of_ours():
+def _tested_package(path: Path) -> str | None:
+    """The package a unit test module tests (``tests/unit/test_gcm_http.py``: gcm), None for other tests."""
+    if path.parent.name != "unit" or not path.stem.startswith("test_"):
+        return None
+    return next((p for p in PACKAGES if path.stem[len("test_"):].startswith(p + "_")), None)
+
+
+def test_tests_import_internals_only_of_the_package_they_test():
+    """A unit test of a package may import its internals (as httpx's tests do); every other test, and a unit
+    test reaching into another package, imports public names only."""
     wrong = []
     for path in sorted((ROOT / "tests").rglob("*.py")):
+        tested = _tested_package(path)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = []
             if isinstance(node, ast.Import):
@@ -133,9 +148,18 @@ def test_tests_import_no_private_module_of_ours():
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             for name in names:
                 parts = name.split(".")
-                if parts[0] in PACKAGES and any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
+                if (parts[0] in PACKAGES and parts[0] != tested
+                        and any(p.startswith("_") and not p.startswith("__") for p in parts[1:])):
                     wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_process_package_exports_its_process_its_settings_and_main():
+    import importlib
+
+    for name in PROCESS_PACKAGES:
+        exported = importlib.import_module(name).__all__
+        assert len(exported) <= MAX_PROCESS_EXPORTS and "main" in exported, (name, exported)
 
 
 def _trees(packages: tuple[str, ...] = PRODUCT) -> dict[str, ast.Module]:

@@ -7,7 +7,7 @@ killed: after a failover they are resent, and subscribers drop the copies they a
 Beside it, :class:`Pressure`: how much of its time the stream's batches waited for the exchange (the window
 full, or the exchange's pipe).
 
-A pure core, public for tests and tools (``from client.window import Pressure, Sent, Window``); not part of
+A pure core, public for tests and tools (``from client._window import Pressure, Sent, Window``); not part of
 the application API (:data:`client.__all__`).
 """
 

@@ -26,7 +26,7 @@ arrive in order; across exchanges they do not, so the reassembler applies these 
   A filtering subscriber sees only some of a publisher's keys, so it follows each key's chain instead:
   every batch names the seq of its publisher's previous record with the same key (``key_prev``).
 
-A pure core, public for tests and tools (``from client.ordering import Reassembler``); not part of the
+A pure core, public for tests and tools (``from client._ordering import Reassembler``); not part of the
 application API (:data:`client.__all__`).
 """
 

@@ -20,7 +20,7 @@ Application side: :meth:`Outbox.put`, :meth:`Outbox.put_many`, :meth:`Outbox.flu
 Sender side: :meth:`Outbox.take`, :meth:`Outbox.idle_until`, :meth:`Outbox.awake`, its :class:`WakePipe`,
 :meth:`Outbox.acknowledged`, :meth:`Outbox.forget`, :meth:`Outbox.fail`, its :class:`Assignment`.
 
-A core without sockets, public for tests and tools (``from client.outbox import Outbox``); not part of the
+A core without sockets, public for tests and tools (``from client._outbox import Outbox``); not part of the
 application API (:data:`client.__all__`).
 """
 

@@ -7,7 +7,7 @@ Publishers and subscribers of a connection made through ZooKeeper follow it: a w
 endpoint its socket uses on its next turn (no lock: the watch only ever replaces the string) and reconnects
 (:meth:`MonitorLocator.retarget`), then says hello to the new monitor.
 
-Public for tests and tools (``from client.locator import MonitorLocator``); not part of the application
+Public for tests and tools (``from client._locator import MonitorLocator``); not part of the application
 API (:data:`client.__all__`).
 """
 
