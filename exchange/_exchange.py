@@ -29,7 +29,7 @@ from roq.config import DURABILITIES, ExchangeConfig
 from roq.errors import ProtocolError
 from roq.loop import Loop, Timer
 from roq.pipe import MAX_FRAME
-from roq.runtime import DropCounter, SignalWakeup, run_main
+from roq.runtime import DropCounter, LogLimit, SignalWakeup, run_main
 from roq.server import Dispatcher, Request
 from roq.sockets import HandshakeWatch, check_endpoint
 from exchange._admission import Admission
@@ -66,7 +66,7 @@ class Exchange:
         self._process.cpu_percent(None)
         self._draining_since: float | None = None
         self._kpi_period = config.kpi_period
-        self._next_reply_log = 0.0
+        self._refusals = LogLimit(REPLY_LOG_INTERVAL)
         # ConfigError: an unsafe or unreadable key file, an unreadable keyring
         self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops)
         # with CURVE, nobody is read until the monitor sent the permissions
@@ -248,9 +248,7 @@ class Exchange:
                  "once it has their records" if endpoint else "no journal: the queue is not durable")
 
     def _on_reply(self, msg: control.Reply, _request: Request) -> None:
-        now = time.monotonic()
-        if msg.result != control.Result.OK and now >= self._next_reply_log:
-            self._next_reply_log = now + REPLY_LOG_INTERVAL
+        if msg.result != control.Result.OK and self._refusals.due():
             log.warning("exchange %s: monitor answered %d: %s", self.id, msg.result, msg.comment[:200])
 
     def _on_retarget(self, msg: control.Retarget, _request: Request) -> None:

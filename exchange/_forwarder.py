@@ -81,7 +81,7 @@ from roq import batch
 from roq.batch import BatchError
 from roq.config import ExchangeConfig
 from roq.loop import Loop
-from roq.runtime import DropCounter
+from roq.runtime import DropCounter, counted_log_due
 from roq.sockets import bind
 from roq.curve import Curve
 from roq.zap import Keyring, recv_from
@@ -504,7 +504,7 @@ def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publi
 
 
 def _log_stall(sub: Subscriber, waited: float, hold: float, stalls: int) -> None:
-    if stalls <= 10 or stalls % 100 == 0:
+    if counted_log_due(stalls):
         log.warning("subscriber %s: its pipe stayed full for %.1fs: it misses what finds its pipe full until its pipe "
                     "has had room for %.1fs (%d times in all)", sub.id.hex()[:8], waited, hold, stalls)
 

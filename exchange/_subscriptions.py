@@ -32,7 +32,7 @@ from exchange._journaling import JournalFeed
 from exchange._subscribers import Cut, Subscriber, Subscribers
 from roq import batch
 from roq.batch import BatchError
-from roq.runtime import DropCounter
+from roq.runtime import DropCounter, counted_log_due
 from roq.zap import Keyring, recv_from
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class Subscriptions:
         self.cuts += 1
         cut = self.subscribers.cut(sub, floor, secrets.randbits(32) or 1)
         self.tell(cut)
-        if self.cuts <= 10 or self.cuts % 100 == 0:
+        if counted_log_due(self.cuts):
             log.warning("subscriber %s: its pipe stayed full for %.1fs: cut off, it reads the journal from offset %d "
                         "(%d cut in all)", sub.id.hex()[:8], waited, cut.floor, self.cuts)
 

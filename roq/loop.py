@@ -31,14 +31,13 @@ from typing import Any, Callable, Union
 
 import zmq
 
-from roq.runtime import DropCounter, SignalWakeup
+from roq.runtime import TRACE_INTERVAL, DropCounter, LogLimit, SignalWakeup
 from roq.sockets import poll_ms
 
-__all__ = ["Loop", "Timer", "TRACE_INTERVAL"]
+__all__ = ["Loop", "Timer"]
 
 log = logging.getLogger(__name__)
 
-TRACE_INTERVAL = 10.0  # seconds between two tracebacks of the loop's boundary
 Source = Union["zmq.Socket[Any]", int]
 Step = Callable[[], object]
 Timed = Callable[[float], object]
@@ -106,7 +105,7 @@ class Loop:
         self._deadlines: list[_Deadline] = []
         self._before: list[tuple[Step, str]] = []
         self._after: list[tuple[Timed, str]] = []
-        self._next_trace = 0.0
+        self._traces = LogLimit(TRACE_INTERVAL)
         self.failures = 0
 
     # ------------------------------------------------------------------ registrations
@@ -255,7 +254,5 @@ class Loop:
             return
         self.failures += 1
         self.drops.drop("internal error", what)
-        now = time.monotonic()
-        if now >= self._next_trace:
-            self._next_trace = now + TRACE_INTERVAL
+        if self._traces.due():
             log.error("%s: %s failed", self.name, what, exc_info=exc)

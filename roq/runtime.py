@@ -17,10 +17,11 @@ import sys
 import time
 from typing import Any, Callable
 
-__all__ = ["ExitCode", "SignalWakeup", "StopFlag", "DropCounter", "setup_logging", "announce_ready", "run_node",
-           "run_main", "READY_PREFIX"]
+__all__ = ["ExitCode", "SignalWakeup", "StopFlag", "LogLimit", "counted_log_due", "DropCounter", "setup_logging", "announce_ready", "run_node",
+           "run_main", "READY_PREFIX", "TRACE_INTERVAL"]
 
 READY_PREFIX = "READY "
+TRACE_INTERVAL = 10.0  # seconds between two tracebacks of a boundary (a loop's, a dispatcher's, the HTTP server's)
 
 
 class ExitCode(enum.IntEnum):
@@ -90,6 +91,29 @@ class SignalWakeup:
         self._write.close()
 
 
+class LogLimit:
+    """A log line that repeats is written at most once every ``interval`` seconds: :meth:`due` says when
+    (the one definition of a rate-limited log; :class:`DropCounter` sums what it held back)."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        self.interval = interval
+        self._next = 0.0
+
+    def due(self, now: float | None = None) -> bool:
+        """Whether the line may be written now (and then not again for ``interval``)."""
+        now = time.monotonic() if now is None else now
+        if now < self._next:
+            return False
+        self._next = now + self.interval
+        return True
+
+
+def counted_log_due(count: int) -> bool:
+    """Whether the ``count``-th occurrence of a repeated event is logged: the first ten, then every hundredth
+    (for an event whose count the line reports)."""
+    return count <= 10 or count % 100 == 0
+
+
 class DropCounter:
     """Counts input dropped as malformed, per reason, and logs it without flooding.
 
@@ -104,18 +128,16 @@ class DropCounter:
         self.total = 0
         self.by_reason: dict[str, int] = {}
         self._unlogged = 0
-        self._next_log = 0.0
+        self._limit = LogLimit(interval)
 
     def drop(self, reason: str, detail: str = "") -> None:
         self.total += 1
         first = reason not in self.by_reason
         self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
-        now = time.monotonic()
-        if first or now >= self._next_log:
+        if self._limit.due() or first:
             extra = f" (+{self._unlogged} more since last report)" if self._unlogged else ""
             self._log.warning("%s: dropped %s%s%s", self._where, reason, f": {detail}" if detail else "", extra)
             self._unlogged = 0
-            self._next_log = now + self._interval
         else:
             self._unlogged += 1
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 import traceback
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
@@ -40,7 +39,7 @@ from roq.errors import (
     Result,
     UnknownCommandError,
 )
-from roq.runtime import DropCounter
+from roq.runtime import TRACE_INTERVAL, DropCounter, LogLimit
 from roq.zap import CLUSTER, KEY_REMOVED, Keyring, recv_from
 
 __all__ = ["Request", "Replier", "Handler", "Dispatcher", "RouterServer", "PendingReplies", "reply_for", "MAX_PENDING"]
@@ -119,7 +118,7 @@ class Dispatcher:
         self.drops = drops
         self.max_bytes = max_bytes
         self.failures = 0  # handler bugs caught at the boundary
-        self._next_trace = 0.0
+        self._traces = LogLimit(TRACE_INTERVAL)
 
     def dispatch(self, body: bytes, request: Request) -> Reply | None:
         """Handle one frame; the reply to send, if any. Never raises (but SystemExit and KeyboardInterrupt)."""
@@ -163,9 +162,7 @@ class Dispatcher:
         except Exception as exc:  # a bug: this request fails, the process serves on
             self.failures += 1
             self.drops.drop("internal error", f"{type(msg).__name__}: {type(exc).__name__}: {exc}"[:300])
-            now = time.monotonic()
-            if now >= self._next_trace:  # a traceback at most every 10 s
-                self._next_trace = now + 10.0
+            if self._traces.due():
                 log.error("%s: handling %s failed:\n%s", self.where, type(msg).__name__, traceback.format_exc())
             return reply_for(exc, msg.CMD)
         if reply is not None and not reply.request:

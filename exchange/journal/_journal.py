@@ -54,7 +54,7 @@ from roq.config import DURABILITIES, JournalConfig
 from roq.curve import Curve
 from roq.errors import JournalError, ProtocolError
 from roq.pipe import MAX_FRAME
-from roq.runtime import DropCounter, SignalWakeup, run_main
+from roq.runtime import DropCounter, SignalWakeup, counted_log_due, run_main
 from roq.server import Dispatcher, Request
 from roq.loop import Loop
 from roq.sockets import HandshakeWatch, bind, check_endpoint
@@ -287,7 +287,7 @@ class Journal:
             self._paused_until = time.monotonic() + PAUSE_S
             intake.acks()  # nothing of the round is acknowledged
             failures = self.meter.failed(str(exc))
-            if failures <= 10 or failures % 100 == 0:
+            if counted_log_due(failures):
                 log.error("journal %s: %s; nothing of the last round is acknowledged, the exchanges send it again "
                           "(intake paused for %.1fs; %d failures in all)", self.id, exc, PAUSE_S, failures)
             return

@@ -17,7 +17,7 @@ from roq.errors import BrokerConnectionError, ConfigError
 from roq.http.connection import Connection, Limits
 from roq.http.messages import EventStream, Handler, HttpRequest, HttpResponse, Later
 from roq.loop import Loop
-from roq.runtime import DropCounter
+from roq.runtime import TRACE_INTERVAL, DropCounter, LogLimit
 
 __all__ = ["HttpServer", "MAX_BODY", "MAX_CONNECTIONS", "MAX_PER_ADDRESS", "RESERVE", "HEAD_TIMEOUT",
            "RESERVE_TIMEOUT", "MIN_BODY_RATE", "IDLE_TIMEOUT", "MAX_OUTPUT", "HEALTH_PATHS", "BACKLOG"]
@@ -99,7 +99,7 @@ class HttpServer:
         self._per_address: dict[str, int] = {}  # address -> its connections open, not reserved
         self._reserved: dict[int, Connection] = {}
         self._registered: dict[int, int] = {}  # fd -> the flags it is registered with
-        self._next_trace = 0.0
+        self._traces = LogLimit(TRACE_INTERVAL)
 
     def bind(self, address: str, port: int) -> str:
         """Listen on ``address:port`` (port 0: any free one); the server's base URL.
@@ -202,8 +202,7 @@ class HttpServer:
     def failed(self, request: HttpRequest, exc: BaseException) -> None:
         self.failures += 1
         self.drops.drop("internal error", f"{request.method} {request.path[:100]}: {type(exc).__name__}")
-        if time.monotonic() >= self._next_trace:
-            self._next_trace = time.monotonic() + 10.0
+        if self._traces.due():
             log.error("%s: %s %s failed:\n%s", self.where, request.method, request.path[:200],
                       "".join(traceback.format_exception(exc)))
 
