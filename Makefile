@@ -12,10 +12,10 @@ demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
 
 # on both cores: two pytest-xdist workers; the tests that load the machine heavily, and those that make emulated
-# hosts, each run one after another on one worker (tests/conftest.py). Times, rates and capacity ratios are not
-# asserted here: make bench-check holds them to their targets.
+# hosts, each run one after another, holding a lock per group (tests/conftest.py). Times, rates and capacity
+# ratios are not asserted here: make bench-check holds them to their targets.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS) tests --ignore=tests/deploy
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS) tests --ignore=tests/deploy
 
 # the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
 fuzz: $(STAMP)

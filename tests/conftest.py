@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib.util
 import itertools
@@ -35,15 +36,35 @@ MEASURED_MODULES = {"test_slow_subscriber.py", "test_dashboard.py", "test_kpi.py
                     "test_fuzz.py", "test_scenario_run.py", "test_flow_control.py"}
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``), each group runs on one worker, one test
-    after another, while the other worker runs the rest."""
-    for item in items:
-        if item.path.name in EMULATED_MODULES:
-            item.add_marker(pytest.mark.xdist_group("emulated"))
-        elif item.path.name in MEASURED_MODULES or item.get_closest_marker("measured") is not None:
-            item.add_marker(pytest.mark.xdist_group("measured"))
+#: Where the groups' locks are: one file per group, machine-wide (two test runs at once share them too).
+GROUP_LOCKS = Path("/tmp/roq-test-groups")
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The group whose tests run one after another: "emulated", "measured", one a module names with
+    ``pytestmark = pytest.mark.one_at_a_time("name")``, or None."""
+    if item.path.name in EMULATED_MODULES:
+        return "emulated"
+    if item.path.name in MEASURED_MODULES or item.get_closest_marker("measured") is not None:
+        return "measured"
+    mark = item.get_closest_marker("one_at_a_time")
+    return str(mark.args[0]) if mark is not None else None
+
+
+@pytest.fixture(autouse=True)
+def _one_at_a_time(request):
+    """A test of a group holds the group's lock (``flock``) from its first fixture to its last: under
+    pytest-xdist (``make test``: ``-n 2``) two tests of one group never run at once, whichever workers they are
+    sent to; a worker whose test waits for the lock waits. (Not pytest-xdist's ``--dist loadgroup``: under pytest
+    9.2 it silently stopped grouping, and ran two fuzzers at once.)"""
+    group = group_of(request.node)
+    if group is None:
+        yield
+        return
+    GROUP_LOCKS.mkdir(exist_ok=True)
+    with open(GROUP_LOCKS / f"{group}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)

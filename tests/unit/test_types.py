@@ -18,7 +18,7 @@ from mypy import api
 from tests.unit.test_structure import PACKAGES, ROOT
 
 RATCHET = ROOT / "tests" / "typing.json"
-pytestmark = pytest.mark.xdist_group("types")  # one worker, one after another: they share mypy's cache
+pytestmark = pytest.mark.one_at_a_time("types")  # one after another: they share mypy's cache
 
 
 def _mypy(*args: str) -> tuple[int, str]:
