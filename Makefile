@@ -11,11 +11,12 @@ PYTEST_ARGS ?=
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
 
-# on both cores: two pytest-xdist workers; the tests that load the machine heavily, and those that make emulated
-# hosts, each run one after another, holding a lock per group (tests/conftest.py). Times, rates and capacity
-# ratios are not asserted here: make bench-check holds them to their targets.
+# on both cores: two pytest-xdist workers, an idle one taking tests from the other's queue (worksteal); the tests
+# that load the machine heavily, and those that make emulated hosts, each run one after another, holding a lock
+# per group (tests/conftest.py). Times, rates and capacity ratios are not asserted here: make bench-check holds
+# them to their targets.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS) tests --ignore=tests/deploy
+	$(BIN)/python -m pytest -n 2 --dist worksteal $(PYTEST_ARGS) tests --ignore=tests/deploy
 
 # the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
 fuzz: $(STAMP)

@@ -419,6 +419,9 @@ def test_a_durable_subscriber_killed_and_started_again_misses_nothing_and_repeat
     first_run = [int(x) for x in lines if not x.startswith("committed")]
     assert sorted(set(records)) == list(range(3000)), "a record was missed"
     second = records[len(first_run):]
-    assert second[0] == commits[-1], "the restart did not go on from the last commit"
-    assert second == list(range(commits[-1], 3000))  # duplicates only of what came after the last commit
+    # it goes on from the last commit it saw confirmed, or from the one the journal kept as the kill came, before
+    # the reader could write the confirmation down (its records were all written by then)
+    assert first_run == list(range(len(first_run)))
+    assert second[0] in (commits[-1], len(first_run)), "the restart did not go on from the last commit"
+    assert second == list(range(second[0], 3000))  # duplicates only of what came after the last commit
 
