@@ -272,11 +272,17 @@ class EmbeddedCluster:
             args += ["--log-dir", os.path.join(self.log_dir, address)]
         args += ["--journal-dir", os.path.abspath(self.journal_dir)] if self.journal_dir else []
         enter = None
+        budget = None
         if self.emulation is not None:
             named = self.emulation.named(address)
             enter = self.emulation.enter(named)
-            if self.emulation.budgets[named].bandwidth:
-                args += ["--link-rate", self.emulation.budgets[named].bandwidth]
+            budget = self.emulation.budgets[named]
+            if budget.bandwidth:
+                args += ["--link-rate", budget.bandwidth]
+        if (budget is None or not budget.cpus) and "--cpus" not in self.hostmanager_args:
+            # the hosts share this machine: each reads the CPU of its own processes (of the machine's cores), not
+            # the machine's, which the others' load (and anything else running here) would make its own
+            args += ["--cpus", str(psutil.cpu_count() or 1)]
         child = spawn_logged(f"hostmanager-{address}", "hostmanager", args, self.log_dir, self._logs, enter)
         self.hostmanagers[address] = child
         if wait:

@@ -62,9 +62,9 @@ def traffic(conn: client.Connection, n: int = 2000) -> int:
 
 
 def test_queue_lifecycle_on_three_hosts(make_embedded, kz):
-    # each host's CPU is its own processes' of a budget of two cores (--cpus), not this busy machine's: a host
-    # that read the machine's load as its own over the 90% limit was passed over by the spread at the end
-    cluster = make_embedded(hosts=3, hostmanager_args=["--cpus", "2"])
+    # each host reads its own processes' CPU (the embedded cluster's --cpus), not this busy machine's: a host that
+    # read the machine's load as its own over the 90% limit was passed over by the spread at the end
+    cluster = make_embedded(hosts=3)
     qm = cluster.manager
     assert {h["Address"] for h in qm.hosts()} == {"127.0.0.11", "127.0.0.12", "127.0.0.13"}
 
