@@ -178,7 +178,9 @@ class Runner:
                     child = loads.start("subscribe", "", *self._where(group.queue), "--prefix", group.prefix,
                                         "--delay-us", str(group.delay_us), "--idle-exit", "0",
                                         "--timeline-every", str(SAMPLE_INTERVAL),
-                                        *(("--rcvhwm", str(group.rcvhwm)) if group.rcvhwm else ()))
+                                        *(("--rcvhwm", str(group.rcvhwm)) if group.rcvhwm else ()),
+                                        *(("--pause-at", str(group.pause_at), "--pause-for", str(group.pause_for_s))
+                                          if group.pause_at and group.pause_for_s else ()))
                     subscribers.append((g, child))
             self.progress(f"{len(s.queues)} queue(s) created, {len(subscribers)} subscriber(s) joined; "
                           f"running for {s.info.duration_s:g} s")

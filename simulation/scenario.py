@@ -34,6 +34,8 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     prefix = ""
     delay_us = 0               # processing time per record: a slow consumer
     rcvhwm = 0                 # batches its client library queues per exchange (0 = default)
+    pause_at = 0               # stops reading after this many records (0 = never)...
+    pause_for_s = 0            # ...for this long: a stalled consumer, which its exchanges send past
 
     [[faults]]
     at_s = 20
@@ -144,11 +146,13 @@ class SubscriberGroup:
     prefix: str = ""
     delay_us: float = 0.0  # processing time per record
     rcvhwm: int = 0  # batches the client library queues per exchange (0 = its default)
+    pause_at: int = 0  # records read before it stops reading (0 = it never stops)
+    pause_for_s: float = 0.0  # how long it stops reading
 
     @property
     def keeps_up(self) -> bool:
-        """Whether its audit must show no loss (a slow group shows its gaps instead)."""
-        return self.delay_us == 0
+        """Whether its audit must show no loss (a slow or stalled group shows its gaps instead)."""
+        return self.delay_us == 0 and not (self.pause_at and self.pause_for_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -398,6 +402,8 @@ class _Checker:
             raise self.fail("subscribers", i, "count", f"must be at least 1, got {group.count}")
         self.positive("subscribers", i, "delay_us", group.delay_us, zero=True)
         self.positive("subscribers", i, "rcvhwm", group.rcvhwm, zero=True)
+        self.positive("subscribers", i, "pause_at", group.pause_at, zero=True)
+        self.positive("subscribers", i, "pause_for_s", group.pause_for_s, zero=True)
         return group
 
     def fault(self, i: int, value: Any, info: Info, names: list[str], hosts: list[str]) -> Fault:

@@ -167,3 +167,12 @@ def test_rates_are_read_as_tc_writes_them():
         parse_budgets(2, "half")
     with pytest.raises(ConfigError, match="host cpus: 3 values for 2 hosts"):
         parse_budgets(2, "0.5,1,2")
+
+
+def test_a_stalled_group_is_read_and_does_not_keep_up():
+    s = parse_scenario(HEAD + "[[publishers]]\nrate = 10\n[[subscribers]]\npause_at = 500\npause_for_s = 3\n"
+                       "[[subscribers]]\n")
+    stalled, steady = s.subscribers
+    assert (stalled.pause_at, stalled.pause_for_s, stalled.keeps_up) == (500, 3.0, False) and steady.keeps_up
+    with pytest.raises(ConfigError, match=r"\[\[subscribers\]\] #1 key 'pause_for_s': must be 0 or more"):
+        parse_scenario(HEAD + "[[publishers]]\nrate = 10\n[[subscribers]]\npause_at = 5\npause_for_s = -1\n", "s.toml")
