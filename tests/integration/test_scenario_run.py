@@ -36,8 +36,8 @@ prefix = "a"
 prefix = ""
 delay_us = 3000    # about 330 records/s: it cannot keep up with 1,800
 rcvhwm = 20        # and its own queue is short: the exchange drops what it cannot take
-pause_at = 500     # and it stops reading for 3 s (the exchanges send past it: however busy the machine, a
-pause_for_s = 3    # consumer that reads on at 330 records/s may pace its publishers instead)
+pause_at = 2000    # and it stops reading for 3 s, after the scale-out (the exchanges send past it however busy
+pause_for_s = 3    # the machine; one that reads on at 330 records/s may pace its publishers instead)
 
 [[publishers]]
 count = 3
