@@ -14,12 +14,14 @@ garbage could start an exchange of errors).
 from __future__ import annotations
 
 import logging
+import time
 
 import zmq
 
 from roq import control
 from roq.curve import Curve
 from roq.errors import ProtocolError
+from roq.loop import Loop
 from roq.pipe import MAX_FRAME, PipeReader
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request
@@ -122,6 +124,18 @@ class CommandPipe:
     def closed(self) -> bool:
         """The host manager closed its end: no command will come any more."""
         return self._reader.closed
+
+    def attach(self, loop: Loop, every: float) -> None:
+        """Serve in ``loop``: read the commands as they come (no more once the host manager closed its end: its
+        death signal follows), and give up a partial frame every ``every`` seconds."""
+
+        def readable() -> None:
+            self.readable(time.monotonic())
+            if self.closed:
+                loop.remove(self.fd)
+
+        loop.add(self.fd, readable, "the host manager's commands")
+        loop.every(every, lambda now: None if self.closed else self.expire(now), "the commands' partial frames")
 
     def readable(self, now: float) -> None:
         self._handle(self._reader.read(now))

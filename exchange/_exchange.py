@@ -155,7 +155,7 @@ class Exchange:
             self.forwarder.admit()  # and with CURVE until it sent the permissions
         loop.add(self.monitor.socket, self._on_monitor, "the monitor")
         if self._commands is not None:
-            loop.add(self._commands.fd, self._on_commands, "the host manager's commands")
+            self._commands.attach(loop, self.config.heartbeat_interval)
         for watch in self._watches:
             loop.add(watch.socket, watch.handle, "handshakes")
         loop.every(self.config.heartbeat_interval, self._beat, "the heartbeat")
@@ -170,19 +170,9 @@ class Exchange:
         if not admitted and self._open():
             self.forwarder.admit()
 
-    def _on_commands(self) -> None:
-        commands = self._commands
-        assert commands is not None
-        commands.readable(time.monotonic())
-        if commands.closed:  # the host manager is gone: its death signal follows
-            self.loop.remove(commands.fd)
-            self._commands = None
-
     def _beat(self, now: float) -> None:
         self.monitor.send(self._heartbeat())
         self._check_drained(now)
-        if self._commands is not None:
-            self._commands.expire(now)
 
     def _report(self, now: float) -> None:
         kpi = self.forwarder.acct.report(self.id, now, cpu_percent=self._process.cpu_percent(None),

@@ -196,9 +196,8 @@ class Journal:
         loop.add(reads.socket, lambda: reads.readable(time.monotonic()), "the reads port")
         if self.monitor is not None:
             loop.add(self.monitor.socket, self.monitor.readable, "the monitor")
-        commands = self._commands
-        if commands is not None:
-            loop.add(commands.fd, self._on_commands, "the host manager's commands")
+        if self._commands is not None:
+            self._commands.attach(loop, self.config.heartbeat_interval)
         self._follow_pause(time.monotonic())
         loop.deadline(lambda: self._paused_until if not loop.wants(self.sock) else float("inf"), self._follow_pause,
                       "the end of a pause")
@@ -215,14 +214,6 @@ class Journal:
     def _on_signal(self) -> None:
         log.info("journal %s: stopping (signal)", self.id)
         self.loop.stop()
-
-    def _on_commands(self) -> None:
-        commands = self._commands
-        assert commands is not None
-        commands.readable(time.monotonic())
-        if commands.closed:  # the host manager is gone: its death signal follows
-            self.loop.remove(commands.fd)
-            self._commands = None
 
     def _follow_pause(self, now: float) -> None:
         """The intake is read exactly while not paused; the reads port too, or before the first policy."""
@@ -245,8 +236,6 @@ class Journal:
     def _beat(self, now: float) -> None:
         if self.monitor is not None:
             self.monitor.send(self.heartbeat())
-        if self._commands is not None:
-            self._commands.expire(now)
 
     def _round(self, now: float) -> None:
         """Read what has come, append it, write it, sync it (``always``) and acknowledge it."""
