@@ -81,6 +81,21 @@ def test_integers_beyond_bson_are_an_encoding_error():
         control.encode(control.Ready("s", 2**70))
 
 
+def test_the_package_exports_every_conversation_and_each_message_is_registered_once():
+    import importlib
+    import pkgutil
+
+    modules = [importlib.import_module(f"roq.control.{m.name}") for m in pkgutil.iter_modules(control.__path__)]
+    names = [name for module in modules for name in module.__all__]
+    assert sorted(names + ["Result"]) == sorted(control.__all__)
+    assert all(getattr(control, name) is getattr(m, name) for m in modules for name in m.__all__)
+    classes = [getattr(m, name) for m in modules for name in m.__all__
+               if isinstance(getattr(m, name), type) and issubclass(getattr(m, name), control.Message)
+               and getattr(m, name) is not control.Message]
+    ours = {cmd: cls for cmd, cls in control.registered().items() if cls.__module__.startswith("roq.control.")}
+    assert {cls.CMD: cls for cls in classes} == ours  # (the GCM's register from roq.management)
+
+
 # ---------------------------------------------------------------------- replies
 
 

@@ -44,7 +44,7 @@ PROCESS_PACKAGES = ("exchange", "exchange.journal", "monitor", "gcm", "hostmanag
 PRODUCT = tuple(p for p in PACKAGES if p != "simulation")
 #: module functions that take their module's class first, and why they are functions
 FREE_FUNCTIONS = {
-    "roq.control.encode": "the codec's one entry point for every message, as bson.encode is",
+    "roq.control.codec.encode": "the codec's one entry point for every message, as bson.encode is",
     "roqcli.kpi.capacity.estimate": "a pure function of a record of sums that Spark ships as data",
     "roqcli.kpi.capacity._cpu_capacity": "(estimate's)",
     "roqcli.kpi.capacity._fit": "(estimate's)",
