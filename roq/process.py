@@ -14,14 +14,14 @@ import signal
 import subprocess
 import sys
 import time
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Any, Callable, Iterable, Sequence
 
 from roq import pipe
 from roq.control import Message
 from roq.errors import BrokerConnectionError, BrokerTimeoutError
 from roq.runtime import READY_PREFIX
 
-__all__ = ["Child", "spawn", "die_with_parent"]
+__all__ = ["Child", "spawn", "stop_all", "die_with_parent"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -244,3 +244,17 @@ def spawn(
         preexec_fn=prepare,
     )
     return Child(name, popen)
+
+
+def stop_all(children: Iterable[Child], timeout: float = 10.0) -> None:
+    """Stop ``children`` together: SIGTERM to each at once, then wait for them all within one ``timeout``
+    (each drains in parallel with the others), then SIGKILL whatever still runs."""
+    children = list(children)
+    for child in children:
+        child.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for child in children:
+        try:
+            child.wait(max(0.0, deadline - time.monotonic()))
+        except BrokerTimeoutError:
+            child.kill()

@@ -13,7 +13,7 @@ from typing import IO, Any, Sequence
 import client
 from roq.config import CurveClient
 from roq.errors import BrokerTimeoutError
-from roq.process import Child
+from roq.process import Child, stop_all
 from roqcli.embedded import spawn_logged
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,7 @@ class LocalCluster:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every exchange, then the monitor; close the log files."""
-        for name, child in list(self.exchanges.items()):
-            child.stop(timeout)
+        stop_all(self.exchanges.values(), timeout)  # they drain at once
         self.exchanges.clear()
         if self._admin is not None:
             self._admin.close()

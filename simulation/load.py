@@ -22,7 +22,7 @@ from typing import Any
 import client
 from roq import defaults
 from roq.errors import RoQError
-from roq.process import Child, spawn
+from roq.process import Child, spawn, stop_all
 from roq.runtime import ExitCode, StopFlag, announce_ready, setup_logging
 from simulation.audit import PAYLOAD_HEADER, Audit, make_payload
 from simulation.histogram import Histogram
@@ -88,8 +88,7 @@ class Loads:
         return parse_report(child.communicate(timeout))
 
     def close(self) -> None:
-        for child in self.children:
-            child.stop(5)
+        stop_all(self.children, 5)
         for f in self._files:
             f.close()
 
