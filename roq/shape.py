@@ -4,7 +4,9 @@ One mechanism for every shape that crosses a process boundary: control messages 
 ZooKeeper documents (JSON, :mod:`roq.documents`) and KPI archive records (JSON lines, :mod:`roq.kpi.records`).
 A shape's fields may be ``str``, ``int``, ``float``, ``bool``, ``bytes``, ``dict`` (a JSON document),
 ``dict[str, X]``, ``list[X]``, ``X | None`` or another shape. :func:`read` builds a shape from a decoded
-document and checks every field: presence (a field without a default is required), type, and range.
+document and checks every field: presence (a field without a default is required), type, and range;
+:func:`to_document` is its inverse. A field declared with :func:`optional` is one a document may lack: it
+reads as None, and is left out of the document while None, so that such a document reads back as it was.
 
 Reading is strict about types because the documents come from anyone on the network:
 
@@ -28,14 +30,24 @@ from typing import Any, Callable
 
 from roq.errors import ProtocolError
 
-__all__ = ["compile_shape", "read", "to_document", "json_value", "MAX_DEPTH"]
+__all__ = ["compile_shape", "read", "to_document", "optional", "json_value", "MAX_DEPTH"]
 
 #: deepest nesting accepted in a JSON document field (``{"a": {"b": ...}}`` is depth 2)
 MAX_DEPTH = 16
 _INT64 = 1 << 63
 
+_OMIT = "roq.shape.omit"  # the metadata key of a field left out of the document while None
+
 Check = Callable[[Any, str], Any]
 _SPECS: dict[type, tuple[tuple[str, Check, bool], ...]] = {}
+_NAMES: dict[type, tuple[tuple[str, bool], ...]] = {}  # a shape's fields, each with whether it is optional
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def optional() -> Any:
+    """A field that a document may lack (its type ``X | None``): None when it does, and left out of the
+    document while it is None."""
+    return dataclasses.field(default=None, metadata={_OMIT: True})
 
 
 def compile_shape(cls: type) -> tuple[tuple[str, Check, bool], ...]:
@@ -66,19 +78,37 @@ def read(cls: type, doc: Any, where: str = "") -> Any:
         if name in doc:
             values[name] = check(doc[name], f"{where}.{name}" if where else name)
         elif required:
-            raise ProtocolError(f"{cls.__name__} lacks field {name!r}")
+            inside = f"{where}: " if where and where != cls.__name__ else ""
+            raise ProtocolError(f"{inside}{cls.__name__} lacks field {name!r}")
     return cls(**values)
 
 
 def to_document(obj: Any) -> Any:
-    """A shape (or a list of them) as plain documents, ready for BSON or JSON."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_document(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, list):
+    """A shape (or a list or mapping of them) as plain documents, ready for BSON or JSON (an :func:`optional`
+    field that is None left out)."""
+    kind = type(obj)
+    if kind in _PLAIN:
+        return obj
+    if kind is list:
         return [to_document(x) for x in obj]
-    if isinstance(obj, dict):
+    if kind is dict:
         return {k: to_document(v) for k, v in obj.items()}
-    return obj
+    names = _NAMES.get(kind)
+    if names is None:
+        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+            if isinstance(obj, list):
+                return [to_document(x) for x in obj]
+            if isinstance(obj, dict):
+                return {k: to_document(v) for k, v in obj.items()}
+            return obj
+        names = _NAMES[kind] = tuple((f.name, bool(f.metadata.get(_OMIT))) for f in dataclasses.fields(obj))
+    out = {}
+    for name, omit in names:
+        value = getattr(obj, name)
+        if value is None and omit:
+            continue
+        out[name] = to_document(value)
+    return out
 
 
 def json_value(value: Any, where: str, depth: int = 0, *, binary: bool = False) -> Any:
