@@ -40,6 +40,10 @@ _OMIT = "roq.shape.omit"  # the metadata key of a field left out of the document
 
 Check = Callable[[Any, str], Any]
 _SPECS: dict[type, tuple[tuple[str, Check, bool], ...]] = {}
+#: a shape's fields as :func:`read` goes through them: (name, check, required, the builtin type a value of
+#: which needs no other check than its range, if any)
+_FIELDS: dict[type, tuple[tuple[str, Check, bool, type | None], ...]] = {}
+_SCALARS = (str, bool, int, float)
 _NAMES: dict[type, tuple[tuple[str, bool], ...]] = {}  # a shape's fields, each with whether it is optional
 _PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
 
@@ -73,14 +77,35 @@ def read(cls: type, doc: Any, where: str = "") -> Any:
     """
     if type(doc) is not dict:
         raise ProtocolError(f"{where or cls.__name__} must be a document, got {type(doc).__name__}")
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        hints = typing.get_type_hints(cls)
+        fields = _FIELDS[cls] = tuple((name, check, required, _scalar(hints[name]))
+                                      for name, check, required in compile_shape(cls))
     values = {}
-    for name, check, required in compile_shape(cls):
+    for name, check, required, plain in fields:
         if name in doc:
-            values[name] = check(doc[name], f"{where}.{name}" if where else name)
+            value = doc[name]
+            kind = type(value)
+            # the common case checked here, without making the field's name (a value of exactly its type, in range)
+            if kind is plain and (kind is str or kind is bool or (kind is int and -_INT64 <= value < _INT64)
+                                  or (kind is float and value - value == 0.0)):  # finite: inf - inf is nan
+                values[name] = value
+            else:
+                values[name] = check(value, f"{where}.{name}" if where else name)
         elif required:
             inside = f"{where}: " if where and where != cls.__name__ else ""
             raise ProtocolError(f"{inside}{cls.__name__} lacks field {name!r}")
     return cls(**values)
+
+
+def _scalar(hint: Any) -> type | None:
+    """The builtin type of a field of type ``hint`` whose values need no other check than their range (``str``,
+    ``bool``, ``int``, ``float``, or one of them or None), else None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else None
+    return hint if hint in _SCALARS else None
 
 
 def to_document(obj: Any) -> Any:
@@ -130,15 +155,24 @@ def json_value(value: Any, where: str, depth: int = 0, *, binary: bool = False) 
     if depth >= MAX_DEPTH:
         raise ProtocolError(f"{where} is nested more than {MAX_DEPTH} levels deep")
     if kind is list:
-        return [json_value(v, f"{where}[{i}]", depth + 1, binary=binary) for i, v in enumerate(value)]
+        return [v if _plain(v) else json_value(v, f"{where}[{i}]", depth + 1, binary=binary)
+                for i, v in enumerate(value)]
     if kind is dict:
         out = {}
         for k, v in value.items():
             if type(k) is not str:
                 raise ProtocolError(f"{where} has a key of type {type(k).__name__}; keys are text")
-            out[k] = json_value(v, f"{where}.{k}", depth + 1, binary=binary)
+            out[k] = v if _plain(v) else json_value(v, f"{where}.{k}", depth + 1, binary=binary)
         return out
     raise ProtocolError(f"{where} holds a {kind.__name__}; only JSON values are accepted")
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is a JSON value that needs no copy nor any other check (the common case, checked without
+    making its place's name)."""
+    kind = type(value)
+    return (kind is str or value is None or kind is bool or (kind is int and -_INT64 <= value < _INT64)
+            or (kind is float and value - value == 0.0))
 
 
 def _int(value: Any, where: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import bson
 import pytest
 
 from roq import shape
@@ -58,3 +59,27 @@ def test_to_document_leaves_plain_values_and_other_objects_as_they_are():
     assert shape.to_document([1, "a", None, b"x", (1, 2)]) == [1, "a", None, b"x", (1, 2)]
     assert shape.to_document({"a": [Inner(1, "one")]}) == {"a": [{"n": 1, "label": "one"}]}
     assert shape.to_document(Outer) is Outer  # a class is not a shape's value
+
+
+@pytest.mark.parametrize("value, field", [
+    (float("nan"), "rate"), (float("inf"), "rate"), (2**63, "items[0].n"), (True, "items[0].n"),
+    (bson.Code("x"), "name"),
+])
+def test_what_looks_like_the_common_case_is_still_checked(value, field):
+    doc = {"name": "q", "items": [{"n": 1}], "rate": 1.0}
+    if field == "rate":
+        doc["rate"] = value
+    elif field == "name":
+        doc["name"] = value
+    else:
+        doc["items"] = [{"n": value}]
+    with pytest.raises(ProtocolError, match=f"'{field}'".replace("[", r"\[").replace("]", r"\]")):
+        shape.read(Outer, doc)
+
+
+def test_values_of_a_builtin_types_subclass_become_the_builtin_type():
+    out = shape.read(Outer, {"name": "q", "items": [{"n": bson.Int64(5)}], "rate": 2})
+    assert type(out.items[0].n) is int and type(out.rate) is float
+    assert shape.json_value({"a": [1, {"b": bson.Int64(2)}]}, "doc") == {"a": [1, {"b": 2}]}
+    with pytest.raises(ProtocolError, match=r"doc.a\[1\].b"):
+        shape.json_value({"a": [1, {"b": float("inf")}]}, "doc")
