@@ -86,10 +86,7 @@ def read(cls: type, doc: Any, where: str = "") -> Any:
     for name, check, required, plain in fields:
         if name in doc:
             value = doc[name]
-            kind = type(value)
-            # the common case checked here, without making the field's name (a value of exactly its type, in range)
-            if kind is plain and (kind is str or kind is bool or (kind is int and -_INT64 <= value < _INT64)
-                                  or (kind is float and value - value == 0.0)):  # finite: inf - inf is nan
+            if _ready(plain, value):
                 values[name] = value
             else:
                 values[name] = check(value, f"{where}.{name}" if where else name)
@@ -198,28 +195,30 @@ def _checker(hint: Any) -> Check:
         return lambda v, name: None if v is None else inner(v, name)
     if origin is list:
         (item_hint,) = typing.get_args(hint)
-        item = _checker(item_hint)
+        item, item_type = _checker(item_hint), _scalar(item_hint)
 
-        def check_list(v: Any, name: str) -> list:
+        def check_list(v: Any, name: str) -> list[Any]:
             if type(v) is not list:
                 raise ProtocolError(f"field {name!r} must be a list, got {type(v).__name__}")
-            return [item(x, f"{name}[{i}]") for i, x in enumerate(v)]
+            return [x if _ready(item_type, x) else item(x, f"{name}[{i}]") for i, x in enumerate(v)]
 
         return check_list
     if origin is dict:
         key_hint, value_hint = typing.get_args(hint)
         if key_hint is not str:
             raise TypeError(f"mapping keys must be str, got {key_hint!r}")
-        value_check = _checker(value_hint)
+        if value_hint is Any:
+            return _check_document
+        value_check, value_type = _checker(value_hint), _scalar(value_hint)
 
-        def check_mapping(v: Any, name: str) -> dict:
+        def check_mapping(v: Any, name: str) -> dict[str, Any]:
             if type(v) is not dict:
                 raise ProtocolError(f"field {name!r} must be a document, got {type(v).__name__}")
             out = {}
             for k, x in v.items():
                 if type(k) is not str:
                     raise ProtocolError(f"field {name!r} has a key of type {type(k).__name__}")
-                out[k] = value_check(x, f"{name}.{k}")
+                out[k] = x if _ready(value_type, x) else value_check(x, f"{name}.{k}")
             return out
 
         return check_mapping
@@ -267,11 +266,21 @@ def _checker(hint: Any) -> Check:
 
         return check_bytes
     if hint is dict:
-
-        def check_document(v: Any, name: str) -> dict:
-            if type(v) is not dict:
-                raise ProtocolError(f"field {name!r} must be a document, got {type(v).__name__}")
-            return json_value(v, name)
-
-        return check_document
+        return _check_document
     raise TypeError(f"unsupported field type {hint!r}")
+
+
+def _check_document(v: Any, name: str) -> dict[str, Any]:
+    """A field of type ``dict`` or ``dict[str, Any]``: a JSON document (copied)."""
+    if type(v) is not dict:
+        raise ProtocolError(f"field {name!r} must be a document, got {type(v).__name__}")
+    out: dict[str, Any] = json_value(v, name)
+    return out
+
+
+def _ready(plain: type | None, value: Any) -> bool:
+    """Whether ``value`` is of exactly the builtin type ``plain`` (:func:`_scalar`) and in its range: the common
+    case, accepted as it is without making its place's name."""
+    kind = type(value)
+    return kind is plain and (kind is str or kind is bool or (kind is int and -_INT64 <= value < _INT64)
+                              or (kind is float and value - value == 0.0))  # finite: inf - inf is nan

@@ -4,6 +4,8 @@ optional fields included."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
+from typing import Any
 
 import bson
 import pytest
@@ -83,3 +85,19 @@ def test_values_of_a_builtin_types_subclass_become_the_builtin_type():
     assert shape.json_value({"a": [1, {"b": bson.Int64(2)}]}, "doc") == {"a": [1, {"b": 2}]}
     with pytest.raises(ProtocolError, match=r"doc.a\[1\].b"):
         shape.json_value({"a": [1, {"b": float("inf")}]}, "doc")
+
+
+@dataclasses.dataclass(frozen=True)
+class Documents:
+    one: dict[str, Any]
+    many: list[dict[str, Any]]
+    counts: dict[str, int]
+
+
+def test_a_document_typed_dict_of_any_is_plain_json_and_mappings_check_their_values():
+    doc = {"one": {"a": [1, {"b": None}]}, "many": [{"k": "v"}, {}], "counts": {"x": 1, "y": 2}}
+    assert shape.to_document(shape.read(Documents, doc)) == doc
+    with pytest.raises(ProtocolError, match=r"many\[1\].when"):
+        shape.read(Documents, {**doc, "many": [{}, {"when": datetime.datetime.now()}]})
+    with pytest.raises(ProtocolError, match=r"'counts.y' must be an integer, got bool"):
+        shape.read(Documents, {**doc, "counts": {"x": 1, "y": True}})
