@@ -35,7 +35,8 @@ __all__ = [
     "Shown",
     "Event",
     "decode",
-    "number",
+    "of_stats",
+    "RATES",
     "rate",
     "traffic",
     "latency",
@@ -198,7 +199,7 @@ class QueueStatus:
     publishers: list[PublisherStatus]
     subscribers: list[SubscriberStatus]
     relocations_in_flight: int
-    rules: dict  # the rules in force (roq.rules)
+    rules: dict[str, Any]  # the rules in force (roq.rules)
     scaling: ScalingStatus
     journal: JournalStatus
     relocations: list[RelocationStatus]
@@ -207,7 +208,7 @@ class QueueStatus:
     latency_histogram: LatencyHistogram
     dropped: dict[str, int]  # input dropped, by reason
     refused: dict[str, int]  # newcomers refused beyond a table's bound, by table
-    events: list[dict]  # the recent ones, oldest first (each an :class:`Event` and its kind's fields)
+    events: list[dict[str, Any]]  # the recent ones, oldest first (each an :class:`Event` and its kind's fields)
     truncated: dict[str, Shown] | None = optional()  # the lists cut to fit in a reply ("placement": the scaling's)
 
     def count(self, counter: str) -> int:
@@ -231,39 +232,48 @@ def decode(doc: Any) -> QueueStatus:
     return status
 
 
-# ---------------------------------------------------------------------- sums (of a status document, for now)
+def of_stats(data: Mapping[str, Any]) -> QueueStatus | None:
+    """The monitor's status in the data of a ``QueueStats`` reply (None: the GCM gave the topology alone).
+
+    Raises:
+        ProtocolError: its ``Monitor`` is not a status.
+    """
+    return decode(data["Monitor"]) if "Monitor" in data else None
 
 
-def number(value: Any) -> float:
-    """``value`` if it is a number (not a bool), else 0."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+# ---------------------------------------------------------------------- sums
+
+#: the exchanges' rates :func:`rate` sums
+RATES = ("records_per_s", "records_out_per_s", "bytes_per_s", "bytes_out_per_s")
 
 
-def rate(status: Mapping[str, Any] | None, key: str) -> float:
-    """The sum of ``key`` over the status's exchanges (``records_per_s``, ``bytes_out_per_s``...)."""
-    return sum(number(x.get(key)) for x in (status or {}).get("exchanges", []) if isinstance(x, dict))
+def rate(status: QueueStatus | None, key: str) -> float:
+    """The sum of the exchanges' rate ``key`` (one of :data:`RATES`), 0 without a status."""
+    if key not in RATES:
+        raise ValueError(f"{key!r} is not a rate of an exchange ({', '.join(RATES)})")
+    return sum(getattr(x, key) for x in status.exchanges) if status is not None else 0
 
 
-def live_subscribers(status: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    return [s for s in (status or {}).get("subscribers", []) if isinstance(s, dict) and s.get("live")]
+def live_subscribers(status: QueueStatus | None) -> list[SubscriberStatus]:
+    return [s for s in status.subscribers if s.live] if status is not None else []
 
 
-def traffic(status: Mapping[str, Any] | None) -> dict[str, Any]:
+def traffic(status: QueueStatus | None) -> dict[str, Any]:
     """A queue's traffic from its monitor's status (zeros without one)."""
     return {
         "records_in_per_s": round(rate(status, "records_per_s"), 1),
         "records_out_per_s": round(rate(status, "records_out_per_s"), 1),
         "bytes_in_per_s": round(rate(status, "bytes_per_s"), 1),
         "bytes_out_per_s": round(rate(status, "bytes_out_per_s"), 1),
-        "publishers": len((status or {}).get("publishers", [])),
+        "publishers": len(status.publishers) if status is not None else 0,
         "subscribers": len(live_subscribers(status)),
     }
 
 
-def latency(status: Mapping[str, Any] | None) -> dict[str, float | None]:
+def latency(status: QueueStatus | None) -> dict[str, float | None]:
     """The median of the live subscribers' p50 and the highest of their p99, ms, over their last KPI period
     (None where no subscriber received a record in it)."""
     live = live_subscribers(status)
-    p50 = sorted(number(s["latency_p50_ms"]) for s in live if number(s.get("latency_p50_ms", -1)) >= 0)
-    p99 = [number(s["latency_p99_ms"]) for s in live if number(s.get("latency_p99_ms", -1)) >= 0]
+    p50 = sorted(s.latency_p50_ms for s in live if s.latency_p50_ms is not None and s.latency_p50_ms >= 0)
+    p99 = [s.latency_p99_ms for s in live if s.latency_p99_ms is not None and s.latency_p99_ms >= 0]
     return {"p50_median": p50[len(p50) // 2] if p50 else None, "p99_max": max(p99) if p99 else None}
