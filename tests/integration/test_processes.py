@@ -70,13 +70,13 @@ def test_sigterm_drains_an_exchange_and_moves_its_publishers_without_loss(make_c
     m = cluster.monitor_endpoint
     sub = loads.start("subscribe", m, "--idle-exit", "4")
     pubs = [loads.start("publish", m, "--rate", "2000", "--duration", "60", "--keys", k) for k in ("a", "b")]
-    cluster.wait_for(lambda s: len(s["publishers"]) == 2 and all(x["publishers"] == 1 for x in s["exchanges"]),
+    cluster.wait_for(lambda s: len(s.publishers) == 2 and all(x.publishers == 1 for x in s.exchanges),
                      10, "one publisher per exchange")
     code = cluster.stop_exchange("x1")
     assert code == ExitCode.OK
-    status = cluster.wait_for(lambda s: all(p["exchange"] == "x2" for p in s["publishers"]), 5, "all on x2")
-    assert any(e["kind"] == "relocated" and e["reason"] == "drain" for e in status["events"])
-    assert status["counters"]["exchanges_lost"] == 0
+    status = cluster.wait_for(lambda s: all(p.exchange == "x2" for p in s.publishers), 5, "all on x2")
+    assert any(e["kind"] == "relocated" and e["reason"] == "drain" for e in status.events)
+    assert status.count("exchanges_lost") == 0
     sent = {}
     for pub in pubs:
         report = loads.report(pub, stop=True)
