@@ -14,6 +14,7 @@ import client
 from roq.config import CurveClient
 from roq.errors import BrokerTimeoutError
 from roq.process import Child
+from roq.ready import MonitorReady
 from roq.status import QueueStatus
 from roqcli.embedded import spawn_logged
 
@@ -74,7 +75,8 @@ class LocalCluster:
             self.monitor = self._spawn(
                 "monitor", "monitor", ["--address", self.address, "--port", str(self.monitor_port), *self.monitor_args]
             )
-            self.monitor_endpoint = self.monitor.wait_ready(timeout)["endpoint"]
+            self.monitor.wait_ready(timeout)
+            self.monitor_endpoint = self.monitor.ready_as(MonitorReady).endpoint
             self._admin = client.Connection(self.monitor_endpoint,
                                             publisher_config=client.PublisherConfig(curve=self.curve))
             started = [self.add_exchange(wait=False) for _ in range(self.initial_exchanges)]

@@ -54,7 +54,7 @@ def durable(tmp_path):
                                            "--durability", "always"])
     children = [monitor]
     try:
-        endpoint = monitor.wait_ready()["endpoint"]
+        endpoint = monitor.wait_ready().endpoint
         children.insert(0, _journal(journal_dir, port, endpoint))
         exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS])
         children.append(exchange)
@@ -111,7 +111,7 @@ def test_an_exchange_that_joined_before_the_journal_reads_its_publishers_once_th
                                            "--durability", "always"])
     children = [monitor]
     try:
-        endpoint = monitor.wait_ready()["endpoint"]
+        endpoint = monitor.wait_ready().endpoint
         exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS])
         children.append(exchange)
         exchange.wait_ready()
@@ -349,7 +349,7 @@ def test_start_at_a_time_or_on_a_queue_that_is_not_durable(durable, tmp_path):
             conn.subscriber(start="yesterday")
     monitor = spawn("monitor", "monitor", ["--address", ADDRESS, "--port", "0", "--queue", "plain"])
     try:
-        endpoint = monitor.wait_ready()["endpoint"]
+        endpoint = monitor.wait_ready().endpoint
         exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS])
         try:
             exchange.wait_ready()

@@ -28,13 +28,13 @@ RSS_GROWTH = 200 << 20  # bytes a process may have grown by after all of it (gar
 def _targets(cluster, q: Queue) -> list[fuzz.Target]:
     targets = []
     for gid, child in cluster.gcms.items():
-        targets += [fuzz.Target(f"{gid} look-up", child.info["lookup"], "server"),
-                    fuzz.Target(f"{gid} management", child.info["management"], "server"),
-                    fuzz.Target(f"{gid} broadcast", child.info["broadcast"], "pub"),
-                    fuzz.Target(f"{gid} http", child.info["http"], "http")]
+        targets += [fuzz.Target(f"{gid} look-up", child.info.lookup, "server"),
+                    fuzz.Target(f"{gid} management", child.info.management, "server"),
+                    fuzz.Target(f"{gid} broadcast", child.info.broadcast, "pub"),
+                    fuzz.Target(f"{gid} http", child.info.http, "http")]
     for address, child in cluster.hostmanagers.items():
-        targets += [fuzz.Target(f"host manager {address}", child.info["endpoint"], "server"),
-                    fuzz.Target(f"host manager {address} http", child.info["http"], "http")]
+        targets += [fuzz.Target(f"host manager {address}", child.info.endpoint, "server"),
+                    fuzz.Target(f"host manager {address} http", child.info.http, "http")]
     targets.append(fuzz.Target("monitor", q.monitor, "server"))
     status = q.status()
     for x in status.exchanges:

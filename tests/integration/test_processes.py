@@ -121,11 +121,11 @@ def _running(pid: int) -> bool:
 def test_monitor_and_exchange_exit_zero_on_sigterm(tmp_path):
     monitor = spawn("monitor", "monitor", ["--address", "127.0.0.14", "--port", "0"])
     try:
-        endpoint = monitor.wait_ready()["endpoint"]
+        endpoint = monitor.wait_ready().endpoint
         exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", "127.0.0.14"])
         try:
             info = exchange.wait_ready()
-            assert info["frontend"].startswith("tcp://127.0.0.14:")
+            assert info.frontend.startswith("tcp://127.0.0.14:")
             exchange.signal(signal.SIGTERM)
             assert exchange.wait(10) == ExitCode.OK
         finally:

@@ -8,6 +8,7 @@ from typing import Any
 import zmq
 
 from roq import control
+from roq.ready import Ready
 from roq.status import QueueStatus, decode
 
 
@@ -20,7 +21,7 @@ class StandIn:
         self.signals: list[int] = []
         self.sent: list[control.Message] = []
         self.takes_commands = takes_commands
-        self.info: dict = {}
+        self.info: Ready | None = None
 
     def alive(self) -> bool:
         return self.returncode is None
@@ -71,3 +72,10 @@ def queue_status(**parts: Any) -> QueueStatus:
     for key, value in parts.items():
         doc[key] = [{**_ITEMS[key], **item} for item in value] if key in _ITEMS else value
     return decode(doc)
+
+
+if __name__ == "__main__":  # a child process for roq.process's tests: it prints each argument as a line
+    import sys
+
+    for line in sys.argv[1:]:
+        print(line, flush=True)
