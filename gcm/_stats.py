@@ -47,7 +47,7 @@ class StatsReply(Reply):
     """A stats reply as it goes through the GCM's process: on the wire a :class:`~roq.control.Reply` whose
     ``Monitor`` is the status's document; here, the status itself beside it (for the HTTP API)."""
 
-    status: QueueStatus | None = dataclasses.field(default=None, compare=False)
+    status: QueueStatus | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def stats_reply(q: QueueView, status: QueueStatus | None) -> StatsReply:
