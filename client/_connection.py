@@ -16,6 +16,7 @@ from roq import control, defaults
 from roq.config import CurveClient, PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
 from roq.sockets import PLAINTEXT_HINT, RefusalWatch, check_endpoint, poll_ms
+from roq.status import QueueStatus, decode
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +59,16 @@ class Connection:
         """
         return self._ask(control.Ping(), timeout)
 
-    def status(self, timeout: float = 5.0) -> dict[str, Any]:
-        """The monitor's view of the queue: exchanges, publishers, subscribers, counters, events.
+    def status(self, timeout: float = 5.0) -> QueueStatus:
+        """The monitor's view of the queue: exchanges, publishers, subscribers, counters, events (its fields:
+        :class:`roq.status.QueueStatus`).
 
         Raises:
             BrokerConnectionError: no answer within ``timeout``, or an answer that is not a reply.
             ManagementError: the monitor refused (the subclass of its RESULT code).
+            ProtocolError: the monitor's answer is not a status (the message names the field).
         """
-        return self._ask(control.Status(), timeout)
+        return decode(self._ask(control.Status(), timeout))
 
     def relocate(self, publisher: str = "", target: str = "", timeout: float = 5.0) -> dict[str, Any]:
         """Ask the monitor to move a publisher now (default: its busiest, to the least loaded exchange).

@@ -15,6 +15,7 @@ from roq import management as m
 from roq.config import CurveClient
 from roq.control import Message
 from roq.errors import BrokerTimeoutError, NotFoundError, UnavailableError, error_for
+from roq.status import JournalStatus, QueueStatus, of_stats
 from roq.zk import Paths, check_queue_name
 
 __all__ = ["QueueManager"]
@@ -94,14 +95,23 @@ class QueueManager:
         return list(self._call(m.ListQueues(), None)["Queues"])
 
     def stats(self, queue: str) -> dict[str, Any]:
-        """The queue's topology, rules and its monitor's status (exchanges' loads, publishers, subscribers)."""
+        """The queue's topology, rules and its monitor's status (exchanges' loads, publishers, subscribers), as
+        documents (``Monitor``: the status's, when the monitor answered; :meth:`status` reads it)."""
         return self._call(m.QueueStats(QName=check_queue_name(queue)), None)
 
-    def journal(self, queue: str) -> dict[str, Any]:
+    def status(self, queue: str) -> QueueStatus | None:
+        """The queue's monitor's status, asked through the GCM (None: the monitor did not answer).
+
+        Raises:
+            NotFoundError: no such queue. ProtocolError: what the GCM gave is not a status.
+        """
+        return of_stats(self.stats(queue))
+
+    def journal(self, queue: str) -> JournalStatus | None:
         """A durable queue's journal as its monitor last heard it: durability, where it is, its offsets, size,
-        bytes not yet synced, syncs, failures (``{"durability": "none", "journal": ""}``: no journal)."""
-        status = self.stats(queue).get("Monitor")
-        return dict(status.get("journal") or {}) if isinstance(status, dict) else {}
+        bytes not yet synced, syncs, failures (``journal`` "": no journal; None: the monitor did not answer)."""
+        status = self.status(queue)
+        return status.journal if status is not None else None
 
     def verify_journal(self, queue: str, timeout: float = 120.0) -> dict[str, Any]:
         """Have the queue's journal read every segment whole: ``{"problems": [...], "segments", ...}``.
@@ -111,10 +121,12 @@ class QueueManager:
             BrokerTimeoutError: no answer within ``timeout``.
         """
         journal = self.journal(queue)
-        reads = journal.get("reads")
-        if not reads or journal.get("durability", "none") == "none" or not journal.get("alive"):
+        if journal is None or journal.durability == "none" or not journal.reads or not journal.alive:
+            heard = journal is not None and bool(journal.reads)
             raise NotFoundError(f"queue {queue!r} has no journal running (durability "
-                                f"{journal.get('durability', 'none')}; its journal {'is silent' if reads else 'unknown'})")
+                                f"{journal.durability if journal is not None else 'none'}; its journal "
+                                f"{'is silent' if heard else 'unknown'})")
+        reads = journal.reads
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)

@@ -16,7 +16,6 @@ import os
 import sys
 import time
 import uuid
-from typing import Any
 
 import psutil
 import zmq
@@ -29,6 +28,7 @@ from roq.config import DURABILITIES, ExchangeConfig
 from roq.errors import ProtocolError
 from roq.loop import Loop, Timer
 from roq.pipe import MAX_FRAME
+from roq.ready import ExchangeReady
 from roq.runtime import DropCounter, LogLimit, SignalWakeup, run_main
 from roq.server import Dispatcher, Request
 from roq.sockets import HandshakeWatch, check_endpoint
@@ -125,9 +125,9 @@ class Exchange:
             log.warning("exchange %s: plaintext, no CURVE: anyone who reaches its ports may publish and subscribe",
                         self.id)
 
-    def ready_info(self) -> dict[str, Any]:
-        """The ready line's fields."""
-        return {"id": self.id, "frontend": self.frontend_endpoint, "backend": self.backend_endpoint}
+    def ready_info(self) -> ExchangeReady:
+        """The ready line."""
+        return ExchangeReady(pid=os.getpid(), id=self.id, frontend=self.frontend_endpoint, backend=self.backend_endpoint)
 
     def close(self) -> None:
         for watch in self._watches:

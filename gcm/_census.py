@@ -2,25 +2,26 @@
 
 What the metrics, the queue list of the HTTP API and the dashboard show comes from here, so that a scrape
 or a page never waits for a hundred monitors. The asks go through their own :class:`~gcm._stats.StatsAsks`
-(polled by the GCM's loop beside the operators' stats asks), at most one per queue at a time; a monitor that
-does not answer within the ask's timeout leaves its queue's last status in place, marked by its age.
+(polled by the GCM's loop beside the operators' stats asks), at most one per queue at a time, which decodes
+each answer (:class:`~roq.status.QueueStatus`); a monitor that does not answer within the ask's timeout, or
+answers something that is not a status, leaves its queue's last status in place, marked by its age.
 A queue that is no longer running is forgotten.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import zmq
 
 from gcm._stats import StatsAsks
 from gcm._view import View
-from roq.control import Reply
 from roq.curve import Curve
 from roq.documents import RUNNING
-from roq.server import Request
+from roq.status import QueueStatus
 
 __all__ = ["Census", "Snapshot", "MAX_QUEUES"]
 
@@ -29,10 +30,10 @@ MAX_QUEUES = 1000  # queues asked in one round, at most
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
-    """A queue's monitor status (``status``, {} before the first answer) as of ``at`` (wall clock, 0: never)."""
+    """A queue's monitor status as of ``at`` (wall clock)."""
 
     queue: str
-    status: dict[str, Any]
+    status: QueueStatus
     at: float
 
 
@@ -81,9 +82,8 @@ class Census:
             if name in self._asking:
                 continue
             self._asking.add(name)
-            reply = self.asks.ask(q, Request(self, (name.encode(),)), now)
-            if reply is not None:  # no monitor to ask
-                self.send((name.encode(),), reply)
+            if not self.asks.ask_status(q, functools.partial(self._answered, name), now):  # no monitor to ask
+                self._answered(name, None)
         self._round_open = True
         self._close_round()
 
@@ -93,12 +93,10 @@ class Census:
     def expire(self, now: float) -> None:
         self.asks.expire(now)
 
-    def send(self, envelope: tuple[bytes, ...], reply: Reply) -> None:
-        """A monitor's answer (the :class:`~roq.server.Replier` of the asks)."""
-        name = envelope[0].decode()
+    def _answered(self, name: str, status: QueueStatus | None) -> None:
+        """The answer of ``name``'s monitor (None: none came)."""
         self._asking.discard(name)
-        status = reply.data.get("Monitor")
-        if not isinstance(status, dict):
+        if status is None:
             self._close_round()
             return  # no monitor, or it did not answer: the last status stays, with its age
         snapshot = Snapshot(name, status, self._clock())

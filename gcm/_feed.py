@@ -24,7 +24,7 @@ from gcm._labels import Labels
 from gcm._shapes import snake
 from gcm._view import View
 from roq.http import EventStream, HttpResponse
-from roq.status import live_subscribers, number, rate, traffic
+from roq.status import QueueStatus, live_subscribers, rate, traffic
 
 __all__ = ["LiveFeed", "MAX_STREAMS", "FIRST_EVENTS"]
 
@@ -78,7 +78,7 @@ class LiveFeed:
         first["history"] = {name: {"t": [round(t, 3) for t, _, _ in h], "rin": [r for _, r, _ in h],
                                    "nx": [n for _, _, n in h]} for name, h in self._history.items()}
         stream.send(first, "state")
-        for event in sorted(self._recent[-FIRST_EVENTS:], key=lambda e: number(e.get("time"))):
+        for event in sorted(self._recent[-FIRST_EVENTS:], key=lambda e: e["time"]):
             stream.send(event, "event", _event_id(event))
         return stream
 
@@ -89,20 +89,20 @@ class LiveFeed:
         queues = []
         for name, q in sorted(self.shell.view.queues.items()):
             status = snaps[name].status if name in snaps else None
-            exchanges = [{**{k: x.get(k) for k in ("id", "records_per_s", "records_out_per_s", "busy", "publishers",
-                                                   "mark_records_per_s", "draining")}, "host": _host(x.get("frontend"))}
-                         for x in (status or {}).get("exchanges", []) if isinstance(x, dict)]
-            publishers = [{"id": self.labels(p.get("id")), "exchange": p.get("exchange"),
-                           "records_per_s": p.get("records_per_s")}
-                          for p in (status or {}).get("publishers", [])[:MAX_FEED_PUBLISHERS] if isinstance(p, dict)]
-            latency = [{"id": self.labels(s.get("id")), "p50": s.get("latency_p50_ms"),
-                        "p99": s.get("latency_p99_ms"), "prefix": _text(s.get("prefix"))}
+            exchanges = [{"id": x.id, "records_per_s": x.records_per_s, "records_out_per_s": x.records_out_per_s,
+                          "busy": x.busy, "publishers": x.publishers, "mark_records_per_s": x.mark_records_per_s,
+                          "draining": x.draining, "host": _host(x.frontend)}
+                         for x in (status.exchanges if status is not None else [])]
+            publishers = [{"id": self.labels(p.id), "exchange": p.exchange, "records_per_s": p.records_per_s}
+                          for p in (status.publishers[:MAX_FEED_PUBLISHERS] if status is not None else [])]
+            latency = [{"id": self.labels(s.id), "p50": s.latency_p50_ms, "p99": s.latency_p99_ms,
+                        "prefix": s.prefix.decode("utf-8", "backslashreplace")}
                        for s in live_subscribers(status)[:MAX_FEED_PUBLISHERS]]
             queues.append({"name": name, "state": q.state, "host": q.host, "placement": dict(q.placement),
                            "status_from": "monitor" if status is not None else "topology",
                            "status_age_s": round(max(0.0, self.clock() - snaps[name].at), 3) if name in snaps else None,
                            **traffic(status), "exchanges": exchanges, "publisher_list": publishers,
-                           "latency": latency, "counters": (status or {}).get("counters", {}),
+                           "latency": latency, "counters": dict(status.counters) if status is not None else {},
                            "journal": _journal(q.doc.journal_host, q.durable, status)})
         return {"time": self.clock(), "leader": self.shell.id, "hosts": [snake(h.document()) for h in hosts],
                 "queues": queues}
@@ -115,19 +115,17 @@ class LiveFeed:
             h = self._history.get(name)
             if h is None:
                 h = self._history[name] = collections.deque(maxlen=HISTORY_POINTS)
-            exchanges = [x for x in snap.status.get("exchanges", []) if isinstance(x, dict)]
-            h.append((now, round(rate(snap.status, "records_per_s"), 1), len(exchanges)))
+            h.append((now, round(rate(snap.status, "records_per_s"), 1), len(snap.status.exchanges)))
 
     def census_taken(self, snapshot: Snapshot) -> None:
         """A queue's new status: its events not seen yet go to every live feed."""
-        events = [e for e in snapshot.status.get("events", []) if isinstance(e, dict)]
+        events = snapshot.status.events  # each with its seq, time, kind and text (roq.status.Event)
         last = self._seen.get(snapshot.queue)
-        seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int)]
-        self._seen[snapshot.queue] = max(seqs, default=last or 0)
+        self._seen[snapshot.queue] = max((e["seq"] for e in events), default=last or 0)
         if last is None:  # the first status of this queue: its past events are history, kept for new feeds
             fresh = events[-FIRST_EVENTS:]
         else:
-            fresh = [e for e in events if isinstance(e.get("seq"), int) and e["seq"] > last]
+            fresh = [e for e in events if e["seq"] > last]
         for event in fresh:
             event = {**self.labels.event(event), "queue": snapshot.queue}
             self._recent.append(event)
@@ -158,21 +156,14 @@ class LiveFeed:
 
 def _event_id(event: dict[str, Any]) -> str:
     """An event's id in the feed, unique across queues: ``queue:seq``."""
-    return f"{event.get('queue', '')}:{event.get('seq', '')}"
+    return f"{event['queue']}:{event['seq']}"
 
 
-def _host(endpoint: Any) -> str:
+def _host(endpoint: str) -> str:
     """The host of a ``tcp://host:port`` endpoint ("" if it is not one)."""
-    if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+    if not endpoint.startswith("tcp://"):
         return ""
     return endpoint[len("tcp://"):].rsplit(":", 1)[0]
-
-
-def _text(value: Any) -> str:
-    """A subscriber's prefix as text (bytes from the monitor's status; not UTF-8 escaped)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    return value if isinstance(value, str) else ""
 
 
 #: what the page shows of a durable queue's journal, from its monitor's status
@@ -180,10 +171,9 @@ JOURNAL_FIELDS = ("durability", "alive", "first_offset", "next_offset", "size_by
                   "sync_ms", "sync_max_ms", "write_failures")
 
 
-def _journal(host: str, durable: bool, status: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A durable queue's journal for the page (None: not durable)."""
+def _journal(host: str, durable: bool, status: QueueStatus | None) -> dict[str, Any] | None:
+    """A durable queue's journal for the page (None: not durable; its figures None while none is heard of)."""
     if not durable:
         return None
-    journal = (status or {}).get("journal")
-    journal = journal if isinstance(journal, dict) and journal.get("journal") else {}
-    return {"host": host, **{k: journal.get(k) for k in JOURNAL_FIELDS}}
+    journal = status.journal if status is not None and status.journal.journal else None
+    return {"host": host, **{k: getattr(journal, k) if journal is not None else None for k in JOURNAL_FIELDS}}

@@ -44,6 +44,7 @@ from roq.curve import Curve
 from roq.documents import GcmDoc
 from roq.errors import (BrokerConnectionError, NodeExistsError, NodeMissingError, Result, VersionConflictError,
                         ZooKeeperError)
+from roq.ready import GcmReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.http import HttpServer
 from roq.server import Dispatcher, PendingReplies, Request, RouterServer
@@ -131,11 +132,11 @@ class Gcm:
             raise BrokerConnectionError(f"cannot prepare the cluster's nodes in ZooKeeper: {exc}") from exc
         self._refresh()
 
-    def ready_info(self) -> dict[str, Any]:
-        """The ready line's fields: this GCM's id, whether it leads, its endpoints."""
+    def ready_info(self) -> GcmReady:
+        """The ready line: this GCM's id, whether it leads, its endpoints."""
         me = self.election.me
-        return {"id": self.id, "leader": self.leading, "lookup": me.lookup, "management": me.management,
-                "broadcast": me.broadcast, "http": me.http}
+        return GcmReady(pid=os.getpid(), id=self.id, leader=self.leading, lookup=me.lookup, management=me.management,
+                        broadcast=me.broadcast, http=me.http)
 
     @property
     def me(self) -> GcmDoc:

@@ -31,6 +31,7 @@ from gcm._events import MAX_LIMIT
 from gcm._metrics import CONTENT_TYPE, Exposition
 from gcm._openapi import API, ROUTES, document
 from gcm._shapes import snake
+from gcm._stats import StatsReply
 from gcm._tokens import MIN_TOKEN, Tokens
 from gcm._view import View
 from roq import management as m
@@ -40,7 +41,8 @@ from roq.errors import ConfigError, Result
 from roq.http import EventStream, HttpRequest, HttpResponse, Later
 from roq.rules import DEFAULT_RULES
 from roq.server import Dispatcher, Request
-from roq.status import latency, live_subscribers, number, rate, traffic
+from roq.shape import to_document
+from roq.status import QueueStatus, latency, live_subscribers, rate, traffic
 
 __all__ = ["HttpApi", "HttpShell", "STATUS", "read_token", "MIN_TOKEN", "ANONYMOUS"]
 
@@ -291,12 +293,12 @@ class HttpApi:
 
     def _part(self, queue: str, part: str, later: Later) -> HttpResponse | None:
         def ok(reply: Reply) -> HttpResponse:
-            status = reply.data.get("Monitor")
-            if not isinstance(status, dict):
+            status = _status(reply)
+            if status is None:
                 return HttpResponse.error(503, f"queue {queue!r}: its monitor did not answer; retry",
                                           result="UNAVAILABLE").with_headers(("retry-after", "1"))
-            truncated = status.get("truncated", {}).get(part)
-            return HttpResponse.json(200, {part: status.get(part, []), "truncated": truncated})
+            return HttpResponse.json(200, {part: to_document(getattr(status, part)),
+                                           "truncated": to_document(status.shown(part))})
 
         return self._ask(m.QueueStats(QName=queue), later, ok)
 
@@ -310,8 +312,8 @@ class HttpApi:
         def ok(reply: Reply) -> HttpResponse:
             chosen = [e for e in reply.data["Events"]
                       if (not kinds or e.get("kind") in kinds)
-                      and (since is None or number(e.get("time")) >= since)
-                      and (until is None or number(e.get("time")) < until)]
+                      and (since is None or _number(e.get("time")) >= since)
+                      and (until is None or _number(e.get("time")) < until)]
             chosen.reverse()  # the newest first: page 0 is what just happened
             return HttpResponse.json(200, {"events": chosen[offset:offset + limit], "total": len(chosen),
                                            "offset": offset, "limit": limit, "counters": reply.data["Counters"]})
@@ -418,10 +420,15 @@ def _rules(view: View, queue: str) -> dict[str, Any]:
                       for k, v in sorted(q.rules.items())}}
 
 
+def _status(reply: Reply) -> QueueStatus | None:
+    """The monitor's status in a stats reply, as the GCM decoded it (None: the topology alone)."""
+    return reply.status if isinstance(reply, StatsReply) else None
+
+
 def _statistics(reply: Reply, view: View) -> dict[str, Any]:
     """A queue's statistics: its topology, and its monitor's figures when it answered."""
     summary = snake(reply.data["Queue"])
-    status = reply.data.get("Monitor") if isinstance(reply.data.get("Monitor"), dict) else None
+    status = _status(reply)
     out: dict[str, Any] = {**summary, "exchanges": len(summary.get("exchanges", [])),
                            "status_from": "monitor" if status is not None else "topology", **traffic(status)}
     q = view.find(summary["name"])
@@ -429,22 +436,26 @@ def _statistics(reply: Reply, view: View) -> dict[str, Any]:
         out.update(_rules(view, q.name), placement=dict(q.placement))
     if status is None:
         return out
-    counters = status.get("counters", {})
     live = live_subscribers(status)
     out.update(
-        exchanges=len(status.get("exchanges", [])),
-        totals=status.get("totals", {}),
-        relocations=counters.get("relocations", 0),
-        failovers=counters.get("failovers", 0),
-        scale_outs=counters.get("scale_outs", 0),
-        scale_ins=counters.get("scale_ins", 0),
-        exchanges_lost=counters.get("exchanges_lost", 0),
+        exchanges=len(status.exchanges),
+        totals=to_document(status.totals),
+        relocations=status.count("relocations"),
+        failovers=status.count("failovers"),
+        scale_outs=status.count("scale_outs"),
+        scale_ins=status.count("scale_ins"),
+        exchanges_lost=status.count("exchanges_lost"),
         latency_ms=latency(status),
-        gaps=sum(int(number(s.get("gaps"))) for s in live),
-        lost=sum(int(number(s.get("lost"))) for s in live),
-        duplicates=sum(int(number(s.get("duplicates"))) for s in live),
+        gaps=sum(s.gaps or 0 for s in live),
+        lost=sum(s.lost or 0 for s in live),
+        duplicates=sum(s.duplicates or 0 for s in live),
     )
     return out
+
+
+def _number(value: Any) -> float:
+    """``value`` if it is a number (not a bool), else 0 (an event's time: events are documents)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _body(req: HttpRequest, fields: Mapping[str, type], *, required: tuple[str, ...] = ()) -> dict[str, Any]:

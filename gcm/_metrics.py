@@ -16,7 +16,7 @@ label (:class:`gcm._labels.Labels`), never its id.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -24,8 +24,8 @@ from prometheus_client.registry import Collector
 
 from gcm._census import Snapshot
 from gcm._labels import Labels
-from roq.status import live_subscribers, number
 from gcm._view import View
+from roq.status import ExchangeStatus, JournalStatus, LatencyHistogram, QueueStatus, live_subscribers
 
 __all__ = ["Exposition", "render", "families", "queue_lines", "CONTENT_TYPE", "OTHER", "QUEUE_FAMILIES"]
 
@@ -41,6 +41,13 @@ COUNTERS = {
     "flaps": ("roq_flaps_total", "decisions that reversed an earlier one within two cool-downs"),
     "relocations_failed": ("roq_relocations_failed_total", "planned moves that did not complete"),
 }
+class _Named(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Named)
+
 TRAFFIC = {
     "records_in": ("records_in", "records the exchanges received from publishers"),
     "bytes_in": ("bytes_in", "payload bytes the exchanges received from publishers"),
@@ -49,9 +56,9 @@ TRAFFIC = {
 }
 
 
-def _top(rows: list[dict[str, Any]], key: str, top: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The ``top`` rows with the highest ``key``, and the rest."""
-    ranked = sorted(rows, key=lambda r: (-number(r.get(key)), str(r.get("id", ""))))
+def _top(rows: list[R], rate: Callable[[R], float | None], top: int) -> tuple[list[R], list[R]]:
+    """The ``top`` rows (publishers or subscribers) with the highest ``rate``, and the rest."""
+    ranked = sorted(rows, key=lambda r: (-(rate(r) or 0.0), r.id))
     return ranked[:top], ranked[top:]
 
 
@@ -134,14 +141,17 @@ QUEUE_FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("roq_journal_write_failures_total", "counter", "writes or syncs of the journal that failed (a full disk...)"),
     ("roq_journal_lag_bytes", "gauge", "bytes the exchanges sent the journal that it has not acknowledged yet"),
 )
-_JOURNAL = (("roq_journal_bytes", "size_bytes", 1), ("roq_journal_next_offset", "next_offset", 1),
-            ("roq_journal_unsynced_bytes", "unsynced_bytes", 1), ("roq_journal_sync_seconds", "sync_ms", 1e-3),
-            ("roq_journal_sync_max_seconds", "sync_max_ms", 1e-3),
-            ("roq_journal_write_failures_total", "write_failures", 1), ("roq_journal_lag_bytes", "lag_bytes", 1))
-_X_GAUGES = (("records_per_s", "roq_exchange_records_in_per_second"),
-             ("records_out_per_s", "roq_exchange_records_out_per_second"), ("busy", "roq_exchange_busy_ratio"),
-             ("mark_records_per_s", "roq_exchange_mark_records_per_second"), ("publishers", "roq_exchange_publishers"),
-             ("publisher_pressure", "roq_exchange_publisher_pressure_ratio"))
+_JOURNAL: tuple[tuple[str, Callable[[JournalStatus], float | None], float], ...] = (
+    ("roq_journal_bytes", lambda j: j.size_bytes, 1), ("roq_journal_next_offset", lambda j: j.next_offset, 1),
+    ("roq_journal_unsynced_bytes", lambda j: j.unsynced_bytes, 1), ("roq_journal_sync_seconds", lambda j: j.sync_ms, 1e-3),
+    ("roq_journal_sync_max_seconds", lambda j: j.sync_max_ms, 1e-3),
+    ("roq_journal_write_failures_total", lambda j: j.write_failures, 1), ("roq_journal_lag_bytes", lambda j: j.lag_bytes, 1))
+_X_GAUGES: tuple[tuple[Callable[[ExchangeStatus], float], str], ...] = (
+    (lambda x: x.records_per_s, "roq_exchange_records_in_per_second"),
+    (lambda x: x.records_out_per_s, "roq_exchange_records_out_per_second"), (lambda x: x.busy, "roq_exchange_busy_ratio"),
+    (lambda x: x.mark_records_per_s, "roq_exchange_mark_records_per_second"),
+    (lambda x: x.publishers, "roq_exchange_publishers"),
+    (lambda x: x.publisher_pressure, "roq_exchange_publisher_pressure_ratio"))
 
 
 def _label(value: str) -> str:
@@ -151,7 +161,7 @@ def _label(value: str) -> str:
     return value
 
 
-def queue_lines(name: str, status: dict[str, Any], top: int, label: Labels) -> dict[str, list[str]]:
+def queue_lines(name: str, status: QueueStatus, top: int, label: Labels) -> dict[str, list[str]]:
     """The sample lines of one queue's monitor status, by family (all but the age, which changes with the clock);
     publishers and subscribers by their ``label``.
 
@@ -165,67 +175,58 @@ def queue_lines(name: str, status: dict[str, Any], top: int, label: Labels) -> d
     def add(family: str, line: str) -> None:
         out.setdefault(family, []).append(line)
 
-    totals = status.get("totals") if isinstance(status.get("totals"), dict) else {}
     for k in TRAFFIC:
-        add(f"roq_queue_{k}_total", f'roq_queue_{k}_total{{queue="{q}"}} {number(totals.get(k))!r}')
-    exchanges = [x for x in status.get("exchanges", []) if isinstance(x, dict)]
-    publishers = [p for p in status.get("publishers", []) if isinstance(p, dict)]
+        add(f"roq_queue_{k}_total", f'roq_queue_{k}_total{{queue="{q}"}} {float(getattr(status.totals, k))!r}')
     subscribers = live_subscribers(status)
-    for family, n in (("roq_queue_exchanges", exchanges), ("roq_queue_publishers", publishers),
-                      ("roq_queue_subscribers", subscribers)):
-        add(family, f'{family}{{queue="{q}"}} {float(len(n))!r}')
-    for x in exchanges:
-        labels = f'queue="{q}",exchange="{_label(str(x.get("id", "")))}"'
-        xt = x.get("totals") if isinstance(x.get("totals"), dict) else {}
+    for family, n in (("roq_queue_exchanges", len(status.exchanges)), ("roq_queue_publishers", len(status.publishers)),
+                      ("roq_queue_subscribers", len(subscribers))):
+        add(family, f'{family}{{queue="{q}"}} {float(n)!r}')
+    for x in status.exchanges:
+        labels = f'queue="{q}",exchange="{_label(x.id)}"'
         for k in TRAFFIC:
-            add(f"roq_exchange_{k}_total", f"roq_exchange_{k}_total{{{labels}}} {number(xt.get(k))!r}")
-        for key, family in _X_GAUGES:
-            add(family, f"{family}{{{labels}}} {number(x.get(key))!r}")
-    counters = status.get("counters") if isinstance(status.get("counters"), dict) else {}
-    for key, value in sorted(counters.items()):
-        if isinstance(key, str) and key.startswith("relocations_by_"):
+            add(f"roq_exchange_{k}_total", f"roq_exchange_{k}_total{{{labels}}} {float(getattr(x.totals, k))!r}")
+        for gauge, family in _X_GAUGES:
+            add(family, f"{family}{{{labels}}} {float(gauge(x))!r}")
+    for key, times in sorted(status.counters.items()):
+        if key.startswith("relocations_by_"):
             reason = _label(key.removeprefix("relocations_by_"))
-            add("roq_relocations_total", f'roq_relocations_total{{queue="{q}",reason="{reason}"}} {number(value)!r}')
+            add("roq_relocations_total", f'roq_relocations_total{{queue="{q}",reason="{reason}"}} {float(times)!r}')
     for key, (metric, _) in COUNTERS.items():
-        add(metric, f'{metric}{{queue="{q}"}} {number(counters.get(key))!r}')
-    shown, rest = _top(publishers, "records_per_s", top)
+        add(metric, f'{metric}{{queue="{q}"}} {float(status.count(key))!r}')
+    shown, rest = _top(status.publishers, lambda p: p.records_per_s, top)
     family = "roq_publisher_records_per_second"
     for p in shown:
-        add(family, f'{family}{{queue="{q}",publisher="{label(p.get("id", ""))}"}} '
-                    f'{number(p.get("records_per_s"))!r}')
+        add(family, f'{family}{{queue="{q}",publisher="{label(p.id)}"}} {p.records_per_s!r}')
     if rest:
-        add(family, f'{family}{{queue="{q}",publisher="{OTHER}"}} {sum(number(p.get("records_per_s")) for p in rest)!r}')
-    shown, rest = _top(subscribers, "records_per_s", top)
-    for sub in shown:
-        labels = f'queue="{q}",subscriber="{label(sub.get("id", ""))}"'
+        add(family, f'{family}{{queue="{q}",publisher="{OTHER}"}} {sum(p.records_per_s for p in rest)!r}')
+    shown_subscribers, others = _top(subscribers, lambda s: s.records_per_s, top)
+    for sub in shown_subscribers:
+        labels = f'queue="{q}",subscriber="{label(sub.id)}"'
         add("roq_subscriber_records_per_second",
-            f"roq_subscriber_records_per_second{{{labels}}} {number(sub.get('records_per_s'))!r}")
-        add("roq_subscriber_lost_records_total",
-            f"roq_subscriber_lost_records_total{{{labels}}} {number(sub.get('lost'))!r}")
-        for family, key in (("roq_subscriber_latency_p50_seconds", "latency_p50_ms"),
-                            ("roq_subscriber_latency_p99_seconds", "latency_p99_ms")):
-            if key in sub and number(sub.get(key)) >= 0:
-                add(family, f"{family}{{{labels}}} {number(sub.get(key)) / 1000!r}")
-    if rest:
+            f"roq_subscriber_records_per_second{{{labels}}} {float(sub.records_per_s or 0)!r}")
+        add("roq_subscriber_lost_records_total", f"roq_subscriber_lost_records_total{{{labels}}} {float(sub.lost or 0)!r}")
+        for family, ms in (("roq_subscriber_latency_p50_seconds", sub.latency_p50_ms),
+                           ("roq_subscriber_latency_p99_seconds", sub.latency_p99_ms)):
+            if ms is not None and ms >= 0:
+                add(family, f"{family}{{{labels}}} {ms / 1000!r}")
+    if others:
         labels = f'queue="{q}",subscriber="{OTHER}"'
         add("roq_subscriber_records_per_second",
-            f"roq_subscriber_records_per_second{{{labels}}} {sum(number(x.get('records_per_s')) for x in rest)!r}")
+            f"roq_subscriber_records_per_second{{{labels}}} {sum(float(s.records_per_s or 0) for s in others)!r}")
         add("roq_subscriber_lost_records_total",
-            f"roq_subscriber_lost_records_total{{{labels}}} {sum(number(x.get('lost')) for x in rest)!r}")
-    journal = status.get("journal") if isinstance(status.get("journal"), dict) else {}
-    if journal.get("journal"):
-        add("roq_journal_up", f'roq_journal_up{{queue="{q}"}} {1.0 if journal.get("alive") else 0.0!r}')
-        records = number(journal.get("next_offset")) - number(journal.get("first_offset"))
+            f"roq_subscriber_lost_records_total{{{labels}}} {sum(float(s.lost or 0) for s in others)!r}")
+    journal = status.journal
+    if journal.journal:
+        add("roq_journal_up", f'roq_journal_up{{queue="{q}"}} {1.0 if journal.alive else 0.0!r}')
+        records = float(journal.next_offset or 0) - float(journal.first_offset or 0)
         add("roq_journal_records", f'roq_journal_records{{queue="{q}"}} {records!r}')
-        for family, key, scale in _JOURNAL:
-            add(family, f'{family}{{queue="{q}"}} {number(journal.get(key)) * scale!r}')
-    histogram = _histogram(status.get("latency_histogram"))
-    if histogram is not None:
-        buckets, total = histogram
-        for le, count in buckets:
-            add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_bucket{{queue="{q}",le="{le}"}} {count!r}')
-        add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_count{{queue="{q}"}} {buckets[-1][1]!r}')
-        add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_sum{{queue="{q}"}} {total!r}')
+        for family, figure, scale in _JOURNAL:
+            add(family, f'{family}{{queue="{q}"}} {float(figure(journal) or 0) * scale!r}')
+    buckets, total = _histogram(status.latency_histogram)
+    for le, count in buckets:
+        add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_bucket{{queue="{q}",le="{le}"}} {count!r}')
+    add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_count{{queue="{q}"}} {buckets[-1][1]!r}')
+    add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_sum{{queue="{q}"}} {total!r}')
     return out
 
 
@@ -273,18 +274,13 @@ class Exposition:
         return "".join(parts).encode()
 
 
-def _histogram(doc: Any) -> tuple[list[tuple[str, float]], float] | None:
-    """A monitor's latency histogram as Prometheus's cumulative buckets (seconds) and sum; None if malformed."""
-    if not isinstance(doc, dict):
-        return None
-    bounds, counts = doc.get("bounds_ms"), doc.get("counts")
-    if not isinstance(bounds, list) or not isinstance(counts, list) or len(counts) != len(bounds) + 1:
-        return None
+def _histogram(histogram: LatencyHistogram) -> tuple[list[tuple[str, float]], float]:
+    """A monitor's latency histogram as Prometheus's cumulative buckets (seconds) and sum."""
     buckets, total = [], 0.0
-    for bound, count in zip([*bounds, None], counts):
-        total += number(count)
-        buckets.append(("+Inf" if bound is None else repr(number(bound) / 1000), total))
-    return buckets, number(doc.get("sum_ms")) / 1000
+    for bound, count in zip([*histogram.bounds_ms, None], histogram.counts):
+        total += float(count)
+        buckets.append(("+Inf" if bound is None else repr(bound / 1000), total))
+    return buckets, histogram.sum_ms / 1000
 
 
 class _Families(Collector):

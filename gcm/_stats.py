@@ -1,17 +1,19 @@
 """Queue stats (2013): a queue's topology and rules, with its monitor's own status asked for on the spot.
 
 Each ask is a DEALER connected to the queue's monitor that sends it a :class:`~roq.control.Status`; the
-GCM's loop polls the DEALERs beside its own sockets and answers the request when the monitor replies, or
-with the topology alone when it cannot ask (no monitor, :data:`MAX_ASKS` asks out already, an endpoint that
-is not one), when the monitor is silent for :data:`ANSWER_TIMEOUT`, or when it answers anything but a
-reply (a monitor may answer garbage).
+GCM's loop polls the DEALERs beside its own sockets and answers when the monitor replies, or without a
+status when it cannot ask (no monitor, :data:`MAX_ASKS` asks out already, an endpoint that is not one), when
+the monitor is silent for :data:`ANSWER_TIMEOUT`, or when it answers anything but a reply holding a status (a
+monitor may answer garbage). The answer is decoded here, once (:func:`roq.status.decode`): a malformed status
+is logged (at most every :data:`LOG_INTERVAL` seconds) and read as none. A stats request is answered with the
+topology and the status (:class:`StatsReply`); the census takes the status itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 
@@ -20,29 +22,45 @@ from roq import control
 from roq import management as m
 from roq.control import Reply
 from roq.curve import Curve
+from roq.errors import ProtocolError
+from roq.runtime import LogLimit
 from roq.server import Request
+from roq.shape import to_document
 from roq.sockets import check_endpoint
+from roq.status import QueueStatus, decode
 
-__all__ = ["StatsAsks", "stats_reply", "MAX_ASKS", "ANSWER_TIMEOUT"]
+__all__ = ["StatsAsks", "StatsReply", "stats_reply", "MAX_ASKS", "ANSWER_TIMEOUT", "LOG_INTERVAL"]
 
 log = logging.getLogger("gcm")
 
 MAX_ASKS = 100  # monitors asked at once; beyond, stats answer with the topology only
 ANSWER_TIMEOUT = 1.0  # seconds a monitor has to answer
 MAX_STATUS_BYTES = 4 << 20  # a larger answer drops the connection (and the stats come without it)
+LOG_INTERVAL = 10.0  # seconds between two lines about monitors that answer something that is not a status
+
+#: what an ask is answered with: the monitor's status, or None (it could not be had)
+Answer = Callable[[QueueStatus | None], None]
 
 
-def stats_reply(q: QueueView, status: dict[str, Any] | None) -> Reply:
+@dataclasses.dataclass(frozen=True)
+class StatsReply(Reply):
+    """A stats reply as it goes through the GCM's process: on the wire a :class:`~roq.control.Reply` whose
+    ``Monitor`` is the status's document; here, the status itself beside it (for the HTTP API)."""
+
+    status: QueueStatus | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+def stats_reply(q: QueueView, status: QueueStatus | None) -> StatsReply:
     """The answer to a stats request: the topology, and the monitor's status when it gave one."""
     data: dict[str, Any] = {"Queue": q.summary().document(), "Rules": dict(q.rules)}
     if status is None:
-        return Reply(request=m.QueueStats.CMD, comment="the monitor did not answer; topology only", data=data)
-    return Reply(request=m.QueueStats.CMD, data={**data, "Monitor": status})
+        return StatsReply(request=m.QueueStats.CMD, comment="the monitor did not answer; topology only", data=data)
+    return StatsReply(request=m.QueueStats.CMD, data={**data, "Monitor": to_document(status)}, status=status)
 
 
 @dataclasses.dataclass
 class _Ask:
-    request: Request
+    answer: Answer
     queue: QueueView
     deadline: float
 
@@ -62,6 +80,8 @@ class StatsAsks:
         self.limit = limit
         self.timeout = timeout
         self._asks: dict[zmq.Socket, _Ask] = {}
+        self._unreadable = LogLimit(LOG_INTERVAL)
+        self.unreadable = 0  # answers that were not a status (garbage, a malformed status)
 
     def __len__(self) -> int:
         return len(self._asks)
@@ -71,10 +91,17 @@ class StatsAsks:
         return set(self._asks)
 
     def ask(self, q: QueueView, request: Request, now: float) -> Reply | None:
-        """Ask ``q``'s monitor for its status; the reply now when it cannot be asked, else None (answered
-        later)."""
+        """Ask ``q``'s monitor for its status, for a stats request; the reply now when it cannot be asked, else
+        None (answered later)."""
+        if self.ask_status(q, lambda status: request.answer(stats_reply(q, status)), now):
+            return None
+        return stats_reply(q, None)
+
+    def ask_status(self, q: QueueView, answer: Answer, now: float) -> bool:
+        """Ask ``q``'s monitor for its status, and call ``answer`` with it (None: silent until the deadline, or
+        it answered no status); False when it cannot be asked (``answer`` is not called)."""
         if q.monitor is None or len(self._asks) >= self.limit:
-            return stats_reply(q, None)
+            return False
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_STATUS_BYTES)
@@ -86,12 +113,12 @@ class StatsAsks:
         except Exception as exc:  # a bad endpoint in the monitor's node (ConfigError, ZMQError): topology only
             log.debug("queue %s: cannot ask its monitor at %r: %s", q.name, q.monitor.endpoint[:80], exc)
             sock.close()
-            return stats_reply(q, None)
-        self._asks[sock] = _Ask(request, q, now + self.timeout)
-        return None
+            return False
+        self._asks[sock] = _Ask(answer, q, now + self.timeout)
+        return True
 
     def readable(self, sock: zmq.Socket) -> None:
-        """The monitor behind ``sock`` answered: answer its request."""
+        """The monitor behind ``sock`` answered: its status, decoded, to whoever asked."""
         ask = self._asks.pop(sock, None)
         if ask is None:
             return
@@ -99,21 +126,26 @@ class StatsAsks:
         try:
             reply = control.decode(sock.recv(zmq.NOBLOCK))
             if isinstance(reply, Reply) and reply.ok:
-                status = dict(reply.data)
+                status = decode(reply.data)
             else:
                 log.debug("queue %s: its monitor answered %s to a status request", ask.queue.name, type(reply).__name__)
-        except Exception as exc:  # garbage, or nothing after all: the topology alone
-            log.debug("queue %s: its monitor's status unreadable: %s", ask.queue.name, str(exc)[:200])
+        except ProtocolError as exc:  # garbage, or a malformed status: none
+            self.unreadable += 1
+            if self._unreadable.due():
+                log.warning("queue %s: its monitor answered no status (read as unavailable; %d such answers so "
+                            "far): %s", ask.queue.name, self.unreadable, str(exc)[:300])
+        except Exception as exc:  # nothing after all (a ZMQError): none
+            log.debug("queue %s: its monitor's answer could not be read: %s", ask.queue.name, str(exc)[:200])
         finally:
             sock.close()
-        ask.request.answer(stats_reply(ask.queue, status))
+        ask.answer(status)
 
     def expire(self, now: float) -> None:
         """Answer the asks whose monitor stayed silent past their deadline."""
         for sock, ask in [(s, a) for s, a in self._asks.items() if now >= a.deadline]:
             del self._asks[sock]
             sock.close()
-            ask.request.answer(stats_reply(ask.queue, None))
+            ask.answer(None)
 
     def close(self) -> None:
         for sock in self._asks:

@@ -22,6 +22,7 @@ from roq.config import ExchangeConfig, JournalConfig, MonitorConfig
 from roq.documents import Assignment
 from roq.errors import ProtocolError
 from roq.process import Child, spawn
+from roq.ready import Ready
 from roq.settings import to_args
 
 __all__ = ["Supervised"]
@@ -104,8 +105,8 @@ class Supervised:
             self.tellable = False
         return told
 
-    def read(self) -> dict[str, Any] | None:
-        """Read the child's output; its ready fields the first time they are complete."""
+    def read(self) -> Ready | None:
+        """Read the child's output; its ready line the first time it is complete."""
         if self.child is None or self.ready:
             if self.child is not None:
                 self.child.read_ready()  # drain and ignore anything printed later

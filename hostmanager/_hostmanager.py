@@ -34,6 +34,7 @@ from roq.curve import Curve
 from roq.documents import JOURNAL, MONITOR, HostDoc, MonitorDoc, QueueDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
+from roq.ready import HostManagerReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.http import HttpServer
 from roq.server import Dispatcher, Request, RouterServer
@@ -122,8 +123,9 @@ class HostManager:
         log.info("host manager %s: exchange options %s, monitor options %s", self.address,
                  settings.exchange_options or "none", settings.monitor_options or "none")
 
-    def ready_info(self) -> dict[str, Any]:
-        return {"address": self.address, "endpoint": self.endpoint, "http": self.http_url}
+    def ready_info(self) -> HostManagerReady:
+        """The ready line."""
+        return HostManagerReady(pid=os.getpid(), address=self.address, endpoint=self.endpoint, http=self.http_url)
 
     def serve(self, wakeup: SignalWakeup) -> None:
         """Run until a signal: the loop's table of registrations."""

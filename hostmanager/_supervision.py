@@ -19,8 +19,9 @@ from hostmanager._config import ChildSettings
 from hostmanager._converge import Action, ChildState, Restart, Start, Stop, Tell
 from hostmanager._host import Registration
 from hostmanager._ports import PortAllocator
-from roq.documents import JOURNAL, MONITOR, Document, ExchangeDoc, JournalDoc, MonitorDoc
+from roq.documents import JOURNAL, MONITOR, Assignment, Document, ExchangeDoc, JournalDoc, MonitorDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
+from roq.ready import ExchangeReady, JournalReady, MonitorReady, Ready
 from roq.zk import incarnation
 
 __all__ = ["Children", "START_RETRY"]
@@ -128,21 +129,16 @@ class Children:
     def republish(self) -> None:
         """Publish every ready child again (a new ZooKeeper session lost the old nodes)."""
         for sup in self.by_name.values():
-            if sup.ready and sup.child is not None and sup.stopping_since is None:
+            if sup.ready and sup.child is not None and sup.child.info is not None and sup.stopping_since is None:
                 self.publish(sup, sup.child.info)
 
-    def publish(self, sup: Supervised, info: dict[str, Any]) -> None:
+    def publish(self, sup: Supervised, info: Ready) -> None:
         """Write the ephemeral znode that makes a ready child known to the cluster."""
         a = sup.assignment
-        doc: Document
-        if a.role == MONITOR:
-            doc = MonitorDoc(endpoint=_text(info, "endpoint"), host=self.ports.address, pid=_int(info, "pid"))
-        elif a.role == JOURNAL:
-            doc = JournalDoc(host=self.ports.address, intake=_text(info, "intake"), pid=_int(info, "pid"),
-                             incarnation=_int(info, "incarnation"))
-        else:
-            doc = ExchangeDoc(name=sup.incarnation, host=self.ports.address, frontend=_text(info, "frontend"),
-                              backend=_text(info, "backend"), pid=_int(info, "pid"))
+        doc = _document(a, info, sup.incarnation, self.ports.address)
+        if doc is None:
+            log.warning("%s of queue %s printed a %s's ready line: not published", a.slot, a.queue, info.ROLE)
+            return
         try:
             if not self.registration.publish(a, doc):
                 log.info("queue %s is gone: stopping %s", a.queue, a.slot)
@@ -212,11 +208,14 @@ class Children:
                 for s in self.by_name.values()]
 
 
-def _text(info: dict[str, Any], key: str) -> str:
-    value = info.get(key, "")
-    return value if isinstance(value, str) else ""
-
-
-def _int(info: dict[str, Any], key: str) -> int:
-    value = info.get(key, 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _document(a: Assignment, info: Ready, incarnation: str, host: str) -> Document | None:
+    """The znode document of the child of ``a`` that printed the ready line ``info`` on ``host`` (None: the
+    ready line of another role)."""
+    if a.role == MONITOR:
+        return (MonitorDoc(endpoint=info.endpoint, host=host, pid=info.pid) if isinstance(info, MonitorReady)
+                else None)
+    if a.role == JOURNAL:
+        return (JournalDoc(host=host, intake=info.intake, pid=info.pid, incarnation=info.incarnation)
+                if isinstance(info, JournalReady) else None)
+    return (ExchangeDoc(name=incarnation, host=host, frontend=info.frontend, backend=info.backend, pid=info.pid)
+            if isinstance(info, ExchangeReady) else None)

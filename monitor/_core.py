@@ -40,6 +40,7 @@ from roq import control
 from roq.config import MonitorConfig
 from roq.control import Reply
 from roq.runtime import DropCounter
+from roq.status import ScalingStatus
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ class Core:
         self.subscribers.hello(hello, identity, now)
         self.kpis.subscriber(hello, identity, now)
 
-    def _scaling_state(self) -> dict[str, Any]:
+    def _scaling_state(self) -> ScalingStatus:
         if self.scaling is not None:
             return self.scaling.describe()
-        return {"placement": {}, "starting": [], "retiring": "", "asking_gcm": False}
+        return ScalingStatus(placement={}, starting=[], retiring="", asking_gcm=False)

@@ -25,6 +25,7 @@ from monitor._outbox import Outbox
 from monitor._rules import Rules
 from monitor._topology import Topology
 from roq import control
+from roq.status import JournalStatus
 
 __all__ = ["Durability", "policy_of"]
 
@@ -118,17 +119,17 @@ class Durability:
         self.changed()
         return self.reads != reads
 
-    def describe(self, now: float) -> dict[str, Any]:
+    def describe(self, now: float) -> JournalStatus:
         """The journal as the queue's status shows it."""
-        out: dict[str, Any] = {"durability": self.rules.values.get("durability", "none"), "journal": ""}
+        durability = self.rules.values.get("durability", "none")
         hb = self.journal
-        if hb is not None:
-            out.update(journal=hb.journal, pid=hb.pid, intake=hb.intake, reads=hb.reads,
-                       silent_s=round(now - self.heard_at, 3),
-                       alive=now - self.heard_at < self.journal_timeout, policy=hb.policy, permissions=hb.permissions,
-                       first_offset=hb.first_offset, next_offset=hb.next_offset, size_bytes=hb.size_bytes,
-                       segments=hb.segments, unsynced_bytes=hb.unsynced_bytes, records=hb.records,
-                       duplicates=hb.duplicates, skipped=hb.skipped, syncs=hb.syncs, sync_ms=hb.sync_ms,
-                       sync_max_ms=hb.sync_max_ms, write_failures=hb.write_failures, error=hb.error,
-                       lag_bytes=sum(self.waiting.get(x.identity, 0) for x in self.topology.exchanges.values()))
-        return out
+        if hb is None:
+            return JournalStatus(durability=durability, journal="")
+        return JournalStatus(
+            durability=durability, journal=hb.journal, pid=hb.pid, intake=hb.intake, reads=hb.reads,
+            silent_s=round(now - self.heard_at, 3), alive=now - self.heard_at < self.journal_timeout, policy=hb.policy,
+            permissions=hb.permissions, first_offset=hb.first_offset, next_offset=hb.next_offset,
+            size_bytes=hb.size_bytes, segments=hb.segments, unsynced_bytes=hb.unsynced_bytes, records=hb.records,
+            duplicates=hb.duplicates, skipped=hb.skipped, syncs=hb.syncs, sync_ms=hb.sync_ms,
+            sync_max_ms=hb.sync_max_ms, write_failures=hb.write_failures, error=hb.error,
+            lag_bytes=sum(self.waiting.get(x.identity, 0) for x in self.topology.exchanges.values()))

@@ -32,6 +32,7 @@ from roq.curve import Curve
 from roq.errors import ProtocolError, Result
 from roq.kpi.archive import ArchiveWriter
 from roq.kpi.records import EventRecord
+from roq.ready import MonitorReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.server import Dispatcher, Request, RouterServer
 from roq.loop import Loop
@@ -109,9 +110,9 @@ class Monitor:
         """Bugs caught at the boundaries (a handler's, a timer's): each logged, none the end of the loop."""
         return self.loop.failures + self._server.dispatcher.failures
 
-    def ready_info(self) -> dict[str, Any]:
-        """The ready line's fields."""
-        return {"queue": self.config.queue, "endpoint": self.endpoint}
+    def ready_info(self) -> MonitorReady:
+        """The ready line."""
+        return MonitorReady(pid=os.getpid(), queue=self.config.queue, endpoint=self.endpoint)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -12,7 +12,6 @@ publisher has at most one move in flight, so there are never more moves than pub
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from monitor._events import EventLog
 from monitor._outbox import Outbox
@@ -20,6 +19,7 @@ from monitor._rules import Rules
 from monitor._topology import ExchangeEntry, PublisherEntry, Relocation, SubscriberEntry, Topology
 from roq import control
 from roq.config import MonitorConfig
+from roq.status import RelocationStatus
 
 log = logging.getLogger(__name__)
 
@@ -269,9 +269,9 @@ class Mover:
             elif rel.phase == "moving" and now - rel.moving_since > cfg.move_timeout:
                 self.cancel(rel, f"publisher did not confirm within {cfg.move_timeout:.1f}s", now)
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[RelocationStatus]:
         return [
-            {"id": r.id, "publisher": r.publisher, "source": r.source or "", "target": r.target,
-             "reason": r.reason, "phase": r.phase, "waiting": len(r.waiting)}
+            RelocationStatus(id=r.id, publisher=r.publisher, source=r.source or "", target=r.target, reason=r.reason,
+                             phase=r.phase, waiting=len(r.waiting))
             for r in self.relocations.values()
         ]

@@ -1,9 +1,9 @@
 """Operators' commands to the monitor: ping, status, and a forced relocation.
 
 The status reply is the monitor's whole view (exchanges, publishers, subscribers, moves, rules, scaling,
-counters, drops, recent events) and always fits in :data:`MAX_STATUS_BYTES` of BSON, whatever its tables
-hold: when it would not, the longest lists are cut (the newest events are kept) and ``truncated`` says
-which, with how many were shown out of how many.
+counters, drops, recent events), a :class:`roq.status.QueueStatus`, and always fits in
+:data:`MAX_STATUS_BYTES` of BSON, whatever its tables hold: when it would not, the longest lists are cut
+(the newest events are kept) and ``truncated`` says which, with how many were shown out of how many.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from roq import control
 from roq.control import Reply
 from roq.errors import BadRequestError, NotFoundError, UnavailableError
 from roq.runtime import DropCounter
+from roq.shape import to_document
+from roq.status import JournalStatus, LatencyHistogram, QueueStatus, ScalingStatus, Totals
 
 __all__ = ["Operators", "fit", "MAX_STATUS_BYTES"]
 
@@ -43,12 +45,11 @@ class Operators:
     """
 
     def __init__(self, queue: str, pid: int, topology: Topology, mover: Mover, rules: Rules, events: EventLog,
-                 drops: DropCounter, scaling: Callable[[], dict[str, Any]], *,
-                 totals: Mapping[str, int] | None = None, latency: Mapping[str, Any] | None = None,
-                 journal: Callable[[float], dict[str, Any]] | None = None) -> None:
+                 drops: DropCounter, scaling: Callable[[], ScalingStatus], *, totals: Mapping[str, int],
+                 latency: Mapping[str, Any], journal: Callable[[float], JournalStatus]) -> None:
         self.journal = journal
-        self.totals = totals if totals is not None else {}
-        self.latency = latency if latency is not None else {}
+        self.totals = totals
+        self.latency = latency
         self.queue = queue
         self.pid = pid
         self.topology = topology
@@ -62,23 +63,31 @@ class Operators:
         return Reply(comment="pong", data={"queue": self.queue})
 
     def status(self, status: control.Status, identity: bytes, now: float) -> Reply:
-        data = {
-            "queue": self.queue,
-            "pid": self.pid,
-            **self.topology.describe(now),
-            "relocations_in_flight": len(self.mover.relocations),
-            "rules": dict(self.rules.values),
-            "scaling": self.scaling(),
-            "journal": self.journal(now) if self.journal is not None else {"durability": "none", "journal": ""},
-            "relocations": self.mover.describe(),
-            "counters": {**self.events.counters, "dropped_messages": self.drops.total},
-            "totals": dict(self.totals),
-            "latency_histogram": {k: list(v) if isinstance(v, list) else v for k, v in self.latency.items()},
-            "dropped": dict(self.drops.by_reason),
-            "refused": dict(self.topology.refused),
-            "events": self.events.recent(STATUS_EVENTS),
-        }
-        return Reply(data=fit(data, MAX_STATUS_BYTES))
+        return Reply(data=fit(to_document(self.describe(now)), MAX_STATUS_BYTES))
+
+    def describe(self, now: float) -> QueueStatus:
+        """The monitor's whole view (whatever its length: :meth:`status` cuts it to fit in a reply)."""
+        exchanges, publishers, subscribers = self.topology.describe(now)
+        latency = self.latency
+        return QueueStatus(
+            queue=self.queue,
+            pid=self.pid,
+            exchanges=exchanges,
+            publishers=publishers,
+            subscribers=subscribers,
+            relocations_in_flight=len(self.mover.relocations),
+            rules=dict(self.rules.values),
+            scaling=self.scaling(),
+            journal=self.journal(now),
+            relocations=self.mover.describe(),
+            counters={**self.events.counters, "dropped_messages": self.drops.total},
+            totals=Totals(**self.totals),
+            latency_histogram=LatencyHistogram(bounds_ms=list(latency["bounds_ms"]), counts=list(latency["counts"]),
+                                               sum_ms=float(latency["sum_ms"])),
+            dropped=dict(self.drops.by_reason),
+            refused=dict(self.topology.refused),
+            events=self.events.recent(STATUS_EVENTS),
+        )
 
     def force_relocate(self, force: control.ForceRelocate, identity: bytes, now: float) -> Reply:
         """Move a publisher now (the busiest one unless named) to an exchange (the least loaded unless named).
@@ -135,11 +144,13 @@ def _size(value: Any) -> int | None:
 
 
 def fit(data: dict[str, Any], limit: int) -> dict[str, Any]:
-    """``data`` with its :data:`LISTS` cut so that it encodes in at most ``limit`` bytes of BSON.
+    """``data``, a status's document, with its :data:`LISTS` cut so that it encodes in at most ``limit`` bytes
+    of BSON.
 
     The room left by everything else is shared fairly: the shortest lists are kept whole, the others get
     equal shares. Cut lists are named in ``truncated`` (``{"shown": n, "total": m}``); events keep their
-    newest. Items that cannot be encoded are left out.
+    newest. Items that cannot be encoded are left out; anything else that cannot be is left as it is (the reply
+    then fails to encode, and the caller gets FAIL saying why: a status without it would not be one).
     """
     whole = _size(data)
     if whole is not None and whole <= limit:
@@ -150,10 +161,6 @@ def fit(data: dict[str, Any], limit: int) -> dict[str, Any]:
     if isinstance(scaling, dict) and (_size(scaling) or limit) > limit // 10:
         out["scaling"] = {**scaling, "placement": {}}
         truncated["placement"] = {"shown": 0, "total": len(scaling.get("placement", {}))}
-    for key, value in list(out.items()):
-        if _size(value) is None:  # cannot be shown at all
-            out[key] = None
-            truncated[key] = {"shown": 0, "total": 1}
     room = limit - (_size(out) or 0) - 1024  # the lists' keys and the truncated note
     lists = {k: list(data[k]) for k in LISTS if isinstance(data.get(k), list)}
     for k in ("events",):  # the newest first, so that a cut keeps them
@@ -175,5 +182,4 @@ def fit(data: dict[str, Any], limit: int) -> dict[str, Any]:
         if len(kept) < len(lists[key]):
             truncated[key] = {"shown": len(kept), "total": len(lists[key])}
         out[key] = kept[::-1] if key == "events" else kept
-    out["truncated"] = truncated
-    return out
+    return {**{k: out[k] for k in data if k in out}, "truncated": truncated}  # in the order of data

@@ -13,7 +13,6 @@ callbacks given with them.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from monitor._elastic import Decision, QueueLoad, Scaler
 from monitor._events import EventLog
@@ -26,6 +25,7 @@ from monitor._topology import ExchangeEntry, QueueView, Topology
 from roq import management as m
 from roq.control import Reply
 from roq.documents import RUNNING
+from roq.status import ScalingStatus
 from roq.zk import exchange_slot
 
 log = logging.getLogger(__name__)
@@ -73,13 +73,9 @@ class Scaling:
         """The queue's state and placement, as ZooKeeper holds them now."""
         self.view = view
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "placement": dict(self.view.placement),
-            "starting": sorted(self.missing_since),
-            "retiring": self.retiring or "",
-            "asking_gcm": self.asking > 0,
-        }
+    def describe(self) -> ScalingStatus:
+        return ScalingStatus(placement=dict(self.view.placement), starting=sorted(self.missing_since),
+                             retiring=self.retiring or "", asking_gcm=self.asking > 0)
 
     def exchange_joined(self, x: ExchangeEntry, now: float) -> bool:
         """A new exchange; True if it is the one the last scale-out asked for (hot exchanges wait for it)."""

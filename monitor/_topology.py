@@ -22,6 +22,7 @@ from monitor._rule import Ewma
 from roq.acl import Rule
 from roq.errors import ProtocolError, UnavailableError
 from roq.rules import DEFAULT_RULES
+from roq.status import ExchangeStatus, PublisherStatus, SubscriberStatus, Totals
 
 __all__ = [
     "TOTALS",
@@ -89,25 +90,28 @@ class ExchangeEntry:
     pressure: float = 0.0  # its settled publishers' mean pressure (their batches wait for it), at its last KPI
     dropped: int = 0
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "frontend": self.frontend,
-            "backend": self.backend,
-            "pid": self.pid,
-            "draining": self.draining,
-            "records_per_s": round(self.load.value, 1),
-            "bytes_per_s": round(self.bytes_load.value, 1),
-            "records_out_per_s": round(self.out_load.value, 1),
-            "bytes_out_per_s": round(self.out_bytes_load.value, 1),
-            "totals": dict(self.totals),
-            "cpu_percent": self.cpu_percent,
-            "rss_bytes": self.rss_bytes,
-            "busy": round(self.busy, 3),
-            "mark_records_per_s": round(self.mark, 1),
-            "publisher_pressure": round(self.pressure, 3),
-            "dropped": self.dropped,
-        }
+    def describe(self, publishers: int, now: float) -> ExchangeStatus:
+        """The exchange as the status shows it, with the ``publishers`` that send through it."""
+        return ExchangeStatus(
+            id=self.id,
+            frontend=self.frontend,
+            backend=self.backend,
+            pid=self.pid,
+            draining=self.draining,
+            records_per_s=round(self.load.value, 1),
+            bytes_per_s=round(self.bytes_load.value, 1),
+            records_out_per_s=round(self.out_load.value, 1),
+            bytes_out_per_s=round(self.out_bytes_load.value, 1),
+            totals=Totals(**self.totals),
+            cpu_percent=float(self.cpu_percent),
+            rss_bytes=self.rss_bytes,
+            busy=round(float(self.busy), 3),
+            mark_records_per_s=round(self.mark, 1),
+            publisher_pressure=round(self.pressure, 3),
+            dropped=self.dropped,
+            publishers=publishers,
+            silent_s=round(now - self.last_seen, 3),
+        )
 
 
 @dataclass
@@ -131,7 +135,7 @@ class SubscriberEntry:
     last_seen: float
     confirmed: set[str] = field(default_factory=set)  # exchanges it hears (known ones, a few unknown)
     overflow: bool = False  # it hears more exchanges unknown to the monitor than are kept in ``confirmed``
-    kpis: dict[str, float] = field(default_factory=dict)  # its last KPIs (records/s, latency, gaps...)
+    kpis: dict[str, Any] = field(default_factory=dict)  # its last KPIs (SubscriberStatus's: records/s, latency...)
 
     def hears(self, names: Iterable[str], known: Mapping[str, Any]) -> None:
         """Take the exchanges it says it hears: every one the monitor knows, up to
@@ -276,24 +280,15 @@ class Topology:
             for peer in peers.values():
                 peer.last_seen += late
 
-    def describe(self, now: float) -> dict[str, list[dict[str, Any]]]:
+    def describe(self, now: float) -> tuple[list[ExchangeStatus], list[PublisherStatus], list[SubscriberStatus]]:
         """Exchanges, publishers and subscribers as the status reply shows them."""
         live = {s.id for s in self.live_subscribers(now)}
         counts = self.publisher_counts()
-        return {
-            "exchanges": [{**x.describe(), "publishers": counts[x.id], "silent_s": round(now - x.last_seen, 3)}
-                          for x in self.exchanges.values()],
-            "publishers": [
-                {
-                    "id": p.id,
-                    "exchange": p.exchange or "",
-                    "relocating": p.relocation is not None,
-                    "records_per_s": round(self.publisher_rate(p), 1),
-                }
-                for p in self.publishers.values()
-            ],
-            "subscribers": [
-                {"id": s.id, "prefix": s.prefix, "confirmed": sorted(s.confirmed), "live": s.id in live, **s.kpis}
-                for s in self.subscribers.values()
-            ],
-        }
+        return (
+            [x.describe(counts[x.id], now) for x in self.exchanges.values()],
+            [PublisherStatus(id=p.id, exchange=p.exchange or "", relocating=p.relocation is not None,
+                             records_per_s=round(self.publisher_rate(p), 1))
+             for p in self.publishers.values()],
+            [SubscriberStatus(id=s.id, prefix=s.prefix, confirmed=sorted(s.confirmed), live=s.id in live, **s.kpis)
+             for s in self.subscribers.values()],
+        )

@@ -22,6 +22,7 @@ from roq.control import Message, Reply
 from roq.kpi.records import Record
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request
+from roq.status import QueueStatus, decode
 
 __all__ = ["Driver", "Peers", "TICK"]
 
@@ -126,14 +127,16 @@ class Driver:
         """The events recorded (of ``kind``), oldest first."""
         return [e for e in self.log.events if kind is None or e["kind"] == kind]
 
-    def status(self) -> dict[str, Any]:
-        """The status reply's data.
+    def status(self) -> QueueStatus:
+        """The status reply, as a peer reads it (through BSON, then :func:`roq.status.decode`).
 
         Raises:
             ManagementError: the status was refused (a bug).
+            ProtocolError: the monitor's status is not one (a bug).
         """
         reply = self.send(control.Status())
-        return reply.raise_for() if reply is not None else {}
+        assert reply is not None
+        return decode(Reply.parse(control.encode(reply)).raise_for())
 
 
 class Peers:

@@ -1,4 +1,5 @@
-"""Child processes: start a RoQ process, wait for its ready line, stop it by its pid.
+"""Child processes: start a RoQ process, wait for its ready line (read here, once: :mod:`roq.ready`), stop it
+by its pid.
 
 Children get ``PR_SET_PDEATHSIG`` so that they receive SIGTERM when their parent dies: a crashed
 launcher never leaves exchanges or monitors running on.
@@ -7,21 +8,24 @@ launcher never leaves exchanges or monitors running on.
 from __future__ import annotations
 
 import ctypes
-import json
+import logging
 import os
 import selectors
 import signal
 import subprocess
 import sys
 import time
-from typing import IO, Any, Callable, Iterable, Sequence
+from typing import IO, Any, Callable, Iterable, Sequence, TypeVar
 
 from roq import pipe
 from roq.control import Message
-from roq.errors import BrokerConnectionError, BrokerTimeoutError
-from roq.runtime import READY_PREFIX
+from roq.errors import BrokerConnectionError, BrokerTimeoutError, ProtocolError
+from roq.ready import PREFIX, Ready, decode
 
 __all__ = ["Child", "spawn", "stop_all", "die_with_parent"]
+
+log = logging.getLogger(__name__)
+R = TypeVar("R", bound=Ready)
 
 _PR_SET_PDEATHSIG = 1
 
@@ -42,13 +46,13 @@ class Child:
 
     Attributes:
         name: a label for logs (e.g. ``exchange x1``).
-        info: the ready line's fields (endpoints, ids) once :meth:`wait_ready` returned.
+        info: its ready line (endpoints, ids: the shape of its role) once it printed it, else None.
     """
 
     def __init__(self, name: str, popen: subprocess.Popen) -> None:
         self.name = name
         self._popen = popen
-        self.info: dict[str, Any] = {}
+        self.info: Ready | None = None
         self._rest = b""  # output read past the ready line
 
     @property
@@ -62,12 +66,13 @@ class Child:
     def alive(self) -> bool:
         return self._popen.poll() is None
 
-    def wait_ready(self, timeout: float = 15.0) -> dict[str, Any]:
-        """Wait for the ``READY {...}`` line and return its fields.
+    def wait_ready(self, timeout: float = 15.0) -> Ready:
+        """Wait for the ``READY {...}`` line and return it.
 
         Raises:
             BrokerConnectionError: the process exited before it was ready.
             BrokerTimeoutError: no ready line within ``timeout``.
+            ProtocolError: its ready line is not one (the message says what is wrong with it).
         """
         stream: IO[bytes] = self._popen.stdout  # type: ignore[assignment]
         deadline = time.monotonic() + timeout
@@ -88,21 +93,33 @@ class Child:
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     text = line.decode("utf-8", "replace")
-                    if text.startswith(READY_PREFIX):
-                        self.info = json.loads(text[len(READY_PREFIX) :])
+                    if text.startswith(PREFIX):
                         self._rest = buf
+                        self.info = decode(text)
                         return self.info
+
+    def ready_as(self, kind: type[R]) -> R:
+        """Its ready line, as the role ``kind`` it was started as.
+
+        Raises:
+            ProtocolError: it printed none yet, or another role's.
+        """
+        if not isinstance(self.info, kind):
+            said = f"a {self.info.ROLE}'s" if self.info is not None else "none"
+            raise ProtocolError(f"{self.name} (pid {self.pid}) printed {said} ready line, not a {kind.ROLE}'s")
+        return self.info
 
     @property
     def stdout_fd(self) -> int:
         """The file descriptor of the child's standard output, for a poll loop (see :meth:`read_ready`)."""
         return self._popen.stdout.fileno()  # type: ignore[union-attr]
 
-    def read_ready(self) -> dict[str, Any] | None:
-        """Read what the child printed without blocking; return its ready fields once the line is in.
+    def read_ready(self) -> Ready | None:
+        """Read what the child printed without blocking; return its ready line once it is in.
 
         For a poll loop that watches :attr:`stdout_fd`. Returns None while the line is not complete, or
-        when the child closed its output (check :meth:`alive`).
+        when the child closed its output (check :meth:`alive`). A ready line that is not one is logged and
+        passed over.
         """
         fd = self.stdout_fd
         os.set_blocking(fd, False)
@@ -117,10 +134,11 @@ class Child:
         while b"\n" in self._rest:
             line, self._rest = self._rest.split(b"\n", 1)
             text = line.decode("utf-8", "replace")
-            if text.startswith(READY_PREFIX) and not self.info:
+            if text.startswith(PREFIX) and self.info is None:
                 try:
-                    self.info = json.loads(text[len(READY_PREFIX) :])
-                except ValueError:
+                    self.info = decode(text)
+                except ProtocolError as exc:
+                    log.warning("%s (pid %d) printed a ready line that is not one: %s", self.name, self.pid, exc)
                     continue
                 return self.info
         return None

@@ -8,7 +8,6 @@ one ends the process at once (as dramatiq's workers do).
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import os
 import signal
@@ -17,10 +16,11 @@ import sys
 import time
 from typing import Any, Callable
 
-__all__ = ["ExitCode", "SignalWakeup", "StopFlag", "LogLimit", "counted_log_due", "DropCounter", "setup_logging", "announce_ready", "run_node",
-           "run_main", "READY_PREFIX", "TRACE_INTERVAL"]
+from roq.ready import Ready
 
-READY_PREFIX = "READY "
+__all__ = ["ExitCode", "SignalWakeup", "StopFlag", "LogLimit", "counted_log_due", "DropCounter", "setup_logging", "announce_ready", "run_node",
+           "run_main", "TRACE_INTERVAL"]
+
 TRACE_INTERVAL = 10.0  # seconds between two tracebacks of a boundary (a loop's, a dispatcher's, the HTTP server's)
 
 
@@ -151,9 +151,9 @@ def setup_logging(level: str = "INFO") -> None:
     )
 
 
-def announce_ready(role: str, **info: Any) -> None:
-    """Print the one line a launcher waits for: ``READY {"role": ..., ...}`` on stdout."""
-    sys.stdout.write(READY_PREFIX + json.dumps({"role": role, "pid": os.getpid(), **info}) + "\n")
+def announce_ready(ready: Ready) -> None:
+    """Print the one line a launcher waits for, ``READY {"role": ..., ...}`` (:mod:`roq.ready`), on stdout."""
+    sys.stdout.write(ready.line() + "\n")
     sys.stdout.flush()
 
 
@@ -162,7 +162,7 @@ def run_main(role: str, config_cls: type, make_node: Callable[[Any], Any], argv:
     """The whole ``__main__`` of a RoQ process: flags and ``--config`` from ``config_cls``, logging, the
     config built and checked, the node made and run (see :func:`run_node`). Returns the exit code.
 
-    ``make_node(config)`` returns the node; its ``ready_info()`` gives the ready line's fields. ``module`` is
+    ``make_node(config)`` returns the node; its ``ready_info()`` gives its ready line (:mod:`roq.ready`). ``module`` is
     what ``python -m`` runs, when it is not ``role``.
     """
     from roq.errors import ConfigError
@@ -179,12 +179,12 @@ def run_main(role: str, config_cls: type, make_node: Callable[[Any], Any], argv:
     return run_node(role, node, node.ready_info)
 
 
-def run_node(role: str, node: Any, ready: Callable[[], dict[str, Any]]) -> int:
+def run_node(role: str, node: Any, ready: Callable[[], Ready]) -> int:
     """Run a process's node to the end: start it, print the ready line, serve until a signal, close it.
 
     ``node`` has ``start()`` (which may raise BrokerConnectionError or ConfigError: the address cannot be
     bound, a server cannot be reached), ``serve(wakeup)`` and ``close()``; ``ready()`` gives the ready
-    line's fields once it started. Returns the process's exit code.
+    line once it started. Returns the process's exit code.
     """
     from roq.errors import BrokerConnectionError, ConfigError, JournalError
 
@@ -196,7 +196,7 @@ def run_node(role: str, node: Any, ready: Callable[[], dict[str, Any]]) -> int:
             print(f"{role}: {exc}", file=sys.stderr)
             node.close()
             return ExitCode.STORAGE if isinstance(exc, JournalError) else ExitCode.BIND
-        announce_ready(role, **ready())
+        announce_ready(ready())
         try:
             node.serve(wakeup)
         finally:

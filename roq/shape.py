@@ -4,7 +4,9 @@ One mechanism for every shape that crosses a process boundary: control messages 
 ZooKeeper documents (JSON, :mod:`roq.documents`) and KPI archive records (JSON lines, :mod:`roq.kpi.records`).
 A shape's fields may be ``str``, ``int``, ``float``, ``bool``, ``bytes``, ``dict`` (a JSON document),
 ``dict[str, X]``, ``list[X]``, ``X | None`` or another shape. :func:`read` builds a shape from a decoded
-document and checks every field: presence (a field without a default is required), type, and range.
+document and checks every field: presence (a field without a default is required), type, and range;
+:func:`to_document` is its inverse. A field declared with :func:`optional` is one a document may lack: it
+reads as None, and is left out of the document while None, so that such a document reads back as it was.
 
 Reading is strict about types because the documents come from anyone on the network:
 
@@ -28,14 +30,28 @@ from typing import Any, Callable
 
 from roq.errors import ProtocolError
 
-__all__ = ["compile_shape", "read", "to_document", "json_value", "MAX_DEPTH"]
+__all__ = ["compile_shape", "read", "to_document", "optional", "json_value", "MAX_DEPTH"]
 
 #: deepest nesting accepted in a JSON document field (``{"a": {"b": ...}}`` is depth 2)
 MAX_DEPTH = 16
 _INT64 = 1 << 63
 
+_OMIT = "roq.shape.omit"  # the metadata key of a field left out of the document while None
+
 Check = Callable[[Any, str], Any]
 _SPECS: dict[type, tuple[tuple[str, Check, bool], ...]] = {}
+#: a shape's fields as :func:`read` goes through them: (name, check, required, the builtin type a value of
+#: which needs no other check than its range, if any)
+_FIELDS: dict[type, tuple[tuple[str, Check, bool, type | None], ...]] = {}
+_SCALARS = (str, bool, int, float)
+_NAMES: dict[type, tuple[tuple[str, bool], ...]] = {}  # a shape's fields, each with whether it is optional
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def optional() -> Any:
+    """A field that a document may lack (its type ``X | None``): None when it does, and left out of the
+    document while it is None."""
+    return dataclasses.field(default=None, metadata={_OMIT: True})
 
 
 def compile_shape(cls: type) -> tuple[tuple[str, Check, bool], ...]:
@@ -61,24 +77,60 @@ def read(cls: type, doc: Any, where: str = "") -> Any:
     """
     if type(doc) is not dict:
         raise ProtocolError(f"{where or cls.__name__} must be a document, got {type(doc).__name__}")
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        hints = typing.get_type_hints(cls)
+        fields = _FIELDS[cls] = tuple((name, check, required, _scalar(hints[name]))
+                                      for name, check, required in compile_shape(cls))
     values = {}
-    for name, check, required in compile_shape(cls):
+    for name, check, required, plain in fields:
         if name in doc:
-            values[name] = check(doc[name], f"{where}.{name}" if where else name)
+            value = doc[name]
+            if _ready(plain, value):
+                values[name] = value
+            else:
+                values[name] = check(value, f"{where}.{name}" if where else name)
         elif required:
-            raise ProtocolError(f"{cls.__name__} lacks field {name!r}")
+            inside = f"{where}: " if where and where != cls.__name__ else ""
+            raise ProtocolError(f"{inside}{cls.__name__} lacks field {name!r}")
     return cls(**values)
 
 
+def _scalar(hint: Any) -> type | None:
+    """The builtin type of a field of type ``hint`` whose values need no other check than their range (``str``,
+    ``bool``, ``int``, ``float``, or one of them or None), else None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else None
+    return hint if hint in _SCALARS else None
+
+
 def to_document(obj: Any) -> Any:
-    """A shape (or a list of them) as plain documents, ready for BSON or JSON."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_document(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, list):
+    """A shape (or a list or mapping of them) as plain documents, ready for BSON or JSON (an :func:`optional`
+    field that is None left out)."""
+    kind = type(obj)
+    if kind in _PLAIN:
+        return obj
+    if kind is list:
         return [to_document(x) for x in obj]
-    if isinstance(obj, dict):
+    if kind is dict:
         return {k: to_document(v) for k, v in obj.items()}
-    return obj
+    names = _NAMES.get(kind)
+    if names is None:
+        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+            if isinstance(obj, list):
+                return [to_document(x) for x in obj]
+            if isinstance(obj, dict):
+                return {k: to_document(v) for k, v in obj.items()}
+            return obj
+        names = _NAMES[kind] = tuple((f.name, bool(f.metadata.get(_OMIT))) for f in dataclasses.fields(obj))
+    out = {}
+    for name, omit in names:
+        value = getattr(obj, name)
+        if value is None and omit:
+            continue
+        out[name] = to_document(value)
+    return out
 
 
 def json_value(value: Any, where: str, depth: int = 0, *, binary: bool = False) -> Any:
@@ -100,15 +152,24 @@ def json_value(value: Any, where: str, depth: int = 0, *, binary: bool = False) 
     if depth >= MAX_DEPTH:
         raise ProtocolError(f"{where} is nested more than {MAX_DEPTH} levels deep")
     if kind is list:
-        return [json_value(v, f"{where}[{i}]", depth + 1, binary=binary) for i, v in enumerate(value)]
+        return [v if _plain(v) else json_value(v, f"{where}[{i}]", depth + 1, binary=binary)
+                for i, v in enumerate(value)]
     if kind is dict:
         out = {}
         for k, v in value.items():
             if type(k) is not str:
                 raise ProtocolError(f"{where} has a key of type {type(k).__name__}; keys are text")
-            out[k] = json_value(v, f"{where}.{k}", depth + 1, binary=binary)
+            out[k] = v if _plain(v) else json_value(v, f"{where}.{k}", depth + 1, binary=binary)
         return out
     raise ProtocolError(f"{where} holds a {kind.__name__}; only JSON values are accepted")
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is a JSON value that needs no copy nor any other check (the common case, checked without
+    making its place's name)."""
+    kind = type(value)
+    return (kind is str or value is None or kind is bool or (kind is int and -_INT64 <= value < _INT64)
+            or (kind is float and value - value == 0.0))
 
 
 def _int(value: Any, where: str) -> int:
@@ -134,28 +195,30 @@ def _checker(hint: Any) -> Check:
         return lambda v, name: None if v is None else inner(v, name)
     if origin is list:
         (item_hint,) = typing.get_args(hint)
-        item = _checker(item_hint)
+        item, item_type = _checker(item_hint), _scalar(item_hint)
 
-        def check_list(v: Any, name: str) -> list:
+        def check_list(v: Any, name: str) -> list[Any]:
             if type(v) is not list:
                 raise ProtocolError(f"field {name!r} must be a list, got {type(v).__name__}")
-            return [item(x, f"{name}[{i}]") for i, x in enumerate(v)]
+            return [x if _ready(item_type, x) else item(x, f"{name}[{i}]") for i, x in enumerate(v)]
 
         return check_list
     if origin is dict:
         key_hint, value_hint = typing.get_args(hint)
         if key_hint is not str:
             raise TypeError(f"mapping keys must be str, got {key_hint!r}")
-        value_check = _checker(value_hint)
+        if value_hint is Any:
+            return _check_document
+        value_check, value_type = _checker(value_hint), _scalar(value_hint)
 
-        def check_mapping(v: Any, name: str) -> dict:
+        def check_mapping(v: Any, name: str) -> dict[str, Any]:
             if type(v) is not dict:
                 raise ProtocolError(f"field {name!r} must be a document, got {type(v).__name__}")
             out = {}
             for k, x in v.items():
                 if type(k) is not str:
                     raise ProtocolError(f"field {name!r} has a key of type {type(k).__name__}")
-                out[k] = value_check(x, f"{name}.{k}")
+                out[k] = x if _ready(value_type, x) else value_check(x, f"{name}.{k}")
             return out
 
         return check_mapping
@@ -203,11 +266,21 @@ def _checker(hint: Any) -> Check:
 
         return check_bytes
     if hint is dict:
-
-        def check_document(v: Any, name: str) -> dict:
-            if type(v) is not dict:
-                raise ProtocolError(f"field {name!r} must be a document, got {type(v).__name__}")
-            return json_value(v, name)
-
-        return check_document
+        return _check_document
     raise TypeError(f"unsupported field type {hint!r}")
+
+
+def _check_document(v: Any, name: str) -> dict[str, Any]:
+    """A field of type ``dict`` or ``dict[str, Any]``: a JSON document (copied)."""
+    if type(v) is not dict:
+        raise ProtocolError(f"field {name!r} must be a document, got {type(v).__name__}")
+    out: dict[str, Any] = json_value(v, name)
+    return out
+
+
+def _ready(plain: type | None, value: Any) -> bool:
+    """Whether ``value`` is of exactly the builtin type ``plain`` (:func:`_scalar`) and in its range: the common
+    case, accepted as it is without making its place's name."""
+    kind = type(value)
+    return kind is plain and (kind is str or kind is bool or (kind is int and -_INT64 <= value < _INT64)
+                              or (kind is float and value - value == 0.0))  # finite: inf - inf is nan

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from roq.errors import RoQError
+from roq.ready import GcmReady
 from roq.runtime import ExitCode
 from roqcli.keys import DEFAULT_CLUSTER_KEYS
 from roq import defaults
@@ -70,9 +71,9 @@ def cluster_up(s: ClusterSettings) -> int:
         leader = cluster.manager.leader()
         print(f"zookeeper   {cluster.zk}{' (started here)' if not s.zk else ''}")
         for gid, child in cluster.gcms.items():
-            info = child.info
-            print(f"gcm         {gid} pid {child.pid}: look-up {info['lookup']}, management {info['management']}, "
-                  f"broadcast {info['broadcast']}, http {info.get('http') or '-'}"
+            info = child.ready_as(GcmReady)
+            print(f"gcm         {gid} pid {child.pid}: look-up {info.lookup}, management {info.management}, "
+                  f"broadcast {info.broadcast}, http {info.http or '-'}"
                   f"{' (leader)' if gid == leader['id'] else ''}")
         print(f"http api    dashboard and API at {cluster.http_url()}/ (writes need the bearer token in "
               f"{cluster.api_token_file})")

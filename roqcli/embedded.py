@@ -27,6 +27,7 @@ import client
 from roq.errors import BrokerTimeoutError, ConfigError
 from roq.keys import ClusterKeys
 from roq.process import Child, spawn
+from roq.ready import GcmReady, HostManagerReady
 from roq import defaults
 from roqcli.emulation import Emulation, HostBudget, sweep
 from roqcli.zkserver import ZooKeeperServer
@@ -229,12 +230,13 @@ class EmbeddedCluster:
 
     def host_http_url(self, address: str) -> str:
         """The base URL of the health checks of the host manager of ``address`` and of its processes."""
-        return str(self.hostmanagers[address].info.get("http", ""))
+        info = self.hostmanagers[address].info
+        return info.http if isinstance(info, HostManagerReady) else ""  # "": not ready (yet)
 
     def http_url(self, gid: str | None = None) -> str:
         """The base URL of GCM ``gid``'s HTTP API (default: the first running one; a standby redirects)."""
         child = self.gcms[gid] if gid is not None else next(iter(self.gcms.values()))
-        return str(child.info.get("http", ""))
+        return child.info.http if isinstance(child.info, GcmReady) else ""
 
     def __enter__(self) -> EmbeddedCluster:
         return self.start()

@@ -11,7 +11,8 @@ from typing import Any
 
 from roq.errors import ConfigError, ProtocolError, RoQError
 from roq.runtime import ExitCode
-from roq.status import latency, traffic
+from roq.shape import to_document
+from roq.status import JournalStatus, QueueStatus, latency, traffic
 from roq import defaults
 
 __all__ = ["ClientSettings", "manage"]
@@ -77,10 +78,14 @@ def _acl(args: argparse.Namespace, qm: Any) -> int:
 def _journal(args: argparse.Namespace, qm: Any) -> int:
     if args.action == "stats":
         found = qm.journal(args.name)
-        if not found.get("journal") and not args.json:
-            print(f"queue {args.name}: durability {found.get('durability', 'none')}, no journal running")
+        if args.json:
+            return _show(args, to_document(found) if found is not None else {}, None)
+        if found is None or not found.journal:
+            print(f"queue {args.name}: durability {found.durability if found is not None else 'none'}, "
+                  "no journal running")
             return ExitCode.OK
-        return _show(args, found, _journal_line)
+        print(_journal_line(found))
+        return ExitCode.OK
     found = qm.verify_journal(args.name, timeout=max(qm.timeout, 120.0))
     if not args.json:
         print(f"queue {args.name}: {found['segments']} segment(s), offsets {found['first_offset']}.."
@@ -93,14 +98,14 @@ def _journal(args: argparse.Namespace, qm: Any) -> int:
     return ExitCode.FAILURE if found["problems"] else ExitCode.OK
 
 
-def _journal_line(j: dict[str, Any]) -> str:
-    state = "up" if j.get("alive") else f"silent for {j.get('silent_s', 0):.1f}s"
-    return (f"journal {j['journal']} ({state}), durability {j.get('durability')}, intake {j.get('intake')}, reads "
-            f"{j.get('reads')}\n  offsets {j.get('first_offset')}..{j.get('next_offset')}, {j.get('size_bytes', 0):,} "
-            f"bytes in {j.get('segments')} segment(s), {j.get('unsynced_bytes', 0):,} not yet synced\n  syncs "
-            f"{j.get('syncs')} in the last period (mean {j.get('sync_ms', 0):.2f} ms, longest "
-            f"{j.get('sync_max_ms', 0):.2f} ms), {j.get('write_failures', 0)} failed writes"
-            + (f"; last error: {j['error']}" if j.get("error") else ""))
+def _journal_line(j: JournalStatus) -> str:
+    state = "up" if j.alive else f"silent for {j.silent_s or 0:.1f}s"
+    return (f"journal {j.journal} ({state}), durability {j.durability}, intake {j.intake}, reads "
+            f"{j.reads}\n  offsets {j.first_offset}..{j.next_offset}, {j.size_bytes or 0:,} "
+            f"bytes in {j.segments} segment(s), {j.unsynced_bytes or 0:,} not yet synced\n  syncs "
+            f"{j.syncs} in the last period (mean {j.sync_ms or 0:.2f} ms, longest "
+            f"{j.sync_max_ms or 0:.2f} ms), {j.write_failures or 0} failed writes"
+            + (f"; last error: {j.error}" if j.error else ""))
 
 
 def _audit_line(e: dict[str, Any]) -> str:
@@ -166,12 +171,12 @@ def _status(args: argparse.Namespace, qm: Any) -> int:
     leader = qm.leader()
     hosts = qm.hosts()
     queues = qm.list()
-    stats: dict[str, dict[str, Any]] = {}
+    stats: dict[str, QueueStatus | None] = {}
     for q in [q for q in queues if q["State"] == "running"][:STATUS_QUEUES]:
         try:
-            stats[q["Name"]] = qm.stats(q["Name"]).get("Monitor") or {}
-        except RoQError:  # removed or restarting meanwhile: shown without figures
-            stats[q["Name"]] = {}
+            stats[q["Name"]] = qm.status(q["Name"])
+        except RoQError:  # removed or restarting meanwhile (or a status that does not read): shown without figures
+            stats[q["Name"]] = None
     rows = [_queue_status(q, stats.get(q["Name"])) for q in queues]
     if args.json:
         print(json.dumps({"leader": leader, "hosts": hosts, "queues": rows}, sort_keys=True))
@@ -203,15 +208,14 @@ def _status(args: argparse.Namespace, qm: Any) -> int:
     return ExitCode.OK
 
 
-def _queue_status(q: dict[str, Any], status: dict[str, Any] | None) -> dict[str, Any]:
-    status = status or {}
-    counters = status.get("counters", {})
+def _queue_status(q: dict[str, Any], status: QueueStatus | None) -> dict[str, Any]:
+    """A queue's row: its summary (from the queue list), and its monitor's figures when it gave them."""
     return {
         "name": q["Name"], "state": q["State"],
-        "exchanges": len(status.get("exchanges", [])) or len(q.get("Exchanges", [])),
+        "exchanges": (len(status.exchanges) if status is not None else 0) or len(q.get("Exchanges", [])),
         **{k: v for k, v in traffic(status).items() if not k.startswith("bytes")},
         "latency_p50_ms": latency(status)["p50_median"],
-        **{k: int(counters.get(k, 0)) for k in ("relocations", "failovers", "scale_outs", "scale_ins")},
+        **{k: status.count(k) if status is not None else 0 for k in ("relocations", "failovers", "scale_outs", "scale_ins")},
     }
 
 

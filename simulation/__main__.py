@@ -27,15 +27,15 @@ def local(args: argparse.Namespace) -> int:
         cluster.start()
         assert cluster.monitor is not None
         print(f"monitor   {cluster.monitor_endpoint}  pid {cluster.monitor.pid}")
-        for x in cluster.status()["exchanges"]:
-            print(f"exchange  {x['id']}  frontend {x['frontend']}  backend {x['backend']}  pid {x['pid']}")
+        for x in cluster.status().exchanges:
+            print(f"exchange  {x.id}  frontend {x.frontend}  backend {x.backend}  pid {x.pid}")
         print(f"logs in {log_dir}; Ctrl-C stops everything", flush=True)
         while not wakeup.count:
             s = cluster.status()
-            rate = sum(x["records_per_s"] for x in s["exchanges"])
-            line = (f"exchanges {len(s['exchanges'])}  publishers {len(s['publishers'])}  "
-                    f"subscribers {len(s['subscribers'])}  {rate:,.0f} records/s  "
-                    f"relocations {s['counters']['relocations']}")
+            rate = sum(x.records_per_s for x in s.exchanges)
+            line = (f"exchanges {len(s.exchanges)}  publishers {len(s.publishers)}  "
+                    f"subscribers {len(s.subscribers)}  {rate:,.0f} records/s  "
+                    f"relocations {s.count('relocations')}")
             if sys.stdout.isatty():
                 print("\r" + line.ljust(100), end="", flush=True)
             deadline = time.monotonic() + 1.0

@@ -21,6 +21,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
+from roq.status import QueueStatus
 from roqcli.embedded import wait_for
 from simulation.audit import compare
 from simulation.bench_common import Check, Result
@@ -42,14 +43,14 @@ TWO = 1.8
 RULES = {"kpi_period_s": 1.0, "sustain_s": 1.0, "smoothing": 0.5, "cooldown_s": 4.0}
 
 
-def _forwarded(status: Callable[[], dict[str, Any]], seconds: float) -> tuple[float, list[float]]:
+def _forwarded(status: Callable[[], QueueStatus], seconds: float) -> tuple[float, list[float]]:
     """The queue's forwarded records/s averaged over ``seconds``, and each exchange's average."""
     totals: list[float] = []
     each: dict[str, list[float]] = {}
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        for x in status()["exchanges"]:
-            each.setdefault(x["id"], []).append(x["records_per_s"])
+        for x in status().exchanges:
+            each.setdefault(x.id, []).append(x.records_per_s)
         totals.append(sum(x[-1] for x in each.values()))
         time.sleep(0.5)  # a sampling period
     return sum(totals) / len(totals), [sum(v) / len(v) for v in each.values()]
@@ -68,7 +69,7 @@ def bench_capacity(progress: Callable[[str], None], *, cpus: float = CPUS, sampl
         qm.set_rules("capacity", {**RULES, "min_exchanges": 1, "max_exchanges": 1})
         monitor = qm.lookup("capacity")
         with client.connect(monitor=monitor) as conn:
-            def status() -> dict[str, Any]:
+            def status() -> QueueStatus:
                 return conn.status(timeout=10)
 
             sub = loads.start("subscribe", monitor, "--idle-exit", "5")
@@ -78,17 +79,17 @@ def bench_capacity(progress: Callable[[str], None], *, cpus: float = CPUS, sampl
                 progress(f"(h) {HOSTS} hosts of {cpus:g} core, the queue at {k} exchange{'s' * (k > 1)}")
                 qm.set_rules("capacity", {"min_exchanges": k, "max_exchanges": k})
                 started = time.monotonic()
-                wait_for(lambda: (lambda s: len(s["exchanges"]) == k and not s["relocations"]
-                                  and len(s["publishers"]) == PUBLISHERS
-                                  and all(x["publishers"] and x["busy"] > 0.8 for x in s["exchanges"]))(status()),
+                wait_for(lambda: (lambda s: len(s.exchanges) == k and not s.relocations
+                                  and len(s.publishers) == PUBLISHERS
+                                  and all(x.publishers and x.busy > 0.8 for x in s.exchanges))(status()),
                          SETTLE_S, f"{k} exchanges carrying publishers, all busy")
                 settled = time.monotonic() - started
                 rate, each = _forwarded(status, sample_s)
                 s = status()
                 hosts = sorted(x["Host"] for x in qm.stats("capacity")["Queue"]["Exchanges"])
                 rows.append({"exchanges": k, "records_per_s": rate, "each": [round(x) for x in each],
-                             "hosts": hosts, "publishers": [x["publishers"] for x in s["exchanges"]],
-                             "busy": [round(x["busy"], 2) for x in s["exchanges"]], "settle_s": round(settled, 1)})
+                             "hosts": hosts, "publishers": [x.publishers for x in s.exchanges],
+                             "busy": [round(x.busy, 2) for x in s.exchanges], "settle_s": round(settled, 1)})
             reports = [loads.report(p, stop=True) for p in pubs]
             sent = {r["publisher"]: r["keys"] for r in reports}
             got = loads.report(sub)

@@ -247,7 +247,7 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
             lat = bench_roq(cluster, "latency", pubs, subs, 0, args.rate, args.latency_seconds, size, many, curve)
             r.latency_ms = percentiles(lat["latency"])
             status = cluster.status()
-            r.notes["exchange_rss_mb"] = [round(x["rss_bytes"] / 2**20, 1) for x in status["exchanges"]]
+            r.notes["exchange_rss_mb"] = [round(x.rss_bytes / 2**20, 1) for x in status.exchanges]
         results.append(r)
     return results
 

@@ -41,6 +41,7 @@ import zmq
 
 from roq import batch
 from roq.process import spawn
+from roq.ready import ExchangeReady, MonitorReady
 from simulation.bench_common import Check, Result, percentiles
 
 __all__ = ["run", "render", "checks"]
@@ -67,7 +68,8 @@ def _queue(durability: str, directory: str) -> tuple[str, str, list[Any]]:
                                            "--durability", durability, "--log-level", "WARNING"])
     children = [monitor]
     try:
-        endpoint = monitor.wait_ready()["endpoint"]
+        monitor.wait_ready()
+        endpoint = monitor.ready_as(MonitorReady).endpoint
         if durability != "none":
             journal = spawn("journal", "exchange.journal", [
                 "--queue", "bench", "--directory", directory, "--address", ADDRESS, "--monitor", endpoint,
@@ -77,7 +79,8 @@ def _queue(durability: str, directory: str) -> tuple[str, str, list[Any]]:
         exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS,
                                                   "--log-level", "WARNING"])
         children.append(exchange)
-        frontend = exchange.wait_ready()["frontend"]
+        exchange.wait_ready()
+        frontend = exchange.ready_as(ExchangeReady).frontend
         return endpoint, frontend, children
     except BaseException:
         for child in reversed(children):

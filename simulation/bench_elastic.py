@@ -24,6 +24,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from roq.errors import BrokerTimeoutError
+from roq.status import QueueStatus
 from roqcli.embedded import wait_for
 from simulation.bench_common import Check, Result, percentiles
 from simulation.bench_dataplane import bench_roq
@@ -66,7 +67,7 @@ def _create(qm: Any, name: str, timeout: float = 60.0) -> None:
 
 def _first(events: list[dict[str, Any]], kind: str, since: float, **fields: Any) -> dict[str, Any] | None:
     return next((e for e in events if e["kind"] == kind and e["time"] >= since
-                 and all(e.get(k) == v for k, v in fields.items())), None)
+                 and all(k in e and e[k] == v for k, v in fields.items())), None)
 
 
 # ---------------------------------------------------------------------------------------- embedded
@@ -83,42 +84,42 @@ def _trial(cluster: Any, loads: Loads, name: str) -> dict[str, Any]:
         qm.set_rules(name, {**RULES, **PLACEMENT})
         monitor = qm.lookup(name)
         with client.connect(monitor=monitor) as conn:
-            def status() -> dict[str, Any]:
+            def status() -> QueueStatus:
                 return conn.status(timeout=10)
 
-            def steady() -> dict[str, Any] | None:
+            def steady() -> QueueStatus | None:
                 s = status()
-                ok = (len(s["publishers"]) == 2 and len(s["exchanges"]) == 1
-                      and s["exchanges"][0]["records_per_s"] >= 0.9 * 2 * rate)
+                ok = (len(s.publishers) == 2 and len(s.exchanges) == 1
+                      and s.exchanges[0].records_per_s >= 0.9 * 2 * rate)
                 return s if ok else None
 
             def moved() -> dict[str, Any] | None:
-                events = status()["events"]
+                events = status().events
                 refused = _first(events, "scale_out_refused", overload_at)
                 if refused is not None:
                     raise RuntimeError(f"queue {name}: {refused['text']}")
                 return next((e for e in events if e["kind"] == "relocated" and e["target"] != first
                              and e["time"] >= overload_at), None)
 
-            wait_for(lambda: status()["rules"]["exchange_records_per_s"] == HIGH, 15, f"{name}'s monitor to adopt its rules")
+            wait_for(lambda: status().rules["exchange_records_per_s"] == HIGH, 15, f"{name}'s monitor to adopt its rules")
             sub = loads.start("subscribe", monitor, "--duration", "600", "--idle-exit", "0")
             pubs = [loads.start("publish", monitor, "--rate", str(rate), "--duration", "600", "--keys", f"k{i}")
                     for i in range(2)]
-            first = wait_for(steady, 30, f"2 publishers at {2 * rate:,.0f} rec/s on one exchange")["exchanges"][0]["id"]
+            first = wait_for(steady, 30, f"2 publishers at {2 * rate:,.0f} rec/s on one exchange").exchanges[0].id
             pubs.append(loads.start("publish", monitor, "--rate", str(rate), "--duration", "600", "--keys", "k2"))
             overload_at = time.time()
             try:
                 event = wait_for(moved, REACTION_LIMIT, "a publisher moved to a new exchange")
             except BrokerTimeoutError as exc:
                 s = status()
-                seen = "; ".join(e["text"] for e in s["events"] if e["time"] >= overload_at) or "none"
-                loads_now = ", ".join(f"{x['id']} {x['records_per_s']:,.0f} rec/s" for x in s["exchanges"])
+                seen = "; ".join(e["text"] for e in s.events if e["time"] >= overload_at) or "none"
+                loads_now = ", ".join(f"{x.id} {x.records_per_s:,.0f} rec/s" for x in s.exchanges)
                 raise BrokerTimeoutError(f"queue {name}: {exc} (exchanges: {loads_now}; events since the overload: {seen})") from None
             # the moved publisher must send through its new exchange for a while before its report means much
-            wait_for(lambda: any(p["id"] == event["publisher"] and p["exchange"] == event["target"]
-                              and p["records_per_s"] > rate / 2 for p in status()["publishers"]),
+            wait_for(lambda: any(p.id == event["publisher"] and p.exchange == event["target"]
+                              and p.records_per_s > rate / 2 for p in status().publishers),
                   15, "the moved publisher carried by the new exchange")
-            events = status()["events"]
+            events = status().events
             reports = [loads.report(p, stop=True) for p in pubs]
             loads.report(sub, stop=True)
     finally:

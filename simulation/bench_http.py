@@ -30,6 +30,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Callable
 
+from roq.status import QueueStatus, decode
 from simulation.bench_common import Check, Result, percentiles
 
 __all__ = ["run", "render", "checks", "metrics_of_many_queues"]
@@ -171,7 +172,7 @@ def _timed_gets(base: str, path: str, n: int) -> list[float]:
     return times
 
 
-def _status(rng: random.Random, q: int) -> dict[str, Any]:
+def _status(rng: random.Random, q: int) -> QueueStatus:
     """A monitor's status as a queue of 3 exchanges, 10 publishers and 4 subscribers gives it."""
     from roq.control import LATENCY_BOUNDS_MS
 
@@ -184,14 +185,18 @@ def _status(rng: random.Random, q: int) -> dict[str, Any]:
                   "cpu_percent": rng.uniform(0, 100), "rss_bytes": 30 << 20, "busy": rng.random(),
                   "mark_records_per_s": 2e5, "publisher_pressure": rng.random(), "dropped": 0, "publishers": 3,
                   "silent_s": 0.1} for k in range(1, 4)]
-    return {
-        "queue": f"q{q:04d}", "exchanges": exchanges,
+    return decode({
+        "queue": f"q{q:04d}", "pid": 900 + q, "exchanges": exchanges,
         "publishers": [{"id": f"{q:08x}{p:024x}", "exchange": exchanges[p % 3]["id"], "relocating": False,
                         "records_per_s": rng.uniform(0, 2e4)} for p in range(10)],
         "subscribers": [{"id": f"s{q}-{s}", "prefix": b"", "confirmed": [x["id"] for x in exchanges], "live": True,
                          "records_per_s": rng.uniform(0, 5e4), "latency_p50_ms": rng.uniform(0.5, 3),
                          "latency_p99_ms": rng.uniform(3, 30), "gaps": 0, "lost": 0, "duplicates": 0}
                         for s in range(4)],
+        "relocations_in_flight": 0, "rules": {"exchange_records_per_s": 2e5},
+        "scaling": {"placement": {f"x{k}": f"127.0.0.{11 + k}" for k in range(1, 4)}, "starting": [], "retiring": "",
+                    "asking_gcm": False},
+        "journal": {"durability": "none", "journal": ""}, "relocations": [],
         "counters": {"relocations": 7, "failovers": 0, "scale_outs": 2, "scale_ins": 1, "relocations_by_rule": 6,
                      "relocations_by_forced": 1, "exchanges_lost": 0, "flaps": 0, "relocations_failed": 0},
         "totals": {"records_in": rng.randrange(10**9), "bytes_in": rng.randrange(10**11),
@@ -199,8 +204,9 @@ def _status(rng: random.Random, q: int) -> dict[str, Any]:
         "latency_histogram": {"bounds_ms": list(LATENCY_BOUNDS_MS),
                               "counts": [rng.randrange(10**6) for _ in range(len(LATENCY_BOUNDS_MS) + 1)],
                               "sum_ms": rng.uniform(0, 1e9)},
+        "dropped": {}, "refused": {"exchanges": 0, "publishers": 0, "subscribers": 0},
         "events": [{"seq": e, "time": time.time(), "kind": "relocated", "text": "publisher moved"} for e in range(50)],
-    }
+    })
 
 
 def metrics_of_many_queues(queues: int = 1000, scrapes: int = 200) -> Result:

@@ -73,7 +73,7 @@ def _saturate(cluster: Any, loads: Any, progress: Callable[[str], None]) -> tupl
     cluster.manager.set_rules("budgeted", RULES)
     with client.connect(monitor=monitor) as conn:
         def busy() -> float:
-            return conn.status(timeout=10)["exchanges"][0]["busy"]
+            return conn.status(timeout=10).exchanges[0].busy
 
         loads.start("subscribe", monitor, "--prefix", "", "--idle-exit", "5")
         pubs = []
@@ -94,7 +94,7 @@ def _saturate(cluster: Any, loads: Any, progress: Callable[[str], None]) -> tupl
         samples = []
         end = time.monotonic() + 5.0
         while time.monotonic() < end:
-            samples.append(conn.status(timeout=10)["exchanges"][0]["records_per_s"])
+            samples.append(conn.status(timeout=10).exchanges[0].records_per_s)
             time.sleep(0.5)  # a sampling period
     for pub in pubs:
         pub.signal(signal.SIGTERM)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import IO, Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
 import client
 from roq.config import CurveClient
 from roq.errors import BrokerTimeoutError
 from roq.process import Child, stop_all
+from roq.ready import MonitorReady
+from roq.status import QueueStatus
 from roqcli.embedded import spawn_logged
 
 log = logging.getLogger(__name__)
@@ -73,13 +75,14 @@ class LocalCluster:
             self.monitor = self._spawn(
                 "monitor", "monitor", ["--address", self.address, "--port", str(self.monitor_port), *self.monitor_args]
             )
-            self.monitor_endpoint = self.monitor.wait_ready(timeout)["endpoint"]
+            self.monitor.wait_ready(timeout)
+            self.monitor_endpoint = self.monitor.ready_as(MonitorReady).endpoint
             self._admin = client.Connection(self.monitor_endpoint,
                                             publisher_config=client.PublisherConfig(curve=self.curve))
             started = [self.add_exchange(wait=False) for _ in range(self.initial_exchanges)]
             for name in started:
                 self.exchanges[name].wait_ready(timeout)
-            self.wait_for(lambda s: len(s["exchanges"]) >= self.initial_exchanges, timeout, "every exchange registered")
+            self.wait_for(lambda s: len(s.exchanges) >= self.initial_exchanges, timeout, "every exchange registered")
         except BaseException:
             self.stop()
             raise
@@ -138,7 +141,7 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ monitor
 
-    def status(self, timeout: float = 5.0) -> dict[str, Any]:
+    def status(self, timeout: float = 5.0) -> QueueStatus:
         """The monitor's status (exchanges, publishers, subscribers, counters, events)."""
         assert self._admin is not None, "cluster not started"
         return self._admin.status(timeout)
@@ -148,7 +151,8 @@ class LocalCluster:
         assert self._admin is not None, "cluster not started"
         return self._admin.relocate(publisher, target)
 
-    def wait_for(self, condition: Any, timeout: float, what: str, interval: float = 0.05) -> dict[str, Any]:
+    def wait_for(self, condition: Callable[[QueueStatus], Any], timeout: float, what: str,
+                 interval: float = 0.05) -> QueueStatus:
         """Poll the monitor's status until ``condition(status)`` holds; return that status.
 
         Raises:

@@ -21,6 +21,7 @@ from typing import Any
 
 import client
 from roq.process import Child, spawn
+from roq.status import QueueStatus
 from simulation.audit import compare
 from roqcli.embedded import EmbeddedCluster
 from simulation.load import parse_report
@@ -67,7 +68,7 @@ def run(out: Any = sys.stdout) -> int:
         rules = cluster.manager.set_rules("demo", RULES)
         monitor = cluster.manager.lookup("demo")
         admin = client.Connection(monitor)
-        cluster.wait_for(lambda: admin.status()["rules"] == rules, 10, "the monitor to adopt the queue's rules")
+        cluster.wait_for(lambda: admin.status().rules == rules, 10, "the monitor to adopt the queue's rules")
         say(f"  rules      relocation mark {rules['exchange_records_per_s']:,.0f} records/s per exchange, "
             f"{rules['min_exchanges']} to {rules['max_exchanges']} exchanges, sustain {rules['sustain_s']:g} s, "
             f"cool-down {rules['cooldown_s']:g} s")
@@ -94,10 +95,10 @@ def run(out: Any = sys.stdout) -> int:
                     del actions[at]
                     say("  " + _act(cluster, admin, action))
             status = admin.status()
-            rate = sum(x["records_per_s"] for x in status["exchanges"])
-            c = status["counters"]
-            say(f"  t={elapsed:4.1f}s  exchanges {len(status['exchanges'])}  publishers {len(status['publishers'])}  "
-                f"{rate:9,.0f} records/s  relocations {c['relocations']}  failovers {c['failovers']}")
+            rate = sum(x.records_per_s for x in status.exchanges)
+            say(f"  t={elapsed:4.1f}s  exchanges {len(status.exchanges)}  publishers {len(status.publishers)}  "
+                f"{rate:9,.0f} records/s  relocations {status.count('relocations')}  "
+                f"failovers {status.count('failovers')}")
             time.sleep(1.0)
         pub_reports = [parse_report(p.communicate(60)) for p in pubs]
         sub_reports = [parse_report(s.communicate(60)) for s in subs]
@@ -121,20 +122,20 @@ def _act(cluster: EmbeddedCluster, admin: client.Connection, action: str) -> str
     if action == "add":
         made = cluster.manager.add_exchange("demo", "127.0.0.12")
         return f"exchange {made['name']} added on {made['Host']} through the management API"
-    victim = max(admin.status()["exchanges"], key=lambda x: x["records_per_s"])
-    os.kill(victim["pid"], signal.SIGKILL)
-    return f"exchange {victim['id']} killed with SIGKILL (pid {victim['pid']}) under load; its host manager starts a new one"
+    victim = max(admin.status().exchanges, key=lambda x: x.records_per_s)
+    os.kill(victim.pid, signal.SIGKILL)
+    return f"exchange {victim.id} killed with SIGKILL (pid {victim.pid}) under load; its host manager starts a new one"
 
 
-def _summarise(say: Any, pubs: list[dict], subs: list[dict], status: dict) -> int:
+def _summarise(say: Any, pubs: list[dict], subs: list[dict], status: QueueStatus) -> int:
     sent = {r["publisher"]: r["keys"] for r in pubs}
     total_sent = sum(r["sent"] for r in pubs)
     say("")
     say(f"published: {total_sent:,} records ({sum(r['rate'] for r in pubs):,.0f} records/s in all)")
-    c = status["counters"]
-    say(f"monitor:   {c['relocations']} relocations ({c['failovers']} failovers), {c['exchanges_lost']} exchange lost, "
-        f"{c['limit_cases']} limit cases, {c['flaps']} flaps")
-    for e in status["events"]:
+    c = status.count
+    say(f"monitor:   {c('relocations')} relocations ({c('failovers')} failovers), {c('exchanges_lost')} exchange lost, "
+        f"{c('limit_cases')} limit cases, {c('flaps')} flaps")
+    for e in status.events:
         if e["kind"] in ("relocated", "exchange_lost", "limit_case", "relocation_failed"):
             say(f"           - {e['text']}")
     clean = True

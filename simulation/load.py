@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import dataclasses
 import json
 import logging
 import os
@@ -17,12 +18,13 @@ import random
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import client
 from roq import defaults
 from roq.errors import RoQError
 from roq.process import Child, spawn, stop_all
+from roq.ready import Ready, register
 from roq.runtime import ExitCode, StopFlag, announce_ready, setup_logging
 from simulation.audit import PAYLOAD_HEADER, Audit, make_payload
 from simulation.histogram import Histogram
@@ -35,7 +37,26 @@ PACING_TICK = 0.005
 #: After SIGUSR1 ("every publisher has flushed"), a subscriber stops this long after its last record.
 DONE_IDLE_S = 1.5
 
-__all__ = ["main", "Loads", "parse_report", "percentiles", "REPORT_PREFIX"]
+__all__ = ["main", "Loads", "parse_report", "percentiles", "REPORT_PREFIX", "PublisherReady", "SubscriberReady"]
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class PublisherReady(Ready):
+    """A load publisher's ready line."""
+
+    ROLE: ClassVar[str] = "publisher"
+    publisher: str  # its id
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class SubscriberReady(Ready):
+    """A load subscriber's ready line."""
+
+    ROLE: ClassVar[str] = "subscriber"
+    subscriber: str  # its id
+    prefix: str
 
 
 def parse_report(output: str) -> dict[str, Any]:
@@ -135,7 +156,7 @@ def publish(args: argparse.Namespace) -> int:
         options["buffer_bytes"] = args.buffer_bytes
     with _connect(args) as conn:
         pub = conn.publisher(**options)
-        announce_ready("publisher", publisher=pub.name)
+        announce_ready(PublisherReady(pid=os.getpid(), publisher=pub.name))
         sent_per_key = dict.fromkeys(keys, 0)
         sent = 0
         longest_pause = 0.0
@@ -208,7 +229,7 @@ def subscribe(args: argparse.Namespace) -> int:
     overall = Histogram()
     with _connect(args) as conn:
         sub = conn.subscriber(prefix=args.prefix.encode(), hold_timeout=args.hold_timeout, rcvhwm=args.rcvhwm)
-        announce_ready("subscriber", subscriber=sub.name, prefix=args.prefix)
+        announce_ready(SubscriberReady(pid=os.getpid(), subscriber=sub.name, prefix=args.prefix))
         started = time.monotonic()
         deadline = started + args.duration if args.duration else float("inf")
         first = last = 0.0

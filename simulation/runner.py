@@ -271,13 +271,13 @@ class Runner:
         try:
             if fault.kind in ("kill_exchange", "pause_exchange"):
                 status = self._connections[fault.queue].status(timeout=5)
-                x = max(status["exchanges"], key=lambda x: x["records_per_s"])
-                record.update(queue=fault.queue, exchange=x["id"], pid=x["pid"])
-                self._hit(x["pid"], fault, ("exchange", "--id", x["id"]))
+                x = max(status.exchanges, key=lambda x: x.records_per_s)
+                record.update(queue=fault.queue, exchange=x.id, pid=x.pid)
+                self._hit(x.pid, fault, ("exchange", "--id", x.id))
             elif fault.kind in ("kill_monitor", "pause_monitor"):
                 status = self._connections[fault.queue].status(timeout=5)
-                record.update(queue=fault.queue, pid=status["pid"])
-                self._hit(status["pid"], fault, ("monitor", "--queue", fault.queue))
+                record.update(queue=fault.queue, pid=status.pid)
+                self._hit(status.pid, fault, ("monitor", "--queue", fault.queue))
             elif fault.kind == "kill_host":
                 record.update(host=fault.host, pids=cluster.crash_host(cluster.address_of(fault.host)))
             elif fault.kind == "kill_gcm_leader":
@@ -327,6 +327,7 @@ class Runner:
 
     def _sample(self, t: float, pending: list[_Pending]) -> None:
         sample: dict[str, Any] = {"t": round(t, 3), "queues": {}}
+        moves = 0
         for name, conn in self._connections.items():
             try:
                 s = conn.status(timeout=0.5)
@@ -334,20 +335,20 @@ class Runner:
                 continue  # its monitor is restarting or moving: a hole in the timeline, not an error
             sample["queues"][name] = {
                 # an exchange silent for several heartbeats is dead or paused (until the monitor says which)
-                "exchanges": {x["id"]: x["records_per_s"] for x in s["exchanges"] if x.get("silent_s", 0) <= SILENT_S},
-                "silent": [x["id"] for x in s["exchanges"] if x.get("silent_s", 0) > SILENT_S],
-                "publishers": len(s["publishers"]),
+                "exchanges": {x.id: x.records_per_s for x in s.exchanges if x.silent_s <= SILENT_S},
+                "silent": [x.id for x in s.exchanges if x.silent_s > SILENT_S],
+                "publishers": len(s.publishers),
                 # what the scenario's running publishers of the queue send, records/s (0: as fast as they can)
                 "offered": sum(self.scenario.publishers[p.group].rate for p in pending
                                if p.queue == name and p.child is not None and p.report is None),
-                "subscribers": len(s["subscribers"]),
-                "counters": s["counters"],
+                "subscribers": len(s.subscribers),
+                "counters": dict(s.counters),
             }
+            moves += s.count("relocations")
         self.timeline.append(sample)
         queues = sample["queues"].values()
         rate = sum(sum(q["exchanges"].values()) for q in queues)
         exchanges = sum(len(q["exchanges"]) for q in queues)
-        moves = sum(q["counters"].get("relocations", 0) for q in queues)
         running = sum(1 for p in pending if p.child is not None and p.report is None)
         self.progress(f"{t:6.1f} / {self.scenario.info.duration_s:g} s  {rate:10,.0f} records/s  exchanges {exchanges}  "
                       f"publishers {running}  relocations {moves}  faults {len(self.faults)}")

@@ -54,6 +54,7 @@ from roq.config import DURABILITIES, JournalConfig
 from roq.curve import Curve
 from roq.errors import JournalError, ProtocolError
 from roq.pipe import MAX_FRAME
+from roq.ready import JournalReady
 from roq.runtime import DropCounter, SignalWakeup, counted_log_due, run_main
 from roq.server import Dispatcher, Request
 from roq.loop import Loop
@@ -155,12 +156,12 @@ class Journal:
             self.monitor.connect()
             self.monitor.send(self.heartbeat())
 
-    def ready_info(self) -> dict[str, Any]:
-        """The ready line's fields."""
+    def ready_info(self) -> JournalReady:
+        """The ready line."""
         store = self.store
-        return {"id": self.id, "intake": self.endpoint, "incarnation": self.incarnation,
-                "reads": self.reads.endpoint if self.reads is not None else "",
-                "next_offset": store.next_offset if store is not None else 0}
+        return JournalReady(pid=os.getpid(), id=self.id, intake=self.endpoint, incarnation=self.incarnation,
+                            reads=self.reads.endpoint if self.reads is not None else "",
+                            next_offset=store.next_offset if store is not None else 0)
 
     def close(self) -> None:
         if self._watch is not None:

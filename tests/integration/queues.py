@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import Any, Callable
 
 import client
 from roq.errors import RoQError, UnavailableError
+from roq.status import QueueStatus
 from simulation.audit import compare
 from tests.integration.zkhelp import wait_until
 
@@ -22,7 +23,7 @@ def _running(cluster: Any, name: str) -> bool:
     try:
         with client.connect(monitor=cluster.manager.lookup(name), timeout=2.0,
                             credentials=getattr(cluster, "credentials", None)) as conn:
-            return bool(conn.status(timeout=2.0)["exchanges"])
+            return bool(conn.status(timeout=2.0).exchanges)
     except RoQError:
         return False
 
@@ -50,11 +51,11 @@ class Queue:
         self.sent: dict[str, dict[str, int]] = {}
         self.reports: dict[str, dict[str, Any]] = {}  # each stopped publisher's REPORT, by id
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> QueueStatus:
         return self.conn.status(timeout=10)
 
-    def wait(self, condition: Any, timeout: float, what: str) -> dict[str, Any]:
-        def check() -> dict[str, Any] | None:
+    def wait(self, condition: Callable[[QueueStatus], Any], timeout: float, what: str) -> QueueStatus:
+        def check() -> QueueStatus | None:
             try:
                 s = self.status()
             except Exception:  # the monitor may be restarting
@@ -103,7 +104,7 @@ class Queue:
         return audits
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in self.status()["events"] if kind is None or e["kind"] == kind]
+        return [e for e in self.status().events if kind is None or e["kind"] == kind]
 
     def close(self) -> None:
         self.conn.close()

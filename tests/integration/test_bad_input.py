@@ -74,9 +74,9 @@ def test_garbage_everywhere_while_traffic_flows(make_cluster, loads):
     m = cluster.monitor_endpoint
     sub = loads.start("subscribe", m, "--idle-exit", "4")
     pub = loads.start("publish", m, "--rate", "2000", "--duration", "60", "--keys", "good")
-    x = cluster.wait_for(lambda s: s["exchanges"][0]["records_per_s"] > 500, 10, "traffic")["exchanges"][0]
+    x = cluster.wait_for(lambda s: s.exchanges[0].records_per_s > 500, 10, "traffic").exchanges[0]
 
-    handshakes = raw_garbage(x["frontend"]) + raw_garbage(x["backend"])
+    handshakes = raw_garbage(x.frontend) + raw_garbage(x.backend)
     monitor_handshakes = raw_garbage(m)
 
     ctx = zmq.Context()
@@ -92,11 +92,11 @@ def test_garbage_everywhere_while_traffic_flows(make_cluster, loads):
         return sock
 
     try:
-        dealer = socket_of(zmq.DEALER, x["frontend"])
+        dealer = socket_of(zmq.DEALER, x.frontend)
         frames = bad_batches()
         for f in frames:
             dealer.send_multipart(f)
-        socket_of(zmq.XSUB, x["backend"]).send(b"\x07 not a subscription")
+        socket_of(zmq.XSUB, x.backend).send(b"\x07 not a subscription")
 
         admin = socket_of(zmq.DEALER, m)
         for request, result in bad_requests():
@@ -110,9 +110,9 @@ def test_garbage_everywhere_while_traffic_flows(make_cluster, loads):
         socket_of(zmq.DEALER, m).send(b"\x00" * (2 << 20))
 
         def counted(s):
-            print("exchange dropped", s["exchanges"][0]["dropped"], "monitor dropped", s["counters"]["dropped_messages"])
-            return (s["exchanges"][0]["dropped"] >= len(frames) + handshakes
-                    and s["counters"]["dropped_messages"] >= len(bad_requests()) + monitor_handshakes)
+            print("exchange dropped", s.exchanges[0].dropped, "monitor dropped", s.count("dropped_messages"))
+            return (s.exchanges[0].dropped >= len(frames) + handshakes
+                    and s.count("dropped_messages") >= len(bad_requests()) + monitor_handshakes)
 
         cluster.wait_for(counted, 10, "every bad input counted", interval=0.5)
     finally:
@@ -121,7 +121,7 @@ def test_garbage_everywhere_while_traffic_flows(make_cluster, loads):
         ctx.term()
 
     assert cluster.monitor.alive() and all(c.alive() for c in cluster.exchanges.values())
-    assert cluster.status()["exchanges"][0]["records_per_s"] > 500  # still carrying the good traffic
+    assert cluster.status().exchanges[0].records_per_s > 500  # still carrying the good traffic
     report = loads.report(pub, stop=True)
     audit = compare(loads.report(sub)["audit"], {report["publisher"]: report["keys"]})
     assert audit["expected"] > 1000

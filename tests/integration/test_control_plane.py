@@ -154,8 +154,8 @@ def test_gcm_leader_killed_standby_takes_over(make_embedded):
     standby = next(g for g in cluster.gcms if g != first)
 
     # a standby answers "not leader" and names the leader
-    result, comment, data = ask(cluster.gcms[standby].info["management"], encode(m.ListQueues()))
-    assert result == Result.NOT_LEADER and data["Leader"] == cluster.gcms[first].info["management"], comment
+    result, comment, data = ask(cluster.gcms[standby].info.management, encode(m.ListQueues()))
+    assert result == Result.NOT_LEADER and data["Leader"] == cluster.gcms[first].info.management, comment
 
     conn = cluster.connect("q")
     sub = conn.subscriber()
@@ -188,7 +188,7 @@ def test_create_survives_a_leader_crash_halfway(make_embedded, kz):
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(cluster.gcms[leader].info["management"])
+    sock.connect(cluster.gcms[leader].info.management)
     sock.send(encode(m.CreateQueue(QName="half", Host="127.0.0.12", Exchanges=2)))
     # the leader dies as soon as the queue is written, before it can answer
     paths = Paths(cluster.root)
@@ -230,7 +230,7 @@ def test_session_expiry_registers_again(make_embedded, kz):
 def test_bad_input_on_the_management_and_lookup_ports(make_embedded):
     cluster = make_embedded(hosts=1)
     leader = cluster.gcms[cluster.leader()]
-    mgmt, lookup = leader.info["management"], leader.info["lookup"]
+    mgmt, lookup = leader.info.management, leader.info.lookup
     cases = [
         ([b"\x00garbage\xff"], Result.BAD_REQUEST),  # not BSON
         ([doc(CMD=2003, QName=5, Host="127.0.0.11")], Result.BAD_REQUEST),  # wrong type
@@ -299,14 +299,14 @@ def test_what_peers_send_a_standbys_broadcast_port_does_not_stay(make_embedded):
         for _ in range(400):  # 64 MB in all, each connection closed once it sent its part
             peer = ctx.socket(zmq.XSUB)
             peer.setsockopt(zmq.LINGER, 1000)
-            peer.connect(standby.info["broadcast"])
+            peer.connect(standby.info.broadcast)
             for _ in range(40):
                 peer.send(frame)
             peer.close()
     finally:
         ctx.term()  # every message delivered to the standby (linger), none left on our side
     # the standby has read and dropped it all as it came, and still serves
-    result, _comment, _data = ask(standby.info["management"], encode(m.ListQueues()))
+    result, _comment, _data = ask(standby.info.management, encode(m.ListQueues()))
     assert result == Result.NOT_LEADER
     grown = (process.memory_info().rss - before) >> 20
     print(f"the standby GCM grew by {grown} MB after 64 MB sent to its broadcast port")

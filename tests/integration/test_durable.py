@@ -54,7 +54,7 @@ def durable(tmp_path):
                                            "--durability", "always"])
     children = [monitor]
     try:
-        endpoint = monitor.wait_ready()["endpoint"]
+        endpoint = monitor.wait_ready().endpoint
         children.insert(0, _journal(journal_dir, port, endpoint))
         exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS])
         children.append(exchange)
@@ -111,7 +111,7 @@ def test_an_exchange_that_joined_before_the_journal_reads_its_publishers_once_th
                                            "--durability", "always"])
     children = [monitor]
     try:
-        endpoint = monitor.wait_ready()["endpoint"]
+        endpoint = monitor.wait_ready().endpoint
         exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS])
         children.append(exchange)
         exchange.wait_ready()
@@ -155,11 +155,11 @@ def test_a_queue_made_durable_in_a_secure_cluster_gets_a_journal_that_a_kill_9_l
     journal_dir = os.path.join(cluster.journal_dir, cluster.addresses[0], "d")
 
     def journal_status():
-        status = (qm.stats("d").get("Monitor") or {}).get("journal") or {}
-        return status if status.get("intake") else None
+        journal = qm.journal("d")
+        return journal if journal is not None and journal.intake else None
 
     status = cluster.wait_for(journal_status, 10, "the monitor hears the journal")
-    assert status["durability"] == "always" and status["intake"] == doc["intake"]
+    assert status.durability == "always" and status.intake == doc["intake"]
     with cluster.connect("d") as conn:
         sub = conn.subscriber()
         pub = conn.publisher()
@@ -179,9 +179,9 @@ def test_a_queue_made_durable_in_a_secure_cluster_gets_a_journal_that_a_kill_9_l
         assert got == list(range(sent))
         again = json.loads(kz.get(path)[0])
         assert again["pid"] != doc["pid"] and again["intake"] == doc["intake"]
-        stats = cluster.wait_for(lambda: (lambda j: j if j.get("next_offset") == sent else None)(qm.journal("d")), 10,
+        stats = cluster.wait_for(lambda: (lambda j: j if j and j.next_offset == sent else None)(qm.journal("d")), 10,
                                  "the monitor hears the journal's offsets")  # (it reports every 250 ms)
-        assert stats["write_failures"] == 0 and stats["alive"] and stats["size_bytes"] > 0
+        assert stats.write_failures == 0 and stats.alive and stats.size_bytes > 0
         assert qm.verify_journal("d", timeout=30)["problems"] == []
         cli = subprocess.run([sys.executable, "-m", "roqcli", "journal", "verify", "d", "--zk", cluster.zk, "--root",
                               cluster.root, "--credentials", cluster.credentials], capture_output=True, text=True,
@@ -349,7 +349,7 @@ def test_start_at_a_time_or_on_a_queue_that_is_not_durable(durable, tmp_path):
             conn.subscriber(start="yesterday")
     monitor = spawn("monitor", "monitor", ["--address", ADDRESS, "--port", "0", "--queue", "plain"])
     try:
-        endpoint = monitor.wait_ready()["endpoint"]
+        endpoint = monitor.wait_ready().endpoint
         exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS])
         try:
             exchange.wait_ready()

@@ -60,7 +60,7 @@ def test_hosts_measure_their_own_budget_and_placement_goes_where_the_headroom_is
     assert one["Host"] == "127.0.0.12"
     # their processes run in their host's group: the host manager's children are in it
     with cluster.connect("spread") as conn:
-        pids = [x["pid"] for x in conn.status(timeout=10)["exchanges"]]
+        pids = [x.pid for x in conn.status(timeout=10).exchanges]
     for pid in pids:
         with open(f"/proc/{pid}/cgroup") as f:
             assert f"/{CGROUP_BASE}/" in f.read()

@@ -81,7 +81,7 @@ def test_an_exchange_follows_its_monitor_when_told_and_ignores_garbage():
         child = spawn("exchange", "exchange", ["--monitor", old.endpoint, "--address", "127.0.0.1", "--id", "xt",
                                                "--heartbeat-interval", "0.1", "--kpi-period", "0.2",
                                                "--commands-on-stdin"], commands=True)
-        pid = child.wait_ready(15)["pid"]
+        pid = child.wait_ready(15).pid
         assert old.next(control.Heartbeat, 5).exchange == "xt"
         for frames in link_garbage(new.endpoint):
             old.socket.send_multipart([old.peer, *frames])

@@ -16,27 +16,27 @@ def test_exchange_crash_under_load(make_cluster, loads):
         for keys in ("a.1", "a.2,b.1", "b.2", "a.3")
     ]
     status = cluster.wait_for(
-        lambda s: len(s["publishers"]) == 4 and sum(x["records_per_s"] for x in s["exchanges"]) > 5000, 15,
+        lambda s: len(s.publishers) == 4 and sum(x.records_per_s for x in s.exchanges) > 5000, 15,
         "4 publishers sending",
     )
-    victim = max(status["exchanges"], key=lambda x: x["publishers"])
-    assert victim["publishers"] >= 1
-    on_victim = {p["id"] for p in status["publishers"] if p["exchange"] == victim["id"]}
+    victim = max(status.exchanges, key=lambda x: x.publishers)
+    assert victim.publishers >= 1
+    on_victim = {p.id for p in status.publishers if p.exchange == victim.id}
     killed_at = time.time()
-    cluster.kill_exchange(victim["id"])
+    cluster.kill_exchange(victim.id)
     status = cluster.wait_for(
-        lambda s: any(e["kind"] == "exchange_lost" for e in s["events"]), 5, "the monitor to notice"
+        lambda s: any(e["kind"] == "exchange_lost" for e in s.events), 5, "the monitor to notice"
     )
-    lost = next(e for e in status["events"] if e["kind"] == "exchange_lost")
+    lost = next(e for e in status.events if e["kind"] == "exchange_lost")
     detection = lost["time"] - killed_at
-    print(f"exchange {victim['id']} killed; declared lost after {detection:.3f}s")
-    assert lost["exchange"] == victim["id"] and detection <= 1.5
+    print(f"exchange {victim.id} killed; declared lost after {detection:.3f}s")
+    assert lost["exchange"] == victim.id and detection <= 1.5
     cluster.wait_for(
-        lambda s: all(p["exchange"] != victim["id"] and not p["relocating"] for p in s["publishers"]), 10,
+        lambda s: all(p.exchange != victim.id and not p.relocating for p in s.publishers), 10,
         "publishers to fail over",
     )
     cluster.wait_for(
-        lambda s: all(p["records_per_s"] > 1000 for p in s["publishers"] if p["id"] in on_victim), 10,
+        lambda s: all(p.records_per_s > 1000 for p in s.publishers if p.id in on_victim), 10,
         "the failed-over publishers to send through their new exchanges",
     )
     sent, failovers = {}, 0

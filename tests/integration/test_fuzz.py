@@ -16,6 +16,7 @@ import psutil
 import pytest
 from tests.integration.queues import Queue
 
+from roq.status import of_stats
 from simulation import fuzz
 from simulation.audit import compare
 from tests.integration.zkhelp import wait_until
@@ -27,22 +28,22 @@ RSS_GROWTH = 200 << 20  # bytes a process may have grown by after all of it (gar
 def _targets(cluster, q: Queue) -> list[fuzz.Target]:
     targets = []
     for gid, child in cluster.gcms.items():
-        targets += [fuzz.Target(f"{gid} look-up", child.info["lookup"], "server"),
-                    fuzz.Target(f"{gid} management", child.info["management"], "server"),
-                    fuzz.Target(f"{gid} broadcast", child.info["broadcast"], "pub"),
-                    fuzz.Target(f"{gid} http", child.info["http"], "http")]
+        targets += [fuzz.Target(f"{gid} look-up", child.info.lookup, "server"),
+                    fuzz.Target(f"{gid} management", child.info.management, "server"),
+                    fuzz.Target(f"{gid} broadcast", child.info.broadcast, "pub"),
+                    fuzz.Target(f"{gid} http", child.info.http, "http")]
     for address, child in cluster.hostmanagers.items():
-        targets += [fuzz.Target(f"host manager {address}", child.info["endpoint"], "server"),
-                    fuzz.Target(f"host manager {address} http", child.info["http"], "http")]
+        targets += [fuzz.Target(f"host manager {address}", child.info.endpoint, "server"),
+                    fuzz.Target(f"host manager {address} http", child.info.http, "http")]
     targets.append(fuzz.Target("monitor", q.monitor, "server"))
     status = q.status()
-    for x in status["exchanges"]:
-        targets += [fuzz.Target(f"exchange {x['id']} frontend", x["frontend"], "frontend"),
-                    fuzz.Target(f"exchange {x['id']} backend", x["backend"], "backend")]
-    journal = status.get("journal") or {}
-    if journal.get("journal"):  # a durable queue: its journal's intake takes batches, its reads port commands
-        targets += [fuzz.Target("journal intake", journal["intake"], "frontend"),
-                    fuzz.Target("journal reads", journal["reads"], "reads")]
+    for x in status.exchanges:
+        targets += [fuzz.Target(f"exchange {x.id} frontend", x.frontend, "frontend"),
+                    fuzz.Target(f"exchange {x.id} backend", x.backend, "backend")]
+    journal = status.journal
+    if journal.journal:  # a durable queue: its journal's intake takes batches, its reads port commands
+        targets += [fuzz.Target("journal intake", journal.intake, "frontend"),
+                    fuzz.Target("journal reads", journal.reads, "reads")]
     return targets
 
 
@@ -50,10 +51,10 @@ def _processes(cluster, q: Queue) -> dict[str, int]:
     status = q.status()
     pids = {f"gcm {gid}": c.pid for gid, c in cluster.gcms.items()}
     pids.update({f"host manager {a}": c.pid for a, c in cluster.hostmanagers.items()})
-    pids["monitor"] = status["pid"]
-    pids.update({f"exchange {x['id']}": x["pid"] for x in status["exchanges"]})
-    if (status.get("journal") or {}).get("journal"):
-        pids["journal"] = status["journal"]["pid"]
+    pids["monitor"] = status.pid
+    pids.update({f"exchange {x.id}": x.pid for x in status.exchanges})
+    if status.journal.journal:
+        pids["journal"] = status.journal.pid
     return pids
 
 
@@ -77,12 +78,12 @@ def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, lo
     cluster = make_embedded(hosts=2, gcms=2)
     q = Queue(cluster, loads, "fuzzq", "127.0.0.11", min_exchanges=2, max_exchanges_per_host=1, host_cpu_percent=100,
               durability="interval")  # durable: its journal's ports too
-    q.wait(lambda s: len(s["exchanges"]) == 2 and (s.get("journal") or {}).get("alive"), 30,
+    q.wait(lambda s: len(s.exchanges) == 2 and s.journal.alive, 30,
            "the queue's two exchanges, one per host, and its journal")
     q.subscribe()
     q.subscribe("b")
     q.publish(400, "a,b")
-    q.wait(lambda s: sum(x["records_per_s"] for x in s["exchanges"]) > 200, 20, "the load flowing")
+    q.wait(lambda s: sum(x.records_per_s for x in s.exchanges) > 200, 20, "the load flowing")
     targets = _targets(cluster, q)
     before = _processes(cluster, q)
     rss_before = _rss(before)
@@ -106,7 +107,7 @@ def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, lo
     assert all(mb < RSS_GROWTH >> 20 for mb in grown.values()), grown
     assert [x["Name"] for x in cluster.manager.list()] == ["fuzzq"]
     stats = cluster.manager.stats("fuzzq")
-    assert stats["Monitor"]["counters"]["dropped_messages"] > 1000  # it saw the garbage, counted and refused it
+    assert of_stats(stats).count("dropped_messages") > 1000  # it saw the garbage, counted and refused it
     assert stats["Rules"]["max_exchanges"] == 4 and stats["Rules"]["sustain_s"] == 2.0  # no bad rule got in
     audits = q.audit()  # the load that ran through all of it
     assert audits[0]["expected"] > 1000
@@ -129,11 +130,11 @@ def test_garbage_and_strangers_handshakes_at_a_secure_cluster_kill_nothing_and_l
     cluster = make_embedded(hosts=2, gcms=1, secure=True)
     q = Queue(cluster, loads, "fuzzq", "127.0.0.11", min_exchanges=2, max_exchanges_per_host=1, host_cpu_percent=100,
               durability="always")
-    q.wait(lambda s: len(s["exchanges"]) == 2 and (s.get("journal") or {}).get("alive"), 30,
+    q.wait(lambda s: len(s.exchanges) == 2 and s.journal.alive, 30,
            "the queue's two exchanges, one per host, and its journal")
     q.subscribe()
     q.publish(400, "a,b")
-    q.wait(lambda s: sum(x["records_per_s"] for x in s["exchanges"]) > 200, 20, "the load flowing")
+    q.wait(lambda s: sum(x.records_per_s for x in s.exchanges) > 200, 20, "the load flowing")
     targets = _targets(cluster, q)
     before = _processes(cluster, q)
     mallory = CurveClient.load(cluster.keys.client("mallory"))  # in the keyring, allowed nothing

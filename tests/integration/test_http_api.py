@@ -222,7 +222,7 @@ def test_every_error_names_its_cause_and_the_api_goes_on(make_embedded):
 
     # 503: the queue's monitor does not answer (paused); its topology still does
     api.call("POST", "/api/v1/queues", {"name": "m"})
-    monitor = psutil.Process(client.connect(monitor=cluster.manager.lookup("m")).status(timeout=10)["pid"])
+    monitor = psutil.Process(client.connect(monitor=cluster.manager.lookup("m")).status(timeout=10).pid)
     monitor.send_signal(signal.SIGSTOP)
     try:
         answer = api.call("GET", "/api/v1/queues/m/publishers")

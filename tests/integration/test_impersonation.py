@@ -15,6 +15,7 @@ import zmq
 import client
 from roq import batch, control, keys
 from roq.control import Result
+from roq.status import ExchangeStatus
 
 RATE = 1000  # records/s the victim publishes
 PHASE_S = 5.0  # seconds of the baseline, then of the attack
@@ -57,7 +58,7 @@ def _read(sub, stop: threading.Event, got: list) -> None:
             got.append((counter, time.time() - at, time.monotonic()))
 
 
-def _impostor(server_key: bytes, pair: keys.KeyPair, exchanges: list[dict], monitor: str, pub_id: bytes,
+def _impostor(server_key: bytes, pair: keys.KeyPair, exchanges: list[ExchangeStatus], monitor: str, pub_id: bytes,
               sub_id: bytes, until: float, replies: list) -> None:
     """Mallory: at each exchange's frontend with the publisher's id (as a routing id and in her batches' headers)
     and without a routing id, at each backend with the subscriber's id, at the monitor as both; sending all the
@@ -77,12 +78,12 @@ def _impostor(server_key: bytes, pair: keys.KeyPair, exchanges: list[dict], moni
         return sock
 
     try:
-        fronts = [dealer(x["frontend"], pub_id) for x in exchanges] + [dealer(x["frontend"]) for x in exchanges]
-        backs = [dealer(x["backend"], sub_id) for x in exchanges] + [dealer(x["backend"]) for x in exchanges]
+        fronts = [dealer(x.frontend, pub_id) for x in exchanges] + [dealer(x.frontend) for x in exchanges]
+        backs = [dealer(x.backend, sub_id) for x in exchanges] + [dealer(x.backend) for x in exchanges]
         monitors = [dealer(monitor, pub_id), dealer(monitor, sub_id), dealer(monitor)]
         pub_hex, sub_hex = pub_id.hex(), sub_id.hex()
-        lies = [control.PublisherHello(pub_hex), control.Panic(pub_hex, exchanges[0]["id"], "mallory"),
-                control.PublisherBye(pub_hex), control.Moved(pub_hex, exchanges[0]["id"], 1, 9),
+        lies = [control.PublisherHello(pub_hex), control.Panic(pub_hex, exchanges[0].id, "mallory"),
+                control.PublisherBye(pub_hex), control.Moved(pub_hex, exchanges[0].id, 1, 9),
                 control.SubscriberHello(sub_hex, b"nothing", []), control.Ready(sub_hex, 1),
                 control.SubscriberBye(sub_hex)]
         seq = 10**9
@@ -148,8 +149,8 @@ def test_a_principal_without_permission_cannot_take_over_or_speak_for_a_live_pub
     cluster.wait_for(connected, 15, "alice's and bob's keys admitted")
     sub = conns["bob"].subscriber(b"")
     pub = conns["alice"].publisher()
-    status = admin.stats("orders")["Monitor"]
-    exchanges, monitor = status["exchanges"], admin.lookup("orders")
+    status = admin.status("orders")
+    exchanges, monitor = status.exchanges, admin.lookup("orders")
     assert len(exchanges) == 2
     server_key, mallory = keys.load_credentials(creds["mallory"])
     stop_pub, stop_read = threading.Event(), threading.Event()
@@ -197,9 +198,9 @@ def test_a_principal_without_permission_cannot_take_over_or_speak_for_a_live_pub
     answers = [r for kind, r in replies if kind not in ("backend",)]
     assert answers and all(r.result == Result.FORBIDDEN for r in answers), {r.comment for r in answers}
     assert not [r for kind, r in replies if kind == "backend"]  # the subscriber's id took nothing over
-    later = admin.stats("orders")["Monitor"]
-    assert [p["id"] for p in later["publishers"]] == [pub.name]
-    assert [s["id"] for s in later["subscribers"]] == [sub.name] and not later["subscribers"][0]["prefix"]
+    later = admin.status("orders")
+    assert [p.id for p in later.publishers] == [pub.name]
+    assert [s.id for s in later.subscribers] == [sub.name] and not later.subscribers[0].prefix
     logs = {os.path.basename(p): open(p).read()
             for p in glob.glob(os.path.join(cluster.log_dir, "**", "*.log"), recursive=True)}
     forged = {name: log.count("dropped forged id") for name, log in logs.items() if "forged id" in log}

@@ -189,7 +189,7 @@ def _trial(seed: int, tmp_path) -> str:
     ctx = zmq.Context()
     child, info = _start(directory, durability)
     try:
-        driver = Driver(ctx, info["intake"], rng)
+        driver = Driver(ctx, info.intake, rng)
         driver.run(rng.uniform(0.05, 0.35))
         child.kill()  # SIGKILL, reaped
         driver.drain()
@@ -201,7 +201,7 @@ def _trial(seed: int, tmp_path) -> str:
             cut = f", cut at byte {at} + {extra} random bytes"
         child, info = _start(directory, durability)
         first = driver.incarnation
-        driver.reconnect(ctx, info["intake"])
+        driver.reconnect(ctx, info.intake)
         driver.resend()
         driver.run(rng.uniform(0.05, 0.15))
         driver.settle()
@@ -236,7 +236,7 @@ def test_a_full_disk_acknowledges_nothing_it_could_not_write_and_goes_on_once_th
         log = tmp_path / "journal.log"
         with open(log, "ab") as err:
             child, info = _start(directory, "always", stderr=err)
-        driver = Driver(ctx, info["intake"], random.Random(1))
+        driver = Driver(ctx, info.intake, random.Random(1))
         deadline = time.monotonic() + 30
         while "the disk is full" not in log.read_text() and time.monotonic() < deadline:
             driver.run(0.2)

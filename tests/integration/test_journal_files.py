@@ -70,7 +70,7 @@ def test_a_corrupt_segment_stops_reads_there_with_its_name_and_a_missing_index_i
         info = child.wait_ready(30)
         reader = ctx.socket(zmq.DEALER)
         reader.setsockopt(zmq.LINGER, 0)
-        reader.connect(info["reads"])
+        reader.connect(info.reads)
         seqs, offset, error = [], 0, ""
         while not error:
             reader.send(control.encode(control.Fetch(offset=offset, max_bytes=1 << 16)))
@@ -94,7 +94,7 @@ def test_a_corrupt_segment_stops_reads_there_with_its_name_and_a_missing_index_i
         assert isinstance(verdict, control.Reply) and verdict.comment == "1 problem(s)", verdict
         assert segment_name(bases[2], ".log") in verdict.data["problems"][0]
 
-        intake = _intake(ctx, info["intake"])  # and it goes on journaling
+        intake = _intake(ctx, info.intake)  # and it goes on journaling
         intake.send_multipart([b"k", batch.pack_header(batch.DATA, PUB, 401, 1), batch.encode_body([b"more"])])
         assert intake.poll(10_000), "the journal did not acknowledge a new batch"
         _incarnation, end, pairs = batch.decode_journal_ack(intake.recv())
@@ -135,9 +135,9 @@ def test_the_files_of_a_lost_host_that_comes_back_are_set_aside_and_the_journal_
     last_heard = 5 << 60  # the highest offset the monitor heard of the queue's journals
     try:
         info = child.wait_ready(30)
-        ident, hb = _heartbeat(monitor, info["id"])
+        ident, hb = _heartbeat(monitor, info.id)
         assert hb.policy == "" and hb.next_offset == 10  # not told yet: still the old files
-        intake = _intake(ctx, info["intake"])
+        intake = _intake(ctx, info.intake)
         other = b"Q" * 16
         intake.send_multipart([b"k", batch.pack_header(batch.DATA, other, 1, 1), batch.encode_body([b"one"])])
         assert not intake.poll(500), "the journal took a batch before its monitor said which journal it is"
@@ -158,9 +158,9 @@ def test_the_files_of_a_lost_host_that_comes_back_are_set_aside_and_the_journal_
     child = spawn("journal", "exchange.journal", args)  # the same journal started again in place
     try:
         info = child.wait_ready(30)
-        ident, hb = _heartbeat(monitor, info["id"])
+        ident, hb = _heartbeat(monitor, info.id)
         monitor.send_multipart([ident, control.encode(control.JournalPolicy(replaces=2, last=last_heard + 1))])
-        intake = _intake(ctx, info["intake"])
+        intake = _intake(ctx, info.intake)
         intake.send_multipart([b"k", batch.pack_header(batch.DATA, other, 2, 1), batch.encode_body([b"two"])])
         assert intake.poll(10_000), "the journal started again did not acknowledge"
         _incarnation, end, pairs = batch.decode_journal_ack(intake.recv())

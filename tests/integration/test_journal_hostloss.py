@@ -50,7 +50,7 @@ def test_when_the_journals_host_is_lost_a_new_journal_begins_on_a_live_host_past
             pub.send(b"k", b"%d" % i)
         pub.flush(60)
         # (the monitor's figures are the journal's last heartbeat: the one before it began may still be the last)
-        wait_until(lambda: qm.journal("d")["first_offset"] >= lost_at << REBASE_SHIFT, 10,
+        wait_until(lambda: (qm.journal("d").first_offset or 0) >= lost_at << REBASE_SHIFT, 10,
                    "the new journal beginning past the lost one's offsets")
         sub = conn.subscriber(start="earliest")
         got: list[int] = []

@@ -70,13 +70,13 @@ def test_sigterm_drains_an_exchange_and_moves_its_publishers_without_loss(make_c
     m = cluster.monitor_endpoint
     sub = loads.start("subscribe", m, "--idle-exit", "4")
     pubs = [loads.start("publish", m, "--rate", "2000", "--duration", "60", "--keys", k) for k in ("a", "b")]
-    cluster.wait_for(lambda s: len(s["publishers"]) == 2 and all(x["publishers"] == 1 for x in s["exchanges"]),
+    cluster.wait_for(lambda s: len(s.publishers) == 2 and all(x.publishers == 1 for x in s.exchanges),
                      10, "one publisher per exchange")
     code = cluster.stop_exchange("x1")
     assert code == ExitCode.OK
-    status = cluster.wait_for(lambda s: all(p["exchange"] == "x2" for p in s["publishers"]), 5, "all on x2")
-    assert any(e["kind"] == "relocated" and e["reason"] == "drain" for e in status["events"])
-    assert status["counters"]["exchanges_lost"] == 0
+    status = cluster.wait_for(lambda s: all(p.exchange == "x2" for p in s.publishers), 5, "all on x2")
+    assert any(e["kind"] == "relocated" and e["reason"] == "drain" for e in status.events)
+    assert status.count("exchanges_lost") == 0
     sent = {}
     for pub in pubs:
         report = loads.report(pub, stop=True)
@@ -121,11 +121,11 @@ def _running(pid: int) -> bool:
 def test_monitor_and_exchange_exit_zero_on_sigterm(tmp_path):
     monitor = spawn("monitor", "monitor", ["--address", "127.0.0.14", "--port", "0"])
     try:
-        endpoint = monitor.wait_ready()["endpoint"]
+        endpoint = monitor.wait_ready().endpoint
         exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", "127.0.0.14"])
         try:
             info = exchange.wait_ready()
-            assert info["frontend"].startswith("tcp://127.0.0.14:")
+            assert info.frontend.startswith("tcp://127.0.0.14:")
             exchange.signal(signal.SIGTERM)
             assert exchange.wait(10) == ExitCode.OK
         finally:

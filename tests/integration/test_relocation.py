@@ -24,31 +24,31 @@ def test_twenty_relocations_under_load_lose_nothing(make_cluster, loads):
         loads.start("publish", m, "--rate", "2500", "--duration", "120", "--keys", keys, "--key-run", "20")
         for keys in ("orders.eu,stock.eu", "orders.us", "stock.eu,stock.us", "orders.asia,orders.eu")
     ]
-    cluster.wait_for(lambda s: len(s["publishers"]) == 4, 10, "4 publishers registered")
+    cluster.wait_for(lambda s: len(s.publishers) == 4, 10, "4 publishers registered")
     cluster.add_exchange()
     cluster.add_exchange()
     status = cluster.wait_for(
-        lambda s: any(e["kind"] == "relocated" and e["reason"] == "rule" for e in s["events"]), 30,
+        lambda s: any(e["kind"] == "relocated" and e["reason"] == "rule" for e in s.events), 30,
         "a relocation decided by the rule",
     )
     deadline = time.monotonic() + 90
-    while status["counters"]["relocations"] < 24:
-        assert time.monotonic() < deadline, f"only {status['counters']['relocations']} relocations"
+    while status.count("relocations") < 24:
+        assert time.monotonic() < deadline, f"only {status.count('relocations')} relocations"
         try:
             cluster.relocate()
         except (UnavailableError, NotFoundError):  # the chosen publisher is already moving, or none can move: ask again
             pass
-        status = cluster.wait_for(lambda s: s["relocations_in_flight"] == 0, 10, "the move to finish")
+        status = cluster.wait_for(lambda s: s.relocations_in_flight == 0, 10, "the move to finish")
     sent = {}
     for pub in pubs:
         report = loads.report(pub, stop=True)
         assert report["error"] == ""
         sent[report["publisher"]] = report["keys"]
     status = cluster.status()
-    relocated = [e for e in status["events"] if e["kind"] == "relocated"]
+    relocated = [e for e in status.events if e["kind"] == "relocated"]
     reasons = {e["reason"] for e in relocated}
     assert len(relocated) >= 20 and {"rule", "forced"} <= reasons
-    assert status["counters"]["relocations_failed"] == 0
+    assert status.count("relocations_failed") == 0
     print(f"{len(relocated)} relocations ({', '.join(sorted(reasons))}); "
           f"longest {max(e['duration_ms'] for e in relocated):.1f} ms")
     loads.publishers_done(*subs)

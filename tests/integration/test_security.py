@@ -92,9 +92,9 @@ def test_garbage_and_strange_keys_at_a_curve_exchange_kill_nothing_and_lose_noth
     exchange_args, curve = secured
     cluster = make_cluster(exchanges=1, exchange_args=exchange_args, monitor_args=exchange_args, curve=curve("alice"))
     pid = cluster.exchanges["x1"].pid
-    where = cluster.status()["exchanges"][0]
-    targets = [fuzz.Target("frontend", where["frontend"], "frontend"),
-               fuzz.Target("backend", where["backend"], "backend")]
+    where = cluster.status().exchanges[0]
+    targets = [fuzz.Target("frontend", where.frontend, "frontend"),
+               fuzz.Target("backend", where.backend, "backend")]
     tally = fuzz.sweep(targets, "default")
     for seed in range(5):
         tally.counts.update({k: tally.counts.get(k, 0) + v
@@ -111,7 +111,7 @@ def test_garbage_and_strange_keys_at_a_curve_exchange_kill_nothing_and_lose_noth
             mine = curve("alice")
             sock.curve_serverkey = mine.server_key.encode() if i % 2 else zmq.curve_keypair()[0]
             sock.curve_publickey, sock.curve_secretkey = public, secret
-            sock.connect(where["frontend"] if i % 4 < 2 else where["backend"])
+            sock.connect(where.frontend if i % 4 < 2 else where.backend)
             sock.send_multipart([rng.randbytes(rng.choice((1, 52, 300))) for _ in range(rng.randint(1, 4))],
                                 zmq.NOBLOCK)
             strangers.append(sock)

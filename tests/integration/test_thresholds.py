@@ -28,45 +28,45 @@ def test_a_running_monitor_adopts_new_thresholds_and_relocates_by_them(make_embe
               max_exchanges=2, host_cpu_percent=100)
     cluster.manager.add_exchange("tuned")
     cluster.manager.set_rules("tuned", {"min_exchanges": 2})
-    status = q.wait(lambda s: len(s["exchanges"]) == 2, 20, "two exchanges")
-    first = status["exchanges"][0]["id"]
+    status = q.wait(lambda s: len(s.exchanges) == 2, 20, "two exchanges")
+    first = status.exchanges[0].id
     q.subscribe()
     for _ in range(4):
         q.publish(500, "k")
-    status = q.wait(lambda s: len(s["publishers"]) == 4, 20, "four publishers")
-    for p in status["publishers"]:  # all of them onto one exchange: 2,000 records/s, under the default mark
-        if p["exchange"] != first:
-            q.conn.relocate(p["id"], first)
-    q.wait(lambda s: all(p["exchange"] == first and not p["relocating"] for p in s["publishers"])
-           and next(x for x in s["exchanges"] if x["id"] == first)["records_per_s"] > 1800, 20,
+    status = q.wait(lambda s: len(s.publishers) == 4, 20, "four publishers")
+    for p in status.publishers:  # all of them onto one exchange: 2,000 records/s, under the default mark
+        if p.exchange != first:
+            q.conn.relocate(p.id, first)
+    q.wait(lambda s: all(p.exchange == first and not p.relocating for p in s.publishers)
+           and next(x for x in s.exchanges if x.id == first).records_per_s > 1800, 20,
            "2,000 records/s through one exchange")
     assert not q.events("thresholds_adopted")
 
     # as `roq kpi tune` does: thresholds with their evidence, through the management API
     written = time.time()
     cluster.manager.set_thresholds("tuned", {"exchange_records_per_s": 1500.0}, {"capacity_records_per_s": 1875.0})
-    status = q.wait(lambda s: any(e["kind"] == "thresholds_adopted" for e in s["events"]), 5, "the adoption event")
-    adopted = next(e for e in status["events"] if e["kind"] == "thresholds_adopted")
+    status = q.wait(lambda s: any(e["kind"] == "thresholds_adopted" for e in s.events), 5, "the adoption event")
+    adopted = next(e for e in status.events if e["kind"] == "thresholds_adopted")
     print(f"adopted {adopted['time'] - written:.3f} s after the write: {adopted['text']}")
     # how soon is benchmark (d)'s figure (make bench-check)
     assert adopted["adopted"] == ["exchange_records_per_s"] and adopted["overridden"] == []
-    assert status["rules"]["exchange_records_per_s"] == 1500.0
+    assert status.rules["exchange_records_per_s"] == 1500.0
 
     # the next relocation decision uses the new mark
-    status = q.wait(lambda s: any(e["kind"] == "relocated" and e["reason"] == "rule" for e in s["events"]), 20,
+    status = q.wait(lambda s: any(e["kind"] == "relocated" and e["reason"] == "rule" for e in s.events), 20,
                     "a relocation by the rule")
-    moved = next(e for e in status["events"] if e["kind"] == "relocated" and e["reason"] == "rule")
+    moved = next(e for e in status.events if e["kind"] == "relocated" and e["reason"] == "rule")
     print(moved["detail"])
     assert moved["time"] > adopted["time"] and "> high 1,500" in moved["detail"]
 
     # an explicit rule wins over a threshold, and the event says so
     cluster.manager.set_rules("tuned", {"exchange_records_per_s": 50_000})
     cluster.manager.set_thresholds("tuned", {"exchange_records_per_s": 1200.0})
-    status = q.wait(lambda s: len([e for e in s["events"] if e["kind"] == "thresholds_adopted"]) == 2, 5,
+    status = q.wait(lambda s: len([e for e in s.events if e["kind"] == "thresholds_adopted"]) == 2, 5,
                     "the second adoption event")
-    second = [e for e in status["events"] if e["kind"] == "thresholds_adopted"][-1]
+    second = [e for e in status.events if e["kind"] == "thresholds_adopted"][-1]
     assert second["overridden"] == ["exchange_records_per_s"] and "rule 50000" in second["text"]
-    assert status["rules"]["exchange_records_per_s"] == 50_000
+    assert status.rules["exchange_records_per_s"] == 50_000
     q.audit()
     q.close()
 

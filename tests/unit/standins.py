@@ -1,10 +1,15 @@
-"""Stand-ins shared by unit tests: a supervised child for the host manager's, monitors for the exchange's."""
+"""Stand-ins shared by unit tests: a supervised child for the host manager's, monitors for the exchange's, a
+monitor's status for the GCM's."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import zmq
 
 from roq import control
+from roq.ready import Ready
+from roq.status import QueueStatus, decode
 
 
 class StandIn:
@@ -16,7 +21,7 @@ class StandIn:
         self.signals: list[int] = []
         self.sent: list[control.Message] = []
         self.takes_commands = takes_commands
-        self.info: dict = {}
+        self.info: Ready | None = None
 
     def alive(self) -> bool:
         return self.returncode is None
@@ -42,3 +47,35 @@ def monitor_routers(ctx: zmq.Context) -> list[tuple[zmq.Socket, str]]:
         s.setsockopt(zmq.LINGER, 0)
         pair.append((s, f"tcp://127.0.0.1:{s.bind_to_random_port('tcp://127.0.0.1')}"))
     return pair
+
+
+_TOTALS = {"records_in": 0, "bytes_in": 0, "records_out": 0, "bytes_out": 0}
+_EXCHANGE = {"id": "x1", "frontend": "tcp://127.0.0.1:7000", "backend": "tcp://127.0.0.1:8000", "pid": 1,
+             "draining": False, "records_per_s": 0.0, "bytes_per_s": 0.0, "records_out_per_s": 0.0,
+             "bytes_out_per_s": 0.0, "totals": _TOTALS, "cpu_percent": 0.0, "rss_bytes": 0, "busy": 0.0,
+             "mark_records_per_s": 0.0, "publisher_pressure": 0.0, "dropped": 0, "publishers": 0, "silent_s": 0.0}
+_ITEMS = {"exchanges": _EXCHANGE,
+          "publishers": {"id": "p1", "exchange": "x1", "relocating": False, "records_per_s": 0.0},
+          "subscribers": {"id": "s1", "prefix": b"", "confirmed": [], "live": True}}
+
+
+def queue_status(**parts: Any) -> QueueStatus:
+    """A monitor's status (through :func:`roq.status.decode`) with ``parts`` given as documents: the exchanges,
+    publishers and subscribers as far as a test cares, the rest of each filled in with zeros."""
+    doc: dict[str, Any] = {
+        "queue": "q", "pid": 1, "exchanges": [], "publishers": [], "subscribers": [], "relocations_in_flight": 0,
+        "rules": {}, "scaling": {"placement": {}, "starting": [], "retiring": "", "asking_gcm": False},
+        "journal": {"durability": "none", "journal": ""}, "relocations": [], "counters": {}, "totals": _TOTALS,
+        "latency_histogram": {"bounds_ms": list(control.LATENCY_BOUNDS_MS),
+                              "counts": [0] * (len(control.LATENCY_BOUNDS_MS) + 1), "sum_ms": 0.0},
+        "dropped": {}, "refused": {}, "events": []}
+    for key, value in parts.items():
+        doc[key] = [{**_ITEMS[key], **item} for item in value] if key in _ITEMS else value
+    return decode(doc)
+
+
+if __name__ == "__main__":  # a child process for roq.process's tests: it prints each argument as a line
+    import sys
+
+    for line in sys.argv[1:]:
+        print(line, flush=True)

@@ -13,6 +13,7 @@ import zmq
 from exchange import Exchange
 from roq import batch, control, pipe
 from roq.config import ExchangeConfig
+from roq.ready import ExchangeReady
 from tests.unit.standins import monitor_routers
 
 
@@ -63,7 +64,8 @@ def running():
 
 def test_it_reports_follows_its_monitor_when_told_and_stops_when_told(running):
     x, thread, (old, _), (new, new_end), w = running
-    assert x.ready_info() == {"id": "xu", "frontend": x.frontend_endpoint, "backend": x.backend_endpoint}
+    assert x.ready_info() == ExchangeReady(pid=os.getpid(), id="xu", frontend=x.frontend_endpoint,
+                                           backend=x.backend_endpoint)
     ident, beat = next_of(old, control.Heartbeat)
     assert (beat.exchange, beat.frontend, beat.pid, beat.draining) == ("xu", x.frontend_endpoint, os.getpid(), False)
     next_of(old, control.ExchangeKpi)

@@ -28,6 +28,7 @@ from roq.errors import ConfigError, NotFoundError
 from roq.http import EventStream, HttpRequest
 from roq.runtime import DropCounter
 from roq.server import Dispatcher
+from tests.unit.standins import queue_status
 
 TOKEN = "t" * 32
 
@@ -151,18 +152,19 @@ def test_the_token_file_must_be_the_owners_alone(tmp_path):
 
 
 def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
-    status = {
-        "publishers": [{"id": f"p{i}", "records_per_s": float(i)} for i in range(5)],
-        "subscribers": [{"id": "s1", "live": True, "records_per_s": 3.0, "latency_p50_ms": 2.0, "lost": 1}],
-        "exchanges": [{"id": "x1-a", "totals": {"records_in": 10}, "records_per_s": 5.0}],
-        "counters": {"relocations_by_rule": 3, "failovers": 1},
-        "totals": {"records_in": 10, "records_out": 20},
-        "latency_histogram": {"bounds_ms": list(LATENCY_BOUNDS_MS), "sum_ms": 1500.0,
-                              "counts": [1] + [0] * (len(LATENCY_BOUNDS_MS) - 1) + [2]},
-        "journal": {"durability": "always", "journal": "j-1", "alive": True, "first_offset": 100,
-                    "next_offset": 1100, "size_bytes": 123456, "unsynced_bytes": 4096, "sync_ms": 0.5,
-                    "sync_max_ms": 2.0, "write_failures": 1, "lag_bytes": 65536},
-    }
+    status = queue_status(
+        publishers=[{"id": f"p{i}", "records_per_s": float(i)} for i in range(5)],
+        subscribers=[{"id": "s1", "live": True, "records_per_s": 3.0, "latency_p50_ms": 2.0, "lost": 1}],
+        exchanges=[{"id": "x1-a", "totals": {"records_in": 10, "bytes_in": 0, "records_out": 0, "bytes_out": 0},
+                    "records_per_s": 5.0}],
+        counters={"relocations_by_rule": 3, "failovers": 1},
+        totals={"records_in": 10, "bytes_in": 0, "records_out": 20, "bytes_out": 0},
+        latency_histogram={"bounds_ms": list(LATENCY_BOUNDS_MS), "sum_ms": 1500.0,
+                           "counts": [1] + [0] * (len(LATENCY_BOUNDS_MS) - 1) + [2]},
+        journal={"durability": "always", "journal": "j-1", "alive": True, "first_offset": 100,
+                 "next_offset": 1100, "size_bytes": 123456, "unsynced_bytes": 4096, "sync_ms": 0.5,
+                 "sync_max_ms": 2.0, "write_failures": 1, "lag_bytes": 65536},
+    )
     view = View(queues={"q": QueueView("q", QueueDoc(state=RUNNING))})
     labels = Labels(b"k" * 16)
     text = Exposition(top=2, labels=labels).text(view, {"q": Snapshot("q", status, time.time())}, gcm="gcm1",
@@ -202,15 +204,15 @@ PUBLISHER, SUBSCRIBER = hashlib.md5(b"a publisher").hexdigest(), hashlib.md5(b"a
 
 def test_what_anyone_may_read_names_no_client_by_its_id_but_shows_its_counts_and_rates():
     moved = f"publisher {PUBLISHER[:8]} moved from x1-a to x2-b (rule) in 3.1 ms"  # as monitors write them
-    status = {
-        "publishers": [{"id": PUBLISHER, "exchange": "x1-a", "records_per_s": 1234.5}],
-        "subscribers": [{"id": SUBSCRIBER, "live": True, "records_per_s": 678.25, "latency_p50_ms": 2.5,
-                         "latency_p99_ms": 9.5, "lost": 0, "prefix": b"eu."}],
-        "exchanges": [{"id": "x1-a", "records_per_s": 1234.5, "publishers": 1, "frontend": "tcp://127.0.0.11:4000"}],
-        "totals": {"records_in": 4321, "records_out": 4320},
-        "events": [{"seq": 7, "time": 1.0, "kind": "relocated", "text": moved, "publisher": PUBLISHER,
-                    "source": "x1-a", "target": "x2-b", "detail": f"publisher {PUBLISHER[:8]} (1,234 rec/s)"}],
-    }
+    status = queue_status(
+        publishers=[{"id": PUBLISHER, "exchange": "x1-a", "records_per_s": 1234.5}],
+        subscribers=[{"id": SUBSCRIBER, "live": True, "records_per_s": 678.25, "latency_p50_ms": 2.5,
+                      "latency_p99_ms": 9.5, "lost": 0, "prefix": b"eu."}],
+        exchanges=[{"id": "x1-a", "records_per_s": 1234.5, "publishers": 1, "frontend": "tcp://127.0.0.11:4000"}],
+        totals={"records_in": 4321, "bytes_in": 0, "records_out": 4320, "bytes_out": 0},
+        events=[{"seq": 7, "time": 1.0, "kind": "relocated", "text": moved, "publisher": PUBLISHER,
+                 "source": "x1-a", "target": "x2-b", "detail": f"publisher {PUBLISHER[:8]} (1,234 rec/s)"}],
+    )
     shell = Shell()
     shell.census.snapshots = {"q": Snapshot("q", status, time.time())}
     labels = Labels()

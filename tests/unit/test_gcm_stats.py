@@ -1,5 +1,6 @@
-"""gcm's queue stats: the monitor asked on the spot over a real DEALER (loopback), its answer given, or the
-topology alone when it is silent, absent, unreachable, or answers garbage; never more asks than the bound."""
+"""gcm's queue stats: the monitor asked on the spot over a real DEALER (loopback), its status decoded and given,
+or the topology alone when it is silent, absent, unreachable, or answers garbage or a malformed status (logged,
+at most every LOG_INTERVAL); never more asks than the bound."""
 
 from __future__ import annotations
 
@@ -8,11 +9,17 @@ import time
 import pytest
 import zmq
 
-from gcm._stats import StatsAsks, stats_reply
+import logging
+
+from gcm._stats import StatsAsks, StatsReply, stats_reply
 from gcm._view import QueueView
 from roq.control import Reply, Status, decode, encode
 from roq.documents import MonitorDoc, QueueDoc
 from roq.server import Request
+from roq.shape import to_document
+from tests.unit.standins import queue_status
+
+STATUS = to_document(queue_status(exchanges=[{"id": "x1", "records_per_s": 12.5}], publishers=[{"id": "p1"}]))
 
 
 class Peer:
@@ -72,14 +79,27 @@ def test_the_monitors_status_is_given_beside_the_topology(monitor, asks):
     sock, endpoint = monitor
     peer = Peer()
     assert asks.ask(_queue(endpoint), Request(peer, (b"id",)), time.monotonic()) is None
-    sock.send_multipart([*_asked(sock), encode(Reply(data={"Exchanges": 1, "Publishers": []}))])
+    sock.send_multipart([*_asked(sock), encode(Reply(data=STATUS))])
     _answer_when_readable(asks)
     (reply,) = peer.replies
-    assert reply.ok and reply.request == 2013 and reply.data["Monitor"] == {"Exchanges": 1, "Publishers": []}
+    assert reply.ok and reply.request == 2013 and reply.data["Monitor"] == STATUS
+    assert isinstance(reply, StatsReply) and reply.status.exchanges[0].records_per_s == 12.5  # decoded once, here
     assert reply.data["Queue"]["Name"] == "q" and "cooldown_s" in reply.data["Rules"] and len(asks) == 0
+    assert decode(encode(reply)).data == reply.data  # on the wire, a plain reply
 
 
-@pytest.mark.parametrize("garbage", [b"", b"\xff" * 40, encode(Status()), encode(Reply(result=1105, comment="busy"))])
+MALFORMED = {
+    "a field missing": {k: v for k, v in STATUS.items() if k != "totals"},
+    "a number as text": {**STATUS, "pid": "1"},
+    "a bool for a number": {**STATUS, "exchanges": [{**STATUS["exchanges"][0], "busy": True}]},
+    "an event without its kind": {**STATUS, "events": [{"seq": 1, "time": 1.0, "text": "?"}]},
+    "a list that is not one": {**STATUS, "publishers": {"p1": 1}},
+}
+
+
+@pytest.mark.parametrize("garbage", [b"", b"\xff" * 40, encode(Status()), encode(Reply(result=1105, comment="busy")),
+                                     *(encode(Reply(data=doc)) for doc in MALFORMED.values())],
+                         ids=["empty", "not BSON", "a request", "a refusal", *MALFORMED])
 def test_a_monitor_answering_garbage_gives_the_topology_alone(monitor, asks, garbage):
     sock, endpoint = monitor
     peer = Peer()
@@ -88,6 +108,20 @@ def test_a_monitor_answering_garbage_gives_the_topology_alone(monitor, asks, gar
     _answer_when_readable(asks)
     (reply,) = peer.replies
     assert reply.ok and "Monitor" not in reply.data and reply.comment == "the monitor did not answer; topology only"
+
+
+def test_malformed_statuses_are_logged_at_most_once_per_interval_and_the_asks_go_on(monitor, asks, caplog):
+    sock, endpoint = monitor
+    answers = []
+    with caplog.at_level(logging.WARNING, logger="gcm"):
+        for doc in [*MALFORMED.values(), STATUS]:
+            assert asks.ask_status(_queue(endpoint), answers.append, time.monotonic())
+            sock.send_multipart([*_asked(sock), encode(Reply(data=doc))])
+            _answer_when_readable(asks)
+    assert answers[:-1] == [None] * len(MALFORMED) and answers[-1].exchanges[0].id == "x1"
+    assert asks.unreadable == len(MALFORMED)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "queue q: its monitor answered no status" in line and "lacks field 'totals'" in line
 
 
 def test_a_silent_monitor_is_given_up_at_the_deadline(monitor, asks):

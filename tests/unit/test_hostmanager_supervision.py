@@ -16,6 +16,7 @@ from hostmanager._supervision import Children
 from roq.config import ExchangeConfig
 from roq.documents import Assignment, ExchangeDoc
 from roq.errors import NodeExistsError, NodeMissingError
+from roq.ready import ExchangeReady, MonitorReady
 from roq.zk import Paths
 from tests.unit.standins import StandIn
 
@@ -77,7 +78,7 @@ def rig(child: StandIn, assignment: Assignment = X1) -> tuple[Children, Supervis
 def test_a_ready_exchange_is_published_under_its_slot_with_its_incarnation_and_unpublished_when_it_exits():
     child = StandIn()
     children, sup, session = rig(child)
-    child.info = {"pid": 4242, "frontend": "tcp://127.0.0.1:1", "backend": "tcp://127.0.0.1:2", "role": "exchange"}
+    child.info = ExchangeReady(pid=4242, id="x1-ab12", frontend="tcp://127.0.0.1:1", backend="tcp://127.0.0.1:2")
     sup.ready = True
     children.publish(sup, child.info)
     path = PATHS.exchange("orders", "x1")
@@ -95,8 +96,16 @@ def test_a_child_of_a_queue_that_is_gone_is_stopped():
     child = StandIn()
     children, sup, _ = rig(child, Assignment("gone", "x1"))
     children.by_name = {"gone@x1": sup}
-    children.publish(sup, {"pid": 1})
+    children.publish(sup, ExchangeReady(pid=1, id="x1-ab12", frontend="tcp://127.0.0.1:1", backend="tcp://127.0.0.1:2"))
     assert child.signals == [signal.SIGTERM] and sup.state().stopping
+
+
+def test_the_ready_line_of_another_role_is_not_published(caplog):
+    child = StandIn()
+    children, sup, session = rig(child)
+    children.publish(sup, MonitorReady(pid=4242, queue="orders", endpoint="tcp://127.0.0.1:1"))
+    assert PATHS.exchange("orders", "x1") not in session.nodes
+    assert "printed a monitor's ready line: not published" in caplog.text
 
 
 def test_a_stop_ends_with_the_child_forgotten():

@@ -12,6 +12,7 @@ from monitor.testing import Driver, Peers
 from roq import control
 from roq.config import MonitorConfig
 from roq.control import Result
+from roq.shape import to_document
 
 CONFIG = MonitorConfig(high_records_per_s=1000, sustain=1, cooldown=5, kpi_period=1, heartbeat_timeout=1,
                        smoothing=1.0)
@@ -46,7 +47,7 @@ def test_the_rule_moves_the_busiest_publisher_that_fits_make_before_break():
     assert moved["reason"] == "rule" and "1,100 rec/s > high 1,000" in moved["detail"]
     assert q.d.log.counters["relocations"] == 1
     status = q.d.status()
-    assert {p["id"]: p["exchange"] for p in status["publishers"]} == {"p1": "x2", "p2": "x2", "p3": "x1"}
+    assert {p.id: p.exchange for p in status.publishers} == {"p1": "x2", "p2": "x2", "p3": "x1"}
 
 
 def test_a_silent_exchange_is_lost_within_the_timeout_and_its_publishers_fail_over():
@@ -73,7 +74,7 @@ def test_a_silent_exchange_is_lost_within_the_timeout_and_its_publishers_fail_ov
     assert not q.d.to(b"s1", control.Prepare)
     q.moved("p1")
     assert q.d.log.counters["failovers"] == 1 and q.d.log.counters["exchanges_lost"] == 1
-    assert all(p["exchange"] == "x2" and not p["relocating"] for p in q.d.status()["publishers"])
+    assert all(p.exchange == "x2" and not p.relocating for p in q.d.status().publishers)
 
 
 def test_a_restarted_monitor_settles_before_failing_anybody_over():
@@ -144,8 +145,8 @@ def test_every_field_of_the_wrong_type_is_refused_and_the_monitor_serves_on(kind
     assert q.d.dispatcher.failures == 0
     q.live(3.0)
     status = q.d.status()
-    assert {x["id"] for x in status["exchanges"]} >= {"x1", "x2"}
-    assert len(bson.encode(status)) < MAX_STATUS_BYTES
+    assert {x.id for x in status.exchanges} >= {"x1", "x2"}
+    assert len(bson.encode(to_document(status))) < MAX_STATUS_BYTES
 
 
 def test_odd_numbers_and_names_from_peers_break_no_timer():
@@ -166,9 +167,9 @@ def test_odd_numbers_and_names_from_peers_break_no_timer():
         assert q.d.send(bad).result == Result.BAD_REQUEST
     q.live(12.0)  # ticks, rule evaluations, moves, their timeouts
     status = q.d.status()
-    x1 = next(x for x in status["exchanges"] if x["id"] == "x1")
-    assert 0 <= x1["dropped"] < 2**63
-    assert len(bson.encode(status)) < MAX_STATUS_BYTES
+    x1 = next(x for x in status.exchanges if x.id == "x1")
+    assert 0 <= x1.dropped < 2**63
+    assert len(bson.encode(to_document(status))) < MAX_STATUS_BYTES
     assert q.d.dispatcher.failures == 0
     assert all(len(r.detail) < 400 for r in q.d.core.mover.relocations.values())
 
@@ -192,13 +193,13 @@ def test_every_table_a_peer_fills_is_bounded_and_the_status_stays_under_a_megaby
     subscriber = d.core.topology.subscribers["s-" + "0" * 30]
     assert len(subscriber.prefix) <= 1024 and len(subscriber.confirmed) <= 17 and subscriber.overflow
     status = d.status()
-    size = len(bson.encode(control.Reply(data=status).document()))
+    size = len(bson.encode(control.Reply(data=to_document(status)).document()))
     print(f"status of {MAX_PUBLISHERS} publishers and {MAX_SUBSCRIBERS} subscribers: {size} bytes")
     assert size < MAX_STATUS_BYTES
-    assert status["truncated"]["publishers"]["total"] == MAX_PUBLISHERS
-    assert status["truncated"]["subscribers"]["total"] == MAX_SUBSCRIBERS
-    assert status["refused"] == {"exchanges": 0, "publishers": 2, "subscribers": 1}
-    assert status["exchanges"][0]["id"] == "x1" and status["events"]  # the short lists are whole
+    assert status.shown("publishers").total == MAX_PUBLISHERS > len(status.publishers)
+    assert status.shown("subscribers").total == MAX_SUBSCRIBERS > len(status.subscribers)
+    assert status.refused == {"exchanges": 0, "publishers": 2, "subscribers": 1}
+    assert status.exchanges[0].id == "x1" and status.events and status.shown("exchanges") is None  # short lists whole
 
 
 def test_a_saturated_exchange_far_below_the_mark_sheds_publishers_make_before_break():

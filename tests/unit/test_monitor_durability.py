@@ -7,6 +7,7 @@ from monitor.testing import Driver
 from roq import control
 from roq.config import MonitorConfig
 from roq.rules import DEFAULT_RULES
+from roq.status import decode
 
 
 def _view(**rules) -> QueueView:
@@ -44,8 +45,8 @@ def test_a_durable_queue_holds_its_exchanges_until_its_journal_is_heard_and_then
     _journal_beat(d, policy=policy.digest())
     assert len(d.to(b"j1", control.JournalPolicy)) == 1  # it holds it
     assert d.events("journal_joined") and d.events("durability_changed")
-    status = d.send(control.Status(), b"op", "cluster").data["journal"]
-    assert status["intake"] == "tcp://h:9" and status["next_offset"] == 42 and status["alive"]
+    journal = decode(d.send(control.Status(), b"op", "cluster").data).journal
+    assert journal.intake == "tcp://h:9" and journal.next_offset == 42 and journal.alive
 
 
 def test_rules_that_change_reach_the_journal_and_every_exchange_and_a_journal_elsewhere_is_named():

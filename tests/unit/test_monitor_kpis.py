@@ -6,6 +6,7 @@ from monitor.testing import Driver, Peers
 from roq import control
 from roq.config import MonitorConfig
 from roq.kpi.records import ExchangeRecord, PublisherRecord, SubscriberRecord
+from roq.status import Totals
 
 CONFIG = MonitorConfig(high_records_per_s=1000, smoothing=0.5, sustain=2, kpi_period=1)
 
@@ -89,14 +90,15 @@ def test_traffic_is_counted_per_exchange_and_for_the_queue_and_subscribers_kpis_
     d.send(control.ExchangeKpi("x1", 0.5, 50, 500, 150, 1500, [], 1.0, 1, 0.1, 0), b"x1")
     d.send(control.ExchangeKpi("x2", 1.0, 7, 70, -5, 10, [], 1.0, 1, 0.1, 0), b"x2")  # a negative count: 0
     status = d.status()
-    x1 = next(x for x in status["exchanges"] if x["id"] == "x1")
-    assert x1["totals"] == {"records_in": 150, "bytes_in": 1500, "records_out": 450, "bytes_out": 4500}
-    assert x1["records_out_per_s"] == 300.0  # 300 rec/s in both periods
-    assert status["totals"] == {"records_in": 157, "bytes_in": 1570, "records_out": 450, "bytes_out": 4510}
+    x1 = next(x for x in status.exchanges if x.id == "x1")
+    assert x1.totals == Totals(records_in=150, bytes_in=1500, records_out=450, bytes_out=4500)
+    assert x1.records_out_per_s == 300.0  # 300 rec/s in both periods
+    assert status.totals == Totals(records_in=157, bytes_in=1570, records_out=450, bytes_out=4510)
+    assert status.subscribers[0].records_per_s is None  # no KPIs reported yet
     d.send(control.SubscriberHello("s1", b"", ["x1", "x2"], period=2.0, records=500, latency_p50_ms=1.5,
                                    latency_p99_ms=9.0, gaps=1, lost=3, duplicates=2), b"s1")
-    [s1] = d.status()["subscribers"]
-    assert (s1["records_per_s"], s1["latency_p50_ms"], s1["latency_p99_ms"], s1["lost"]) == (250.0, 1.5, 9.0, 3)
+    [s1] = d.status().subscribers
+    assert (s1.records_per_s, s1.latency_p50_ms, s1.latency_p99_ms, s1.lost) == (250.0, 1.5, 9.0, 3)
 
 
 def test_subscribers_latency_counts_add_up_in_the_queue_histogram_and_malformed_ones_are_ignored():
@@ -108,6 +110,6 @@ def test_subscribers_latency_counts_add_up_in_the_queue_histogram_and_malformed_
                                    latency_sum_ms=1.5), b"s1")
     d.send(control.SubscriberHello("s1", b"", ["x1"], period=1.0, latency_buckets=[5, 5], latency_sum_ms=9.0), b"s1")
     d.send(control.SubscriberHello("s1", b"", ["x1"], period=1.0, latency_buckets=[-1] * n), b"s1")
-    histogram = d.status()["latency_histogram"]
-    assert histogram["counts"] == [1, 3] + [1] * (n - 2) and histogram["sum_ms"] == 31.5
-    assert histogram["bounds_ms"] == list(control.LATENCY_BOUNDS_MS)
+    histogram = d.status().latency_histogram
+    assert histogram.counts == [1, 3] + [1] * (n - 2) and histogram.sum_ms == 31.5
+    assert histogram.bounds_ms == list(control.LATENCY_BOUNDS_MS)

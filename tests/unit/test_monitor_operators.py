@@ -5,11 +5,17 @@ from __future__ import annotations
 import bson
 import pytest
 
+import json
+
 from monitor._operators import fit
+from monitor._topology import QueueView
 from monitor.testing import Driver, Peers
 from roq import control
 from roq.config import MonitorConfig
 from roq.control import Result
+from roq.rules import DEFAULT_RULES
+from roq.shape import to_document
+from roq.status import JournalStatus, PublisherStatus, ScalingStatus, Shown, SubscriberStatus, decode
 
 CONFIG = MonitorConfig(queue="orders", high_records_per_s=1000)
 
@@ -23,17 +29,59 @@ def test_status_shows_what_callers_read():
     q = Peers(Driver(CONFIG), ("x1", "x2"), ("s1",))
     q.publisher("p1")
     status = q.d.status()
-    assert {"queue", "pid", "exchanges", "publishers", "subscribers", "relocations_in_flight", "rules", "scaling",
-            "relocations", "counters", "dropped", "events"} <= set(status)
-    assert status["queue"] == "orders" and status["rules"]["exchange_records_per_s"] == 1000
-    x1 = status["exchanges"][0]
-    assert {"id", "frontend", "backend", "pid", "draining", "records_per_s", "bytes_per_s", "cpu_percent",
-            "rss_bytes", "busy", "dropped", "publishers", "silent_s"} <= set(x1)
-    assert status["publishers"] == [{"id": "p1", "exchange": "x1", "relocating": False, "records_per_s": 0.0}]
-    assert status["subscribers"] == [{"id": "s1", "prefix": b"", "confirmed": ["x1", "x2"], "live": True}]
-    assert status["counters"]["dropped_messages"] == 0 and status["counters"]["relocations"] == 0
-    assert [e["kind"] for e in status["events"]] == ["exchange_joined", "exchange_joined"]
-    assert status["scaling"] == {"placement": {}, "starting": [], "retiring": "", "asking_gcm": False}
+    assert status.queue == "orders" and status.pid == 1 and status.rules["exchange_records_per_s"] == 1000
+    x1 = status.exchanges[0]
+    assert (x1.id, x1.frontend, x1.pid, x1.draining, x1.publishers) == ("x1", "tcp://127.0.0.1:7000", 100, False, 1)
+    assert status.publishers == [PublisherStatus(id="p1", exchange="x1", relocating=False, records_per_s=0.0)]
+    assert status.subscribers == [SubscriberStatus(id="s1", prefix=b"", confirmed=["x1", "x2"], live=True)]
+    assert status.count("dropped_messages") == 0 and status.count("relocations") == 0 and status.count("nothing") == 0
+    assert [e["kind"] for e in status.events] == ["exchange_joined", "exchange_joined"]
+    assert status.scaling == ScalingStatus(placement={}, starting=[], retiring="", asking_gcm=False)
+    assert status.journal == JournalStatus(durability="none", journal="") and status.truncated is None
+
+
+def _busy_queue() -> Peers:
+    """A queue with something in every part of its status: loads, KPIs, a move waiting, a journal, drops."""
+    view = QueueView(state="running", placement={"x1": "127.0.0.11", "x2": "127.0.0.12"},
+                     rules={**DEFAULT_RULES, "exchange_records_per_s": 1000, "durability": "always"})
+    q = Peers(Driver(CONFIG, view=view), ("x1", "x2"), ("s1", "s2"))
+    for p in ("p1", "p2", "p3"):
+        q.publisher(p)
+    q.rates = {"x1": {"p1": 300, "p3": 120}, "x2": {"p2": 200}}
+    q.live(2.0)
+    n = len(control.LATENCY_BOUNDS_MS) + 1
+    q.d.send(control.SubscriberHello("s1", b"k\xff", ["x1", "x2"], period=1.0, records=700, latency_p50_ms=1.25,
+                                     latency_p99_ms=7.5, gaps=1, lost=2, duplicates=3, latency_buckets=[1] * n,
+                                     latency_sum_ms=12.5), b"s1")
+    q.d.send(control.JournalHeartbeat(journal="j1", intake="tcp://h:9", pid=2, incarnation=1, next_offset=42,
+                                      sync_ms=0.5), b"j1", "cluster")
+    assert q.d.send(control.ForceRelocate("p1", "x2")).ok  # waits for the subscribers' Ready
+    q.d.frame(b"garbage")
+    return q
+
+
+def test_the_status_a_monitor_sends_decodes_and_reads_back_byte_for_byte():
+    q = _busy_queue()
+    reply = q.d.send(control.Status())
+    doc = control.Reply.parse(control.encode(reply)).data  # what a peer receives
+    status = decode(doc)
+    assert status.relocations[0].phase == "preparing" and status.relocations_in_flight == 1
+    assert status.journal.next_offset == 42 and status.journal.alive is True
+    assert {s.id: s.lost for s in status.subscribers} == {"s1": 2, "s2": None}
+    assert status.scaling.placement == {"x1": "127.0.0.11", "x2": "127.0.0.12"}
+    assert sum(status.latency_histogram.counts) == len(control.LATENCY_BOUNDS_MS) + 1
+    assert status.dropped and status.totals.records_in > 0
+    assert bson.encode(to_document(status)) == bson.encode(doc)  # every field, its type and its place kept
+    assert json.dumps(to_document(status), default=str) == json.dumps(doc, default=str)
+
+
+def test_a_status_cut_to_fit_decodes_and_says_what_was_cut():
+    q = _busy_queue()
+    doc = fit(to_document(q.d.core.operators.describe(q.d.now)), 4_000)
+    status = decode(doc)
+    assert status.shown("events") is not None and len(status.events) < status.shown("events").total
+    assert status.shown("exchanges") == Shown(shown=0, total=2) and status.exchanges == []
+    assert bson.encode(to_document(status)) == bson.encode(doc)
 
 
 def test_a_forced_move_takes_the_busiest_publisher_to_the_least_loaded_exchange():

@@ -39,7 +39,7 @@ def test_new_thresholds_are_an_event_naming_what_is_in_force_and_what_the_rules_
     d.cluster(clustered(thresholds={"exchange_records_per_s": 1500.0}))
     [adopted] = d.events("thresholds_adopted")
     assert adopted["adopted"] == ["exchange_records_per_s"] and adopted["overridden"] == []
-    assert d.status()["rules"]["exchange_records_per_s"] == 1500.0
+    assert d.status().rules["exchange_records_per_s"] == 1500.0
     explicit = {"exchange_records_per_s": 50_000}
     d.cluster(clustered(explicit, {"exchange_records_per_s": 1200.0}))
     second = d.events("thresholds_adopted")[-1]

@@ -9,6 +9,7 @@ from roq import management as m
 from roq.config import MonitorConfig
 from roq.control import Reply, Result
 from roq.rules import effective_rules
+from roq.status import ScalingStatus
 
 RULES = {"exchange_records_per_s": 1000.0, "sustain_s": 1.0, "cooldown_s": 2.0, "smoothing": 1.0,
          "kpi_period_s": 1.0, "min_exchanges": 1, "max_exchanges": 4}
@@ -41,11 +42,11 @@ def test_a_hot_exchange_no_other_can_relieve_asks_the_gcm_for_one_more_once():
     assert out["exchanges"] == 1 and out["total_records_per_s"] == 1400.0 and out["high"] == 1000.0
     q.live(3.0)
     assert len(q.d.requests) == 1  # nothing more while the GCM has not answered
-    assert q.d.status()["scaling"]["asking_gcm"] is True
+    assert q.d.status().scaling.asking_gcm is True
     q.d.answer(Reply(comment="placed x2", data={"Placed": [{"Exchange": "x2", "Host": "127.0.0.11"}]}))
     q.d.cluster(view("x1", "x2"))
     q.live(1.0)
-    assert q.d.status()["scaling"]["starting"] == ["x2"] and not q.d.requests  # it waits for x2 to join
+    assert q.d.status().scaling.starting == ["x2"] and not q.d.requests  # it waits for x2 to join
     # x2 joins; once every subscriber hears it, the hot exchange's publishers move onto it at once
     q.exchanges.append("x2-bbbb")
     q.beat()
@@ -93,7 +94,7 @@ def test_no_scale_in_while_publishers_wait_for_their_exchange():
     q.pressure = {"p1": 0.9, "p3": 0.7}
     q.live(4.0)
     assert q.d.events("scale_in") == [] and not q.d.requests
-    assert {x["id"]: x["publisher_pressure"] for x in q.d.status()["exchanges"]} == {"x1-aaaa": 0.8, "x2-bbbb": 0.0}
+    assert {x.id: x.publisher_pressure for x in q.d.status().exchanges} == {"x1-aaaa": 0.8, "x2-bbbb": 0.0}
     q.pressure = {"p1": 0.3, "p3": 0.2}  # waiting now and then is no unmet demand
     q.live(3.0)
     [scale_in] = q.d.events("scale_in")
@@ -109,8 +110,8 @@ def test_scale_in_drains_the_least_loaded_then_asks_to_remove_its_slot():
     [scale_in] = q.d.events("scale_in")
     assert scale_in["exchange"] == "x2-bbbb" and scale_in["victim_records_per_s"] == 50.0
     status = q.d.status()
-    assert next(x for x in status["exchanges"] if x["id"] == "x2-bbbb")["draining"]
-    assert status["scaling"]["retiring"] == "x2-bbbb"
+    assert next(x for x in status.exchanges if x.id == "x2-bbbb").draining
+    assert status.scaling.retiring == "x2-bbbb"
     assert not q.d.requests  # p2 is still on it
     relocate = q.moved("p2")
     assert (relocate.exchange, relocate.reason) == ("x1-aaaa", "relocate")
@@ -123,7 +124,7 @@ def test_scale_in_drains_the_least_loaded_then_asks_to_remove_its_slot():
     q.d.sent.clear()
     q.d.answer(Reply(result=Result.BAD_REQUEST, comment="would leave fewer than min_exchanges"))
     assert q.d.events("scale_in_refused")
-    assert not next(x for x in q.d.status()["exchanges"] if x["id"] == "x2-bbbb")["draining"]
+    assert not next(x for x in q.d.status().exchanges if x.id == "x2-bbbb").draining
     assert [x.exchange for x in q.d.to(b"s1", control.Exchanges)[-1].exchanges] == ["x1-aaaa", "x2-bbbb"]
 
 
@@ -139,5 +140,5 @@ def test_an_exchange_removed_after_draining_leaves_without_a_failover():
     q.d.cluster(view("x1"))
     q.live(2.0)
     assert q.d.events("exchange_left") and not q.d.events("exchange_lost")
-    assert q.d.status()["scaling"] == {"placement": {"x1": "127.0.0.11"}, "starting": [], "retiring": "",
-                                       "asking_gcm": False}
+    assert q.d.status().scaling == ScalingStatus(placement={"x1": "127.0.0.11"}, starting=[], retiring="",
+                                                 asking_gcm=False)
