@@ -14,7 +14,7 @@ from typing import Iterator
 import zmq
 
 from client._locator import MonitorLocator
-from roq import control
+from roq.wire import control
 from roq.config import CurveClient
 from roq.errors import ProtocolError
 

@@ -12,11 +12,12 @@ from client._management import QueueManager
 from client._publisher import Publisher
 from client._subscriber import Subscriber
 from client._locator import MonitorLocator
-from roq import control, defaults
+from roq import defaults
+from roq.wire import control
 from roq.config import CurveClient, PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
 from roq.sockets import PLAINTEXT_HINT, RefusalWatch, check_endpoint, poll_ms
-from roq.status import QueueStatus, decode
+from roq.wire.status import QueueStatus, decode
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class Connection:
 
     def status(self, timeout: float = 5.0) -> QueueStatus:
         """The monitor's view of the queue: exchanges, publishers, subscribers, counters, events (its fields:
-        :class:`roq.status.QueueStatus`).
+        :class:`roq.wire.status.QueueStatus`).
 
         Raises:
             BrokerConnectionError: no answer within ``timeout``, or an answer that is not a reply.

@@ -1,17 +1,17 @@
 """A subscriber's feeds: one DEALER per exchange of its queue, and the reading of what they carry.
 
 Each DEALER chooses no routing id (the exchange's ROUTER names the connection) and sends the exchange its
-subscription (:func:`roq.batch.pack_subscription`, naming the subscriber's id) when it connects and again on every hello (:meth:`Feeds.refresh`), so
+subscription (:func:`roq.wire.batch.pack_subscription`, naming the subscriber's id) when it connects and again on every hello (:meth:`Feeds.refresh`), so
 that an exchange that lost it has it back within a heartbeat; the exchange answers a new one with a beacon.
 
 **Progress.** While the application takes batches or waits for them (and while the feeds take them from the
 sockets, every 16 messages of a burst), the feeds tell every exchange so (:meth:`Feeds.progress`:
-:func:`roq.batch.pack_progress`, at most every :data:`PROGRESS_INTERVAL`, with how many batches were taken from
+:func:`roq.wire.batch.pack_progress`, at most every :data:`PROGRESS_INTERVAL`, with how many batches were taken from
 that exchange's socket since): an exchange that finds our pipe full waits for it as long as we report, and
 sends past us only once we reported nothing for its ``subscriber_grace``. ZeroMQ tells the exchange that we
 read its pipe only every half a pipe, too seldom to tell a subscriber that reads from one that stopped.
 
-Every frame is checked before anything acts on it: three frames, a header :func:`roq.batch.parse_header`
+Every frame is checked before anything acts on it: three frames, a header :func:`roq.wire.batch.parse_header`
 accepts, a body that splits into its records, a beacon naming the exchange it came from. A frame that fails
 is dropped and counted (:attr:`Feeds.dropped`), never raised: a broken exchange cannot break the
 application's ``recv``. Data and markers go to the subscriber's :class:`~client._ordering.Reassembler`; what
@@ -27,8 +27,8 @@ from typing import Callable, Iterable
 import zmq
 
 from client._ordering import Reassembler
-from roq import batch
-from roq.batch import BatchError
+from roq.wire import batch
+from roq.wire.batch import BatchError
 from roq.config import CurveClient
 from roq.errors import ProtocolError
 from roq.sockets import RefusalWatch

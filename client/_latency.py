@@ -8,8 +8,7 @@ import collections
 from itertools import islice
 from typing import Any
 
-from roq import control
-
+from roq.wire import control
 __all__ = ["Latency", "BOUNDS_S"]
 
 BOUNDS_S = [b / 1000 for b in control.LATENCY_BOUNDS_MS]  # the latency histogram's bounds, in seconds

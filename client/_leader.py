@@ -1,11 +1,11 @@
 """The GCM leader as ZooKeeper names it: find it, ask it, follow it when another GCM takes over.
 
-The leader publishes its endpoints in ``/gcm/leader`` (a :class:`~roq.documents.GcmDoc`). A request goes
-to the port it names; every reply is a :class:`~roq.control.Reply`. While waiting for the reply the client
+The leader publishes its endpoints in ``/gcm/leader`` (a :class:`~roq.wire.documents.GcmDoc`). A request goes
+to the port it names; every reply is a :class:`~roq.wire.control.Reply`. While waiting for the reply the client
 watches the node's czxid: a new node is a new leader, asked again (every request is idempotent). A reply
 NOT_LEADER (the election is settling) or with ``Retry: true`` (the leader could not reach ZooKeeper for a
 moment) is asked again too, until the call's deadline; any other refusal raises the
-:class:`~roq.errors.ManagementError` of its code (:meth:`~roq.control.Reply.raise_for`).
+:class:`~roq.errors.ManagementError` of its code (:meth:`~roq.wire.control.Reply.raise_for`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 import zmq
 
 from roq.config import CurveClient
-from roq.control import Message, Reply, Result, encode
-from roq.documents import GcmDoc
+from roq.wire.control import Message, Reply, Result, encode
+from roq.wire.documents import GcmDoc
 from roq.errors import (
     BadRequestError,
     BrokerConnectionError,

@@ -2,7 +2,7 @@
 
 When the host of a queue's monitor dies, the GCM starts the monitor on another host, on another endpoint.
 Publishers and subscribers of a connection made through ZooKeeper follow it: a watch on
-``/queues/<q>/monitor`` (:meth:`roq.zk.Session.watch_data`, a :class:`~roq.documents.MonitorDoc`) replaces
+``/queues/<q>/monitor`` (:meth:`roq.zk.Session.watch_data`, a :class:`~roq.wire.documents.MonitorDoc`) replaces
 :attr:`MonitorLocator.endpoint`; each publisher's sender thread and each subscriber compares it with the
 endpoint its socket uses on its next turn (no lock: the watch only ever replaces the string) and reconnects
 (:meth:`MonitorLocator.retarget`), then says hello to the new monitor.
@@ -17,7 +17,7 @@ import logging
 
 import zmq
 
-from roq.documents import MonitorDoc
+from roq.wire.documents import MonitorDoc
 from roq.errors import BrokerConnectionError, ConfigError, ProtocolError, ZooKeeperError
 from roq.sockets import check_endpoint
 from roq.zk import Paths, Session
@@ -65,7 +65,7 @@ class MonitorLocator:
         """The monitor's node now holds ``data`` (None: the node is gone).
 
         Called on the ZooKeeper client's thread: it never blocks. A node that is gone (its host died), holds
-        no :class:`~roq.documents.MonitorDoc` or no usable endpoint keeps the last endpoint.
+        no :class:`~roq.wire.documents.MonitorDoc` or no usable endpoint keeps the last endpoint.
         """
         if data is None:
             return  # keep talking to the last endpoint until a new one is there

@@ -10,12 +10,13 @@ from typing import Any
 import zmq
 
 from client._leader import GcmLeader
-from roq import control, defaults
-from roq import management as m
+from roq import defaults
+from roq.wire import control
+from roq.wire import management as m
 from roq.config import CurveClient
-from roq.control import Message
+from roq.wire.control import Message
 from roq.errors import BrokerTimeoutError, NotFoundError, UnavailableError, error_for
-from roq.status import JournalStatus, QueueStatus, of_stats
+from roq.wire.status import JournalStatus, QueueStatus, of_stats
 from roq.zk import Paths, check_queue_name
 
 __all__ = ["QueueManager"]

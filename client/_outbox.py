@@ -34,7 +34,7 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import Any, Iterable, NamedTuple
 
-from roq import batch
+from roq.wire import batch
 from roq.config import PublisherConfig
 from roq.errors import (BrokerConnectionError, BrokerTimeoutError, BufferFullError, ClosedError, ForbiddenError,
                         ProtocolError, RoQError)

@@ -17,7 +17,7 @@ from client._sender import Sender
 from client._locator import MonitorLocator
 from client._outbox import Outbox, failure
 from roq.config import PublisherConfig
-from roq.zap import identity_for
+from roq.security.zap import identity_for
 from roq.errors import BrokerConnectionError, NoExchangeError
 
 log = logging.getLogger(__name__)

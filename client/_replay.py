@@ -1,7 +1,7 @@
 """A subscriber's replay of a durable queue's journal, and the seam where the live stream takes over.
 
 A subscriber made with ``start=`` (anything but ``"latest"``) subscribes to every exchange *asking to replay*
-(:data:`roq.batch.FLAG_REPLAY`): each exchange then sends the journal a seam once the subscription is live
+(:data:`roq.wire.batch.FLAG_REPLAY`): each exchange then sends the journal a seam once the subscription is live
 there, after every batch it sent the journal before. Meanwhile the subscriber holds what the exchanges send
 it live (:class:`Replay` ``.live``, bounded) and fetches the journal from the start asked for, two fetches in
 flight; each publisher's records from the journal go straight to delivery, in order
@@ -13,7 +13,7 @@ which drops what the journal already gave (publisher and seq), and the journal i
 records arrive once each, in each publisher's order, with no gap at the seam.
 
 **Catching up.** On a durable queue an exchange cuts off a subscriber whose pipe stays full, and tells it
-where the journal has what it missed (:data:`roq.batch.CUT`). The subscriber then reads the journal the same
+where the journal has what it missed (:data:`roq.wire.batch.CUT`). The subscriber then reads the journal the same
 way (:meth:`Replay.catching_up`), from the lowest of that offset and the offsets the other exchanges' last
 beacons carried (everything they had not given it yet is after those), holding the live stream; once at the
 journal's end it comes back to the exchange that cut it, which marks a seam named ``<exchange>#<tag>``, and
@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import zmq
 
-from roq import batch, control
+from roq.wire import batch, control
 from roq.config import CurveClient
 from client._ordering import Reassembler
 from roq.errors import BrokerConnectionError, BrokerTimeoutError, ProtocolError

@@ -31,7 +31,7 @@ from client._channel import MonitorChannel
 from client._stream import Link, Stream
 from client._locator import MonitorLocator
 from client._outbox import Outbox
-from roq import batch, control
+from roq.wire import batch, control
 from roq.config import PublisherConfig
 from roq.errors import BrokerConnectionError, ForbiddenError, Result
 from roq.sockets import poll_ms

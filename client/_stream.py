@@ -17,7 +17,7 @@ import zmq
 
 from client._outbox import Sealed
 from client._window import Pressure, Sent, Window
-from roq import batch
+from roq.wire import batch
 from roq.config import CurveClient
 from roq.errors import ProtocolError
 from roq.sockets import RefusalWatch

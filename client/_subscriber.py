@@ -26,9 +26,9 @@ from client._message import Batch, Message, SubscriberStats
 from client._replay import NOT_DURABLE, Replay
 from client._locator import MonitorLocator
 from client._ordering import Reassembler
-from roq import control
+from roq.wire import control
 from roq.config import SubscriberConfig
-from roq.zap import identity_for
+from roq.security.zap import identity_for
 from roq.errors import BrokerConnectionError, ClosedError, ForbiddenError, Result
 from roq.sockets import poll_ms
 

@@ -9,7 +9,7 @@ are the Docker hosts'), ``--init`` as PID 1, and labels ``roq.deployment``, ``ro
 nothing half-deployed stays running.
 
 **Secure unless the cluster file says ``insecure = true``**: ``up`` makes the cluster's keys where they are
-missing (:class:`roq.keys.ClusterKeys` in the deployment's ``keys`` directory: its pair, keyring, bearer
+missing (:class:`roq.security.keys.ClusterKeys` in the deployment's ``keys`` directory: its pair, keyring, bearer
 tokens, ZooKeeper identity, and the admin's credentials) and copies what the servers need (never a client's
 secret) into each GCM and host manager container before it starts, under :data:`KEYS_IN_CONTAINER`, mode 0700;
 they run with CURVE, permissions and ZooKeeper authentication. ``keys`` copies the keyring and the tokens
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from deploy.cluster_file import ClusterFile, GcmSpec, HostManagerSpec, ZooKeeperSpec
 from roq.errors import RoQError
-from roq.keys import ClusterKeys
+from roq.security.keys import ClusterKeys
 
 __all__ = ["Deployer", "DeployError", "LABEL", "KEYS_IN_CONTAINER", "keys_of"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from roq.control import ExchangeKpi, PublisherRate
+from roq.wire.control import ExchangeKpi, PublisherRate
 
 __all__ = ["Accounting", "MAX_PUBLISHERS"]
 
@@ -16,7 +16,7 @@ class Accounting:
 
     The forward loop increments the public fields directly (no method call per batch) and adds a
     publisher to :attr:`publishers` only while it holds fewer than :attr:`max_publishers`;
-    :meth:`report` turns them into an :class:`~roq.control.ExchangeKpi` and starts a new period.
+    :meth:`report` turns them into an :class:`~roq.wire.control.ExchangeKpi` and starts a new period.
     """
 
     __slots__ = ("records_in", "bytes_in", "records_out", "bytes_out", "publishers", "busy", "started",

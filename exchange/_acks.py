@@ -15,7 +15,7 @@ from typing import Iterable
 
 import zmq
 
-from roq import batch
+from roq.wire import batch
 from roq.errors import ProtocolError
 
 __all__ = ["Acks", "MAX_PENDING_ACKS"]

@@ -1,7 +1,7 @@
 """Who may publish to and subscribe at a CURVE exchange: the permissions its monitor sent (pure).
 
-The monitor sends the cluster's rules (:class:`roq.control.AclRules`) when the exchange joins, whenever they
-change, and whenever a heartbeat shows that the exchange holds others (the digest of those it holds, :meth:`roq.control.AclRules.digest`).
+The monitor sends the cluster's rules (:class:`roq.wire.control.AclRules`) when the exchange joins, whenever they
+change, and whenever a heartbeat shows that the exchange holds others (the digest of those it holds, :meth:`roq.wire.control.AclRules.digest`).
 Until the first arrive the exchange reads neither publishers nor subscribers: nothing is let in that the
 rules would have kept out, and nothing is lost (publishers wait, as for a full pipe). A decision costs one
 dictionary look-up per batch: each principal's is kept until the rules change.
@@ -12,10 +12,10 @@ keyring may publish and subscribe, as before permissions existed.
 
 from __future__ import annotations
 
-from roq import control
-from roq.acl import Acl
+from roq.wire import control
+from roq.security.acl import Acl
 from roq.errors import ConfigError
-from roq.zap import CLUSTER
+from roq.security.zap import CLUSTER
 
 __all__ = ["Admission"]
 

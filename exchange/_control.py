@@ -1,6 +1,6 @@
 """The control path of an exchange: its link to the queue's monitor and its host manager's command pipe.
 
-Both carry control messages (:mod:`roq.control`) and both run them through a
+Both carry control messages (:mod:`roq.wire.control`) and both run them through a
 :class:`~roq.server.Dispatcher`: what does not decode, or is not a command taken on that input, is counted
 and dropped, never answered (neither the monitor nor the host manager waits for an answer, and answering
 garbage could start an exchange of errors).
@@ -8,7 +8,7 @@ garbage could start an exchange of errors).
 * :class:`MonitorLink`: a DEALER connected to the monitor: heartbeats and KPIs out, the monitor's
   ``Shutdown``, ``KpiPeriod`` and ``Reply`` in. It follows the monitor when it moves (:meth:`retarget`).
 * :class:`CommandPipe`: the host manager's commands (``Retarget``) as BSON documents on standard input
-  (:mod:`roq.pipe`); garbage is skipped and counted, the end of the stream is only noted.
+  (:mod:`roq.wire.pipe`); garbage is skipped and counted, the end of the stream is only noted.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import time
 
 import zmq
 
-from roq import control
-from roq.curve import Curve
+from roq.wire import control
+from roq.security.curve import Curve
 from roq.errors import ProtocolError
 from roq.loop import Loop
-from roq.pipe import MAX_FRAME, PipeReader
+from roq.wire.pipe import MAX_FRAME, PipeReader
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request
 

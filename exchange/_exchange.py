@@ -23,17 +23,17 @@ import zmq
 from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
 from exchange._forwarder import Forwarder
 from exchange._journaling import JournalFeed
-from roq import control
+from roq.wire import control
 from roq.config import DURABILITIES, ExchangeConfig
 from roq.errors import ProtocolError
 from roq.loop import Loop, Timer
-from roq.pipe import MAX_FRAME
-from roq.ready import ExchangeReady
+from roq.wire.pipe import MAX_FRAME
+from roq.wire.ready import ExchangeReady
 from roq.runtime import DropCounter, LogLimit, SignalWakeup, run_main
 from roq.server import Dispatcher, Request
 from roq.sockets import HandshakeWatch, check_endpoint
 from exchange._admission import Admission
-from roq.curve import Curve
+from roq.security.curve import Curve
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,8 @@ class Exchange:
     Args:
         config: what to bind, where the monitor is, periods and bounds.
         context: the ZeroMQ context (default: a new one, terminated by :meth:`close`).
-        commands_fd: a pipe on which the host manager writes commands (:class:`~roq.control.Retarget`, see
-            :mod:`roq.pipe`); None = no commands.
+        commands_fd: a pipe on which the host manager writes commands (:class:`~roq.wire.control.Retarget`, see
+            :mod:`roq.wire.pipe`); None = no commands.
     """
 
     def __init__(self, config: ExchangeConfig, *, context: zmq.Context | None = None,
@@ -258,7 +258,7 @@ class Exchange:
                                  journal=self._journal_said(), **_journal_figures(self.forwarder.journal))
 
     def _journal_said(self) -> str:
-        """What the heartbeat says of the durability and journal held (:meth:`~roq.control.Journaling.digest`);
+        """What the heartbeat says of the durability and journal held (:meth:`~roq.wire.control.Journaling.digest`);
         "?" not told yet."""
         fwd = self.forwarder
         if not self._journal_told:

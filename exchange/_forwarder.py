@@ -1,13 +1,13 @@
 """The data plane of an exchange: publishers' batches out to subscribers, acknowledgements back.
 
 * frontend, ROUTER, bound: publishers' DEALERs send ``[key, header, body]``; every batch is checked by
-  :func:`roq.batch.check_incoming` (a bad one is dropped and counted under its reason) and its publisher
+  :func:`roq.wire.batch.check_incoming` (a bad one is dropped and counted under its reason) and its publisher
   gets a cumulative acknowledgement: at once when the forward loop has read everything waiting (a publisher
   then waits for nothing else), coalesced over ``ack_interval`` while more waits to be read.
 * backend, ROUTER, bound: subscribers' DEALERs send their subscription (:mod:`exchange._subscribers`, checked
-  by :func:`roq.batch.check_subscription`) and get the same three frames, untouched, of every batch whose key
+  by :func:`roq.wire.batch.check_subscription`) and get the same three frames, untouched, of every batch whose key
   starts with their prefix, one send per subscriber. Every heartbeat each subscriber also gets a beacon on
-  :data:`~roq.batch.CONTROL_TOPIC`, and a new one gets one at once: "your subscription is live".
+  :data:`~roq.wire.batch.CONTROL_TOPIC`, and a new one gets one at once: "your subscription is live".
 
 **Back-pressure, not loss, for subscribers that keep up.** A batch that a subscriber's full pipe cannot take
 now (``ROUTER_MANDATORY``: the send says so) is *held* for that subscriber, the forward loop stops reading
@@ -48,10 +48,10 @@ peer connects (so the bounds are set once, before binding):
   at most 512 of them.
 
 **Who may connect.** With CURVE (``curve``), the frontend and backend serve with the cluster's server key,
-and the process's ZAP handler (:class:`roq.zap.ZapServer`) admits only the keys of its keyring; every batch
+and the process's ZAP handler (:class:`roq.security.zap.ZapServer`) admits only the keys of its keyring; every batch
 and subscription then comes with its sender's principal (``User-Id``). **An identity is its key**: the
 publisher id a batch's header names, and the subscriber id a subscription names, must be one of its sender's
-key's own (:meth:`roq.zap.Keyring.owns`), and so must a routing id the peer chose (:meth:`roq.zap.Keyring.may_use`);
+key's own (:meth:`roq.security.zap.Keyring.owns`), and so must a routing id the peer chose (:meth:`roq.security.zap.Keyring.may_use`);
 anything else is dropped and counted as ``forged id``. Neither ROUTER hands an id over to a second connection
 (no ``ROUTER_HANDOVER``), and our clients choose no routing id: each connection has the ROUTER's own, new at
 every reconnection, so a stranger cannot end, replace or redirect another's connection by presenting its id,
@@ -77,14 +77,14 @@ from exchange._admission import Admission
 from exchange._journaling import JournalFeed
 from exchange._subscribers import BEHIND_HOLD, Subscriber, Subscribers
 from exchange._subscriptions import Subscriptions
-from roq import batch
-from roq.batch import BatchError
+from roq.wire import batch
+from roq.wire.batch import BatchError
 from roq.config import ExchangeConfig
 from roq.loop import Loop
 from roq.runtime import DropCounter, counted_log_due
 from roq.sockets import bind
-from roq.curve import Curve
-from roq.zap import Keyring, recv_from
+from roq.security.curve import Curve
+from roq.security.zap import Keyring, recv_from
 
 log = logging.getLogger(__name__)
 
@@ -480,7 +480,7 @@ def recv_owned(sock: zmq.Socket, keyring: Keyring, drops: DropCounter, may_publi
                flags: int) -> list[bytes] | None:
     """A message from the CURVE socket ``sock``, as ``recv_multipart`` reads it, if the publisher id its header
     names (and the routing id, if its sender chose one) is its sender's key's own (the principal its handshake
-    gave it, :meth:`roq.zap.Keyring.owns`) and its principal may publish; None (dropped and counted as
+    gave it, :meth:`roq.security.zap.Keyring.owns`) and its principal may publish; None (dropped and counted as
     ``forged id`` or ``refused: may not publish``) if not.
 
     Raises:

@@ -1,6 +1,6 @@
 """An exchange's feed of a durable queue's journal: every batch it forwards, and the journal's answers.
 
-With a journal (:class:`~roq.control.Journaling` from the monitor), the forward loop sends each batch and
+With a journal (:class:`~roq.wire.control.Journaling` from the monitor), the forward loop sends each batch and
 marker it reads to the journal's intake on a DEALER of its own, *before* any subscriber gets it, and keeps
 it here until the journal acknowledges its publisher up to it. A publisher is acknowledged only with what the
 journal acknowledged (:meth:`JournalFeed.readable`), so acknowledged means journaled under the queue's
@@ -26,8 +26,8 @@ import time
 
 import zmq
 
-from roq import batch
-from roq.curve import Curve
+from roq.wire import batch
+from roq.security.curve import Curve
 from roq.errors import ProtocolError
 from roq.runtime import DropCounter
 

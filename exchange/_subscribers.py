@@ -1,7 +1,7 @@
 """The subscribers an exchange sends to: who they are, what keys they want, and whether they keep up.
 
 A subscriber's DEALER connects to the exchange's backend ROUTER and sends a subscription
-(:func:`roq.batch.pack_subscription`, naming the subscriber's id); it sends it again every heartbeat, so that an
+(:func:`roq.wire.batch.pack_subscription`, naming the subscriber's id); it sends it again every heartbeat, so that an
 exchange that lost it (a reconnection, a full table) has it back within a second. The table is keyed by the
 connection (the ROUTER's routing id): a subscription that names a subscriber already in the table on another
 connection moves it to the new one (the subscriber reconnected; with CURVE its id is its key's own, so only the
@@ -13,7 +13,7 @@ back-pressure that costs it nothing; one that reports progress (below) stays beh
 
 **Progress.** A full pipe alone does not say that its subscriber stopped reading: ZeroMQ tells the writer
 only every half a pipe read. So a subscriber of the client library reports, while it takes batches, that it
-took some (:func:`roq.batch.pack_progress`, every few tens of milliseconds at most), and the grace runs from
+took some (:func:`roq.wire.batch.pack_progress`, every few tens of milliseconds at most), and the grace runs from
 its last report (:attr:`Subscriber.progressed`): one that keeps reading holds its publishers back to its pace
 and is never behind; a report also ends a subscriber's time behind. One that sends no reports (an older
 client) has its grace run from when its pipe was found full, as before.
@@ -27,8 +27,7 @@ The tables are bounded (:data:`MAX_SUBSCRIBERS`): a flood of identities is refus
 
 from __future__ import annotations
 
-from roq import batch
-
+from roq.wire import batch
 __all__ = ["Subscriber", "Subscribers", "Cut", "MAX_SUBSCRIBERS", "BEHIND_HOLD"]
 
 #: Subscribers one exchange sends to at most.

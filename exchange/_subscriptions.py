@@ -1,9 +1,9 @@
 """The exchange's side of its subscribers' connections: their subscriptions read from the backend, the beacons
 that tell them their subscription is live, and, with CURVE, who may subscribe to what.
 
-A subscription (:func:`roq.batch.pack_subscription`) puts its subscriber in the table
+A subscription (:func:`roq.wire.batch.pack_subscription`) puts its subscriber in the table
 (:class:`~exchange._subscribers.Subscribers`), and a new one gets a beacon at once. A progress report
-(:func:`roq.batch.pack_progress`) marks when its subscriber last took batches
+(:func:`roq.wire.batch.pack_progress`) marks when its subscriber last took batches
 (:meth:`~exchange._subscribers.Subscriber.progress`): the forward loop waits for a full pipe while its
 subscriber keeps reporting. On a durable queue, a
 subscription that asks to replay the journal has its *seam* sent to the journal (:attr:`Subscriptions.journal`)
@@ -12,7 +12,7 @@ before the subscriber gets it live. There each beacon also carries the journal's
 it: every batch sent after the beacon is in the journal at or after it.
 
 **Cuts.** A subscriber the forward loop cut off (a durable queue's slow subscriber) is told so
-(:func:`roq.batch.pack_cut`) as soon as its pipe has room, and again on each of its subscriptions that does not
+(:func:`roq.wire.batch.pack_cut`) as soon as its pipe has room, and again on each of its subscriptions that does not
 name the cut's tag; the one that does brings it back, with a seam named ``<exchange>#<tag>``. With CURVE the id its
 subscription names (and a routing id it chose) must be its key's own and its principal must be allowed to subscribe to the queue's keys under its prefix
 (:class:`~exchange._admission.Admission`); when the permissions change, every subscriber they no longer allow
@@ -30,10 +30,10 @@ import zmq
 from exchange._admission import Admission
 from exchange._journaling import JournalFeed
 from exchange._subscribers import Cut, Subscriber, Subscribers
-from roq import batch
-from roq.batch import BatchError
+from roq.wire import batch
+from roq.wire.batch import BatchError
 from roq.runtime import DropCounter, counted_log_due
-from roq.zap import Keyring, recv_from
+from roq.security.zap import Keyring, recv_from
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """The cluster's permissions (2020 get, 2021 grant, 2022 revoke), and the permission every request needs: pure.
 
-The rules live in one node, ``/acl`` (:class:`~roq.documents.AclDoc`); a grant or a revoke writes it with the
+The rules live in one node, ``/acl`` (:class:`~roq.wire.documents.AclDoc`); a grant or a revoke writes it with the
 version it was read at, so two changes decided on the same snapshot cannot both land. Who asks is the
 principal of the request's CURVE key (:attr:`roq.server.Request.principal`):
 
 * none (a plaintext cluster): no key, no principal, nothing to check;
-* :data:`roq.zap.CLUSTER`, the cluster's own processes (a monitor asking to scale): everything;
-* anyone else needs what :func:`required` says of the request, decided by :class:`roq.acl.Acl` (deny wins,
+* :data:`roq.security.zap.CLUSTER`, the cluster's own processes (a monitor asking to scale): everything;
+* anyone else needs what :func:`required` says of the request, decided by :class:`roq.security.acl.Acl` (deny wins,
   default deny). Before any rule was set (no ``/acl`` node: a cluster made before permissions existed, or by
   hand) every key of the keyring may do everything; a secure cluster starts with :func:`bootstrap`'s rules.
 """
@@ -17,12 +17,12 @@ from typing import Any
 
 from gcm._outcome import Outcome
 from gcm._view import View
-from roq import management as m
-from roq.acl import MAX_PREFIX, MAX_RULES, Acl, Rule
-from roq.control import Message, Reply
-from roq.documents import AclDoc
+from roq.wire import management as m
+from roq.security.acl import MAX_PREFIX, MAX_RULES, Acl, Rule
+from roq.wire.control import Message, Reply
+from roq.wire.documents import AclDoc
 from roq.errors import BadRequestError, ConfigError, ForbiddenError, NotFoundError
-from roq.zap import CLUSTER
+from roq.security.zap import CLUSTER
 from roq.zk import Create, SetData
 
 __all__ = ["grant", "revoke", "get_acl", "required", "check", "bootstrap", "QUEUE_READS"]
@@ -77,8 +77,8 @@ def grant(view: View, msg: m.Grant, now: float) -> Outcome:
 
     The rules stay within bounds checked before anything is written, so that ``/acl`` never reaches the 1 MiB
     ZooKeeper refuses (it drops the connection that writes more): a key prefix of at most
-    :data:`~roq.acl.MAX_PREFIX` bytes, at most :data:`~roq.acl.MAX_RULES` rules, and at most
-    :attr:`AclDoc.MAX_BYTES <roq.documents.AclDoc.MAX_BYTES>` bytes in the node.
+    :data:`~roq.security.acl.MAX_PREFIX` bytes, at most :data:`~roq.security.acl.MAX_RULES` rules, and at most
+    :attr:`AclDoc.MAX_BYTES <roq.wire.documents.AclDoc.MAX_BYTES>` bytes in the node.
 
     Raises:
         BadRequestError: the rule does not read, or would pass a bound (the comment names the field or the bound).

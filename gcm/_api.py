@@ -1,7 +1,7 @@
 """The GCM's management API: each request type to its read or its decision on the current view.
 
 Requests arrive through a :class:`~roq.server.Dispatcher` per port (the look-up port serves only
-:class:`~roq.management.Lookup`; the management port every request, look-ups too), which decodes and checks
+:class:`~roq.wire.management.Lookup`; the management port every request, look-ups too), which decodes and checks
 them and turns whatever a handler raises into the reply. A standby refuses everything with NOT_LEADER naming
 the leader's endpoint for the port asked. The leader answers reads from its view (:mod:`gcm._reads`) and
 hands each decision (:mod:`gcm._lifecycle`, :mod:`gcm._scaling`, :mod:`gcm._rules`, :mod:`gcm._acl`) to the
@@ -18,9 +18,9 @@ from gcm import _acl, _lifecycle, _reads, _rules, _scaling
 from gcm._audit import AuditTrail, entry
 from gcm._outcome import Outcome
 from gcm._view import QueueView, View
-from roq import management as m
-from roq.control import Message, Reply
-from roq.documents import GcmDoc
+from roq.wire import management as m
+from roq.wire.control import Message, Reply
+from roq.wire.documents import GcmDoc
 from roq.errors import ManagementError, NotLeaderError, Result
 from roq.zk import Paths
 from roq.server import Handler, Request

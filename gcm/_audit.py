@@ -8,7 +8,7 @@ permission. Each entry: ``seq``, ``time`` (wall clock), ``principal`` (the key's
 ``ACCEPTED`` when the answer waits for the cluster, or the refusal's code name) and ``comment``.
 
 The leader keeps what it records in memory (at most :data:`MAX_PENDING`; beyond, the oldest are dropped and
-counted) and writes it to ``/audit`` (an :class:`~roq.documents.AuditDoc` of the latest :data:`MAX_ENTRIES`)
+counted) and writes it to ``/audit`` (an :class:`~roq.wire.documents.AuditDoc` of the latest :data:`MAX_ENTRIES`)
 at most every :data:`FLUSH_S`: a flood of refused requests costs ZooKeeper one write a second, not one each.
 Recording never fails a request: a write that fails is tried again at the next flush.
 """
@@ -21,8 +21,8 @@ import logging
 import time
 from typing import Any, Callable
 
-from roq.control import Message
-from roq.documents import AuditDoc
+from roq.wire.control import Message
+from roq.wire.documents import AuditDoc
 from roq.errors import BadRequestError, Result, ZooKeeperError
 from roq.zk import Create, Paths, SetData
 

@@ -1,6 +1,6 @@
 """The configuration broadcast: the leader publishes what it knows of every queue and host on its PUB port.
 
-Three frames (:func:`roq.management.broadcast_frames`): ``{CMD: 1500}``, ``{Queues: [...]}``,
+Three frames (:func:`roq.wire.management.broadcast_frames`): ``{CMD: 1500}``, ``{Queues: [...]}``,
 ``{Hosts: [...]}``, sent at once on every change of the topology (queues, their states, monitors and
 exchanges, host membership and capacity) and every ``broadcast_period`` with fresh host KPIs; KPI changes
 alone do not trigger one.
@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 
 from gcm._view import View
-from roq.management import broadcast_frames
+from roq.wire.management import broadcast_frames
 
 __all__ = ["Broadcaster"]
 

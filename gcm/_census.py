@@ -3,7 +3,7 @@
 What the metrics, the queue list of the HTTP API and the dashboard show comes from here, so that a scrape
 or a page never waits for a hundred monitors. The asks go through their own :class:`~gcm._stats.StatsAsks`
 (polled by the GCM's loop beside the operators' stats asks), at most one per queue at a time, which decodes
-each answer (:class:`~roq.status.QueueStatus`); a monitor that does not answer within the ask's timeout, or
+each answer (:class:`~roq.wire.status.QueueStatus`); a monitor that does not answer within the ask's timeout, or
 answers something that is not a status, leaves its queue's last status in place, marked by its age.
 A queue that is no longer running is forgotten.
 """
@@ -19,9 +19,9 @@ import zmq
 
 from gcm._stats import StatsAsks
 from gcm._view import View
-from roq.curve import Curve
-from roq.documents import RUNNING
-from roq.status import QueueStatus
+from roq.security.curve import Curve
+from roq.wire.documents import RUNNING
+from roq.wire.status import QueueStatus
 
 __all__ = ["Census", "Snapshot", "MAX_QUEUES"]
 

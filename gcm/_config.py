@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from roq.acl import Rule
+from roq.security.acl import Rule
 from roq.config import check_curve_settings
 from roq.errors import ConfigError
 from roq.zk import Paths, check_hosts

@@ -5,7 +5,7 @@ number is the leader and publishes its endpoints in the ephemeral ``<root>/gcm/l
 standbys and read that node to name the leader in their "not leader" replies. A leader whose session
 expires loses both nodes at once, so a standby's node becomes the lowest and it takes over; the old leader,
 when it reconnects, joins again as a new candidate at the end of the line. Both nodes hold a
-:class:`~roq.documents.GcmDoc`.
+:class:`~roq.wire.documents.GcmDoc`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from roq.documents import GcmDoc
+from roq.wire.documents import GcmDoc
 from roq.errors import NodeExistsError
 from roq.zk import Paths, Session
 

@@ -1,7 +1,7 @@
 """A queue's topology events: the GCM's own decisions, and the merged log that GetEvents answers.
 
 Each source (``roq.zk.EVENT_SOURCES``: the queue's monitor, the GCM) keeps its recent events in
-``/queues/<q>/events/<source>`` as an :class:`~roq.documents.EventsDoc` (at most ``MAX_EVENTS`` events,
+``/queues/<q>/events/<source>`` as an :class:`~roq.wire.documents.EventsDoc` (at most ``MAX_EVENTS`` events,
 oldest first, and the source's counters). An event is ``{"seq", "time" (wall clock), "kind", "text",
 "queue", "origin", ...numbers and names}`` (``origin`` names the source that recorded it; a relocation's
 ``source`` is the exchange it left); ``text`` is a sentence an operator understands with its numbers.
@@ -15,7 +15,7 @@ import logging
 from typing import Any, Mapping
 
 from gcm._outcome import Event
-from roq.documents import EventsDoc
+from roq.wire.documents import EventsDoc
 from roq.errors import NodeExistsError, NodeMissingError, VersionConflictError, ZooKeeperError
 from roq.zk import MAX_EVENTS, Paths, Session
 

@@ -24,7 +24,7 @@ from gcm._labels import Labels
 from gcm._shapes import snake
 from gcm._view import View
 from roq.http import EventStream, HttpResponse
-from roq.status import QueueStatus, live_subscribers, rate, traffic
+from roq.wire.status import QueueStatus, live_subscribers, rate, traffic
 
 __all__ = ["LiveFeed", "MAX_STREAMS", "FIRST_EVENTS"]
 
@@ -119,7 +119,7 @@ class LiveFeed:
 
     def census_taken(self, snapshot: Snapshot) -> None:
         """A queue's new status: its events not seen yet go to every live feed."""
-        events = snapshot.status.events  # each with its seq, time, kind and text (roq.status.Event)
+        events = snapshot.status.events  # each with its seq, time, kind and text (roq.wire.status.Event)
         last = self._seen.get(snapshot.queue)
         self._seen[snapshot.queue] = max((e["seq"] for e in events), default=last or 0)
         if last is None:  # the first status of this queue: its past events are history, kept for new feeds

@@ -38,13 +38,13 @@ from gcm._lifecycle import finish_removals
 from gcm._outcome import READY, REMOVED, STOPPED, Outcome, Wait
 from gcm._stats import StatsAsks
 from gcm._view import QueueView, View, read_view
-from roq import management as m
-from roq.control import Reply
-from roq.curve import Curve
-from roq.documents import GcmDoc
+from roq.wire import management as m
+from roq.wire.control import Reply
+from roq.security.curve import Curve
+from roq.wire.documents import GcmDoc
 from roq.errors import (BrokerConnectionError, NodeExistsError, NodeMissingError, Result, VersionConflictError,
                         ZooKeeperError)
-from roq.ready import GcmReady
+from roq.wire.ready import GcmReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.http import HttpServer
 from roq.server import Dispatcher, PendingReplies, Request, RouterServer

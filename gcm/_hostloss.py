@@ -24,7 +24,7 @@ from gcm._journals import journal_ops
 from gcm._outcome import Event, Outcome
 from gcm._placement import Move, plan_replacements, slot_order
 from gcm._view import QueueView, View
-from roq.documents import MONITOR, RUNNING
+from roq.wire.documents import MONITOR, RUNNING
 from roq.zk import Create, Delete, SetData
 
 __all__ = ["HostLoss", "LostHosts", "RETRY"]

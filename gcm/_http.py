@@ -1,6 +1,6 @@
 """The GCM's HTTP API: the management API as a versioned model tree, the metrics and the health checks.
 
-Every route that reads or changes a queue is the BSON API's request of the same meaning (:mod:`roq.management`)
+Every route that reads or changes a queue is the BSON API's request of the same meaning (:mod:`roq.wire.management`)
 handed to the same :class:`~roq.server.Dispatcher` (so the same validation, decisions and RESULT codes), its
 reply turned into JSON with the HTTP status that fits (:data:`STATUS`). A request that waits for the cluster
 (create, start, stop, remove, a queue's monitor asked for its status) is answered when its reply comes, through
@@ -34,15 +34,15 @@ from gcm._shapes import snake
 from gcm._stats import StatsReply
 from gcm._tokens import MIN_TOKEN, Tokens
 from gcm._view import View
-from roq import management as m
-from roq.control import Message, Reply
-from roq.documents import GcmDoc
+from roq.wire import management as m
+from roq.wire.control import Message, Reply
+from roq.wire.documents import GcmDoc
 from roq.errors import ConfigError, Result
 from roq.http import EventStream, HttpRequest, HttpResponse, Later
 from roq.rules import DEFAULT_RULES
 from roq.server import Dispatcher, Request
-from roq.shape import to_document
-from roq.status import QueueStatus, latency, live_subscribers, rate, traffic
+from roq.wire.shape import to_document
+from roq.wire.status import QueueStatus, latency, live_subscribers, rate, traffic
 
 __all__ = ["HttpApi", "HttpShell", "STATUS", "read_token", "MIN_TOKEN", "ANONYMOUS"]
 

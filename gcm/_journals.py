@@ -1,7 +1,7 @@
 """Where a durable queue's journal runs (pure): its assignment follows the queue's state and rules.
 
 A queue has a journal while it runs and its rules say ``durability`` "interval" or "always": one assignment
-``<queue>@journal`` on the host in :attr:`~roq.documents.QueueDoc.journal_host`, where its files are. The
+``<queue>@journal`` on the host in :attr:`~roq.wire.documents.QueueDoc.journal_host`, where its files are. The
 first time a queue becomes durable that is its monitor's host; from then on the journal comes back to the
 same host (and the same files) whenever it runs again: the queue made durable again, started again. When
 the queue stops being durable, or stops, the assignment goes and the files stay.
@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from gcm._view import QueueView, View
-from roq.documents import JOURNAL, RUNNING, QueueDoc
+from roq.wire.documents import JOURNAL, RUNNING, QueueDoc
 from roq.zk import Create, Delete, Op
 
 __all__ = ["durable", "journal_ops"]

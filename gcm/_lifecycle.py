@@ -18,12 +18,12 @@ from gcm._journals import journal_ops
 from gcm._outcome import READY, REMOVED, STOPPED as STOP_WAIT, Event, Outcome, Wait
 from gcm._placement import Placer, slot_order
 from gcm._view import QueueView, View, checked_name, echo
-from roq import management as m
-from roq.control import Reply
-from roq.documents import REMOVING, RUNNING, STOPPED, MONITOR, EventsDoc, QueueDoc, RulesDoc
+from roq.wire import management as m
+from roq.wire.control import Reply
+from roq.wire.documents import REMOVING, RUNNING, STOPPED, MONITOR, EventsDoc, QueueDoc, RulesDoc
 from roq.errors import BadRequestError, ConflictError, NotFoundError, UnavailableError
 from roq.rules import DEFAULT_RULES
-from roq.shape import to_document
+from roq.wire.shape import to_document
 from roq.zk import Create, Delete, Op, SetData
 
 __all__ = ["create", "stop", "start", "remove", "create_exchange", "finish_removals", "next_slot", "MAX_AT_ONCE"]

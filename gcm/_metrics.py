@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from gcm._census import Snapshot
 from gcm._labels import Labels
 from gcm._view import View
-from roq.status import ExchangeStatus, JournalStatus, LatencyHistogram, QueueStatus, live_subscribers
+from roq.wire.status import ExchangeStatus, JournalStatus, LatencyHistogram, QueueStatus, live_subscribers
 
 __all__ = ["Exposition", "render", "families", "queue_lines", "CONTENT_TYPE", "OTHER", "QUEUE_FAMILIES"]
 

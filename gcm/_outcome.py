@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable
 
-from roq.control import Reply
+from roq.wire.control import Reply
 from roq.zk import Op
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ import re
 from typing import Any, Callable, Iterable, Mapping
 
 from gcm._view import HostView, QueueView, View
-from roq.documents import MONITOR, REMOVING, RUNNING
+from roq.wire.documents import MONITOR, REMOVING, RUNNING
 from roq.rules import DEFAULT_RULES
 
 __all__ = ["Placer", "Move", "Blocked", "choose_host", "explain_no_host", "plan_replacements", "slot_order"]

@@ -13,11 +13,11 @@ from typing import Any, Callable, TypeVar
 
 from gcm._events import MAX_LIMIT, merge_events
 from gcm._view import View
-from roq import management as m
-from roq.control import Reply
-from roq.documents import REMOVING, RUNNING, EventsDoc, TuningDoc
+from roq.wire import management as m
+from roq.wire.control import Reply
+from roq.wire.documents import REMOVING, RUNNING, EventsDoc, TuningDoc
 from roq.errors import BadRequestError, UnavailableError
-from roq.shape import to_document
+from roq.wire.shape import to_document
 from roq.zk import EVENT_SOURCES
 
 __all__ = ["lookup", "exists", "list_queues", "list_hosts", "get_rules", "get_thresholds", "get_events", "Read"]

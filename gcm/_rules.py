@@ -14,9 +14,9 @@ from typing import Any
 from gcm._journals import journal_ops
 from gcm._outcome import Outcome
 from gcm._view import View, echo
-from roq import management as m
-from roq.control import Reply
-from roq.documents import RulesDoc, TuningDoc
+from roq.wire import management as m
+from roq.wire.control import Reply
+from roq.wire.documents import RulesDoc, TuningDoc
 from roq.errors import BadRequestError, ConfigError
 from roq.rules import check_thresholds, effective_rules, update_rules
 from roq.zk import Create, Op, SetData

@@ -14,9 +14,9 @@ from gcm._lifecycle import MAX_AT_ONCE, next_slot
 from gcm._outcome import Event, Outcome
 from gcm._placement import Placer
 from gcm._view import View, echo
-from roq import management as m
-from roq.control import Reply
-from roq.documents import REMOVING, RUNNING
+from roq.wire import management as m
+from roq.wire.control import Reply
+from roq.wire.documents import REMOVING, RUNNING
 from roq.errors import BadRequestError, ConflictError, UnavailableError
 from roq.zk import Create, Delete, SetData, exchange_slot
 

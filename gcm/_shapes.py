@@ -1,5 +1,5 @@
 """The shape of the HTTP API's answers that its parts share: field names in snake case (a queue's traffic
-and latency from its monitor's status are :mod:`roq.status`)."""
+and latency from its monitor's status are :mod:`roq.wire.status`)."""
 
 from __future__ import annotations
 

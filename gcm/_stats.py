@@ -1,10 +1,10 @@
 """Queue stats (2013): a queue's topology and rules, with its monitor's own status asked for on the spot.
 
-Each ask is a DEALER connected to the queue's monitor that sends it a :class:`~roq.control.Status`; the
+Each ask is a DEALER connected to the queue's monitor that sends it a :class:`~roq.wire.control.Status`; the
 GCM's loop polls the DEALERs beside its own sockets and answers when the monitor replies, or without a
 status when it cannot ask (no monitor, :data:`MAX_ASKS` asks out already, an endpoint that is not one), when
 the monitor is silent for :data:`ANSWER_TIMEOUT`, or when it answers anything but a reply holding a status (a
-monitor may answer garbage). The answer is decoded here, once (:func:`roq.status.decode`): a malformed status
+monitor may answer garbage). The answer is decoded here, once (:func:`roq.wire.status.decode`): a malformed status
 is logged (at most every :data:`LOG_INTERVAL` seconds) and read as none. A stats request is answered with the
 topology and the status (:class:`StatsReply`); the census takes the status itself.
 """
@@ -18,16 +18,16 @@ from typing import Any, Callable
 import zmq
 
 from gcm._view import QueueView
-from roq import control
-from roq import management as m
-from roq.control import Reply
-from roq.curve import Curve
+from roq.wire import control
+from roq.wire import management as m
+from roq.wire.control import Reply
+from roq.security.curve import Curve
 from roq.errors import ProtocolError
 from roq.runtime import LogLimit
 from roq.server import Request
-from roq.shape import to_document
+from roq.wire.shape import to_document
 from roq.sockets import check_endpoint
-from roq.status import QueueStatus, decode
+from roq.wire.status import QueueStatus, decode
 
 __all__ = ["StatsAsks", "StatsReply", "stats_reply", "MAX_ASKS", "ANSWER_TIMEOUT", "LOG_INTERVAL"]
 
@@ -44,7 +44,7 @@ Answer = Callable[[QueueStatus | None], None]
 
 @dataclasses.dataclass(frozen=True)
 class StatsReply(Reply):
-    """A stats reply as it goes through the GCM's process: on the wire a :class:`~roq.control.Reply` whose
+    """A stats reply as it goes through the GCM's process: on the wire a :class:`~roq.wire.control.Reply` whose
     ``Monitor`` is the status's document; here, the status itself beside it (for the HTTP API)."""
 
     status: QueueStatus | None = dataclasses.field(default=None, compare=False, repr=False)

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Callable
 
-from roq.acl import Rule
+from roq.security.acl import Rule
 from roq.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 :func:`read_view` reads the topology through the session (leaving a watch on every node that can change
 without the GCM: the queues, their live monitor and exchanges, rules and thresholds, the hosts), each node
-through its document (:mod:`roq.documents`), and the assignment names under every host it meets, so that a
+through its document (:mod:`roq.wire.documents`), and the assignment names under every host it meets, so that a
 decision knows which assignment znodes exist without asking ZooKeeper. Everything else here is plain data
 the decisions read: whether a queue is ready or quiet, what the GCM says of it (its summary), how many
 exchanges each host holds.
@@ -14,8 +14,8 @@ import dataclasses
 import functools
 from typing import Any, Mapping
 
-from roq.acl import Rule
-from roq.documents import (
+from roq.security.acl import Rule
+from roq.wire.documents import (
     AclDoc,
     REMOVING,
     RUNNING,
@@ -28,7 +28,7 @@ from roq.documents import (
     RulesDoc,
 )
 from roq.errors import BadRequestError, ConfigError, NotFoundError
-from roq.management import HostSummary, QueueSummary
+from roq.wire.management import HostSummary, QueueSummary
 from roq.rules import DEFAULT_RULES, effective_rules
 from roq.zk import Paths, Session, check_queue_name
 

@@ -17,12 +17,12 @@ from typing import IO, Any
 
 from hostmanager._config import MODULES
 from hostmanager._converge import ChildState
-from roq import control
+from roq.wire import control
 from roq.config import ExchangeConfig, JournalConfig, MonitorConfig
-from roq.documents import Assignment
+from roq.wire.documents import Assignment
 from roq.errors import ProtocolError
 from roq.process import Child, spawn
-from roq.ready import Ready
+from roq.wire.ready import Ready
 from roq.settings import to_args
 
 __all__ = ["Supervised"]

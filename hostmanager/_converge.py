@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from typing import Iterable, Mapping
 
-from roq.documents import JOURNAL, MONITOR, Assignment
+from roq.wire.documents import JOURNAL, MONITOR, Assignment
 from roq.errors import ProtocolError
 
 __all__ = ["ChildState", "Start", "Stop", "Tell", "Restart", "Action", "wanted", "converge"]

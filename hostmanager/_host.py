@@ -2,7 +2,7 @@
 
 * :class:`HostSampler` measures the host (its CPU against its own budget over the last few periods, see
   :mod:`hostmanager._cpu`; memory and network with psutil), makes
-  the :class:`~roq.documents.HostDoc` the GCM places by, and appends a
+  the :class:`~roq.wire.documents.HostDoc` the GCM places by, and appends a
   :class:`~roq.kpi.records.HostRecord` to the KPI archive if there is one.
 * :class:`Registration` writes the nodes of the host manager's session: ``hosts/<address>`` (capacity and
   KPIs) and, for each ready child, ``queues/<q>/monitor`` or ``queues/<q>/exchanges/<slot>``. A node left by
@@ -20,7 +20,7 @@ import time
 import psutil
 
 from hostmanager._cpu import CpuMeter
-from roq.documents import Assignment, Document, HostDoc, HostKpis
+from roq.wire.documents import Assignment, Document, HostDoc, HostKpis
 from roq.errors import NodeExistsError, NodeMissingError, VersionConflictError, ZooKeeperError
 from roq.kpi.archive import ArchiveWriter
 from roq.kpi.records import HostRecord

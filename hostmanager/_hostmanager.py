@@ -29,12 +29,12 @@ from hostmanager._host import HostSampler, Registration
 from hostmanager._ports import PortAllocator
 from hostmanager._children import Supervised
 from hostmanager._supervision import Children
-from roq import control
-from roq.curve import Curve
-from roq.documents import JOURNAL, MONITOR, HostDoc, MonitorDoc, QueueDoc
+from roq.wire import control
+from roq.security.curve import Curve
+from roq.wire.documents import JOURNAL, MONITOR, HostDoc, MonitorDoc, QueueDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
-from roq.ready import HostManagerReady
+from roq.wire.ready import HostManagerReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.http import HttpServer
 from roq.server import Dispatcher, Request, RouterServer

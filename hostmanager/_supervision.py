@@ -19,9 +19,9 @@ from hostmanager._config import ChildSettings
 from hostmanager._converge import Action, ChildState, Restart, Start, Stop, Tell
 from hostmanager._host import Registration
 from hostmanager._ports import PortAllocator
-from roq.documents import JOURNAL, MONITOR, Assignment, Document, ExchangeDoc, JournalDoc, MonitorDoc
+from roq.wire.documents import JOURNAL, MONITOR, Assignment, Document, ExchangeDoc, JournalDoc, MonitorDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
-from roq.ready import ExchangeReady, JournalReady, MonitorReady, Ready
+from roq.wire.ready import ExchangeReady, JournalReady, MonitorReady, Ready
 from roq.zk import incarnation
 
 __all__ = ["Children", "START_RETRY"]

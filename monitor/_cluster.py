@@ -9,7 +9,7 @@ A monitor started by a host manager is given the ZooKeeper servers. Through them
 * keeps its recent events and counters in ``/queues/<q>/events/monitor``, written at most every
   :data:`FLUSH_PERIOD`, so that a restarted monitor continues them and ``roq events`` shows them.
 
-Every znode is read and written as a document of :mod:`roq.documents` through :class:`roq.zk.Session`;
+Every znode is read and written as a document of :mod:`roq.wire.documents` through :class:`roq.zk.Session`;
 every watch wakes the monitor's poll loop through :attr:`ClusterLink.fd`.
 """
 
@@ -23,10 +23,10 @@ import zmq
 
 from monitor._outbox import GcmRequest
 from monitor._topology import QueueView
-from roq import control
-from roq.control import Reply
-from roq.curve import Curve
-from roq.documents import AclDoc, EventsDoc, GcmDoc, QueueDoc, RulesDoc
+from roq.wire import control
+from roq.wire.control import Reply
+from roq.security.curve import Curve
+from roq.wire.documents import AclDoc, EventsDoc, GcmDoc, QueueDoc, RulesDoc
 from roq.errors import BrokerConnectionError, ProtocolError, ZooKeeperError
 from roq.rules import effective_rules
 from roq.zk import MAX_EVENTS, Paths, Session, ZkAuth

@@ -36,11 +36,11 @@ from monitor._rules import Adoption, Rules
 from monitor._scaling import Scaling
 from monitor._subscribers import Subscribers
 from monitor._topology import ExchangeEntry, QueueView, Topology
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
-from roq.control import Reply
+from roq.wire.control import Reply
 from roq.runtime import DropCounter
-from roq.status import ScalingStatus
+from roq.wire.status import ScalingStatus
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,14 @@
 """Whether the queue is durable, its journal, and what its exchanges and journal are told: pure.
 
 The queue's rules say its durability (``durability``, ``sync_interval_ms``, ``retention_bytes``,
-``retention_s``); the journal says where it is: its heartbeat (:class:`~roq.control.JournalHeartbeat`) names
+``retention_s``); the journal says where it is: its heartbeat (:class:`~roq.wire.control.JournalHeartbeat`) names
 its intake and the policy it holds. The monitor
 
-* tells every exchange (:class:`~roq.control.Journaling`) the durability and the journal's intake when it
+* tells every exchange (:class:`~roq.wire.control.Journaling`) the durability and the journal's intake when it
   joins, when either changes and whenever its heartbeat shows it feeds another. An exchange reads no
   publisher before it is told, and while the queue is durable and no journal is heard of it is told the
   durability with no intake: it acknowledges nothing, rather than what no journal has;
-* tells the journal the policy (:class:`~roq.control.JournalPolicy`) when its heartbeat shows another, with
+* tells the journal the policy (:class:`~roq.wire.control.JournalPolicy`) when its heartbeat shows another, with
   how many times the queue's journal was started anew after losing its host and the highest offset heard of
   it (from the journal's heartbeats and the exchanges' acknowledgements): a new, empty journal that replaces
   a lost one begins past it.
@@ -24,8 +24,8 @@ from typing import Any, Mapping
 from monitor._outbox import Outbox
 from monitor._rules import Rules
 from monitor._topology import Topology
-from roq import control
-from roq.status import JournalStatus
+from roq.wire import control
+from roq.wire.status import JournalStatus
 
 __all__ = ["Durability", "policy_of"]
 

@@ -17,8 +17,7 @@ from monitor._rule import Ewma
 from monitor._rules import Rules
 from monitor._subscribers import Subscribers
 from monitor._topology import ExchangeEntry, Topology, check_name
-from roq import control
-
+from roq.wire import control
 log = logging.getLogger(__name__)
 
 __all__ = ["Exchanges"]

@@ -23,7 +23,7 @@ from monitor._outbox import Outbox
 from monitor._rule import Ewma, saturation_mark
 from monitor._rules import Rules
 from monitor._topology import MAX_PREFIX, MAX_RATES, TOTALS, ExchangeEntry, Topology
-from roq import control
+from roq.wire import control
 from roq.kpi.records import ExchangeRecord, PublisherRecord, SubscriberRecord
 
 __all__ = ["Kpis", "MAX_TOTAL"]

@@ -26,13 +26,13 @@ from monitor._cluster import ClusterLink
 from monitor._core import Core, Handler
 from monitor._events import EventLog
 from monitor._outbox import Event
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
-from roq.curve import Curve
+from roq.security.curve import Curve
 from roq.errors import ProtocolError, Result
 from roq.kpi.archive import ArchiveWriter
 from roq.kpi.records import EventRecord
-from roq.ready import MonitorReady
+from roq.wire.ready import MonitorReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.server import Dispatcher, Request, RouterServer
 from roq.loop import Loop

@@ -17,9 +17,9 @@ from monitor._events import EventLog
 from monitor._outbox import Outbox
 from monitor._rules import Rules
 from monitor._topology import ExchangeEntry, PublisherEntry, Relocation, SubscriberEntry, Topology
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
-from roq.status import RelocationStatus
+from roq.wire.status import RelocationStatus
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Operators' commands to the monitor: ping, status, and a forced relocation.
 
 The status reply is the monitor's whole view (exchanges, publishers, subscribers, moves, rules, scaling,
-counters, drops, recent events), a :class:`roq.status.QueueStatus`, and always fits in
+counters, drops, recent events), a :class:`roq.wire.status.QueueStatus`, and always fits in
 :data:`MAX_STATUS_BYTES` of BSON, whatever its tables hold: when it would not, the longest lists are cut
 (the newest events are kept) and ``truncated`` says which, with how many were shown out of how many.
 """
@@ -16,12 +16,12 @@ from monitor._events import EventLog
 from monitor._moves import Mover
 from monitor._rules import Rules
 from monitor._topology import PublisherEntry, Topology
-from roq import control
-from roq.control import Reply
+from roq.wire import control
+from roq.wire.control import Reply
 from roq.errors import BadRequestError, NotFoundError, UnavailableError
 from roq.runtime import DropCounter
-from roq.shape import to_document
-from roq.status import JournalStatus, LatencyHistogram, QueueStatus, ScalingStatus, Totals
+from roq.wire.shape import to_document
+from roq.wire.status import JournalStatus, LatencyHistogram, QueueStatus, ScalingStatus, Totals
 
 __all__ = ["Operators", "fit", "MAX_STATUS_BYTES"]
 

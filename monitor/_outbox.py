@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from roq.control import Message, Reply
+from roq.wire.control import Message, Reply
 from roq.kpi.records import Record
 
 __all__ = ["Outbox", "Outgoing", "Event", "GcmRequest", "Answer"]

@@ -23,10 +23,10 @@ from typing import Any
 
 from monitor._outbox import Outbox
 from monitor._topology import Topology
-from roq import control
-from roq.acl import Acl, Rule
+from roq.wire import control
+from roq.security.acl import Acl, Rule
 from roq.errors import ForbiddenError
-from roq.zap import CLUSTER, Keyring
+from roq.security.zap import CLUSTER, Keyring
 
 __all__ = ["Permissions", "NEEDS", "NAMES"]
 
@@ -107,7 +107,7 @@ class Permissions:
     @staticmethod
     def names_own(msg: Any, principal: str | None, keyring: Keyring | None) -> str:
         """Why ``msg`` may not come from ``principal`` for the id it names ("" = it may): with CURVE, the
-        publisher or subscriber id it names must be one of the sender's key's (:meth:`roq.zap.Keyring.owns`)."""
+        publisher or subscriber id it names must be one of the sender's key's (:meth:`roq.security.zap.Keyring.owns`)."""
         field = NAMES.get(type(msg))
         if field is None or keyring is None or principal is None or principal == CLUSTER:
             return ""

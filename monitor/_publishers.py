@@ -15,8 +15,7 @@ import logging
 from monitor._moves import Mover
 from monitor._outbox import Outbox
 from monitor._topology import PublisherEntry, Topology, check_name
-from roq import control
-
+from roq.wire import control
 log = logging.getLogger(__name__)
 
 __all__ = ["Publishers"]

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from monitor._outbox import Outbox
 from monitor._topology import QueueView, Topology
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
 from roq.rules import DEFAULT_RULES
 

@@ -22,10 +22,10 @@ from monitor._outbox import Outbox
 from monitor._rules import Rules
 from monitor._subscribers import Subscribers
 from monitor._topology import ExchangeEntry, QueueView, Topology
-from roq import management as m
-from roq.control import Reply
-from roq.documents import RUNNING
-from roq.status import ScalingStatus
+from roq.wire import management as m
+from roq.wire.control import Reply
+from roq.wire.documents import RUNNING
+from roq.wire.status import ScalingStatus
 from roq.zk import exchange_slot
 
 log = logging.getLogger(__name__)

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from monitor._rule import Ewma
-from roq.acl import Rule
+from roq.security.acl import Rule
 from roq.errors import ProtocolError, UnavailableError
 from roq.rules import DEFAULT_RULES
-from roq.status import ExchangeStatus, PublisherStatus, SubscriberStatus, Totals
+from roq.wire.status import ExchangeStatus, PublisherStatus, SubscriberStatus, Totals
 
 __all__ = [
     "TOTALS",

@@ -2,7 +2,7 @@
 
 :class:`Driver` does what the shell (:class:`monitor.Monitor`) does, in memory: it dispatches messages to the
 core through the same :class:`~roq.server.Dispatcher` boundary (so a refusal comes back as the
-:class:`~roq.control.Reply` a peer would get), runs the tick and the rule evaluations on a simulated clock,
+:class:`~roq.wire.control.Reply` a peer would get), runs the tick and the rule evaluations on a simulated clock,
 and carries out the outbox into lists: messages sent (by peer identity), events recorded in an
 :class:`~monitor._events.EventLog`, archive records, and GCM requests waiting for :meth:`Driver.answer`.
 """
@@ -16,13 +16,13 @@ from monitor._core import Core
 from monitor._events import EventLog
 from monitor._outbox import GcmRequest
 from monitor._topology import QueueView
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
-from roq.control import Message, Reply
+from roq.wire.control import Message, Reply
 from roq.kpi.records import Record
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request
-from roq.status import QueueStatus, decode
+from roq.wire.status import QueueStatus, decode
 
 __all__ = ["Driver", "Peers", "TICK"]
 
@@ -128,7 +128,7 @@ class Driver:
         return [e for e in self.log.events if kind is None or e["kind"] == kind]
 
     def status(self) -> QueueStatus:
-        """The status reply, as a peer reads it (through BSON, then :func:`roq.status.decode`).
+        """The status reply, as a peer reads it (through BSON, then :func:`roq.wire.status.decode`).
 
         Raises:
             ManagementError: the status was refused (a bug).

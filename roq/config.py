@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from roq.batch import HEADER_SIZE, MAX_KEY
+from roq.wire.batch import HEADER_SIZE, MAX_KEY
 from roq.errors import ConfigError
 from roq import defaults
 
@@ -95,8 +95,8 @@ def _curve(obj: Any) -> None:
 @dataclass(frozen=True)
 class CurveClient:
     """A client's CURVE keys, for its sockets to the exchanges: the server's public key (the cluster's) and the
-    client's own pair, each 40 characters of Z85 (as :mod:`roq.keys` reads them). Its publishers' and
-    subscribers' ids then begin with its key's digest (:func:`roq.zap.identity_for`).
+    client's own pair, each 40 characters of Z85 (as :mod:`roq.security.keys` reads them). Its publishers' and
+    subscribers' ids then begin with its key's digest (:func:`roq.security.zap.identity_for`).
     """
 
     server_key: str
@@ -115,12 +115,12 @@ class CurveClient:
 
     @classmethod
     def load(cls, credentials: str) -> CurveClient:
-        """The keys of a credentials directory (:func:`roq.keys.load_credentials`).
+        """The keys of a credentials directory (:func:`roq.security.keys.load_credentials`).
 
         Raises:
             ConfigError: credentials that cannot be used (missing, several keys, a secret key others may read).
         """
-        from roq.keys import load_credentials
+        from roq.security.keys import load_credentials
 
         server, mine = load_credentials(credentials)
         return cls(server.decode(), mine.public.decode(), (mine.secret or b"").decode())

@@ -1,4 +1,4 @@
-"""Child processes: start a RoQ process, wait for its ready line (read here, once: :mod:`roq.ready`), stop it
+"""Child processes: start a RoQ process, wait for its ready line (read here, once: :mod:`roq.wire.ready`), stop it
 by its pid.
 
 Children get ``PR_SET_PDEATHSIG`` so that they receive SIGTERM when their parent dies: a crashed
@@ -17,10 +17,10 @@ import sys
 import time
 from typing import IO, Any, Callable, Iterable, Sequence, TypeVar
 
-from roq import pipe
-from roq.control import Message
+from roq.wire import pipe
+from roq.wire.control import Message
 from roq.errors import BrokerConnectionError, BrokerTimeoutError, ProtocolError
-from roq.ready import PREFIX, Ready, decode
+from roq.wire.ready import PREFIX, Ready, decode
 
 __all__ = ["Child", "spawn", "stop_all", "die_with_parent"]
 
@@ -183,7 +183,7 @@ class Child:
 
     def send(self, msg: Message) -> bool:
         """Write the control message ``msg`` on the child's standard input (see ``spawn(commands=True)`` and
-        :mod:`roq.pipe`).
+        :mod:`roq.wire.pipe`).
 
         Never blocks. Returns False if it could not be written whole (no pipe, the child is gone, or it
         stopped reading): the caller falls back on something that needs no cooperation from the child.

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from roq.ready import Ready
+from roq.wire.ready import Ready
 
 __all__ = ["ExitCode", "SignalWakeup", "StopFlag", "LogLimit", "counted_log_due", "DropCounter", "setup_logging", "announce_ready", "run_node",
            "run_main", "TRACE_INTERVAL"]
@@ -152,7 +152,7 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def announce_ready(ready: Ready) -> None:
-    """Print the one line a launcher waits for, ``READY {"role": ..., ...}`` (:mod:`roq.ready`), on stdout."""
+    """Print the one line a launcher waits for, ``READY {"role": ..., ...}`` (:mod:`roq.wire.ready`), on stdout."""
     sys.stdout.write(ready.line() + "\n")
     sys.stdout.flush()
 
@@ -162,7 +162,7 @@ def run_main(role: str, config_cls: type, make_node: Callable[[Any], Any], argv:
     """The whole ``__main__`` of a RoQ process: flags and ``--config`` from ``config_cls``, logging, the
     config built and checked, the node made and run (see :func:`run_node`). Returns the exit code.
 
-    ``make_node(config)`` returns the node; its ``ready_info()`` gives its ready line (:mod:`roq.ready`). ``module`` is
+    ``make_node(config)`` returns the node; its ``ready_info()`` gives its ready line (:mod:`roq.wire.ready`). ``module`` is
     what ``python -m`` runs, when it is not ``role``.
     """
     from roq.errors import ConfigError

@@ -3,10 +3,10 @@
 Every process that answers requests (the GCM, a monitor, a host manager) and every process that takes
 commands (an exchange, from its monitor and its host manager) runs its input through a :class:`Dispatcher`:
 
-1. **decode** the frame into a :class:`~roq.control.Message` (a frame over ``max_bytes`` is refused unread);
+1. **decode** the frame into a :class:`~roq.wire.control.Message` (a frame over ``max_bytes`` is refused unread);
 2. **dispatch** it to the handler registered for its type; a handler takes the message and the
    :class:`Request` (where it came from, for a reply that comes later) and returns a
-   :class:`~roq.control.Reply`, or None when there is nothing to answer now;
+   :class:`~roq.wire.control.Reply`, or None when there is nothing to answer now;
 3. **the boundary**: whatever goes wrong in 1 and 2 becomes a reply and a counted, rate-limited log line,
    never an exception out of the loop. :func:`reply_for` is the one mapping: a
    :class:`~roq.errors.ManagementError` answers with its own code, comment and data; a bad frame, field or
@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 import zmq
 from kazoo.exceptions import KazooException
 
-from roq import control
-from roq.control import Message, Reply
+from roq.wire import control
+from roq.wire.control import Message, Reply
 from roq.errors import (
     ConfigError,
     ManagementError,
@@ -40,7 +40,7 @@ from roq.errors import (
     UnknownCommandError,
 )
 from roq.runtime import TRACE_INTERVAL, DropCounter, LogLimit
-from roq.zap import CLUSTER, KEY_REMOVED, Keyring, recv_from
+from roq.security.zap import CLUSTER, KEY_REMOVED, Keyring, recv_from
 
 __all__ = ["Request", "Replier", "Handler", "Dispatcher", "RouterServer", "PendingReplies", "reply_for", "MAX_PENDING"]
 
@@ -107,7 +107,7 @@ class Dispatcher:
         drops: counts what is dropped or refused, per reason.
         max_bytes: larger frames are refused without being decoded.
         internal: the messages only the cluster's own processes may send (with CURVE: the principal
-            :data:`roq.zap.CLUSTER`); from anyone else they are refused (FORBIDDEN) and counted.
+            :data:`roq.security.zap.CLUSTER`); from anyone else they are refused (FORBIDDEN) and counted.
     """
 
     def __init__(self, where: str, handlers: Mapping[type[Message], Handler], drops: DropCounter, *,
@@ -178,7 +178,7 @@ class RouterServer:
         dispatcher: decodes, dispatches and answers.
         burst: most messages read per :meth:`readable` call, so one busy peer cannot starve the loop.
         keyring: a CURVE server socket's keyring: every request then carries its sender's principal, and one
-            sent with a routing id that is another key's (:meth:`roq.zap.Keyring.may_use`) is dropped unanswered
+            sent with a routing id that is another key's (:meth:`roq.security.zap.Keyring.may_use`) is dropped unanswered
             and counted as ``forged id``.
     """
 

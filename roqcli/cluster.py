@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from roq.errors import RoQError
-from roq.ready import GcmReady
+from roq.wire.ready import GcmReady
 from roq.runtime import ExitCode
 from roqcli.keys import DEFAULT_CLUSTER_KEYS
 from roq import defaults

@@ -25,9 +25,9 @@ import psutil
 
 import client
 from roq.errors import BrokerTimeoutError, ConfigError
-from roq.keys import ClusterKeys
+from roq.security.keys import ClusterKeys
 from roq.process import Child, spawn
-from roq.ready import GcmReady, HostManagerReady
+from roq.wire.ready import GcmReady, HostManagerReady
 from roq import defaults
 from roqcli.emulation import Emulation, HostBudget, sweep
 from roqcli.zkserver import ZooKeeperServer
@@ -86,7 +86,7 @@ class EmbeddedCluster:
             by its owner only, removed on stop).
         secure: CURVE on every socket of the cluster (its keys from ``keys``); the cluster's own clients
             (:attr:`manager`, :meth:`connect`) use the credentials of the principal ``admin``.
-        keys: with ``secure``, the directory of the cluster's keys (:class:`roq.keys.ClusterKeys`; what is
+        keys: with ``secure``, the directory of the cluster's keys (:class:`roq.security.keys.ClusterKeys`; what is
             missing is made); None = a temporary one, removed on stop.
         journal_dir: the host managers' ``--journal-dir`` (None = ``<log_dir>/journals``, or their default).
     """

@@ -1,5 +1,5 @@
 """``roq keys``: CURVE key pairs (``new``), a client's credentials in a cluster's keys (``client``), and taking a
-client's key back (``revoke``); see :mod:`roq.keys`."""
+client's key back (``revoke``); see :mod:`roq.security.keys`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import time
 
 from roq.errors import ConfigError
-from roq.keys import PUBLIC_SUFFIX, ClusterKeys, expiry, new_keypair
+from roq.security.keys import PUBLIC_SUFFIX, ClusterKeys, expiry, new_keypair
 from roq.runtime import ExitCode
 from roq.settings import parse_duration
 

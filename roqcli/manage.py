@@ -11,8 +11,8 @@ from typing import Any
 
 from roq.errors import ConfigError, ProtocolError, RoQError
 from roq.runtime import ExitCode
-from roq.shape import to_document
-from roq.status import JournalStatus, QueueStatus, latency, traffic
+from roq.wire.shape import to_document
+from roq.wire.status import JournalStatus, QueueStatus, latency, traffic
 from roq import defaults
 
 __all__ = ["ClientSettings", "manage"]
@@ -259,7 +259,7 @@ def _events(args: argparse.Namespace, qm: Any) -> int:
 def _watch(args: argparse.Namespace, qm: Any, credentials: str) -> int:
     import zmq
 
-    from roq import management as m
+    from roq.wire import management as m
     from roq.config import CurveClient
     from roq.sockets import poll_ms
 

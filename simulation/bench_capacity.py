@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Callable
 
-from roq.status import QueueStatus
+from roq.wire.status import QueueStatus
 from roqcli.embedded import wait_for
 from simulation.audit import compare
 from simulation.bench_common import Check, Result

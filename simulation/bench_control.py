@@ -28,8 +28,8 @@ def bench_control(trials: int, progress: Any) -> list[Result]:
     import zmq
 
     import client
-    from roq import management as m
-    from roq.documents import HostDoc
+    from roq.wire import management as m
+    from roq.wire.documents import HostDoc
     from roq.zk import Paths, Session
     from roqcli.embedded import EmbeddedCluster
 

@@ -198,7 +198,7 @@ def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int
 def _curve(directory: str) -> tuple[list[str], Any]:
     """Keys for (j): the cluster's pair and a client's in ``directory``, the client's public key in a keyring;
     the monitor's and the exchange's flags and the client's :class:`~roq.config.CurveClient`."""
-    from roq import keys
+    from roq.security import keys
     from roq.config import CurveClient
 
     server = keys.new_keypair(os.path.join(directory, "keys"), "cluster")

@@ -39,9 +39,9 @@ from typing import Any, Callable
 
 import zmq
 
-from roq import batch
+from roq.wire import batch
 from roq.process import spawn
-from roq.ready import ExchangeReady, MonitorReady
+from roq.wire.ready import ExchangeReady, MonitorReady
 from simulation.bench_common import Check, Result, percentiles
 
 __all__ = ["run", "render", "checks"]

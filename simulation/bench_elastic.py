@@ -24,7 +24,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from roq.errors import BrokerTimeoutError
-from roq.status import QueueStatus
+from roq.wire.status import QueueStatus
 from roqcli.embedded import wait_for
 from simulation.bench_common import Check, Result, percentiles
 from simulation.bench_dataplane import bench_roq

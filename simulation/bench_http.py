@@ -30,7 +30,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Callable
 
-from roq.status import QueueStatus, decode
+from roq.wire.status import QueueStatus, decode
 from simulation.bench_common import Check, Result, percentiles
 
 __all__ = ["run", "render", "checks", "metrics_of_many_queues"]
@@ -174,7 +174,7 @@ def _timed_gets(base: str, path: str, n: int) -> list[float]:
 
 def _status(rng: random.Random, q: int) -> QueueStatus:
     """A monitor's status as a queue of 3 exchanges, 10 publishers and 4 subscribers gives it."""
-    from roq.control import LATENCY_BOUNDS_MS
+    from roq.wire.control import LATENCY_BOUNDS_MS
 
     exchanges = [{"id": f"x{k}-{q:04x}", "frontend": f"tcp://127.0.0.{11 + k}:{20000 + q}",
                   "backend": f"tcp://127.0.0.{11 + k}:{30000 + q}", "pid": 1000 + q, "draining": False,
@@ -216,7 +216,7 @@ def metrics_of_many_queues(queues: int = 1000, scrapes: int = 200) -> Result:
     from gcm._census import Snapshot
     from gcm._http import HttpApi
     from gcm._view import HostView, QueueView, View
-    from roq.documents import RUNNING, ExchangeDoc, GcmDoc, HostDoc, MonitorDoc, QueueDoc
+    from roq.wire.documents import RUNNING, ExchangeDoc, GcmDoc, HostDoc, MonitorDoc, QueueDoc
     from roq.http import HttpServer
     from roq.runtime import DropCounter
     from roq.server import Dispatcher

@@ -23,7 +23,7 @@ __all__ = ["run", "render"]
 
 def _archive_cost(records: int) -> tuple[float, float]:
     """(µs per archived record, µs per decoded KPI message)."""
-    from roq import control
+    from roq.wire import control
     from roq.kpi.archive import ArchiveWriter
     from roq.kpi.records import ExchangeRecord
 

@@ -14,8 +14,8 @@ import client
 from roq.config import CurveClient
 from roq.errors import BrokerTimeoutError
 from roq.process import Child, stop_all
-from roq.ready import MonitorReady
-from roq.status import QueueStatus
+from roq.wire.ready import MonitorReady
+from roq.wire.status import QueueStatus
 from roqcli.embedded import spawn_logged
 
 log = logging.getLogger(__name__)

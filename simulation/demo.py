@@ -21,7 +21,7 @@ from typing import Any
 
 import client
 from roq.process import Child, spawn
-from roq.status import QueueStatus
+from roq.wire.status import QueueStatus
 from simulation.audit import compare
 from roqcli.embedded import EmbeddedCluster
 from simulation.load import parse_report

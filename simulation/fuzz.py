@@ -6,8 +6,8 @@ What a stranger on the network can send, in five families:
   signature, an unknown security mechanism, a truncated greeting, a greeting followed by garbage);
 * **random ZeroMQ messages** from DEALER, REQ, PUSH, PUB, SUB and XSUB sockets: random frame counts and
   sizes, random bytes, and BSON documents of random content;
-* **every command with one field wrong**: for every message class of :mod:`roq.control` and
-  :mod:`roq.management`, a document that is valid but for one field, replaced by a value of each other type
+* **every command with one field wrong**: for every message class of :mod:`roq.wire.control` and
+  :mod:`roq.wire.management`, a document that is valid but for one field, replaced by a value of each other type
   (text, integers, floats, NaN, booleans, null, binary, lists, documents, ``bson.Code``, binary of a user
   subtype, datetimes, ObjectIds, regular expressions, timestamps, decimals, min/max keys...), or missing;
   unknown command numbers, commands that are not integers, documents without a command;
@@ -47,9 +47,9 @@ from typing import Any
 import bson
 import zmq
 
-from roq import batch, control, management  # noqa: F401  (management registers the GCM's commands)
+from roq.wire import batch, control, management  # noqa: F401  (management registers the GCM's commands)
 from roq.config import CurveClient
-from roq.zap import identity_for
+from roq.security.zap import identity_for
 
 __all__ = ["Target", "sweep", "fuzz_round", "wrong_values", "command_variants", "broken_batches",
            "broken_subscriptions", "Tally"]

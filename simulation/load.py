@@ -24,7 +24,7 @@ import client
 from roq import defaults
 from roq.errors import RoQError
 from roq.process import Child, spawn, stop_all
-from roq.ready import Ready, register
+from roq.wire.ready import Ready, register
 from roq.runtime import ExitCode, StopFlag, announce_ready, setup_logging
 from simulation.audit import PAYLOAD_HEADER, Audit, make_payload
 from simulation.histogram import Histogram

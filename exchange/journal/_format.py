@@ -3,7 +3,7 @@
 A segment (``<first offset, 20 digits>.log``) is entries back to back. An entry is one batch as its publisher
 sent it, behind a prefix of its own::
 
-    size u32 | crc u32 | offset u64 | time_ns i64 | header (roq.batch.HEADER) | key length u32 | key | body
+    size u32 | crc u32 | offset u64 | time_ns i64 | header (roq.wire.batch.HEADER) | key length u32 | key | body
 
 * ``size``: the bytes after the 8 bytes of ``size`` and ``crc``, the prefix's ``offset`` and ``time_ns``
   included; an entry whose size is below :data:`MIN_SIZE` or above :data:`MAX_SIZE` is not an entry;
@@ -28,7 +28,7 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from roq import batch
+from roq.wire import batch
 from roq.errors import CorruptJournalError
 
 __all__ = ["PREFIX", "PREFIX_SIZE", "MIN_SIZE", "MAX_SIZE", "INDEX", "INDEX_INTERVAL", "Entry", "encode_entry",

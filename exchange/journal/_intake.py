@@ -16,8 +16,7 @@ from typing import Callable
 
 from exchange.journal._sequencer import DUPLICATE, GAP, TRIM, Gaps, Held, decide
 from exchange.journal._store import Store
-from roq import batch
-
+from roq.wire import batch
 log = logging.getLogger(__name__)
 
 __all__ = ["Intake"]
@@ -30,7 +29,7 @@ class Intake:
         store: the journal.
         max_body: a batch body above this is refused (as the exchanges refuse it).
         gaps: where batches beyond a gap wait.
-        on_seam: told of each seam an exchange marks (:data:`roq.batch.SEAM`).
+        on_seam: told of each seam an exchange marks (:data:`roq.wire.batch.SEAM`).
     """
 
     def __init__(self, store: Store, max_body: int, gaps: Gaps | None = None,

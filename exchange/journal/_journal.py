@@ -12,16 +12,16 @@ journaled. Every acknowledgement carries the journal's *incarnation* (new at eac
 a new one sends again what the old one never acknowledged, and the journal drops what it has already.
 
 It reports to the queue's monitor (``--monitor``) like an exchange: a heartbeat with its intake, its policy's
-digest and its figures; the monitor answers with the queue's policy (:class:`~roq.control.JournalPolicy`:
+digest and its figures; the monitor answers with the queue's policy (:class:`~roq.wire.control.JournalPolicy`:
 durability, sync interval, retention) when it holds another. Its host manager tells it on standard input
-where the monitor moved (:class:`~roq.control.Retarget`).
+where the monitor moved (:class:`~roq.wire.control.Retarget`).
 
 A write that fails (the disk is full) loses the round, acknowledges none of it and pauses the intake for
 :data:`PAUSE_S`; the exchanges send it again. Nothing acknowledged is lost.
 
 **A journal waits for its policy.** One that has a monitor reads no intake until the monitor's first policy,
 which says how many times the queue's journal was started anew after its host was lost
-(:attr:`~roq.control.JournalPolicy.replaces`, the queue's journal *generation*). A journal of an earlier
+(:attr:`~roq.wire.control.JournalPolicy.replaces`, the queue's journal *generation*). A journal of an earlier
 generation than that (a new one, or the files of a lost host that came back and was given the journal again)
 begins at an offset past any the queue's journals gave (the wall clock's seconds times 2**21, and past the
 highest offset its monitor heard), so that offsets only grow; the files of an earlier generation are set
@@ -48,18 +48,18 @@ from exchange.journal._meter import Meter
 from exchange.journal._readport import ReadPort
 from exchange.journal._reads import Positions
 from exchange.journal._store import Store
-from roq import batch, control
-from roq.batch import BatchError
+from roq.wire import batch, control
+from roq.wire.batch import BatchError
 from roq.config import DURABILITIES, JournalConfig
-from roq.curve import Curve
+from roq.security.curve import Curve
 from roq.errors import JournalError, ProtocolError
-from roq.pipe import MAX_FRAME
-from roq.ready import JournalReady
+from roq.wire.pipe import MAX_FRAME
+from roq.wire.ready import JournalReady
 from roq.runtime import DropCounter, SignalWakeup, counted_log_due, run_main
 from roq.server import Dispatcher, Request
 from roq.loop import Loop
 from roq.sockets import HandshakeWatch, bind, check_endpoint
-from roq.zap import CLUSTER, recv_from
+from roq.security.zap import CLUSTER, recv_from
 
 log = logging.getLogger(__name__)
 

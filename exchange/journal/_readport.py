@@ -1,9 +1,9 @@
 """A journal's reads port: the ROUTER its readers (replaying and durable subscribers) fetch from.
 
 Every request goes through a :class:`~roq.server.RouterServer` (a bad one is answered BAD_REQUEST and counted):
-:class:`~roq.control.Fetch` is answered with :class:`~roq.control.Fetched` and the entries' frames, now or once
-there is something to read (:class:`~exchange.journal._reads.Reads`); :class:`~roq.control.Commit` and
-:class:`~roq.control.Position` with a :class:`~roq.control.Reply`. With CURVE a reader needs the permission to
+:class:`~roq.wire.control.Fetch` is answered with :class:`~roq.wire.control.Fetched` and the entries' frames, now or once
+there is something to read (:class:`~exchange.journal._reads.Reads`); :class:`~roq.wire.control.Commit` and
+:class:`~roq.wire.control.Position` with a :class:`~roq.wire.control.Reply`. With CURVE a reader needs the permission to
 subscribe to the queue under its prefix (the rules the monitor sent, :class:`~exchange._admission.Admission`),
 and none is served before the rules are known.
 """
@@ -18,9 +18,9 @@ from exchange._admission import Admission
 from exchange._control import MAX_CONTROL_BYTES
 from exchange.journal._reads import Positions, Reads
 from exchange.journal._store import Store
-from roq import control
-from roq.control import Reply
-from roq.curve import Curve
+from roq.wire import control
+from roq.wire.control import Reply
+from roq.security.curve import Curve
 from roq.errors import ForbiddenError, JournalError, UnavailableError
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request, RouterServer

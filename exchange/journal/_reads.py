@@ -1,13 +1,13 @@
 """Reading a journal (no sockets): fetches answered from the store, parked at the end until more is written,
 the seams exchanges marked for replaying subscribers, and durable subscribers' positions.
 
-A fetch (:class:`~roq.control.Fetch`) is answered with :class:`~roq.control.Fetched` and the entries' frames
+A fetch (:class:`~roq.wire.control.Fetch`) is answered with :class:`~roq.wire.control.Fetched` and the entries' frames
 (:meth:`Reads.fetch`). One at the end of the journal with ``wait_ms`` waits (*parks*, at most
 :data:`MAX_PARKED`) until something is written (:meth:`Reads.written`) or its wait runs out
 (:meth:`Reads.expire`): a reader that follows the journal is answered as soon as there is something to read.
 
 A **seam** is where the live stream takes over from the journal for one subscriber at one exchange: the
-exchange sends it (:data:`roq.batch.SEAM`) once that subscriber's subscription is live there, after every
+exchange sends it (:data:`roq.wire.batch.SEAM`) once that subscriber's subscription is live there, after every
 batch it sent the journal before; the journal notes the offset its next record will get (:meth:`Reads.seam`).
 A replaying subscriber that has read up to the seams of every exchange it subscribed to has everything that
 did not reach it live. Kept for :data:`SEAM_TTL_S`, for :data:`MAX_SEAMS` subscribers at most.
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 
 from exchange.journal._store import POSITIONS, Store
-from roq import batch, control
+from roq.wire import batch, control
 from roq.errors import CorruptJournalError, JournalError, ProtocolError
 
 log = logging.getLogger(__name__)

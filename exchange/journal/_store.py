@@ -33,7 +33,7 @@ from typing import Iterator
 from exchange.journal._format import (Entry, decode_publishers, encode_entry, encode_publishers, entry_size,
                                       segment_base, segment_name)
 from exchange.journal._segment import Scan, Segment
-from roq.batch import parse_header
+from roq.wire.batch import parse_header
 from roq.errors import CorruptJournalError, JournalError
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ import shutil
 import time
 from typing import Any, Callable
 
-from roq import shape
+from roq.wire import shape
 from roq.kpi.records import Record
 
 log = logging.getLogger(__name__)

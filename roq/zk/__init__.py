@@ -9,7 +9,7 @@
   with :class:`ZkAuth`, and turns its watches and its state (suspended, lost, connected) into a file
   descriptor a poll loop reads.
 
-What each node holds is a typed document of :mod:`roq.documents`, written and read only through it.
+What each node holds is a typed document of :mod:`roq.wire.documents`, written and read only through it.
 """
 
 from __future__ import annotations

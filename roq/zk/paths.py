@@ -18,7 +18,7 @@ Everything durable about a cluster lives under one root (default :data:`roq.defa
     /roq/acl                         persistent: who may do what
     /roq/audit                       persistent: who did what, when, with what result
 
-What each node holds is a typed document of :mod:`roq.documents`, written and read only through it.
+What each node holds is a typed document of :mod:`roq.wire.documents`, written and read only through it.
 
 An exchange *slot* (``x3``) is a place in the queue's placement; each process started for it has a name
 of its own, its *incarnation* (``x3-1a2b``, see :func:`incarnation` and :func:`exchange_slot`).

@@ -25,7 +25,6 @@ import datetime
 import logging
 import math
 import os
-import re
 import time
 from typing import Any, Callable
 

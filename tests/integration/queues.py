@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import client
 from roq.errors import RoQError, UnavailableError
-from roq.status import QueueStatus
+from roq.wire.status import QueueStatus
 from simulation.audit import compare
 from tests.integration.zkhelp import wait_until
 

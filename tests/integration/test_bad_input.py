@@ -9,7 +9,7 @@ import time
 import bson
 import zmq
 
-from roq import batch, control
+from roq.wire import batch, control
 from simulation.audit import compare
 
 IDENTITY = b"garbage-sender!!"  # 16 bytes, like a publisher id

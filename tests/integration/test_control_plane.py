@@ -13,9 +13,9 @@ import zmq
 from zkhelp import ask, doc, gone, registered, wait_until
 
 import client
-from roq import management as m
-from roq.control import Reply, Result, encode
-from roq.documents import QueueDoc
+from roq.wire import management as m
+from roq.wire.control import Reply, Result, encode
+from roq.wire.documents import QueueDoc
 from roq.zk import Paths
 
 

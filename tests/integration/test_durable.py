@@ -13,7 +13,7 @@ import pytest
 
 import client
 from exchange.journal import Store
-from roq import batch
+from roq.wire import batch
 from roq.config import PublisherConfig
 from roq.errors import BrokerTimeoutError
 from roq.process import spawn

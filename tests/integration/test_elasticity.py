@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 import pytest
 
-from roq.status import QueueStatus
+from roq.wire.status import QueueStatus
 from roqcli.emulation import HostBudget
 from tests.integration.queues import Queue
 from tests.integration.zkhelp import gone, wait_until

@@ -10,7 +10,7 @@ import time
 import bson
 import zmq
 
-from roq import control
+from roq.wire import control
 from roq.process import spawn
 
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from tests.integration.queues import Queue
 
-from roq.status import of_stats
+from roq.wire.status import of_stats
 from simulation import fuzz
 from simulation.audit import compare
 from tests.integration.zkhelp import wait_until

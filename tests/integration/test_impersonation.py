@@ -13,9 +13,10 @@ import time
 import zmq
 
 import client
-from roq import batch, control, keys
-from roq.control import Result
-from roq.status import ExchangeStatus
+from roq.security import keys
+from roq.wire import batch, control
+from roq.wire.control import Result
+from roq.wire.status import ExchangeStatus
 
 RATE = 1000  # records/s the victim publishes
 PHASE_S = 5.0  # seconds of the baseline, then of the attack

@@ -27,7 +27,7 @@ import pytest
 import zmq
 
 from exchange.journal import Store
-from roq import batch
+from roq.wire import batch
 from roq.process import spawn
 
 TRIALS = int(os.environ.get("ROQ_CRASH_TRIALS", "20"))

@@ -11,7 +11,7 @@ import sys
 import zmq
 
 from exchange.journal import Store, segment_name
-from roq import batch, control
+from roq.wire import batch, control
 from roq.process import spawn
 
 PUB = b"P" * 16

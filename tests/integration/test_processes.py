@@ -13,8 +13,8 @@ import psutil
 import pytest
 import zmq
 
-from roq import control
-from roq.documents import ExchangeDoc, MonitorDoc
+from roq.wire import control
+from roq.wire.documents import ExchangeDoc, MonitorDoc
 from roq.process import spawn
 from roq.runtime import ExitCode
 from roq.zk import Paths

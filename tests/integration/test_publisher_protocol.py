@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 import client
-from roq import batch, control
+from roq.wire import batch, control
 from roq.config import PublisherConfig
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import client
-from roq import keys
+from roq.security import keys
 from roq.config import CurveClient
 from roq.errors import BrokerConnectionError, RoQError
 
@@ -140,7 +140,7 @@ def test_a_secure_cluster_serves_its_keys_and_refuses_strangers_everywhere(make_
     are counted; a key taken out of the keyring stops opening connections, nothing restarted."""
     import zmq
 
-    from roq import control
+    from roq.wire import control
     from roq.errors import ForbiddenError
 
     cluster = make_embedded(hosts=1, secure=True)
@@ -427,7 +427,7 @@ def test_the_http_api_of_a_secure_cluster_acts_for_the_principal_of_its_bearer_t
             ("anonymous", "http", "ListQueues", "", "FORBIDDEN"),
             ("alice", "http", "RemoveQueue", "billing", "FORBIDDEN")} <= seen, seen
     assert api.call("GET", "/api/v1/audit", token="", check=False).status == 403
-    from roq.documents import AuditDoc
+    from roq.wire.documents import AuditDoc
 
     where = f"{cluster.root}/audit"
     cluster.wait_for(lambda: kz.exists(where) and len(AuditDoc.decode(kz.get(where)[0]).entries) >= len(trail), 10,
@@ -438,8 +438,8 @@ def test_a_grant_past_a_bound_of_the_rules_is_refused_before_zookeeper_sees_it(m
     """Rules that would make ``/acl`` too long for ZooKeeper (1 MiB a node; past it ZooKeeper drops the writer)
     are refused with BAD_REQUEST naming the bound; the GCM keeps its ZooKeeper session, the rules in force
     stay as they were, and a grant within the bounds still goes through."""
-    from roq.acl import MAX_PREFIX
-    from roq.documents import AclDoc
+    from roq.security.acl import MAX_PREFIX
+    from roq.wire.documents import AclDoc
 
     cluster = make_embedded(hosts=1, secure=True)
     manager = cluster.manager

@@ -12,7 +12,7 @@ import zmq
 
 from kazoo.exceptions import NoNodeError
 
-from roq.control import Reply
+from roq.wire.control import Reply
 from roq.errors import BrokerTimeoutError
 from roq.zk import Paths
 from roqcli.embedded import wait_for

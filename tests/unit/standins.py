@@ -7,9 +7,9 @@ from typing import Any
 
 import zmq
 
-from roq import control
-from roq.ready import Ready
-from roq.status import QueueStatus, decode
+from roq.wire import control
+from roq.wire.ready import Ready
+from roq.wire.status import QueueStatus, decode
 
 
 class StandIn:
@@ -60,7 +60,7 @@ _ITEMS = {"exchanges": _EXCHANGE,
 
 
 def queue_status(**parts: Any) -> QueueStatus:
-    """A monitor's status (through :func:`roq.status.decode`) with ``parts`` given as documents: the exchanges,
+    """A monitor's status (through :func:`roq.wire.status.decode`) with ``parts`` given as documents: the exchanges,
     publishers and subscribers as far as a test cares, the rest of each filled in with zeros."""
     doc: dict[str, Any] = {
         "queue": "q", "pid": 1, "exchanges": [], "publishers": [], "subscribers": [], "relocations_in_flight": 0,

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from client._outbox import MAX_RECORD_BYTES, Outbox
-from roq import batch
+from roq.wire import batch
 from roq.config import PublisherConfig
 from roq.errors import BrokerConnectionError, BrokerTimeoutError, BufferFullError, ClosedError, ProtocolError
 

@@ -9,8 +9,7 @@ import pytest
 import zmq
 
 import client
-from roq import batch, control
-
+from roq.wire import batch, control
 PUB = b"p" * 16
 
 

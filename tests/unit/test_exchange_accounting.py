@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from exchange._accounting import MAX_PUBLISHERS, Accounting
-from roq import control
-
-
+from roq.wire import control
 def test_a_period_becomes_a_report_and_the_counters_start_again():
     acct = Accounting(10.0)
     acct.records_in = acct.records_out = 30

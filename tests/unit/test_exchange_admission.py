@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from exchange._admission import Admission
-from roq import control
-from roq.acl import Rule
+from roq.wire import control
+from roq.security.acl import Rule
 from roq.errors import ConfigError
 
 RULES = [Rule("alice", "publish", "orders.*").document(),

@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from exchange._control import CommandPipe, MonitorLink
-from roq import control, pipe
+from roq.wire import control, pipe
 from roq.runtime import DropCounter
 from roq.server import Dispatcher
 from tests.unit.standins import monitor_routers

@@ -11,9 +11,9 @@ import pytest
 import zmq
 
 from exchange import Exchange
-from roq import batch, control, pipe
+from roq.wire import batch, control, pipe
 from roq.config import ExchangeConfig
-from roq.ready import ExchangeReady
+from roq.wire.ready import ExchangeReady
 from tests.unit.standins import monitor_routers
 
 
@@ -185,7 +185,7 @@ def test_with_a_journal_a_publisher_is_acknowledged_only_with_what_the_journal_a
 
 
 def test_with_a_secret_key_it_serves_curve_and_refuses_an_unsafe_key_file(tmp_path):
-    from roq import keys
+    from roq.security import keys
     from roq.errors import ConfigError
 
     pair = keys.new_keypair(str(tmp_path / "secrets"), "server")

@@ -1,4 +1,4 @@
-"""exchange forwarder: batches checked by roq.batch, forwarded untouched, acknowledged; bounds in bytes and
+"""exchange forwarder: batches checked by roq.wire.batch, forwarded untouched, acknowledged; bounds in bytes and
 tables a flood of identities cannot grow (real sockets on loopback)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import zmq
 
 from exchange._forwarder import MIN_PUBLISHER_HWM, PUBLISHER_QUEUE_BYTES, Forwarder
-from roq import batch
+from roq.wire import batch
 from roq.config import MIN_SUBSCRIBER_HWM, ExchangeConfig
-from roq.curve import Curve
+from roq.security.curve import Curve
 from roq.runtime import DropCounter
 
 log = logging.getLogger("test")
@@ -264,7 +264,7 @@ def test_a_subscriber_that_stays_full_is_sent_past_after_the_grace_and_the_other
     # own as fast as batches come. The exchange waits once for the stuck one, for the grace, then sends past
     # it alone: the keen one keeps its back-pressure and gets every batch, in order
     fwd, pub, me, subscriber = tight
-    stuck, keen = subscriber(), subscriber(small=False)
+    _stuck, keen = subscriber(), subscriber(small=False)  # the stuck one is there, and never reads
     sent = send_batches(pub, me, 1300)  # 78 MB: more than the stuck one's pipe and socket buffers hold
     got: list[int] = []
 
@@ -426,8 +426,7 @@ def test_a_bad_subscription_is_dropped_under_its_reason(rig, frames, reason):
 def secure(tmp_path):
     """A forwarder serving CURVE with the ZAP server of its context, alice's and bob's keys in its keyring, a
     stranger's not; ``connect(kind, endpoint, pair, identity=None)`` makes a client socket of a pair."""
-    from roq import keys, zap
-
+    from roq.security import keys, zap
     pairs = {name: keys.new_keypair(str(tmp_path / "secrets"), name) for name in ("server", "alice", "bob", "stranger")}
     ring = tmp_path / "ring"
     ring.mkdir()
@@ -473,8 +472,7 @@ def secure(tmp_path):
 
 
 def test_with_curve_a_key_of_the_keyring_publishes_and_subscribes(secure):
-    from roq import zap
-
+    from roq.security import zap
     fwd, pairs, connect, turn, server = secure
     sub_id = zap.identity_for(pairs["bob"].public)
     sub = connect(zmq.DEALER, fwd.backend_endpoint, pairs["bob"], sub_id)
@@ -492,8 +490,7 @@ def test_with_curve_a_key_of_the_keyring_publishes_and_subscribes(secure):
 def test_with_curve_a_stranger_gets_nowhere_and_an_id_borrowed_from_another_key_is_dropped(secure):
     # the forgery: a connection claiming a real publisher's id sends a batch with a huge sequence number; it
     # must not reach the subscriber (which would then take the real publisher's records for duplicates)
-    from roq import zap
-
+    from roq.security import zap
     fwd, pairs, connect, turn, server = secure
     sub_id = zap.identity_for(pairs["bob"].public)
     sub = connect(zmq.DEALER, fwd.backend_endpoint, pairs["bob"], sub_id)
@@ -602,8 +599,7 @@ def test_with_curve_an_id_is_its_key_on_a_connection_the_router_named(secure):
     """Clients choose no routing id: the ids their messages name are what is checked. A batch naming another
     key's publisher, or a subscription naming another key's subscriber, is dropped as forged; one's own is
     forwarded and acknowledged on the connection it came on."""
-    from roq import zap
-
+    from roq.security import zap
     fwd, pairs, connect, turn, server = secure
     bob_sub = zap.identity_for(pairs["bob"].public)
     sub = connect(zmq.DEALER, fwd.backend_endpoint, pairs["bob"], b"")
@@ -630,8 +626,7 @@ def test_with_curve_an_id_is_its_key_on_a_connection_the_router_named(secure):
 def test_with_curve_an_impostor_with_a_live_publishers_routing_id_takes_nothing_over(secure):
     """A second connection that presents a live connection's routing id (another key of the keyring) neither
     ends nor takes over the first: there is no handover. The real publisher's batches go on and are acknowledged."""
-    from roq import zap
-
+    from roq.security import zap
     fwd, pairs, connect, turn, server = secure
     bob_sub = zap.identity_for(pairs["bob"].public)
     sub = connect(zmq.DEALER, fwd.backend_endpoint, pairs["bob"], b"")

@@ -7,8 +7,8 @@ import pytest
 from exchange.journal import Store
 from exchange.journal._intake import Intake
 from exchange.journal._sequencer import Gaps
-from roq import batch
-from roq.batch import BatchError
+from roq.wire import batch
+from roq.wire.batch import BatchError
 
 P = b"P" * 16
 Q = b"Q" * 16

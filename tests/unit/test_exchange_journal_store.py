@@ -10,7 +10,7 @@ import pytest
 
 from exchange.journal import Store, segment_name
 from exchange.journal._format import INDEX_INTERVAL
-from roq import batch
+from roq.wire import batch
 from roq.errors import CorruptJournalError, JournalError
 
 PUB_A = b"A" * 16

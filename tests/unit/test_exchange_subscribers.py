@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from exchange._subscribers import MAX_SUBSCRIBERS, Subscribers
-from roq import batch
-
-
+from roq.wire import batch
 def test_a_subscription_is_kept_once_per_id_and_the_latest_prefix_counts():
     subs = Subscribers()
     first, new = subs.subscribe(b"a" * 16, b"orders.")

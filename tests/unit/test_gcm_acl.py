@@ -8,9 +8,9 @@ import pytest
 
 from gcm._acl import bootstrap, check, get_acl, grant, required, revoke
 from gcm._view import View
-from roq import management as m
-from roq.acl import MAX_PREFIX, MAX_RULES, Rule
-from roq.documents import AclDoc
+from roq.wire import management as m
+from roq.security.acl import MAX_PREFIX, MAX_RULES, Rule
+from roq.wire.documents import AclDoc
 from roq.errors import BadRequestError, ForbiddenError, NotFoundError
 from roq.zk import Create, Paths, SetData
 

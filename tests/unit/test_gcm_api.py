@@ -17,9 +17,9 @@ from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Rege
 from gcm._api import Api
 from gcm._outcome import Outcome
 from gcm._view import HostView, QueueView, View
-from roq import management as m
-from roq.control import Message, Reply, encode
-from roq.documents import GcmDoc, HostDoc, MonitorDoc, QueueDoc
+from roq.wire import management as m
+from roq.wire.control import Message, Reply, encode
+from roq.wire.documents import GcmDoc, HostDoc, MonitorDoc, QueueDoc
 from roq.errors import Result, VersionConflictError
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request

@@ -10,12 +10,12 @@ from gcm._api import Api
 from gcm._audit import AuditTrail
 from gcm._audit import entry as audit_entry
 from gcm._view import View
-from roq import control
-from roq import management as m
+from roq.wire import control
+from roq.wire import management as m
 from roq.errors import BadRequestError, Result
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request
-from roq.acl import Rule
+from roq.security.acl import Rule
 from roq.zk import Paths
 
 

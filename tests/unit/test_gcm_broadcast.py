@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gcm._broadcast import Broadcaster
 from gcm._view import HostView, QueueView, View
-from roq.documents import HostDoc, HostKpis, QueueDoc
-from roq.management import parse_broadcast
+from roq.wire.documents import HostDoc, HostKpis, QueueDoc
+from roq.wire.management import parse_broadcast
 
 
 class Pub:

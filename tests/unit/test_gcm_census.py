@@ -14,9 +14,9 @@ from gcm._feed import LiveFeed
 from gcm._labels import Labels
 from gcm._metrics import Exposition
 from gcm._view import QueueView, View
-from roq.control import Reply, Status, decode, encode
-from roq.documents import RUNNING, MonitorDoc, QueueDoc
-from roq.shape import to_document
+from roq.wire.control import Reply, Status, decode, encode
+from roq.wire.documents import RUNNING, MonitorDoc, QueueDoc
+from roq.wire.shape import to_document
 from tests.unit.standins import queue_status
 
 

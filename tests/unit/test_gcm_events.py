@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gcm._events import appended, merge_events
 from gcm._outcome import Event
-from roq.documents import EventsDoc
+from roq.wire.documents import EventsDoc
 from roq.zk import MAX_EVENTS
 
 

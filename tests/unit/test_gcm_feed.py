@@ -5,7 +5,7 @@ from __future__ import annotations
 from gcm._feed import LiveFeed
 from gcm._labels import Labels
 from gcm._view import QueueView, View
-from roq.documents import RUNNING, QueueDoc
+from roq.wire.documents import RUNNING, QueueDoc
 from roq.http import EventStream
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gcm._hostloss import HostLoss, LostHosts
 from gcm._view import HostView, QueueView, View
-from roq.documents import HostDoc, QueueDoc
+from roq.wire.documents import HostDoc, QueueDoc
 from roq.zk import Create, Delete, Paths
 
 

@@ -21,9 +21,9 @@ from gcm._openapi import ROUTES, document
 from gcm._shapes import snake
 from gcm._view import QueueView, View
 from prometheus_client.parser import text_string_to_metric_families
-from roq import management as m
-from roq.control import LATENCY_BOUNDS_MS, Reply
-from roq.documents import RUNNING, GcmDoc, QueueDoc
+from roq.wire import management as m
+from roq.wire.control import LATENCY_BOUNDS_MS, Reply
+from roq.wire.documents import RUNNING, GcmDoc, QueueDoc
 from roq.errors import ConfigError, NotFoundError
 from roq.http import EventStream, HttpRequest
 from roq.runtime import DropCounter

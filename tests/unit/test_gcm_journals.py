@@ -9,8 +9,8 @@ import json
 from gcm._lifecycle import start, stop
 from gcm._rules import set_rules
 from gcm._view import HostView, QueueView, View
-from roq import management as m
-from roq.documents import STOPPED, QueueDoc
+from roq.wire import management as m
+from roq.wire.documents import STOPPED, QueueDoc
 from roq.zk import Create, Delete, Paths, SetData
 
 NOW = 1234.5

@@ -8,9 +8,9 @@ import pytest
 from gcm._lifecycle import create, create_exchange, finish_removals, remove, start, stop
 from gcm._outcome import READY, REMOVED, STOPPED
 from gcm._view import HostView, QueueView, View
-from roq import management as m
-from roq.control import Reply
-from roq.documents import EventsDoc, ExchangeDoc, HostDoc, MonitorDoc, QueueDoc, RulesDoc
+from roq.wire import management as m
+from roq.wire.control import Reply
+from roq.wire.documents import EventsDoc, ExchangeDoc, HostDoc, MonitorDoc, QueueDoc, RulesDoc
 from roq.errors import BadRequestError, NotFoundError, UnavailableError
 from roq.zk import Create, Delete, Paths, SetData
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gcm._placement import Blocked, Move, Placer, choose_host, explain_no_host, plan_replacements
 from gcm._view import HostView, QueueView, View
-from roq.documents import HostDoc, HostKpis, QueueDoc
+from roq.wire.documents import HostDoc, HostKpis, QueueDoc
 from roq.rules import DEFAULT_RULES
 
 

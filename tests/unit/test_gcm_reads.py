@@ -7,8 +7,8 @@ import pytest
 from gcm._reads import exists, get_events, get_rules, get_thresholds, list_hosts, list_queues, lookup
 from gcm._view import QueueView, View
 from gcm._view import HostView
-from roq import management as m
-from roq.documents import EventsDoc, HostDoc, MonitorDoc, QueueDoc, TuningDoc
+from roq.wire import management as m
+from roq.wire.documents import EventsDoc, HostDoc, MonitorDoc, QueueDoc, TuningDoc
 from roq.errors import BadRequestError, NotFoundError, UnavailableError
 from roq.rules import DEFAULT_RULES
 from roq.zk import Paths

@@ -9,8 +9,8 @@ import pytest
 
 from gcm._rules import MAX_EVIDENCE, set_rules, set_thresholds
 from gcm._view import QueueView, View
-from roq import management as m
-from roq.documents import QueueDoc, RulesDoc, TuningDoc
+from roq.wire import management as m
+from roq.wire.documents import QueueDoc, RulesDoc, TuningDoc
 from roq.errors import BadRequestError, NotFoundError
 from roq.rules import DEFAULT_RULES, effective_rules
 from roq.zk import Create, Paths, SetData

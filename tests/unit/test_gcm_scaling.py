@@ -7,8 +7,8 @@ import pytest
 
 from gcm._scaling import remove_exchange, scale_out
 from gcm._view import HostView, QueueView, View
-from roq import management as m
-from roq.documents import HostDoc, HostKpis, QueueDoc
+from roq.wire import management as m
+from roq.wire.documents import HostDoc, HostKpis, QueueDoc
 from roq.errors import BadRequestError, NotFoundError, UnavailableError
 from roq.zk import Create, Delete, Paths, SetData
 

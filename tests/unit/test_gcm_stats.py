@@ -13,10 +13,10 @@ import logging
 
 from gcm._stats import StatsAsks, StatsReply, stats_reply
 from gcm._view import QueueView
-from roq.control import Reply, Status, decode, encode
-from roq.documents import MonitorDoc, QueueDoc
+from roq.wire.control import Reply, Status, decode, encode
+from roq.wire.documents import MonitorDoc, QueueDoc
 from roq.server import Request
-from roq.shape import to_document
+from roq.wire.shape import to_document
 from tests.unit.standins import queue_status
 
 STATUS = to_document(queue_status(exchanges=[{"id": "x1", "records_per_s": 12.5}], publishers=[{"id": "p1"}]))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gcm._view import HostView, QueueView, View
-from roq.documents import ExchangeDoc, HostDoc, HostKpis, MonitorDoc, QueueDoc
+from roq.wire.documents import ExchangeDoc, HostDoc, HostKpis, MonitorDoc, QueueDoc
 from roq.errors import BadRequestError, NotFoundError
-from roq.management import HostSummary, QueueSummary, broadcast_frames, parse_broadcast
+from roq.wire.management import HostSummary, QueueSummary, broadcast_frames, parse_broadcast
 
 
 def _host(address: str, max_exchanges: int = 4, cpu: float = 10.0, **extra) -> HostView:

@@ -6,9 +6,9 @@ import signal
 
 from hostmanager._children import KILL_AFTER, SECOND_SIGNAL_AFTER, Supervised
 from hostmanager._converge import ChildState
-from roq import control
+from roq.wire import control
 from roq.config import ExchangeConfig
-from roq.documents import Assignment
+from roq.wire.documents import Assignment
 from tests.unit.standins import StandIn
 
 X1 = Assignment("orders", "x1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from hostmanager._converge import ChildState, Restart, Start, Stop, Tell, converge, wanted
-from roq.documents import Assignment
+from roq.wire.documents import Assignment
 
 MON = Assignment("orders", "monitor")
 X1 = Assignment("orders", "x1")

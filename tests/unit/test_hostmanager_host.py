@@ -8,7 +8,7 @@ import os
 import pytest
 
 from hostmanager._host import HostSampler, Registration
-from roq.documents import Assignment, ExchangeDoc, HostDoc, MonitorDoc
+from roq.wire.documents import Assignment, ExchangeDoc, HostDoc, MonitorDoc
 from roq.errors import NodeExistsError, NodeMissingError, VersionConflictError, ZooKeeperError
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
 from roq.zk import Paths

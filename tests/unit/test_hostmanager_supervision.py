@@ -14,9 +14,9 @@ from hostmanager._host import Registration
 from hostmanager._ports import PortAllocator
 from hostmanager._supervision import Children
 from roq.config import ExchangeConfig
-from roq.documents import Assignment, ExchangeDoc
+from roq.wire.documents import Assignment, ExchangeDoc
 from roq.errors import NodeExistsError, NodeMissingError
-from roq.ready import ExchangeReady, MonitorReady
+from roq.wire.ready import ExchangeReady, MonitorReady
 from roq.zk import Paths
 from tests.unit.standins import StandIn
 

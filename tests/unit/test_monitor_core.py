@@ -9,10 +9,10 @@ import pytest
 from monitor._operators import MAX_STATUS_BYTES
 from monitor._topology import MAX_NAME, MAX_PUBLISHERS, MAX_SUBSCRIBERS
 from monitor.testing import Driver, Peers
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
-from roq.control import Result
-from roq.shape import to_document
+from roq.wire.control import Result
+from roq.wire.shape import to_document
 
 CONFIG = MonitorConfig(high_records_per_s=1000, sustain=1, cooldown=5, kpi_period=1, heartbeat_timeout=1,
                        smoothing=1.0)

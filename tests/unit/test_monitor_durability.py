@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from monitor._topology import QueueView
 from monitor.testing import Driver
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
 from roq.rules import DEFAULT_RULES
-from roq.status import decode
+from roq.wire.status import decode
 
 
 def _view(**rules) -> QueueView:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from monitor.testing import Driver, Peers
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
 from roq.kpi.records import ExchangeRecord, PublisherRecord, SubscriberRecord
-from roq.status import Totals
+from roq.wire.status import Totals
 
 CONFIG = MonitorConfig(high_records_per_s=1000, smoothing=0.5, sustain=2, kpi_period=1)
 

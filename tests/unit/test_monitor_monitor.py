@@ -13,10 +13,10 @@ import zmq
 
 from monitor import Monitor
 from monitor._operators import MAX_STATUS_BYTES
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
-from roq.control import Result
-from roq.status import decode
+from roq.wire.control import Result
+from roq.wire.status import decode
 
 
 class Wakeup:
@@ -169,10 +169,7 @@ def test_with_curve_a_message_naming_another_keys_id_is_refused_and_changes_noth
     """An identity is its key: bob (a key of the keyring, every permission: no rules are set) cannot say hello,
     panic, report a move, confirm or say goodbye for alice's publisher or subscriber; each is answered FORBIDDEN,
     counted as forged, and alice's entries stay as they were."""
-    import time
-
-    from roq import keys, zap
-
+    from roq.security import keys, zap
     cluster = keys.ClusterKeys(str(tmp_path / "keys"))
     cluster.ensure()
     creds = {name: keys.load_credentials(cluster.client(name)) for name in ("alice", "bob")}

@@ -10,7 +10,7 @@ from monitor._outbox import Outbox
 from monitor._rule import Ewma
 from monitor._rules import Rules
 from monitor._topology import ExchangeEntry, PublisherEntry, SubscriberEntry, Topology
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
 
 T0 = 100.0

@@ -10,12 +10,12 @@ import json
 from monitor._operators import fit
 from monitor._topology import QueueView
 from monitor.testing import Driver, Peers
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
-from roq.control import Result
+from roq.wire.control import Result
 from roq.rules import DEFAULT_RULES
-from roq.shape import to_document
-from roq.status import JournalStatus, PublisherStatus, ScalingStatus, Shown, SubscriberStatus, decode
+from roq.wire.shape import to_document
+from roq.wire.status import JournalStatus, PublisherStatus, ScalingStatus, Shown, SubscriberStatus, decode
 
 CONFIG = MonitorConfig(queue="orders", high_records_per_s=1000)
 

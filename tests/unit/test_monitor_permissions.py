@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from monitor._topology import QueueView
 from monitor.testing import Driver
-from roq import control
-from roq.acl import Rule
+from roq.wire import control
+from roq.security.acl import Rule
 from roq.config import MonitorConfig
-from roq.control import Result
+from roq.wire.control import Result
 
 RULES = (Rule("alice", "publish", "orders"), Rule("bob", "subscribe", "orders", prefixes=(b"eu.",)))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from monitor._rules import Rules
 from monitor._topology import QueueView
 from monitor.testing import Driver, Peers
-from roq import control
+from roq.wire import control
 from roq.config import MonitorConfig
 from roq.rules import DEFAULT_RULES, effective_rules
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from monitor._topology import QueueView
 from monitor.testing import Driver, Peers
-from roq import control
-from roq import management as m
+from roq.wire import control
+from roq.wire import management as m
 from roq.config import MonitorConfig
-from roq.control import Reply, Result
+from roq.wire.control import Reply, Result
 from roq.rules import effective_rules
-from roq.status import ScalingStatus
+from roq.wire.status import ScalingStatus
 
 RULES = {"exchange_records_per_s": 1000.0, "sustain_s": 1.0, "cooldown_s": 2.0, "smoothing": 1.0,
          "kpi_period_s": 1.0, "min_exchanges": 1, "max_exchanges": 4}

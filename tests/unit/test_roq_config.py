@@ -31,7 +31,7 @@ def test_replace_rejects_unknown_options_by_name():
 
 
 def test_an_exchange_bounds_each_subscriber_in_bytes_down_to_the_floor_zeromq_needs():
-    from roq.batch import HEADER_SIZE, MAX_KEY
+    from roq.wire.batch import HEADER_SIZE, MAX_KEY
     from roq.config import DEFAULT_SUBSCRIBER_QUEUE_BYTES, MIN_SUBSCRIBER_HWM, ExchangeConfig, PublisherConfig
 
     e = ExchangeConfig(monitor="tcp://127.0.0.1:1")

@@ -10,7 +10,7 @@ import pytest
 
 from roq.errors import ProtocolError
 from roq.process import spawn
-from roq.ready import ExchangeReady, MonitorReady
+from roq.wire.ready import ExchangeReady, MonitorReady
 
 GOOD = MonitorReady(pid=7, queue="orders", endpoint="tcp://127.0.0.1:5500").line()
 

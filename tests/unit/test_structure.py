@@ -21,7 +21,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("roq", "client", "exchange", "monitor", "gcm", "hostmanager", "deploy", "roqcli", "simulation")
@@ -44,7 +43,7 @@ PROCESS_PACKAGES = ("exchange", "exchange.journal", "monitor", "gcm", "hostmanag
 PRODUCT = tuple(p for p in PACKAGES if p != "simulation")
 #: module functions that take their module's class first, and why they are functions
 FREE_FUNCTIONS = {
-    "roq.control.codec.encode": "the codec's one entry point for every message, as bson.encode is",
+    "roq.wire.control.codec.encode": "the codec's one entry point for every message, as bson.encode is",
     "roqcli.kpi.capacity.estimate": "a pure function of a record of sums that Spark ships as data",
     "roqcli.kpi.capacity._cpu_capacity": "(estimate's)",
     "roqcli.kpi.capacity._fit": "(estimate's)",

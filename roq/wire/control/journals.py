@@ -1,0 +1,69 @@
+"""Journal <-> monitor: the journal's heartbeat and the policy its monitor gives it.
+
+A durable queue's journal registers with the queue's monitor by its first :class:`JournalHeartbeat`, which
+says where its exchanges send and its readers fetch, and what it holds; the monitor answers with the queue's
+:class:`JournalPolicy` whenever the journal holds another. Where the exchanges find the journal is
+:class:`roq.wire.control.exchanges.Journaling`; what readers ask of it, :mod:`roq.wire.control.reads`.
+"""
+
+from __future__ import annotations
+
+from roq.wire.control.codec import Message, message
+
+__all__ = ["JournalHeartbeat", "JournalPolicy"]
+
+
+@message(8)
+class JournalHeartbeat(Message):
+    """Journal -> monitor, every heartbeat interval; also registers it: where its exchanges send (``intake``),
+    where readers fetch (``reads``), which policy and permissions it holds (:meth:`JournalPolicy.digest`, ""
+    none yet; :meth:`AclRules.digest`, "" none yet, "-" plaintext) and what it holds.
+
+    ``first_offset``..``next_offset``: the records it keeps; ``unsynced_bytes``: written and not yet on disk;
+    ``sync_ms``/``sync_max_ms``: its syncs' mean and longest since the last heartbeat; ``error``: why its
+    last write failed ("" none since the last heartbeat)."""
+
+    journal: str
+    intake: str
+    pid: int
+    incarnation: int
+    reads: str = ""
+    policy: str = ""
+    permissions: str = "-"
+    first_offset: int = 0
+    next_offset: int = 0
+    size_bytes: int = 0
+    segments: int = 0
+    unsynced_bytes: int = 0
+    records: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    syncs: int = 0
+    sync_ms: float = 0.0
+    sync_max_ms: float = 0.0
+    write_failures: int = 0
+    error: str = ""
+
+
+@message(1110)
+class JournalPolicy(Message):
+    """Monitor -> journal, when it joins, whenever the queue's rules change them and whenever its heartbeat
+    shows others: how it acknowledges and syncs (``durability`` "interval" or "always", ``sync_interval_ms``)
+    and what it keeps (``retention_bytes``, ``retention_s``; 0 = no bound).
+
+    ``replaces``: how many times the queue's journal was started anew after its host was lost (0: never), the
+    queue's journal *generation*: a journal of an earlier one (new and empty, or the files of a lost host that
+    came back) begins past every offset the ones before may have given, and past ``last``, the highest offset
+    its monitor heard of (neither is in the digest). A journal with a monitor journals nothing before the first
+    policy."""
+
+    durability: str = "always"
+    sync_interval_ms: int = 100
+    retention_bytes: int = 0
+    retention_s: float = 0.0
+    replaces: int = 0
+    last: int = 0
+
+    def digest(self) -> str:
+        """A short digest of this policy, for a heartbeat to say which the journal holds."""
+        return f"{self.durability}/{self.sync_interval_ms}/{self.retention_bytes}/{self.retention_s:g}"

@@ -1,0 +1,82 @@
+"""Reader <-> journal, on the journal's reads port: fetches, a durable subscriber's position, a check.
+
+A subscriber that replays (``start=``) or reads for good (``durable=``) asks the journal for its entries
+(:class:`Fetch`, answered by :class:`Fetched` and the entries' frames); a durable one keeps its position there
+(:class:`Commit`, :class:`Position`). An operator may have the journal check its files (:class:`Verify`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from roq.wire.control.codec import Message, message
+
+__all__ = ["Fetch", "Fetched", "NO_CURSOR", "Commit", "DURABLE_NAME", "Position", "Verify"]
+
+
+@message(50)
+class Fetch(Message):
+    """Reader -> journal (its reads port): the entries from ``offset`` (-1: from the first record appended at
+    or after ``since``, seconds since the epoch; -2: from the end; -3: from where the answer to this reader's
+    previous fetch ended, so that a reader keeps two in flight), about ``max_bytes`` of them whose key starts
+    with ``prefix``. At the end, the journal waits up to ``wait_ms`` for more before it answers. ``subscriber``
+    (its id, hex) names the seams the exchanges marked for it (see :data:`roq.wire.batch.SEAM`)."""
+
+    offset: int
+    prefix: bytes = b""
+    max_bytes: int = 1 << 20
+    wait_ms: int = 0
+    since: float = 0.0
+    subscriber: str = ""
+
+
+#: the error of a fetch that goes on from a previous one (offset -3) the journal does not know (it restarted)
+NO_CURSOR = "no previous fetch to go on from"
+
+
+@message(51)
+class Fetched(Message):
+    """Journal -> reader, the first frame of the answer to a :class:`Fetch`; ``count`` entries follow, three
+    frames each (key, header, body: the batch as its publisher sent it), ``offsets`` giving each one's first
+    record's offset. ``next_offset``: where the next fetch goes on (past entries the prefix skipped too);
+    ``end_offset``, ``first_offset``: the journal's extent now; ``seams``: exchange -> the offset before which
+    the journal holds everything that exchange forwarded before this subscriber's subscription to it went
+    live; ``error``: why nothing could be read (a corrupt entry at ``next_offset``...), "" none."""
+
+    next_offset: int
+    end_offset: int
+    first_offset: int
+    count: int = 0
+    start_offset: int = -1  # where this answer began
+    offsets: list[int] = dataclasses.field(default_factory=list)
+    seams: dict[str, int] = dataclasses.field(default_factory=dict)
+    error: str = ""
+
+
+#: a durable subscriber's name (its position in a journal is kept under it)
+DURABLE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}\Z")
+
+
+@message(52)
+class Commit(Message):
+    """Reader -> journal: the durable subscriber ``name`` has processed everything before ``offset``; answered
+    with a :class:`~roq.wire.control.Reply` once the position is on disk."""
+
+    name: str
+    offset: int
+
+
+@message(53)
+class Position(Message):
+    """Reader -> journal: where the durable subscriber ``name`` goes on; answered with a
+    :class:`~roq.wire.control.Reply` whose data is ``{"offset": int}`` (-1: it never committed)."""
+
+    name: str
+
+
+@message(54)
+class Verify(Message):
+    """Operator -> journal (its reads port): read every segment whole and say what does not check; answered with a
+    :class:`~roq.wire.control.Reply` whose data is ``{"problems": [...], "segments", "first_offset", "end_offset",
+    "size_bytes"}`` (the journal serves nothing else meanwhile: seconds for gigabytes)."""

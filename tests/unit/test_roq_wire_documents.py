@@ -1,0 +1,57 @@
+"""roq.wire.documents: what each znode holds, checked on the way in."""
+
+from __future__ import annotations
+
+import pytest
+
+from roq.wire.documents import STOPPED, Assignment, EventsDoc, HostDoc, HostKpis, QueueDoc, RulesDoc
+from roq.errors import ProtocolError
+
+
+@pytest.mark.parametrize(
+    "name, queue, role, slot",
+    [
+        ("q@monitor", "q", "monitor", "monitor"),
+        ("q@x3", "q", "exchange", "x3"),
+        ("q.a-b@x1", "q.a-b", "exchange", "x1"),
+    ],
+)
+def test_assignment_names_are_parsed(name, queue, role, slot):
+    a = Assignment.parse(name)
+    assert (a.queue, a.role, a.slot, a.name) == (queue, role, slot, name)
+
+
+@pytest.mark.parametrize("name", ["nope", "@x", "q@", "@", "", "q@x", "q@monitor2", "q@x1@x2", "a/b@x1", "q@__init__",
+                                  "q@monitor\n", "q@x1\n"])
+def test_malformed_assignment_names_are_refused(name):
+    with pytest.raises(ProtocolError):
+        Assignment.parse(name)
+
+
+def test_documents_are_compact_sorted_json_and_round_trip():
+    doc = QueueDoc(state=STOPPED, host="h", placement={"x2": "b", "x1": "a"}, next_exchange=3)
+    assert doc.encode().startswith(b'{"created":0.0,"host":"h","journal_host":"","journal_lost":0,"next_exchange":3,"placement":{"x1":"a","x2":"b"}')
+    assert QueueDoc.decode(doc.encode()) == doc
+    host = HostDoc(address="a", max_exchanges=4, kpis=HostKpis(cpu_percent=12.5))
+    assert HostDoc.decode(host.encode()) == host
+
+
+def test_an_empty_node_reads_as_the_default_document():
+    assert QueueDoc.decode(b"") == QueueDoc() and EventsDoc.decode(None) == EventsDoc()
+
+
+@pytest.mark.parametrize("data", [b"not json", b"{", b"\x80\x81", b"[1, 2]", b'{"state": "exploded"}',
+                                  b'{"placement": {"x1": 3}}', b'{"next_exchange": 1e400}', b'{"next_exchange": 9223372036854775808}',
+                                  b'{"host": ["a"]}', b'{"created": true}'])
+def test_a_node_holding_anything_else_is_refused(data):
+    with pytest.raises(ProtocolError):
+        QueueDoc.decode(data)
+
+
+def test_rules_keep_numbers_and_short_words_only():
+    long = "x" * 65
+    assert RulesDoc.decode(b'{"cooldown_s": 3, "durability": "always", "max_exchanges": true, "smoothing": [1], '
+                           b'"k": "' + long.encode() + b'"}') == RulesDoc({"cooldown_s": 3, "durability": "always"})
+    assert RulesDoc({"a": 1.5}).encode() == b'{"a":1.5}'
+    with pytest.raises(ProtocolError):
+        RulesDoc.decode(b"[1]")
