@@ -168,7 +168,10 @@ def test_crash_of_the_monitors_host_under_load_moves_monitor_and_exchange_and_cl
 
 
 def test_gcm_leader_lost_during_a_scale_out(make_embedded, loads):
-    cluster = make_embedded(hosts=2, gcms=2)
+    # the frozen leader stays the leader until its ZooKeeper session expires: long enough for the scale-out to be
+    # decided and sent to it however busy the machine (with 4 s, a loaded run decided it after the standby had
+    # taken over, and the test saw a scale-out answered at once)
+    cluster = make_embedded(hosts=2, gcms=2, session_timeout=10.0)
     q = Queue(cluster, loads, "gcmx", exchange_records_per_s=1000, cooldown_s=2.0, **FAST)
     q.subscribe("")
     leader = cluster.leader()
