@@ -9,8 +9,10 @@ that comes back after its slots moved simply has no assignments any more: its ho
 processes it still runs.
 
 A durable queue's journal on a lost host starts anew beside the queue's monitor (:func:`gcm._journals.journal_ops`),
-in an empty directory: it begins at an offset past every one its monitor and exchanges heard of the lost one
-(the monitor tells it), and the records the lost one held stay on the lost host's disk.
+in an empty directory, as the queue's journal of the next generation (counted in the queue's document,
+:attr:`~roq.wire.documents.QueueDoc.journal_generation`, in the same transaction): it begins at an offset past
+every one its monitor and exchanges heard of the lost one (the monitor tells it), and the records the lost one
+held stay on the lost host's disk.
 
 :class:`HostLoss` keeps the clocks; what it decides is a list of :class:`~gcm._outcome.Outcome` s that the
 GCM's shell commits (a transaction that fails is tried again a second later).
@@ -105,7 +107,8 @@ class HostLoss:
             return []
         due = [
             q.name for q in view.queues.values()
-            if q.state == RUNNING and (q.host in lost or lost & set(q.placement.values()) or _journal_lost(q, lost))
+            if q.state == RUNNING
+            and (q.host in lost or lost & set(q.placement.values()) or _journal_on_lost_host(q, lost))
             and now >= self._next_try.get(q.name, 0.0)
         ]  # fmt: skip
         self._next_try = {name: t for name, t in self._next_try.items() if t > now}
@@ -117,7 +120,7 @@ class HostLoss:
         outcomes = []
         for name in due:
             mine = [mv for mv in moves if mv.queue == name]
-            if mine or _journal_lost(view.queues[name], lost):
+            if mine or _journal_on_lost_host(view.queues[name], lost):
                 outcomes.append(self._move(view, view.queues[name], mine, lost))
         stuck = {(b.queue, b.slot, b.source) for b in blocked}
         self._noted = {key for key in self._noted if key[0] not in due or key in stuck}
@@ -144,9 +147,10 @@ class HostLoss:
         paths = view.paths
         doc = dataclasses.replace(q.doc, host=host, placement=placement)
         journal: list = []
-        lost_journal = q.doc.journal_host if _journal_lost(q, lost) and host in view.hosts else ""
-        if lost_journal:
-            doc, journal = journal_ops(view, q, dataclasses.replace(doc, journal_lost=doc.journal_lost + 1), q.rules)
+        lost_journal = q.doc.journal_host if _journal_on_lost_host(q, lost) and host in view.hosts else ""
+        if lost_journal:  # the queue's journal of the next generation
+            doc = dataclasses.replace(doc, journal_generation=doc.journal_generation + 1)
+            doc, journal = journal_ops(view, q, doc, q.rules)
         ops = (
             SetData(paths.queue(q.name), doc.encode(), q.version),
             *journal,
@@ -182,6 +186,6 @@ class HostLoss:
         return Outcome(ops=ops, ensure=tuple(paths.host_assignments(t) for t in sorted(targets)), events=tuple(events))
 
 
-def _journal_lost(q: QueueView, lost: set[str]) -> bool:
+def _journal_on_lost_host(q: QueueView, lost: set[str]) -> bool:
     """Whether ``q`` is durable and its journal's host is ``lost``."""
     return q.durable and q.doc.journal_host in lost

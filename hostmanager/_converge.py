@@ -103,8 +103,8 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
         children: the supervised children, by assignment name.
         monitors: queue -> its monitor's endpoint ("" or missing: no monitor yet, its exchanges wait).
         now: the time (for restart back-offs).
-        generations: queue -> how many times its journal was started anew (the queue's document says), for
-            the journals started.
+        generations: queue -> its journal generation (how many times its journal was started anew after its
+            host was lost: the queue's document says), for the journals started.
     """
     actions: list[Action] = []
     for name, child in children.items():

@@ -214,10 +214,11 @@ class HostManager:
             self._dirty |= self.children.apply(action, now)
 
     def _journal_generation(self, queue: str) -> int:
-        """How many times ``queue``'s journal was started anew after losing its host (its document says; the GCM
-        counts it in the transaction that places the journal)."""
+        """``queue``'s journal generation: how many times its journal was started anew after losing its host (its
+        document says; the GCM counts it in the transaction that places the journal, so a host manager that sees
+        the journal's assignment reads at least that count)."""
         doc, _ = self.session.read(self.paths.queue(queue), QueueDoc.decode)
-        return doc.journal_lost if doc is not None else 0
+        return doc.journal_generation if doc is not None else 0
 
     def _monitor_endpoint(self, queue: str) -> str:
         """The endpoint of ``queue``'s monitor ("" while there is none, or none that can be dialled)."""

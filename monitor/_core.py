@@ -139,7 +139,6 @@ class Core:
             self.scaling.adopt(view)
         if self.adoption.adopt(view) and self.scaling is not None:
             self.scaling.scaler.reset()
-        self.durability.replaced_times(view.journal_lost)
         self.durability.changed()
 
     # ------------------------------------------------------------------ timers

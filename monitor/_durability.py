@@ -9,9 +9,8 @@ its intake and the policy it holds. The monitor
   publisher before it is told, and while the queue is durable and no journal is heard of it is told the
   durability with no intake: it acknowledges nothing, rather than what no journal has;
 * tells the journal the policy (:class:`~roq.wire.control.JournalPolicy`) when its heartbeat shows another, with
-  how many times the queue's journal was started anew after losing its host and the highest offset heard of
-  it (from the journal's heartbeats and the exchanges' acknowledgements): a new, empty journal that replaces
-  a lost one begins past it.
+  the highest offset heard of the queue's journals (from the journal's heartbeats and the exchanges'
+  acknowledgements): a new, empty journal in a lost one's place begins past it.
 
 What the journal last reported is kept for the queue's status (:meth:`Durability.describe`).
 """
@@ -57,7 +56,6 @@ class Durability:
         self.rules = rules
         self.journal_timeout = journal_timeout
         self.journal: control.JournalHeartbeat | None = None  # the last heartbeat of the journal
-        self.replaced = 0  # times the queue's journal was started anew after its host was lost (the GCM says)
         self.last = 0  # the highest offset heard of the queue's journal
         self.waiting: dict[bytes, int] = {}  # exchange -> bytes it sent the journal, not acknowledged yet
         self.identity = b""
@@ -69,16 +67,12 @@ class Durability:
         intake = self.journal.intake if self.journal is not None and durability != "none" else ""
         return control.Journaling(journal=intake, durability=durability)
 
-    def replaced_times(self, replaced: int) -> None:
-        """How many times the queue's journal was started anew after its host was lost (the GCM says)."""
-        self.replaced = replaced
-
     def changed(self) -> bool:
         """The rules (or the journal) may have changed: tell every exchange, and the journal, what they must know
         now; True if the exchanges were told something new."""
         policy = policy_of(self.rules.values)
         if self.journal is not None and self.journal.policy != policy.digest():
-            self.outbox.send(self.identity, dataclasses.replace(policy, replaces=self.replaced, last=self.last))
+            self.outbox.send(self.identity, dataclasses.replace(policy, last=self.last))
         message = self._message()
         if message == self.message:
             return False

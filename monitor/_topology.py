@@ -185,7 +185,6 @@ class QueueView:
         thresholds: the thresholds as written (by the KPI tuner or an operator).
         explicit: the rules an operator set.
         acl: the cluster's permissions (None: no rule was ever set; () when they do not read: nothing allowed).
-        journal_lost: times the queue's journal was started anew elsewhere after its host was lost.
     """
 
     state: str = ""
@@ -194,7 +193,6 @@ class QueueView:
     thresholds: Mapping[str, Any] = field(default_factory=dict)
     explicit: Mapping[str, Any] = field(default_factory=dict)
     acl: tuple[Rule, ...] | None = None
-    journal_lost: int = 0
 
 
 class Topology:

@@ -229,9 +229,10 @@ class JournalConfig:
         max_batch_bytes: a batch body above this is refused and counted.
         heartbeat_interval: seconds between heartbeats to the monitor.
         journal_id: its name in logs; "" = generated.
-        generation: how many times the queue's journal had been started anew after losing its host when this
-            one was placed (its host manager reads it from the queue's document); with its monitor's policy,
-            whichever says more, it tells a journal of an earlier generation to begin anew.
+        generation: the queue's journal generation: how many times the queue's journal had been started anew
+            after losing its host when this one was placed (its host manager reads it from the queue's document,
+            after the GCM's transaction that placed it). A journal whose files are of an earlier generation (or
+            none) begins anew, past the highest offset its monitor's first policy names.
         commands: read the host manager's commands (control messages) on standard input.
         secret_key: the CURVE secret key file the intake serves with; "" = plaintext.
         keyring: with ``secret_key``, the directory of the public keys that may connect.

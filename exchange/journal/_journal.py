@@ -19,14 +19,16 @@ where the monitor moved (:class:`~roq.wire.control.Retarget`).
 A write that fails (the disk is full) loses the round, acknowledges none of it and pauses the intake for
 :data:`PAUSE_S`; the exchanges send it again. Nothing acknowledged is lost.
 
-**A journal waits for its policy.** One that has a monitor reads no intake until the monitor's first policy,
-which says how many times the queue's journal was started anew after its host was lost
-(:attr:`~roq.wire.control.JournalPolicy.replaces`, the queue's journal *generation*). A journal of an earlier
-generation than that (a new one, or the files of a lost host that came back and was given the journal again)
-begins at an offset past any the queue's journals gave (the wall clock's seconds times 2**21, and past the
-highest offset its monitor heard), so that offsets only grow; the files of an earlier generation are set
-aside (:meth:`~exchange.journal._store.Store.begin_generation`). A journal of the queue's generation, started
-again in place, goes on from its files.
+**A journal waits for its policy.** Its host manager starts it with the queue's journal *generation*
+(:attr:`~roq.config.JournalConfig.generation`: how many times the queue's journal was started anew after its
+host was lost, read from the queue's document once the GCM placed the journal). One that has a monitor reads
+no intake until the monitor's first policy, which carries the highest offset the monitor heard of the queue's
+journals (:attr:`~roq.wire.control.JournalPolicy.last`). A journal of an earlier generation than its config's
+(a new one, or the files of a lost host that came back and was given the journal again) then begins at an
+offset past any the queue's journals gave (the wall clock's seconds times 2**21, and past that highest
+offset), so that offsets only grow; the files of an earlier generation are set aside
+(:meth:`~exchange.journal._store.Store.begin_generation`). A journal of the queue's generation, started again
+in place, goes on from its files.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ __all__ = ["Journal", "ROUND", "PAUSE_S", "REBASE_SHIFT"]
 ROUND = 1024
 #: how long the intake rests after a write failed
 PAUSE_S = 1.0
-#: a journal that replaces a lost one begins at the wall clock's seconds shifted by this (a journal gives
+#: a journal of a new generation begins at the wall clock's seconds shifted by this (a journal gives
 #: fewer than 2**21 offsets a second; 2**52 in 2106, within the integers a JSON reader keeps exactly)
 REBASE_SHIFT = 21
 #: seconds between two looks at the gaps, and between two applications of the retention
@@ -139,7 +141,7 @@ class Journal:
         self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission)
         self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
         log.info("journal %s of queue %s in %s: %s", self.id, cfg.queue, cfg.directory, rec.describe())
-        if self.monitor is not None:  # its monitor's first policy says which of the queue's journals it is
+        if self.monitor is not None:  # its monitor's first policy says where a new generation begins
             self._paused_until = float("inf")
         for note in rec.notes:
             log.warning("journal %s: %s", self.id, note)
@@ -328,11 +330,10 @@ class Journal:
                 f"{self.meter.describe()}, {self.drops.total} inputs dropped")
 
     def _begin(self, msg: control.JournalPolicy) -> bool:
-        """The first policy: one of an earlier generation than the queue's (new, or the files of a lost host that
-        came back) begins anew past every offset the queue's journals gave; False if it could not."""
+        """The first policy: a journal of an earlier generation than its config's (new, or the files of a lost host
+        that came back) begins anew past every offset the queue's journals gave; False if it could not."""
         store, reads = self.store, self.reads
-        # the monitor's count, or its host manager's if the monitor's view of the queue is behind the GCM's move
-        generation = max(msg.replaces, self.config.generation)
+        generation = self.config.generation
         if store is None or reads is None or generation <= store.generation:
             return True
         base = max(int(time.time()) << REBASE_SHIFT, msg.last + 1)
@@ -347,9 +348,9 @@ class Journal:
             log.warning("journal %s: these files are of the queue's journal before it was started anew (generation "
                         "%d of %d): set aside in %s, with the durable subscribers' positions", self.id, was, generation,
                         moved)
-        log.warning("journal %s replaces the queue's journal lost with its host (%d time(s) in all): it begins at "
-                    "offset %d, past every offset the lost one gave (the highest heard: %d); the records that one held "
-                    "stay on its host's disk", self.id, generation, base, msg.last)
+        log.warning("journal %s is the queue's journal of generation %d (started anew after its host was lost): it "
+                    "begins at offset %d, past every offset the lost one gave (the highest heard: %d); the records "
+                    "that one held stay on its host's disk", self.id, generation, base, msg.last)
         return True
 
     def heartbeat(self) -> control.JournalHeartbeat:

@@ -146,20 +146,34 @@ class HostDoc(Document):
 
 @dataclasses.dataclass(frozen=True)
 class QueueDoc(Document):
-    """A queue: its state, its monitor's host, where each exchange slot is placed, and its journal's host."""
+    """A queue: its state, its monitor's host, where each exchange slot is placed, and its journal's host and
+    generation."""
 
     state: str = RUNNING
     host: str = ""  # the monitor's host
     placement: dict[str, str] = dataclasses.field(default_factory=dict)  # exchange slot -> host
     next_exchange: int = 1  # number of the next slot (x<n>)
     journal_host: str = ""  # where its journal's files are ("" = it never had one); it runs while it is durable
-    journal_lost: int = 0  # times its journal was started anew elsewhere after its host was lost
+    journal_generation: int = 0  # times its journal was started anew elsewhere after its host was lost
     created: float = 0.0  # wall clock
     removing_since: float = 0.0  # wall clock; 0 unless removing
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
             raise ProtocolError(f"QueueDoc.state must be one of {', '.join(STATES)}, got {self.state!r}")
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> QueueDoc:
+        """The document in ``data`` (empty = the default document). One written before the journal's generation
+        had that name holds it as ``journal_lost``, read as :attr:`journal_generation` when that is absent.
+
+        Raises:
+            ProtocolError: not JSON, or a field of the wrong type.
+        """
+        found = _loads(data)
+        if type(found) is dict and "journal_generation" not in found and "journal_lost" in found:
+            found = {**found, "journal_generation": found["journal_lost"]}
+        return shape.read(cls, found, cls.__name__)
 
 
 @dataclasses.dataclass(frozen=True)

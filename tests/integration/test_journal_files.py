@@ -117,10 +117,10 @@ def _heartbeat(monitor: zmq.Socket, journal: str) -> tuple[bytes, control.Journa
 def test_the_files_of_a_lost_host_that_comes_back_are_set_aside_and_the_journal_begins_past_the_queues_offsets(
         tmp_path):
     """The host of a queue's first journal (generation 0) was lost, and the queue's journal started anew
-    elsewhere, twice. The host comes back and is given the journal again: its host manager says generation 2,
-    its monitor (whose view of the queue is behind) 1. The journal reads no batch before that policy; then it sets its old files (and the durable subscribers'
-    positions) aside, begins past every offset the queue's journals gave, and journals. Started again in place,
-    it goes on from its files."""
+    elsewhere, twice. The host comes back and is given the journal again: its host manager starts it with
+    generation 2. The journal reads no batch before its monitor's first policy (which names the highest offset
+    heard); then it sets its old files (and the durable subscribers' positions) aside, begins past every offset
+    the queue's journals gave, and journals. Started again in place, it goes on from its files."""
     directory = str(tmp_path / "j")
     old_bases = _journal_files(directory, 10)
     with open(os.path.join(directory, "positions.json"), "w") as f:
@@ -140,8 +140,8 @@ def test_the_files_of_a_lost_host_that_comes_back_are_set_aside_and_the_journal_
         intake = _intake(ctx, info.intake)
         other = b"Q" * 16
         intake.send_multipart([b"k", batch.pack_header(batch.DATA, other, 1, 1), batch.encode_body([b"one"])])
-        assert not intake.poll(500), "the journal took a batch before its monitor said which journal it is"
-        monitor.send_multipart([ident, control.encode(control.JournalPolicy(replaces=1, last=last_heard))])
+        assert not intake.poll(500), "the journal took a batch before its monitor's first policy"
+        monitor.send_multipart([ident, control.encode(control.JournalPolicy(last=last_heard))])
         assert intake.poll(10_000), "the journal did not acknowledge the batch once told"
         _incarnation, end, pairs = batch.decode_journal_ack(intake.recv())
         assert pairs == [(other, 1)] and end == last_heard + 2  # offsets past every one the queue's journals gave
@@ -159,7 +159,7 @@ def test_the_files_of_a_lost_host_that_comes_back_are_set_aside_and_the_journal_
     try:
         info = child.wait_ready(30)
         ident, hb = _heartbeat(monitor, info.id)
-        monitor.send_multipart([ident, control.encode(control.JournalPolicy(replaces=2, last=last_heard + 1))])
+        monitor.send_multipart([ident, control.encode(control.JournalPolicy(last=last_heard + 1))])
         intake = _intake(ctx, info.intake)
         intake.send_multipart([b"k", batch.pack_header(batch.DATA, other, 2, 1), batch.encode_body([b"two"])])
         assert intake.poll(10_000), "the journal started again did not acknowledge"

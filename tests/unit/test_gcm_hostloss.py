@@ -96,7 +96,8 @@ def test_a_new_term_starts_the_clocks_again():
 
 def test_a_durable_queues_journal_on_a_lost_host_starts_anew_beside_the_monitor():
     loss = HostLoss(grace=1.0)
-    doc = QueueDoc(state="running", host="a", placement={"x1": "a"}, next_exchange=2, journal_host="dead")
+    doc = QueueDoc(state="running", host="a", placement={"x1": "a"}, next_exchange=2, journal_host="dead",
+                   journal_generation=1)
     q = QueueView("q", doc, version=4, explicit_rules={"durability": "always"})
     view = _view([q], [_host("a")], {"dead": {"q@journal"}, "a": {"q@monitor", "q@x1"}})
     loss.update(view, 0.0)
@@ -104,6 +105,7 @@ def test_a_durable_queues_journal_on_a_lost_host_starts_anew_beside_the_monitor(
     (outcome,) = loss.act(view, 1.0)
     moved = QueueDoc.decode(outcome.ops[0].data)
     assert moved.journal_host == "a" and moved.host == "a" and moved.placement == {"x1": "a"}
+    assert moved.journal_generation == 2  # the queue's journal of the next generation, in the same transaction
     assert set(outcome.ops[1:]) == {Delete("/roq/assignments/dead/q@journal"), Create("/roq/assignments/a/q@journal")}
     assert outcome.ensure == ("/roq/assignments/a",)
     (event,) = outcome.events

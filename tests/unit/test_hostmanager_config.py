@@ -6,7 +6,7 @@ import pytest
 
 from hostmanager import HostManagerConfig
 from hostmanager._config import MODULES, ChildSettings
-from roq.config import ExchangeConfig, MonitorConfig
+from roq.config import ExchangeConfig, JournalConfig, MonitorConfig
 from roq.errors import ConfigError
 from roq.settings import from_args, parser_for, to_args
 
@@ -39,6 +39,12 @@ def test_a_monitor_gets_its_settings_and_the_options_back_from_its_flags():
                                    session_timeout=4.0, kpi_archive="/tmp/kpi", sustain=1.0, relocation_rule=False,
                                    high_records_per_s=6000.0)
     assert rebuilt(MonitorConfig, config) == config
+
+
+def test_a_journal_gets_the_queues_journal_generation_on_its_command_line(tmp_path):
+    config = settings(journal_dir=str(tmp_path)).journal("orders", "tcp://127.0.0.12:5500", 7003, generation=2)
+    assert config.generation == 2 and config.directory == str(tmp_path / "127.0.0.12" / "orders")
+    assert "--generation=2" in to_args(config) and rebuilt(JournalConfig, config) == config
 
 
 def test_the_module_of_a_role_comes_from_a_fixed_table():

@@ -65,16 +65,14 @@ def test_rules_that_change_reach_the_journal_and_every_exchange_and_a_journal_el
 
 
 
-def test_a_journal_that_replaces_a_lost_one_is_told_so_and_the_highest_offset_its_exchanges_heard():
-    """The GCM counts the journals started anew after their host was lost; the exchanges' heartbeats carry the
-    end their journal's last acknowledgement named (a new, empty journal begins past both) and what waits for
-    the journal (its lag)."""
-    d = Driver(MonitorConfig(queue="q"), view=QueueView(state="running", rules={**DEFAULT_RULES, "durability": "always"},
-                                                          journal_lost=2))
+def test_a_new_journal_is_told_the_highest_offset_its_exchanges_heard():
+    """The exchanges' heartbeats carry the end their journal's last acknowledgement named (a new, empty journal
+    begins past it) and what waits for the journal (its lag)."""
+    d = Driver(MonitorConfig(queue="q"), view=_view(durability="always"))
     d.send(control.Heartbeat(exchange="x1", frontend="tcp://h:1", backend="tcp://h:2", pid=1, journal="?",
                              journal_end=5000, journal_waiting=3000), b"x1", "cluster")
     d.send(control.JournalHeartbeat(journal="j2", intake="tcp://h:9", pid=2, incarnation=3), b"j2", "cluster")
     (policy,) = d.to(b"j2", control.JournalPolicy)
-    assert (policy.replaces, policy.last) == (2, 5000)
-    assert policy.digest() == control.JournalPolicy().digest()  # neither is the policy itself
+    assert policy.last == 5000
+    assert policy.digest() == control.JournalPolicy().digest()  # it is not the policy itself
     assert d.send(control.Status(), b"op", "cluster").data["journal"]["lag_bytes"] == 3000  # what waits for it

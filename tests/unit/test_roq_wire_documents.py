@@ -30,10 +30,20 @@ def test_malformed_assignment_names_are_refused(name):
 
 def test_documents_are_compact_sorted_json_and_round_trip():
     doc = QueueDoc(state=STOPPED, host="h", placement={"x2": "b", "x1": "a"}, next_exchange=3)
-    assert doc.encode().startswith(b'{"created":0.0,"host":"h","journal_host":"","journal_lost":0,"next_exchange":3,"placement":{"x1":"a","x2":"b"}')
+    assert doc.encode().startswith(b'{"created":0.0,"host":"h","journal_generation":0,"journal_host":"","next_exchange":3,"placement":{"x1":"a","x2":"b"}')
     assert QueueDoc.decode(doc.encode()) == doc
     host = HostDoc(address="a", max_exchanges=4, kpis=HostKpis(cpu_percent=12.5))
     assert HostDoc.decode(host.encode()) == host
+
+
+def test_a_queue_written_before_its_journals_generation_had_that_name_keeps_its_generation():
+    old = b'{"host":"h","journal_host":"a","journal_lost":2,"state":"running"}'
+    doc = QueueDoc.decode(old)
+    assert doc.journal_generation == 2 and doc.journal_host == "a"
+    assert b"journal_lost" not in doc.encode() and QueueDoc.decode(doc.encode()) == doc  # written under its name
+    assert QueueDoc.decode(b'{"journal_generation":3,"journal_lost":2}').journal_generation == 3  # the name wins
+    with pytest.raises(ProtocolError, match="journal_generation"):
+        QueueDoc.decode(b'{"journal_lost":"two"}')
 
 
 def test_an_empty_node_reads_as_the_default_document():

@@ -51,17 +51,15 @@ class JournalPolicy(Message):
     shows others: how it acknowledges and syncs (``durability`` "interval" or "always", ``sync_interval_ms``)
     and what it keeps (``retention_bytes``, ``retention_s``; 0 = no bound).
 
-    ``replaces``: how many times the queue's journal was started anew after its host was lost (0: never), the
-    queue's journal *generation*: a journal of an earlier one (new and empty, or the files of a lost host that
-    came back) begins past every offset the ones before may have given, and past ``last``, the highest offset
-    its monitor heard of (neither is in the digest). A journal with a monitor journals nothing before the first
-    policy."""
+    ``last``: the highest offset its monitor heard of the queue's journals (not in the digest). A journal of an
+    earlier generation than its host manager started it with (:attr:`roq.config.JournalConfig.generation`: new
+    and empty, or the files of a lost host that came back) begins past every offset the ones before may have
+    given, and past ``last``. A journal with a monitor journals nothing before the first policy."""
 
     durability: str = "always"
     sync_interval_ms: int = 100
     retention_bytes: int = 0
     retention_s: float = 0.0
-    replaces: int = 0
     last: int = 0
 
     def digest(self) -> str:
