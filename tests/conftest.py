@@ -7,9 +7,11 @@ import functools
 import importlib.util
 import itertools
 import os
+import resource
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from typing import Any
 from pathlib import Path
 
@@ -77,6 +79,32 @@ def _one_at_a_time(request):
     with open(GROUP_LOCKS / f"{group}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
         yield
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds this process and every descendant it has reaped have spent (user and system)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.fixture(autouse=True)
+def _cpu_spent(request):
+    """What a test cost the machine: the CPU seconds of its own process and of every process it started (and
+    they started), reported with the test (``cpu_s``) and summed by module at the end of a run. The suite's
+    time on two cores is bounded by its CPU, not only by its waits."""
+    started = _cpu_seconds()
+    yield
+    request.node.user_properties.append(("cpu_s", round(_cpu_seconds() - started, 3)))
+
+
+_CPU_BY_MODULE: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        for name, value in report.user_properties:
+            if name == "cpu_s":
+                _CPU_BY_MODULE[report.nodeid.split("::")[0]] += value
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -213,3 +241,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_sep("-", "largest classes of the product (lines)")
     for lines, name in module.largest_classes():
         terminalreporter.write_line(f"{lines:5d}  {name}")
+    if _CPU_BY_MODULE:
+        total = sum(_CPU_BY_MODULE.values())
+        terminalreporter.write_sep("-", f"CPU seconds the tests spent, {total:,.0f} in all: the modules that spent most")
+        for module_path, cpu in sorted(_CPU_BY_MODULE.items(), key=lambda kv: -kv[1])[:15]:
+            terminalreporter.write_line(f"{cpu:7.1f}  {module_path}")
