@@ -281,14 +281,20 @@ class QueueManager:
     def lookup(self, queue: str, *, timeout: float = 10.0) -> str:
         """The endpoint of ``queue``'s monitor (waits while the queue is starting)."""
         deadline = time.monotonic() + timeout
+        unavailable: UnavailableError | None = None
         while True:
             try:
                 return str(self._call(m.Lookup(QName=check_queue_name(queue)), deadline - time.monotonic(),
                                       port="lookup")["Monitor"])
-            except UnavailableError:  # starting, or its monitor restarting
+            except UnavailableError as exc:  # starting, or its monitor restarting
                 if time.monotonic() + 0.1 >= deadline:
                     raise
+                unavailable = exc
                 time.sleep(0.1)
+            except BrokerTimeoutError:
+                if unavailable is None:
+                    raise
+                raise unavailable from None  # what the GCM said; the last ask only ran out of the time left
 
     def leader(self, timeout: float = 10.0) -> dict[str, Any]:
         """The leader's published endpoints (id, pid, lookup, management, broadcast, http).

@@ -23,3 +23,27 @@ def test_a_closed_manager_refuses_calls():
     qm.close()
     with pytest.raises(client.ClosedError):
         qm.list()
+
+
+def test_a_lookup_that_ran_out_of_time_after_unavailable_answers_says_unavailable(monkeypatch):
+    """The GCM said the queue is unavailable; the last ask, with only milliseconds left, had no answer in time:
+    the caller hears what the GCM said, not a timeout."""
+    answers = iter([client.UnavailableError("queue q is stopped"), client.BrokerTimeoutError("no answer in 0s")])
+
+    def call(request, timeout, port=None):
+        raise next(answers)
+
+    with client.QueueManager("127.0.0.1:1") as qm:
+        monkeypatch.setattr(qm, "_call", call)
+        with pytest.raises(client.UnavailableError, match="stopped"):
+            qm.lookup("q", timeout=5)
+
+
+def test_a_lookup_never_answered_times_out(monkeypatch):
+    def call(request, timeout, port=None):
+        raise client.BrokerTimeoutError("no answer")
+
+    with client.QueueManager("127.0.0.1:1") as qm:
+        monkeypatch.setattr(qm, "_call", call)
+        with pytest.raises(client.BrokerTimeoutError):
+            qm.lookup("q", timeout=5)
