@@ -34,8 +34,10 @@ EMULATED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_h
 #: gigabytes pushed through. A test elsewhere says so with ``@pytest.mark.measured``. They assert outcomes, not
 #: figures (the figures are the benchmark's: ``make bench-check``), so they may run beside anything; one after
 #: another, two of them never share the machine's two cores.
-MEASURED_MODULES = {"test_slow_subscriber.py", "test_dashboard.py", "test_kpi.py", "test_journal_crash.py",
-                    "test_fuzz.py", "test_scenario_run.py", "test_flow_control.py"}
+MEASURED_MODULES = {"test_slow_subscriber.py", "test_dashboard.py", "test_journal_crash.py", "test_fuzz.py",
+                    "test_scenario_run.py", "test_flow_control.py"}
+#: Modules that run Spark (a JVM of a gigabyte or more, a job at a time): one after another, beside anything else.
+SPARK_MODULES = {"test_kpi.py"}
 
 
 #: Where the groups' locks are: one file per group, machine-wide (two test runs at once share them too).
@@ -43,28 +45,44 @@ GROUP_LOCKS = Path("/tmp/roq-test-groups")
 
 
 def group_of(item: pytest.Item) -> str | None:
-    """The group whose tests run one after another: "emulated", "measured", one a module names with
+    """The group whose tests run one after another: "emulated", "spark", "measured", one a module names with
     ``pytestmark = pytest.mark.one_at_a_time("name")``, or None."""
     if item.path.name in EMULATED_MODULES:
         return "emulated"
+    if item.path.name in SPARK_MODULES:
+        return "spark"
     if item.path.name in MEASURED_MODULES or item.get_closest_marker("measured") is not None:
         return "measured"
     mark = item.get_closest_marker("one_at_a_time")
     return str(mark.args[0]) if mark is not None else None
 
 
+#: The groups whose tests take longest, each placed where a worker's share of the run begins, in this order (with
+#: fewer workers than groups, the last ones follow the one before them).
+PLACED_GROUPS = ("measured", "emulated", "spark")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Where the groups' tests go in the run: the measured ones first, the emulated ones from the middle on,
-    everything else around them in the order collected. pytest-xdist (``--dist worksteal``, two workers) gives
-    each worker one contiguous half of the order, and an idle one takes tests from the end of the other's: so one
-    worker begins with the measured tests, one after another, the other with the emulated ones, and neither waits
-    for a group's lock the other holds. (Scattered, the waits added up to minutes of a worker's time per run;
-    with the emulated tests at the end, they were a tail of three minutes that one worker ran alone.)"""
-    measured = [item for item in items if group_of(item) == "measured"]
-    emulated = [item for item in items if group_of(item) == "emulated"]
-    rest = [item for item in items if group_of(item) not in ("measured", "emulated")]
-    first_half = max(0, len(items) // 2 - len(measured))
-    items[:] = measured + rest[:first_half] + emulated + rest[first_half:]
+    """Where the long groups' tests go in the run: each at the beginning of one worker's share, everything else
+    around them in the order collected. pytest-xdist (``--dist worksteal``) gives each worker one contiguous share
+    of the order, sized as computed here, and an idle one takes tests from the end of another's: so each worker
+    begins with one group, one test after another, and none waits for a group's lock another holds. (Scattered,
+    the waits added up to minutes of a worker's time per run; with the emulated tests at the end, they were a
+    tail of three minutes that one worker ran alone.)"""
+    workers = max(2, int(getattr(config, "workerinput", {}).get("workercount", 2)))  # the same on every worker
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for i, group in enumerate(PLACED_GROUPS):
+        shares[min(i, workers - 1)] += [item for item in items if group_of(item) == group]
+    rest = [item for item in items if group_of(item) not in PLACED_GROUPS]
+    left = len(items)
+    for i, share in enumerate(shares):  # as pytest-xdist splits: what is left, evenly over the workers left
+        size = left // (workers - i)
+        take = max(0, size - len(share))
+        share += rest[:take]
+        rest = rest[take:]
+        left -= len(share)
+    shares[-1] += rest
+    items[:] = [item for share in shares for item in share]
 
 
 @pytest.fixture(autouse=True)
