@@ -26,7 +26,7 @@ import psutil
 import client
 from roq.errors import BrokerTimeoutError, ConfigError
 from roq.security.keys import ClusterKeys
-from roq.process import Child, spawn
+from roq.process import Child, spawn, stop_all
 from roq.wire.ready import GcmReady, HostManagerReady
 from roq import defaults
 from roqcli.emulation import Emulation, HostBudget, sweep
@@ -196,15 +196,9 @@ class EmbeddedCluster:
         if self._manager is not None:
             self._manager.close()
             self._manager = None
-        for child in self.hostmanagers.values():  # all at once: they stop their children in parallel
-            child.signal(signal.SIGTERM)
-        for child in self.hostmanagers.values():
-            try:  # one SIGTERM only: a second one means "exit now", without stopping the children cleanly
-                child.wait(timeout)
-            except BrokerTimeoutError:
-                child.kill()
-        for child in self.gcms.values():
-            child.stop(timeout)
+        # all at once, one SIGTERM each (a second one means "exit now", without stopping their children cleanly)
+        stop_all(self.hostmanagers.values(), timeout)
+        stop_all(self.gcms.values(), timeout)
         self.hostmanagers.clear()
         self.gcms.clear()
         if self.zookeeper is not None:
