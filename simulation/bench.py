@@ -30,7 +30,10 @@ Configurations (100-byte payloads unless ``--size``):
 (l) the dashboard in a real browser (:mod:`simulation.bench_page`): a state of 100 queues drawn, events added, and
     a forced scale-out's event on the live page;
 (m) the KPI tuner on an emulated host of a known CPU budget (:mod:`simulation.bench_tuner`; root): its capacity
-    estimate beside the saturation throughput measured in the same run.
+    estimate beside the saturation throughput measured in the same run;
+(n) the GCM's HTTP server under abuse (:mod:`simulation.bench_abuse`): health-check latency and the GCM's CPU
+    while a slowloris, readers that never read, a held ``HEAD``, pipelined health checks and a half-closing
+    client work on it, beside the same figures with the health checks alone.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -47,8 +50,8 @@ import sys
 import time
 from dataclasses import asdict
 
-from simulation import (bench_capacity, bench_control, bench_dataplane, bench_durable, bench_elastic, bench_http,
-                        bench_kpi, bench_page, bench_tuner)
+from simulation import (bench_abuse, bench_capacity, bench_control, bench_dataplane, bench_durable, bench_elastic,
+                        bench_http, bench_kpi, bench_page, bench_tuner)
 from simulation.bench_common import STAMP, Check, Result
 
 
@@ -73,6 +76,8 @@ def run(args: argparse.Namespace) -> list[Result]:
         results += bench_page.run(args, progress)
     if "m" in args.only:
         results += bench_tuner.run(args, progress)
+    if "n" in args.only:
+        results += bench_abuse.run(args, progress)
     return results
 
 
@@ -89,7 +94,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     ]
     for r in results:
         lat = r.latency_ms
-        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)", "(k)", "(l)", "(m)")):
+        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)", "(k)", "(l)", "(m)", "(n)")):
             continue
         lines.append(
             f"{r.name:62} {r.records_per_s:11,.0f} {r.mb_per_s:7.1f} {r.lost:6d} "
@@ -134,6 +139,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     lines += bench_page.render(results)
     lines += bench_tuner.render(results)
     lines += bench_http.render(results)
+    lines += bench_abuse.render(results)
     return "\n".join(lines)
 
 
@@ -141,7 +147,7 @@ def checks(results: list[Result], args: argparse.Namespace) -> list[Check]:
     """Every target of the configurations that ran, with its figure."""
     return (bench_dataplane.checks(results, args.rate) + bench_control.checks(results) + bench_elastic.checks(results)
             + bench_capacity.checks(results) + bench_http.checks(results) + bench_durable.checks(results)
-            + bench_page.checks(results) + bench_tuner.checks(results))
+            + bench_page.checks(results) + bench_tuner.checks(results) + bench_abuse.checks(results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
     p.add_argument("--ack-rate", type=float, default=5_000,
                    help="records/s of (k)'s paced run, one record a send, every acknowledgement timed (default 5,000)")
-    p.add_argument("--only", default="abcdefghijklm", help="which configurations to run (default abcdefghijklm)")
+    p.add_argument("--only", default="abcdefghijklmn", help="which configurations to run (default abcdefghijklmn)")
     p.add_argument("--observed-rounds", type=int, default=2,
                    help="runs each of (i)'s data plane unwatched and watched, alternating (default 2)")
     p.add_argument("--kpi-records", type=int, default=1_000_000,
