@@ -28,6 +28,9 @@ def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None
         q.add_argument("--queue", help="only this queue (default: every queue in the archive)")
         q.add_argument("--since", help="only records from then on: 30m, 6h, 7d ago, or a date / date-time (UTC)")
         q.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+        q.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", type=_spark_setting,
+                       help="a Spark setting, as spark-submit's --conf (repeat it for more), e.g. "
+                       "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 for a short job's quicker start")
 
     report = ksub.add_parser("report", help="throughput, latency percentiles, relocations and scale events, gaps "
                              "per queue / exchange / host, as report.json, PNG plots and index.html")
@@ -61,6 +64,14 @@ def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None
     client_flags(tune)
 
 
+def _spark_setting(text: str) -> tuple[str, str]:
+    """``--conf KEY=VALUE``: a Spark setting (KEY a dotted name starting ``spark.``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("spark.") or not value:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE with KEY a Spark setting (spark....)")
+    return key.strip(), value
+
+
 def run(args: argparse.Namespace, client: Any) -> int:
     """Run ``roq kpi ACTION``; ``client`` holds the cluster's address (for ``tune``)."""
     from roqcli.kpi import job, report
@@ -89,7 +100,7 @@ def run(args: argparse.Namespace, client: Any) -> int:
     os.makedirs(logs, exist_ok=True)
     jvm_log = os.path.join(logs, "spark.log")
     print(f"starting Spark on {args.master} (its own output goes to {jvm_log})", flush=True)
-    spark = job.spark_session(args.master, jvm_log=jvm_log)
+    spark = job.spark_session(args.master, jvm_log=jvm_log, settings=dict(args.conf))
     writer = _Writer(client, getattr(args, "dry_run", False))
     try:
         if args.action == "report":

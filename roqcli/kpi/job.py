@@ -52,12 +52,15 @@ class Loaded:
         self.counts = counts
 
 
-def spark_session(master: str = "local[*]", app: str = "roq-kpi", *, jvm_log: str | None = None) -> Any:
+def spark_session(master: str = "local[*]", app: str = "roq-kpi", *, jvm_log: str | None = None,
+                  settings: dict[str, str] | None = None) -> Any:
     """A SparkSession on ``master``, on loopback, quiet (errors only), without its web UI.
 
     Args:
         jvm_log: a file for everything the Java side prints (its start-up banner, warnings, errors);
             None = this process's standard error. Spark's failures reach Python as exceptions either way.
+        settings: Spark settings beside (or instead of) this function's own, as spark-submit's ``--conf``:
+            ``spark.driver.extraJavaOptions`` reaches the driver's JVM, which starts here.
 
     Raises:
         ConfigError: PySpark (or a Java runtime) is missing.
@@ -77,6 +80,8 @@ def spark_session(master: str = "local[*]", app: str = "roq-kpi", *, jvm_log: st
             .set("spark.sql.shuffle.partitions", "4")
             .set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
             .set("spark.sql.session.timeZone", "UTC"))
+    for key, value in (settings or {}).items():
+        conf.set(key, value)
     if SparkContext._active_spark_context is not None:
         return SparkSession.builder.getOrCreate()
     try:

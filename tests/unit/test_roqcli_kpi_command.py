@@ -33,3 +33,10 @@ def test_bad_arguments_are_refused_before_spark_starts(argv, message, capsys, mo
     monkeypatch.delenv("ROQ_KPI_ARCHIVE", raising=False)
     assert main(argv) == 3  # ExitCode.CONFIG
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting", ["master", "spark.master", "master=local", "spark.master="])
+def test_a_spark_setting_is_a_spark_key_and_a_value(setting, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["kpi", "report", "--archive", ".", "--conf", setting])
+    assert stopped.value.code == 2 and "expected KEY=VALUE with KEY a Spark setting" in capsys.readouterr().err
