@@ -203,20 +203,31 @@ def no_process_left_behind():
     assert not left, f"processes left behind: {left}"
 
 
+class Burners:
+    """Processes burning CPU outside the cluster's groups (as any other work on the machine), stopped by pid:
+    ``burner(n)`` starts ``n`` more (and returns them), ``burner.stop()`` stops them all (so does the test's end)."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def __call__(self, n: int) -> list[subprocess.Popen]:
+        started = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                    preexec_fn=functools.partial(die_with_parent, os.getpid())) for _ in range(n)]
+        self.procs += started
+        return started
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        self.procs.clear()
+
+
 @pytest.fixture
 def burner():
-    """Processes burning CPU outside the cluster's groups (as any other work on the machine); stopped by pid."""
-    procs: list[subprocess.Popen] = []
-
-    def start(n: int) -> None:
-        for _ in range(n):
-            procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                          preexec_fn=functools.partial(die_with_parent, os.getpid())))
-
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
+    burners = Burners()
+    yield burners
+    burners.stop()
 
 
 _roots = itertools.count(1)

@@ -63,6 +63,7 @@ def test_ramp_scales_out_to_three_exchanges_over_two_hosts_and_back(make_embedde
     print(f"overload -> a new exchange carrying traffic: {reaction:.2f}s (kpi period 1 s, sustain 1 s)")
     assert outs and reaction > 0  # how soon is benchmark (e)'s figure (make bench-check)
     assert all(e["total_records_per_s"] > 0 and e["high"] == 1500 for e in outs)
+    burner.stop()  # the other work was there for the growth; the queue shrinks on a machine as busy as it is
 
     for pub in list(q.pubs):  # they leave one by one
         q.stop_publisher(pub)
