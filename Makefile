@@ -12,8 +12,8 @@ PACKAGES := roq exchange monitor gcm hostmanager client simulation roqcli deploy
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
 
-# on both cores: three pytest-xdist workers (the tests wait on processes, sockets and ZooKeeper sessions as much
-# as they compute: two kept the machine 72% busy, three 84%), an idle one taking tests from another's queue
+# on both cores: four pytest-xdist workers (the tests wait on processes, sockets and ZooKeeper sessions as much
+# as they compute: two kept the machine 72% busy, three 81%, four 87%), an idle one taking tests from another's queue
 # (worksteal); the tests that load the machine heavily, those that make emulated hosts and those that run Spark
 # each run one after another, holding a lock per group, each group from the start of one worker's share
 # (tests/conftest.py). Times, rates and capacity ratios are not asserted here: make bench-check holds them to
@@ -24,7 +24,7 @@ demo: $(STAMP)
 # again); the workers keep their rewritten test modules for the same reason.
 test: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 3 --dist worksteal $(PYTEST_ARGS) tests --ignore=tests/deploy
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 4 --dist worksteal $(PYTEST_ARGS) tests --ignore=tests/deploy
 
 # the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
 fuzz: $(STAMP)
