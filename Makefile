@@ -34,7 +34,7 @@ fuzz: $(STAMP)
 crash: $(STAMP)
 	ROQ_CRASH_TRIALS=200 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_journal_crash.py
 
-# flow control for 60 s instead of make test's 20, with 100 B and with 4 KiB records (about four minutes)
+# flow control for 60 s instead of make test's 6, with 100 B and with 4 KiB records (about four minutes)
 flow: $(STAMP)
 	ROQ_FLOW_SECONDS=60 ROQ_FLOW_RECORD=100 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_flow_control.py
 	ROQ_FLOW_SECONDS=60 ROQ_FLOW_RECORD=4096 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_flow_control.py

@@ -2,7 +2,7 @@
 makes no progress for the exchange's grace is.
 
 With two processes burning CPU beside the cluster while records flow, one publisher sends records as fast as it can
-for ``ROQ_FLOW_SECONDS`` (10; ``make flow``: 60) while one subscriber reads them one ``recv()`` at a time: it
+for ``ROQ_FLOW_SECONDS`` (6; ``make flow``: 60) while one subscriber reads them one ``recv()`` at a time: it
 loses nothing, and what the publisher had sent when it stopped was never further ahead of what the subscriber
 had received than the pipes between them hold. Then a second publisher sends while a second subscriber reads a
 record a second for a while (it takes no batch: no progress) and then reads on as fast as it can: the exchange
@@ -23,10 +23,10 @@ from roq.config import DEFAULT_SUBSCRIBER_QUEUE_BYTES, ExchangeConfig, Publisher
 from simulation.audit import compare
 from tests.integration.memory import PeakRss
 
-SECONDS = float(os.environ.get("ROQ_FLOW_SECONDS", "10"))
+SECONDS = float(os.environ.get("ROQ_FLOW_SECONDS", "6"))
 RECORD = int(os.environ.get("ROQ_FLOW_RECORD", "100"))
-SLOW_SECONDS = 8.0  # the second subscriber reads a record a second this long (16 graces), then reads on
-SECOND_PHASE = SLOW_SECONDS + 6.0  # what the second publisher sends meanwhile, and then while it catches up
+SLOW_SECONDS = 5.0  # the second subscriber reads a record a second this long (10 graces), then reads on
+SECOND_PHASE = SLOW_SECONDS + 4.0  # what the second publisher sends meanwhile, and then while it catches up
 #: Two subscribers' pipes at the exchange (each its byte bound), the publishers' pipes, the process itself.
 MEMORY_LIMIT = 2 * DEFAULT_SUBSCRIBER_QUEUE_BYTES + (100 << 20)
 
