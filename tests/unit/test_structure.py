@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 
@@ -252,18 +253,63 @@ def test_kazoo_is_called_in_one_place_and_its_errors_mapped_in_one_boundary():
     assert users <= allowed, sorted(users - allowed)
 
 
-def test_a_default_port_or_root_is_written_once():
-    """The cluster's default ports and ZooKeeper root are :mod:`roq.defaults`' alone: no other module of ours
-    writes them out (a value equal to one, in code; prose may name them)."""
+def _named_constants(node: ast.AST) -> list[tuple[str, ast.expr]]:
+    """The values ``node`` gives a name: an assignment's, a keyword argument's, a parameter's default, a dict's
+    entry under a string key."""
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [(ast.unparse(t), node.value) for t in targets if node.value is not None]
+    if isinstance(node, ast.keyword) and node.arg is not None:
+        return [(node.arg, node.value)]
+    if isinstance(node, ast.arguments):
+        positional = node.posonlyargs + node.args
+        return ([(a.arg, d) for a, d in zip(positional[len(positional) - len(node.defaults):], node.defaults)]
+                + [(a.arg, d) for a, d in zip(node.kwonlyargs, node.kw_defaults) if d is not None])
+    if isinstance(node, ast.Dict):
+        return [(k.value, v) for k, v in zip(node.keys, node.values)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    return []
+
+
+def written_defaults(trees: dict[str, ast.Module]) -> list[str]:
+    """Where a module other than :mod:`roq.defaults` writes out one of the cluster's default ports or its
+    ZooKeeper root: the value itself in code (prose may name them), or in an address (``host:port``). The
+    look-up port's number is as common as a timeout in milliseconds: it counts where what it is given to is
+    named a port or a look-up."""
     from roq import defaults
 
     written = {defaults.ROOT, defaults.ZK, defaults.ZK_PORT, defaults.MANAGEMENT_PORT, defaults.BROADCAST_PORT,
                defaults.HTTP_PORT}
+    ports = {defaults.ZK_PORT, defaults.LOOKUP_PORT, defaults.MANAGEMENT_PORT, defaults.BROADCAST_PORT,
+             defaults.HTTP_PORT}
+    address = re.compile(":(" + "|".join(str(p) for p in sorted(ports)) + r")(?!\d)")
     found = []
-    for name, path in MODULES.items():
+    for name, tree in trees.items():
         if name == "roq.defaults":
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Constant) and type(node.value) in (str, int) and node.value in written:
+        prose = {id(n.body[0].value) for n in ast.walk(tree)
+                 if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                 and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and type(node.value) in (str, int) and id(node) not in prose
+                    and (node.value in written or isinstance(node.value, str) and address.search(node.value))):
                 found.append(f"{name}:{node.lineno}: {node.value!r}")
+            for target, value in _named_constants(node):
+                if (isinstance(value, ast.Constant) and type(value.value) is int
+                        and value.value == defaults.LOOKUP_PORT and any(w in target.lower() for w in ("port", "lookup"))):
+                    found.append(f"{name}:{value.lineno}: {target} = {value.value!r}")
+    return sorted(found, key=lambda line: (line.split(":")[0], int(line.split(":")[1])))
+
+
+def test_a_default_port_or_root_is_written_once():
+    """The cluster's default ports and ZooKeeper root are :mod:`roq.defaults`' alone."""
+    found = written_defaults({name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()})
     assert not found, "\n".join(found)
+
+
+def test_the_defaults_rule_catches_what_it_is_for():
+    seeded = ast.parse("ROOT = '/roq'\nGCM_LOOKUP = 5000\ntimeout_ms = 5000\n"
+                       "def connect(lookup_port=5000, poll_ms=5000): pass\n"
+                       "connect(port=5000)\nADDRESS = 'tcp://127.0.0.1:5003'\nOTHER = 'tcp://127.0.0.1:50031'\n")
+    assert written_defaults({"m": seeded}) == ["m:1: '/roq'", "m:2: GCM_LOOKUP = 5000", "m:4: lookup_port = 5000",
+                                               "m:5: port = 5000", "m:6: 'tcp://127.0.0.1:5003'"]
