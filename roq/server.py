@@ -53,7 +53,7 @@ MAX_PENDING = 1000
 class Replier(Protocol):
     """What answers a request that came in by some way: a :class:`RouterServer`, or the HTTP API's adapter."""
 
-    def send(self, envelope: tuple[bytes, ...], reply: Reply) -> None: ...
+    def send(self, envelope: tuple[bytes, ...], reply: Reply, /) -> object: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,20 +194,21 @@ class RouterServer:
         """Read and answer what is waiting (up to the burst)."""
         drops = self.dispatcher.drops
         keyring = self.keyring
-        principal = None
+        principal: str | None = None
         for _ in range(self.burst):
             try:
                 if keyring is None:
                     frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                    refused = ""
                 else:
                     frames, principal = recv_from(self.socket, zmq.NOBLOCK)
+                    refused = keyring.may_use(principal, frames[0])
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:  # pragma: no cover - the context is ending
                 log.debug("%s: receive failed: %s", self.dispatcher.where, exc)
                 return
             self.requests += 1
-            refused = keyring.may_use(principal, frames[0]) if keyring is not None else ""
             if refused:  # a forgery is not answered (the answer would go to the id's owner); a removed key is told
                 drops.drop(refused, f"{principal} sent with the id {frames[0].hex()[:32]}")
                 if refused == KEY_REMOVED and len(frames) == 2:
@@ -216,6 +217,7 @@ class RouterServer:
                                                           "keyring"))
                 continue
             # a DEALER sends [body] (the ROUTER adds its identity), a REQ ["", body]: answer in the same envelope
+            envelope: tuple[bytes, ...]
             if len(frames) == 2:
                 envelope = (frames[0],)
             elif len(frames) == 3 and frames[1] == b"":

@@ -125,7 +125,9 @@ def recv_from(sock: zmq.Socket, flags: int) -> tuple[list[bytes], str]:
     principal = ""
     if sock.getsockopt(zmq.RCVMORE):
         first = recv(flags, copy=False)
-        principal = first.get("User-Id")
+        user_id = first.get("User-Id")
+        assert isinstance(user_id, str)  # a message's properties are text (only "routing_id" is a number)
+        principal = user_id
         frames.append(first.bytes)
         while sock.getsockopt(zmq.RCVMORE):
             frames.append(recv(flags))
