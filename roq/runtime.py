@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from roq.wire.ready import Ready
 
@@ -22,6 +22,7 @@ __all__ = ["ExitCode", "SignalWakeup", "StopFlag", "LogLimit", "counted_log_due"
            "run_main", "TRACE_INTERVAL"]
 
 TRACE_INTERVAL = 10.0  # seconds between two tracebacks of a boundary (a loop's, a dispatcher's, the HTTP server's)
+C = TypeVar("C")  # a process's settings class
 
 
 class ExitCode(enum.IntEnum):
@@ -157,7 +158,7 @@ def announce_ready(ready: Ready) -> None:
     sys.stdout.flush()
 
 
-def run_main(role: str, config_cls: type, make_node: Callable[[Any], Any], argv: list[str] | None, *,
+def run_main(role: str, config_cls: type[C], make_node: Callable[[C], Any], argv: list[str] | None, *,
              description: str, module: str = "") -> int:
     """The whole ``__main__`` of a RoQ process: flags and ``--config`` from ``config_cls``, logging, the
     config built and checked, the node made and run (see :func:`run_node`). Returns the exit code.

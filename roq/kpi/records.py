@@ -21,6 +21,7 @@ class Record:
     """Base of the archive's records; ``KIND`` names the kind in the archive's lines."""
 
     KIND: ClassVar[str]
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # every kind of record is a dataclass
 
 
 @dataclasses.dataclass(frozen=True)

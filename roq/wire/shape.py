@@ -222,7 +222,7 @@ def _checker(hint: Any) -> Check:
             return out
 
         return check_mapping
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a hint that is a dataclass is its class
         compile_shape(hint)
         return lambda v, name: read(hint, v, name)
     if hint is float:

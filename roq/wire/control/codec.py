@@ -25,6 +25,7 @@ class Message:
     """Base of every control message; subclasses are frozen dataclasses registered with :func:`message`."""
 
     CMD: ClassVar[int]
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # every message class is a dataclass
 
     def document(self) -> dict[str, Any]:
         """The message as the document that is encoded (``CMD`` first)."""
@@ -41,7 +42,7 @@ class Message:
 
 
 _REGISTRY: dict[int, type[Message]] = {}
-M = TypeVar("M", bound=type)
+M = TypeVar("M", bound="type[Message]")
 
 
 @dataclass_transform(frozen_default=True)
@@ -51,11 +52,11 @@ def message(cmd: int) -> Callable[[M], M]:
     def register(cls: M) -> M:
         if cmd in _REGISTRY:
             raise ValueError(f"command {cmd} registered twice ({_REGISTRY[cmd].__name__}, {cls.__name__})")
-        dc = dataclasses.dataclass(frozen=True)(cls)
-        dc.CMD = cmd
-        shape.compile_shape(dc)
-        _REGISTRY[cmd] = dc
-        return dc
+        dataclasses.dataclass(frozen=True)(cls)  # made a dataclass in place: without slots, the same class comes back
+        cls.CMD = cmd
+        shape.compile_shape(cls)
+        _REGISTRY[cmd] = cls
+        return cls
 
     return register
 
