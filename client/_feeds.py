@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Literal, Union
 
 import zmq
 
@@ -40,6 +40,12 @@ BURST = 128
 #: Seconds between two progress reports to an exchange, at least (an exchange's ``subscriber_grace`` is 0.5 s by
 #: default: a subscriber that reads reports many times within it).
 PROGRESS_INTERVAL = 0.02
+#: What is held while replaying, to be ordered later: the arguments of the Reassembler's call of that name.
+Held = Union[
+    tuple[Literal["data"], str, bytes, int, int, int, int, bytes, Any],  # source, publisher, epoch, first, count, key_prev, key, item
+    tuple[Literal["marker"], str, bytes, int],  # source, publisher, epoch
+    tuple[Literal["lost"], str],  # source
+]
 
 
 class Feed:
@@ -91,7 +97,7 @@ class Feeds:
         self._prefix = prefix
         self._subscription = batch.pack_subscription(ident, prefix, replay)
         # while the subscriber replays the journal: what the exchanges send is held there, not ordered yet
-        self.hold: Callable[[tuple, bytes, int, int, int], None] | None = None
+        self.hold: Callable[[Held, bytes, int, int, int], None] | None = None
         # told of each cut an exchange of a durable queue sends (exchange, journal offset, tag)
         self.on_cut = on_cut
         self._replay = replay
@@ -106,7 +112,7 @@ class Feeds:
         self.cuts = 0  # times an exchange cut us off
         self._next_progress = 0.0  # no progress report before this (monotonic seconds)
 
-    def hold_in(self, hold: Callable[[tuple, bytes, int, int, int], None] | None) -> None:
+    def hold_in(self, hold: Callable[[Held, bytes, int, int, int], None] | None) -> None:
         """Hold what the exchanges send in ``hold`` (a replay's), not ordered yet; None: order it again."""
         self.hold = hold
     def get(self, exchange: str) -> Feed | None:
@@ -217,7 +223,7 @@ class Feeds:
         else:
             self._deliver(self._order.source_lost(exchange, time.monotonic()))
 
-    def release(self, held: Iterable[tuple]) -> None:
+    def release(self, held: Iterable[Held]) -> None:
         """Order what was held while replaying, as if it came now (the journal gave what it holds already)."""
         order, deliver, now = self._order, self._deliver, time.monotonic()
         for call in held:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins  # the class has a method named list
 import dataclasses
 import logging
 import time
@@ -146,7 +147,7 @@ class QueueManager:
             raise error_for(reply.result, reply.comment, reply.data)
         return dict(reply.data)
 
-    def hosts(self) -> list[dict[str, Any]]:
+    def hosts(self) -> builtins.list[dict[str, Any]]:
         """Every live host: address, capacity, exchanges placed on it and its CPU/memory/network KPIs."""
         return list(self._call(m.ListHosts(), None)["Hosts"])
 
@@ -225,7 +226,7 @@ class QueueManager:
         request = m.RemoveExchange(QName=check_queue_name(queue), Exchange=exchange, Reason=reason)
         return self._call(request, None)
 
-    def events(self, queue: str, limit: int = 200) -> list[dict[str, Any]]:
+    def events(self, queue: str, limit: int = 200) -> builtins.list[dict[str, Any]]:
         """The queue's most recent topology events of its monitor and the GCM, oldest first.
 
         Each is a document with ``seq``, ``time`` (seconds since the epoch), ``source`` (``monitor`` or
@@ -273,7 +274,7 @@ class QueueManager:
         """
         return self._call(m.Revoke(Rule=_rule(principal, permission, queues, allow, prefixes)), None)
 
-    def audit(self, limit: int = 100) -> list[dict[str, Any]]:
+    def audit(self, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """The audit trail: the latest ``limit`` (1-1000) management actions, oldest first, each with ``time``,
         ``principal``, ``via``, ``action``, ``queue``, ``detail``, ``result`` and ``comment``. Needs ``admin``."""
         return list(self._call(m.GetAudit(Limit=int(limit)), None)["Entries"])

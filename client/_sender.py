@@ -170,7 +170,9 @@ class Sender(threading.Thread):
         if link is not None and self._stream.window.in_flight:
             if self._poller.poll(0):  # (which also lets the link's descriptor signal what arrives from now on)
                 return
-            fds.append(link.socket.getsockopt(zmq.FD))
+            fd = link.socket.getsockopt(zmq.FD)
+            assert isinstance(fd, int)  # a socket's descriptor is a number (only some options are bytes)
+            fds.append(fd)
         select.select(fds, [], [], timeout)
 
     # ------------------------------------------------------------------ sending and acknowledgements

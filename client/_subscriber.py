@@ -159,8 +159,8 @@ class Subscriber:
         out: list[Batch] = []
         records = self._records
         if records:  # the rest of a batch that recv() began
-            head = records[0]
-            out.append(Batch(head[0], [m[1] for m in records], head[2], head[3], head[4], self._consumed))
+            first = records[0]
+            out.append(Batch(first[0], [m[1] for m in records], first[2], first[3], first[4], self._consumed))
             records.clear()
             if len(out[0]) > max_records:
                 out[0], rest = out[0].split(max_records)
