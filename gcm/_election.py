@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TypedDict, Unpack
 
 from roq.wire.documents import GcmDoc
 from roq.errors import NodeExistsError
 from roq.zk import Paths, Session
 
-__all__ = ["Election"]
+__all__ = ["Election", "Endpoints"]
 
 log = logging.getLogger("gcm")
+
+
+class Endpoints(TypedDict, total=False):
+    """The endpoints a GCM publishes once bound (those of a :class:`GcmDoc`; ``http`` only with its HTTP API)."""
+
+    lookup: str
+    management: str
+    broadcast: str
+    http: str
 
 
 class Election:
@@ -39,7 +49,7 @@ class Election:
         self.leading = False
         self.leader: GcmDoc | None = None  # the leader's endpoints, as published (None: none known)
 
-    def publish(self, **endpoints: str) -> None:
+    def publish(self, **endpoints: Unpack[Endpoints]) -> None:
         """This GCM's endpoints, once bound: what its candidate node will say."""
         self.me = dataclasses.replace(self.me, **endpoints)
 

@@ -28,7 +28,7 @@ from gcm._api import Api
 from gcm._audit import AuditTrail
 from gcm._broadcast import Broadcaster
 from gcm._config import GcmConfig
-from gcm._election import Election
+from gcm._election import Election, Endpoints
 from gcm._census import Census
 from gcm._events import EventLog
 from gcm._http import HttpApi, read_token
@@ -96,6 +96,8 @@ class Gcm:
         self.pending = PendingReplies()
         self.stats = StatsAsks(self._ctx, curve=self.curve)
         self.census = Census(self._ctx, config.census_period, curve=self.curve)
+        self.http_api: HttpApi | None
+        self.http: HttpServer | None
         self.http_api, self.http = self._http(api) if config.http_port >= 0 else (None, None)
         self.events = EventLog(self.session, self.paths)
         self.host_loss = HostLoss(config.host_grace)
@@ -119,7 +121,7 @@ class Gcm:
         log.log(logging.INFO if self.curve else logging.WARNING, "GCM %s: %s", self.id,
                 self.curve.describe() if self.curve else "plaintext, no CURVE: anyone who reaches its ports may "
                                                          "manage the cluster")
-        endpoints = {"lookup": bind(self.lookup.socket, c.address, c.lookup_port),
+        endpoints: Endpoints = {"lookup": bind(self.lookup.socket, c.address, c.lookup_port),
                      "management": bind(self.management.socket, c.address, c.management_port),
                      "broadcast": bind(self.broadcaster.socket, c.address, c.broadcast_port)}
         if self.http is not None:

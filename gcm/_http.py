@@ -47,7 +47,7 @@ from roq.wire.status import QueueStatus, latency, live_subscribers, rate, traffi
 __all__ = ["HttpApi", "HttpShell", "STATUS", "read_token", "MIN_TOKEN", "ANONYMOUS"]
 
 #: RESULT code -> HTTP status (NOT_LEADER is a redirect to the leader)
-STATUS = {Result.OK: 200, Result.BAD_REQUEST: 400, Result.UNKNOWN_COMMAND: 400, Result.NOT_FOUND: 404,
+STATUS: dict[int, int] = {Result.OK: 200, Result.BAD_REQUEST: 400, Result.UNKNOWN_COMMAND: 400, Result.NOT_FOUND: 404,
           Result.CONFLICT: 409, Result.FORBIDDEN: 403, Result.UNAVAILABLE: 503, Result.FAIL: 500, Result.NOT_LEADER: 503}
 WRITES = ("POST", "PUT", "DELETE", "PATCH")
 #: the principal of an HTTP request without a token in a secure cluster (nothing is allowed it unless granted)
@@ -340,7 +340,7 @@ class HttpApi:
         """A file of the dashboard (``gcm/static``), by a plain name only: nothing else is served."""
         kind = STATIC_TYPES.get(name.rsplit(".", 1)[-1]) if STATIC_NAME.match(name) else None
         data = _static(name) if kind is not None else None
-        if data is None:
+        if kind is None or data is None:
             return HttpResponse.error(404, f"no such file: {name[:64]}")
         return HttpResponse(200, data, kind, headers=(("content-security-policy", CSP),))
 

@@ -18,7 +18,7 @@ from roq.wire import management as m
 from roq.wire.control import Reply
 from roq.wire.documents import REMOVING, RUNNING
 from roq.errors import BadRequestError, ConflictError, UnavailableError
-from roq.zk import Create, Delete, SetData, exchange_slot
+from roq.zk import Create, Delete, Op, SetData, exchange_slot
 
 __all__ = ["scale_out", "remove_exchange", "MAX_REASON"]
 
@@ -62,7 +62,7 @@ def scale_out(view: View, msg: m.ScaleOut, now: float) -> Outcome:
     placement = {**q.placement, **dict(placed)}
     paths = view.paths
     doc = dataclasses.replace(q.doc, placement=placement, next_exchange=first + len(placed))
-    ops = (SetData(paths.queue(q.name), doc.encode(), q.version),
+    ops: tuple[Op, ...] = (SetData(paths.queue(q.name), doc.encode(), q.version),
            *(Create(paths.assignment(host, q.name, slot)) for slot, host in placed
              if not view.has_assignment(host, q.name, slot)))
     where = ", ".join(f"{x} on {h}" for x, h in placed)
@@ -105,7 +105,7 @@ def remove_exchange(view: View, msg: m.RemoveExchange, now: float) -> Outcome:
     placement = {x: h for x, h in q.placement.items() if x != slot}
     paths = view.paths
     doc = dataclasses.replace(q.doc, placement=placement)
-    ops = (SetData(paths.queue(q.name), doc.encode(), q.version),
+    ops: tuple[Op, ...] = (SetData(paths.queue(q.name), doc.encode(), q.version),
            *((Delete(paths.assignment(host, q.name, slot)),) if view.has_assignment(host, q.name, slot) else ()))
     event = Event(
         q.name, "exchange_removed",
