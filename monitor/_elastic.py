@@ -106,16 +106,17 @@ class Scaler:
         numbers = {"exchanges": n, "total_records_per_s": round(total, 1), "publishers": pubs, "high": high}
         why_out = self._why_out(q, rules, n, total, pubs) if n < int(rules["max_exchanges"]) else ""
         why_in = self._why_in(q, rules, n, total, pubs) if not why_out and n > int(rules["min_exchanges"]) else ""
-        self.out_since = (self.out_since if self.out_since is not None else now) if why_out else None
-        self.in_since = (self.in_since if self.in_since is not None else now) if why_in else None
+        # hot (cold) since: None while there is no reason to scale out (in)
+        out_since = self.out_since = (self.out_since if self.out_since is not None else now) if why_out else None
+        in_since = self.in_since = (self.in_since if self.in_since is not None else now) if why_in else None
         sustain = float(rules["sustain_s"])
         # the operator's bounds apply at once, whatever the cool-down; a stuck exchange was hot for the sustain
         out_bound = n < int(rules["min_exchanges"])
         in_bound = n > int(rules["max_exchanges"])
-        if why_out and (out_bound or (
-                (q.stuck or now - self.out_since >= sustain) and self._may("out", now, rules))):
+        if out_since is not None and (out_bound or (
+                (q.stuck or now - out_since >= sustain) and self._may("out", now, rules))):
             return Decision("out", why_out, n, numbers=numbers, bound=out_bound)
-        if why_in and q.loads and (in_bound or (now - self.in_since >= sustain and self._may("in", now, rules))):
+        if in_since is not None and q.loads and (in_bound or (now - in_since >= sustain and self._may("in", now, rules))):
             victim = min(q.loads, key=lambda x: (q.loads[x], q.publishers.get(x, 0), x))
             numbers = {**numbers, "victim_records_per_s": round(q.loads[victim], 1)}
             return Decision("in", why_in, n, victim=victim, numbers=numbers, bound=in_bound)

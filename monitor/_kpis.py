@@ -19,6 +19,8 @@ Numbers come from peers: negative counts are read as 0, an exchange's running to
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from monitor._outbox import Outbox
 from monitor._rule import Ewma, saturation_mark
 from monitor._rules import Rules
@@ -30,6 +32,15 @@ __all__ = ["Kpis", "MAX_TOTAL"]
 
 MAX_TOTAL = 1 << 62  # a running total stays well inside a BSON int64
 MIN_PERIOD = 1e-3  # a report's period is read as at least this (a peer may say 0)
+
+
+class Latency(TypedDict):
+    """The subscribers' latency histogram, as it is counted (the status shows it as a
+    :class:`roq.wire.status.LatencyHistogram`)."""
+
+    bounds_ms: list[float]
+    counts: list[int]
+    sum_ms: float
 
 
 class Kpis:
@@ -50,7 +61,7 @@ class Kpis:
         self.totals = dict.fromkeys(TOTALS, 0)  # the queue's traffic since this monitor started
         # its subscribers' batches per latency bound (control.LATENCY_BOUNDS_MS, then one above the last) and
         # their sum, since this monitor started: the metrics' latency histogram
-        self.latency = {"bounds_ms": list(control.LATENCY_BOUNDS_MS),
+        self.latency: Latency = {"bounds_ms": list(control.LATENCY_BOUNDS_MS),
                         "counts": [0] * (len(control.LATENCY_BOUNDS_MS) + 1), "sum_ms": 0.0}
 
     def exchange(self, kpi: control.ExchangeKpi, identity: bytes, now: float) -> None:

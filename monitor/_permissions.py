@@ -85,8 +85,9 @@ class Permissions:
                           f"({self.message.digest()}); every exchange told", rules=len(rules or ()))
         return True
 
-    def heartbeat(self, hb: control.Heartbeat, identity: bytes) -> None:
-        """An exchange's heartbeat: send it the permissions if it holds others (plaintext ones need none)."""
+    def heartbeat(self, hb: control.Heartbeat | control.JournalHeartbeat, identity: bytes) -> None:
+        """An exchange's or the journal's heartbeat: send it the permissions if it holds others (plaintext ones
+        need none)."""
         if hb.permissions != "-" and hb.permissions != self.message.digest():
             self.outbox.send(identity, self.message)
 

@@ -10,7 +10,7 @@ and carries out the outbox into lists: messages sent (by peer identity), events 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from monitor._core import Core
 from monitor._events import EventLog
@@ -27,6 +27,7 @@ from roq.wire.status import QueueStatus, decode
 __all__ = ["Driver", "Peers", "TICK"]
 
 TICK = 0.05  # the shell's tick
+M = TypeVar("M", bound=Message)
 WALL = 1.8e9  # the simulated wall clock at time 0
 
 
@@ -119,7 +120,13 @@ class Driver:
         """Forget what was sent of type ``kind``."""
         self.sent = [(i, m) for i, m in self.sent if not isinstance(m, kind)]
 
-    def to(self, identity: bytes, kind: type | None = None) -> list[Message]:
+    @overload
+    def to(self, identity: bytes) -> list[Message]: ...
+
+    @overload
+    def to(self, identity: bytes, kind: type[M]) -> list[M]: ...
+
+    def to(self, identity: bytes, kind: type[Message] | None = None) -> list[Any]:
         """What was sent to ``identity`` (of type ``kind``), oldest first."""
         return [m for i, m in self.sent if i == identity and (kind is None or isinstance(m, kind))]
 

@@ -11,7 +11,7 @@ just the keys set, see :func:`update_rules`), the thresholds the KPI tuner wrote
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from roq.errors import ConfigError
 
@@ -163,7 +163,7 @@ def effective_rules(explicit: dict[str, Any] | None, thresholds: dict[str, Any] 
     return rules
 
 
-def check_thresholds(update: Any, current: dict[str, Any] | None = None) -> dict[str, float]:
+def check_thresholds(update: Any, current: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Thresholds (set by an operator or the KPI tuner): names of rules with numbers in their ranges.
 
     Checked as a whole with the thresholds stored (``current``), as rules are: a ``min_exchanges`` above the
