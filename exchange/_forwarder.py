@@ -312,7 +312,8 @@ class Forwarder:
                 size = len(body)
                 if journal is None:  # with a journal, its acknowledgements are relayed (read_journal)
                     acks[ident] = h.first_seq + count - 1
-                urgent |= h.flags & ack_now
+                if h.flags & ack_now:
+                    urgent = True
                 records += count
                 size_in += size
                 stat = publishers.get(h.publisher)

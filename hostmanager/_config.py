@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 from roq.config import ExchangeConfig, JournalConfig, MonitorConfig, check_curve_settings
 from roq.errors import ConfigError
@@ -110,6 +110,13 @@ class HostManagerConfig:
             raise ConfigError("kpi_period and session_timeout must be positive")
 
 
+class _CurveFiles(TypedDict, total=False):
+    """A child's CURVE files (none: plaintext)."""
+
+    secret_key: str
+    keyring: str
+
+
 class ChildSettings:
     """The config objects of the children of one host manager.
 
@@ -121,7 +128,7 @@ class ChildSettings:
     def __init__(self, config: HostManagerConfig) -> None:
         self.config = config
         # the children's CURVE: the host manager's own, wherever they run from
-        self._curve = ({"secret_key": os.path.abspath(config.secret_key), "keyring": os.path.abspath(config.keyring)}
+        self._curve: _CurveFiles = ({"secret_key": os.path.abspath(config.secret_key), "keyring": os.path.abspath(config.keyring)}
                        if config.secret_key else {})
         self.monitor_options = _options(MonitorConfig, config.monitor_options, "--monitor-option",
                                         _OWN_MONITOR_FIELDS)

@@ -107,8 +107,8 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
             host was lost: the queue's document says), for the journals started.
     """
     actions: list[Action] = []
-    for name, child in children.items():
-        if name not in assignments and not child.stopping:
+    for name, unassigned in children.items():
+        if name not in assignments and not unassigned.stopping:
             actions.append(Stop(name))
     for name, a in assignments.items():
         child = children.get(name)
