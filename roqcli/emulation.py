@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 STATE_DIR = "/run/roq-emulated"
 CGROUP_BASE = "roq-emulated"
-_NETWORK = ipaddress.ip_network("198.18.0.0/15")
+_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
 _CLONE_NEWNET = 0x40000000
 
 

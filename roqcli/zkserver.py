@@ -305,7 +305,9 @@ class ZooKeeperServer:
             os.makedirs(self._data_dir_arg, exist_ok=True)
         elif self._tmp_dir is None:
             self._tmp_dir = tempfile.mkdtemp(prefix="roq-zookeeper-")
-        data_dir = os.path.abspath(self.data_dir)  # type: ignore[arg-type]
+        in_use = self.data_dir
+        assert in_use is not None  # given, or made just above
+        data_dir = os.path.abspath(in_use)
         config = os.path.join(data_dir, "zoo.cfg")
         with open(config, "w") as f:
             f.write(
@@ -318,7 +320,8 @@ class ZooKeeperServer:
                 )
             )
         self._prepare(data_dir)
-        log_path: str = self.log_path  # type: ignore[assignment]
+        log_path = self.log_path
+        assert log_path is not None  # its data directory is there now
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
         with open(log_path, "ab") as log:
             self._popen = subprocess.Popen(

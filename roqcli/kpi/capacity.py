@@ -257,8 +257,9 @@ def estimate(m: Moments, rule: TuneRule = TuneRule(), budget: Budget = Budget())
         return {**out, "why": why}
     out["cpu_capacity"] = round(cpu, 1)
     link = out.get("link_capacity")
-    binds = "link" if link is not None and link < cpu else "cpu"
-    return {**out, "capacity": round(min(cpu, link) if binds == "link" else cpu, 1), "binds": binds}
+    if link is not None and link < cpu:
+        return {**out, "capacity": round(link, 1), "binds": "link"}
+    return {**out, "capacity": round(cpu, 1), "binds": "cpu"}
 
 
 def _cpu_capacity(m: Moments, rule: TuneRule, saturation: float, out: dict[str, Any]) -> tuple[float | None, str]:

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from roq.errors import ConfigError, RoQError
 from roq.kpi.archive import HOSTS_PARTITION
@@ -271,7 +271,7 @@ def _moments(row: Any) -> Moments:
 
 
 def _decide(groups: dict[str, dict[str, Moments]], rule: TuneRule, budgets: dict[str, Budget],
-            delivered: dict[str, float | None]) -> dict[str, dict[str, Any]]:
+            delivered: Mapping[str, float | None]) -> dict[str, dict[str, Any]]:
     """queue -> {thresholds, host, capacity, what binds, evidence per host}."""
     out = {}
     for queue, hosts in sorted(groups.items()):
@@ -318,7 +318,7 @@ def tune(spark: Any, archive: str, *, queue: str | None = None, since: float | N
     return tune_frame(loaded.frame, rule), loaded.counts
 
 
-def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, Any]]], None], *,
+def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, Any]]], object], *,
            queue: str | None = None, rule: TuneRule = TuneRule(), every_s: float = 5.0,
            window_s: float = 7 * 86400.0, stop: Callable[[], bool] = lambda: False) -> None:
     """Tune continuously: Structured Streaming over the archive directory; every ``every_s`` the new files
