@@ -83,7 +83,7 @@ class Audit:
         per_publisher = {}
         totals = dict(received=0, lost=0, duplicated=0, reordered=0)
         for name, p in self.publishers.items():
-            row = {
+            row: dict[str, Any] = {
                 "received": p.received,
                 "lost": sum(s.lost for s in p.keys.values()),
                 "duplicated": sum(s.duplicated for s in p.keys.values()),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from roq.wire.status import QueueStatus
 from roqcli.embedded import wait_for
@@ -62,7 +62,7 @@ def bench_capacity(progress: Callable[[str], None], *, cpus: float = CPUS, sampl
     from roqcli.emulation import HostBudget
 
     log_dir = tempfile.mkdtemp(prefix="roq-bench-")
-    rows = []
+    rows: list[dict[str, Any]] = []
     with EmbeddedCluster(hosts=HOSTS, budgets=[HostBudget(cpus)], log_dir=log_dir) as cluster, Loads(log_dir) as loads:
         qm = cluster.manager
         qm.create("capacity", cluster.addresses[0], exchanges=1)

@@ -50,7 +50,7 @@ def bench_control(trials: int, progress: Any) -> list[Result]:
         progress(f"(d) topology change -> broadcast, {trials} changes")
         paths = Paths(cluster.root)
         zk = Session(cluster.zk).start(timeout=10)
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context = zmq.Context.instance()
         sub = ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.setsockopt(zmq.LINGER, 0)

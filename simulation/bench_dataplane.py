@@ -117,7 +117,11 @@ def _roq_publisher(monitor: str, mode: str, n: int, rate: float, duration: float
         elif many:  # each paced tick's records in one call
             paced(rate, duration, lambda k: pub.send_many(key, [stamp(time.time_ns()) + pad] * k))
         else:
-            paced(rate, duration, lambda k: [pub.send(key, stamp(time.time_ns()) + pad) for _ in range(k)])
+            def send_each(k: int) -> None:
+                for _ in range(k):
+                    pub.send(key, stamp(time.time_ns()) + pad)
+
+            paced(rate, duration, send_each)
         sending = time.perf_counter() - started
         pub.send(END, b"")
         pub.flush(60)
@@ -206,6 +210,7 @@ def _curve(directory: str) -> tuple[list[str], Any]:
     ring = os.path.join(directory, "keyring")
     os.makedirs(ring)
     shutil.copy(me.public_path, os.path.join(ring, "bench.key"))
+    assert me.secret is not None  # a new pair has its secret
     return (["--secret-key", server.secret_path, "--keyring", ring],
             CurveClient(server.public.decode(), me.public.decode(), me.secret.decode()))
 

@@ -134,7 +134,7 @@ def _valid(hint: Any) -> Any:
         return []
     if origin is dict or hint is dict:
         return {}
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a hint that is a dataclass is its class
         return _base(hint)
     return {str: "fuzz-zz", int: 1, float: 1.0, bool: False, bytes: b"fuzz"}[hint]
 

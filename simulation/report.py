@@ -157,8 +157,8 @@ def render(out_dir: str) -> list[str]:
 
     groups = _groups(timeline.get("subscribers") or [])
     fig, ax = figure("end-to-end latency per subscriber group (per second: median p50, worst p99)", "ms (log scale)")
-    for name, points in groups.items():
-        measured = [(t - started, p50, p99) for t, p50, p99, _ in points if p50 is not None and p99 is not None]
+    for name, group in groups.items():
+        measured = [(t - started, p50, p99) for t, p50, p99, _ in group if p50 is not None and p99 is not None]
         line, = ax.plot([t for t, _, _ in measured], [p50 for _, p50, _ in measured], linewidth=1.2,
                         label=f"{name} p50")
         ax.plot([t for t, _, _ in measured], [p99 for _, _, p99 in measured], linewidth=0.8, linestyle="--",
@@ -168,8 +168,8 @@ def render(out_dir: str) -> list[str]:
     finish(fig, ax, "latency.png")
 
     fig, ax = figure("records each subscriber group found missing in gaps (dropped on the way), cumulative", "records")
-    for name, points in groups.items():
-        ax.plot([t - started for t, _, _, _ in points], [dropped for _, _, _, dropped in points], label=name)
+    for name, group in groups.items():
+        ax.plot([t - started for t, _, _, _ in group], [dropped for _, _, _, dropped in group], label=name)
     finish(fig, ax, "gaps.png")
 
     path = os.path.join(out_dir, "index.html")

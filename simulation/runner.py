@@ -140,6 +140,7 @@ class Runner:
         os.makedirs(self.out_dir, exist_ok=True)
         logs = os.path.join(self.out_dir, "logs")
         os.makedirs(logs, exist_ok=True)
+        cluster: GivenCluster | EmbeddedCluster
         if self.zk:
             cluster = self.cluster = GivenCluster(self.zk, self.root, self.credentials)
         else:
@@ -155,7 +156,7 @@ class Runner:
         interrupted = False
         try:
             cluster.start()
-            if self.zk:
+            if isinstance(cluster, GivenCluster):  # (given with zk)
                 self._check_given(cluster)
                 self.progress(f"using the cluster at {cluster.zk} (root {cluster.root}): hosts {', '.join(cluster.addresses)} "
                               f"(its hosts, GCMs and exchange settings, not the scenario's)")
