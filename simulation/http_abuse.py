@@ -47,7 +47,31 @@ def connect(port: int, source: str, timeout: float = 10.0) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
 
 
-class Slowloris(threading.Thread):
+class _Client(threading.Thread):
+    """A client of its own thread, running until :meth:`stop`."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._stopping = threading.Event()
+
+    def _close(self) -> None:
+        """What is left to close once the thread ended (or never began)."""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the thread and close what it holds (also when it was never started).
+
+        Raises:
+            RuntimeError: the thread still ran after ``timeout``.
+        """
+        self._stopping.set()
+        if self.ident is not None:
+            self.join(timeout)
+        self._close()
+        if self.is_alive():
+            raise RuntimeError(f"the {self.name} still ran {timeout:g} s after it was stopped")
+
+
+class Slowloris(_Client):
     """``n`` connections from ``source``, each sending a request's head a byte a second (spread over the second),
     each connecting again at its next byte once the server closed it.
 
@@ -58,10 +82,9 @@ class Slowloris(threading.Thread):
     """
 
     def __init__(self, port: int, n: int, source: str) -> None:
-        super().__init__(name="slowloris", daemon=True)
+        super().__init__("slowloris")
         self.port, self.n, self.source = port, n, source
         self.connects = self.closed = self.bytes = 0
-        self._stopping = threading.Event()
         self._socks: list[socket.socket | None] = [None] * n
         self._sent = [0] * n
 
@@ -123,17 +146,6 @@ class Slowloris(threading.Thread):
             sock.close()
             self._socks[i] = None
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Close every connection and end the thread.
-
-        Raises:
-            RuntimeError: the thread still ran after ``timeout``.
-        """
-        self._stopping.set()
-        if self.ident is not None:
-            self.join(timeout)
-        if self.is_alive():
-            raise RuntimeError(f"the slowloris still ran {timeout:g} s after it was stopped")
 
 
 class Readers:
@@ -235,7 +247,7 @@ def pipelined_health_checks(port: int, source: str, n: int) -> int:
     return count
 
 
-class Feed(threading.Thread):
+class Feed(_Client):
     """A dashboard's feed (``GET /api/v1/stream``) from ``source``, read until stopped.
 
     Attributes:
@@ -246,9 +258,8 @@ class Feed(threading.Thread):
     """
 
     def __init__(self, port: int, source: str) -> None:
-        super().__init__(name="feed", daemon=True)
+        super().__init__("feed")
         self.states: list[float] = []
-        self._stopping = threading.Event()
         self._sock = connect(port, source)
         self._sock.settimeout(0.5)
 
@@ -266,18 +277,8 @@ class Feed(threading.Thread):
         except OSError:
             return
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """End the thread and close the connection (also when it was never started).
-
-        Raises:
-            RuntimeError: the thread still ran after ``timeout``.
-        """
-        self._stopping.set()
-        if self.ident is not None:
-            self.join(timeout)
+    def _close(self) -> None:
         self._sock.close()
-        if self.is_alive():
-            raise RuntimeError(f"the feed still ran {timeout:g} s after it was stopped")
 
 
 class Answer(NamedTuple):
