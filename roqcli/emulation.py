@@ -201,8 +201,11 @@ class Emulation:
         os.makedirs(STATE_DIR, exist_ok=True)
         state = {"pid": os.getpid(), "started": psutil.Process().create_time(), "name": self.name, "tag": self.tag,
                  "namespaces": self._namespace_names()}
-        with open(self._state, "w") as f:
+        # whole or not at all: another cluster's sweep may read the directory at any moment
+        partial = os.path.join(STATE_DIR, f".{self.name}.json.part")
+        with open(partial, "w") as f:
             json.dump(state, f)
+        os.replace(partial, self._state)
 
     def _network(self) -> None:
         subnet = _free_subnet()
@@ -322,13 +325,28 @@ def _tidy(cpu: Controller | None) -> None:
         pass
 
 
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:  # another cluster's sweep took it first
+        pass
+
+
 def sweep() -> list[str]:
-    """Remove what launchers that are gone left (their state files name it); a line per thing removed."""
+    """Remove what launchers that are gone left (their state files name it); a line per thing removed.
+
+    Several may sweep at once (clusters starting side by side): what one finds gone, another removed.
+    """
     done = []
     try:
         entries = sorted(os.listdir(STATE_DIR))
     except FileNotFoundError:
         entries = []
+    for entry in [e for e in entries if e.startswith(".")]:  # being written, or left by a launcher killed meanwhile
+        writer = entry[1:].split(".")[0]
+        if not (writer.isdigit() and psutil.pid_exists(int(writer))):
+            _unlink(os.path.join(STATE_DIR, entry))
+    entries = [e for e in entries if not e.startswith(".")]
     for entry in entries:
         path = os.path.join(STATE_DIR, entry)
         try:
@@ -336,14 +354,16 @@ def sweep() -> list[str]:
                 state = json.load(f)
             pid, started = int(state["pid"]), float(state["started"])
             name, tag, namespaces = str(state["name"]), str(state["tag"]), [str(n) for n in state["namespaces"]]
+        except FileNotFoundError:
+            continue
         except (OSError, ValueError, KeyError, TypeError):
             log.warning("removing unreadable emulation state %s", path)
-            os.unlink(path)
+            _unlink(path)
             continue
         if _owner_alive(pid, started):
             continue
         done += _remove(name, tag, namespaces, None)
-        os.unlink(path)
+        _unlink(path)
     try:
         cpu = Controller(CGROUP_BASE)
     except ConfigError:
