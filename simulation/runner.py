@@ -428,6 +428,7 @@ class Runner:
             "scale_outs_refused": kinds.count("scale_out_refused"),
             "scale_ins": kinds.count("scale_in") - kinds.count("scale_in_refused"),
             "failovers": sum(1 for e in events if e.get("kind") == "relocated" and e.get("reason") == "failover"),
+            "exchanges_restarted": kinds.count("exchange_restarted"),  # by their host managers, on new endpoints
             "faults": self.faults,
             "keep_up_audit": {"lost": lost, "duplicated": dup, "reordered": reordered,
                               "clean": bool(keep_up) and lost == dup == reordered == 0

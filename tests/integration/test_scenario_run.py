@@ -70,7 +70,15 @@ for_s = 1
 
 FIELDS = {"scenario", "source", "interrupted", "duration_s", "units", "published", "delivered",
           "delivered_records_per_s", "exchanges_peak", "relocations", "scale_outs", "scale_ins", "failovers",
+          "exchanges_restarted",
           "faults", "keep_up_audit", "publishers", "subscribers", "latency_by_exchanges"}
+
+
+def recovered(summary: dict) -> bool:
+    """The killed exchange's publishers went on: moved to another exchange (a fail-over), or back to the same one,
+    restarted by its host manager, whichever came first (a run beside busy loops saw the restart come first); what
+    they sent is audited apart."""
+    return summary["failovers"] >= 1 or summary["exchanges_restarted"] >= 1
 
 
 def test_a_short_scenario_runs_and_reports(tmp_path):
@@ -93,7 +101,7 @@ def test_a_short_scenario_runs_and_reports(tmp_path):
     assert everything["gaps"] == only_a["gaps"] == 0
     assert [f["kind"] for f in summary["faults"]] == ["pause_monitor", "kill_exchange", "kill_gcm_leader",
                                                       "restart_zookeeper"]
-    assert all("error" not in f for f in summary["faults"]) and summary["failovers"] >= 1
+    assert all("error" not in f for f in summary["faults"]) and recovered(summary)
     assert summary["scale_outs"] >= 1 and summary["exchanges_peak"] >= 2  # 1,800 records/s on a mark of 1,500
     timeline = json.loads((out / "timeline.json").read_text())
     # a sample a second is asked for; a busy machine answers fewer (9 in 12 s beside two busy loops): a timeline
@@ -165,7 +173,7 @@ def test_a_scenario_runs_on_a_given_cluster_and_leaves_it_as_it_was(tmp_path):
                          zk=cluster.zk, root=cluster.root).run()
         assert summary["keep_up_audit"]["clean"] and summary["published"] > 2000, summary["keep_up_audit"]
         (fault,) = summary["faults"]
-        assert "error" not in fault and summary["failovers"] >= 1
+        assert "error" not in fault and recovered(summary)
         # the cluster is as it was: every process of its own still runs, the scenario's queue is gone
         assert all(psutil.pid_exists(pid) for pid in before)
         cluster.wait_for(lambda: not cluster.manager.exists("given"), 10, "the scenario's queue removed")
