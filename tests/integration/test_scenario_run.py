@@ -24,7 +24,9 @@ gcms = 2
 [[queue]]
 name = "s"
 # every host is this machine, which the test itself keeps busy: its CPU must not refuse the scale-out
-rules = { exchange_records_per_s = 1500, sustain_s = 1, cooldown_s = 3, host_cpu_percent = 100 }
+# and the load is well above the mark (1,800 records/s on 1,200): beside busy loops the publishers made 1,470-1,570
+# and, on a mark of 1,500, no scale-out came before the faults
+rules = { exchange_records_per_s = 1200, sustain_s = 1, cooldown_s = 3, host_cpu_percent = 100 }
 
 [[subscribers]]
 prefix = ""
@@ -102,7 +104,7 @@ def test_a_short_scenario_runs_and_reports(tmp_path):
     assert [f["kind"] for f in summary["faults"]] == ["pause_monitor", "kill_exchange", "kill_gcm_leader",
                                                       "restart_zookeeper"]
     assert all("error" not in f for f in summary["faults"]) and recovered(summary)
-    assert summary["scale_outs"] >= 1 and summary["exchanges_peak"] >= 2  # 1,800 records/s on a mark of 1,500
+    assert summary["scale_outs"] >= 1 and summary["exchanges_peak"] >= 2  # 1,800 records/s on a mark of 1,200
     timeline = json.loads((out / "timeline.json").read_text())
     # a sample a second is asked for; a busy machine answers fewer (9 in 12 s beside two busy loops): a timeline
     # of the run is what is checked, not the pace of its sampling
