@@ -14,6 +14,7 @@ each module naming who talks to whom:
 * :mod:`~roq.wire.control.commands`: host manager -> its children, on their command pipe (1107)
 * :mod:`~roq.wire.control.reads`: reader (or operator) <-> journal, on its reads port (50-54)
 * :mod:`~roq.wire.control.operators`: anyone -> monitor, ping, status, a forced relocation (40-42)
+* :mod:`~roq.wire.control.links`: a child cluster <-> its parent, on the link between them (60-65)
 * :mod:`~roq.wire.control.reply`: any server -> its client, the answer to a request (9000)
 
 The GCM's requests (from 2000) register in the same registry from :mod:`roq.wire.management`. Command numbers keep
@@ -27,6 +28,18 @@ from roq.wire.control.codec import Message, decode, decode_document, encode, mes
 from roq.wire.control.commands import Retarget
 from roq.wire.control.exchanges import ExchangeBye, ExchangeKpi, Heartbeat, Journaling, KpiPeriod, PublisherRate, Shutdown
 from roq.wire.control.journals import JournalHeartbeat, JournalPolicy
+from roq.wire.control.links import (
+    REFUSALS,
+    ROLES,
+    ClusterName,
+    Interest,
+    LinkHello,
+    LinkRefused,
+    LinkWelcome,
+    Names,
+    NamesRefused,
+    QueueInterest,
+)
 from roq.wire.control.operators import ForceRelocate, Ping, Status
 from roq.wire.control.permissions import AclRules
 from roq.wire.control.publishers import Moved, NoExchange, Panic, PublisherBye, PublisherHello, Relocate
@@ -98,4 +111,15 @@ __all__ = [
     "Ping",
     "Status",
     "ForceRelocate",
+    # a child cluster <-> its parent
+    "ROLES",
+    "REFUSALS",
+    "LinkHello",
+    "LinkWelcome",
+    "LinkRefused",
+    "Interest",
+    "QueueInterest",
+    "Names",
+    "ClusterName",
+    "NamesRefused",
 ]

@@ -1,0 +1,14 @@
+"""A tree of clusters (pure): each cluster's place in it, and the interest that decides where records go.
+
+:mod:`roq.federation.tree` says who a cluster's children are, which clusters are below it, whom it refuses
+and which link a record for a named cluster leaves by; :mod:`roq.federation.interest` what each link
+advertises (interest travels up only, and down into a cluster's own subtree) and where a record goes. Both
+are decisions without sockets or clocks; the links and the GCM carry them out. The messages they exchange
+are :mod:`roq.wire.control.links`.
+"""
+
+from roq.federation.interest import PARENT, Advert, InterestTable, Prefixes, Route, minimal
+from roq.federation.tree import SEPARATOR, Outcome, Refusal, Tree, check_name, split_address
+
+__all__ = ["PARENT", "Advert", "InterestTable", "Prefixes", "Route", "minimal",
+           "SEPARATOR", "Outcome", "Refusal", "Tree", "check_name", "split_address"]

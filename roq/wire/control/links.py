@@ -1,0 +1,105 @@
+"""A link between two clusters of a tree: a child and its parent, what they tell each other.
+
+A cluster of a federation is the tree's root, a branch or a leaf; a branch or a leaf is linked to one parent.
+The child opens the link: its :class:`LinkHello` says who it is and what its subtree holds, and the parent
+answers with :class:`LinkWelcome` (where it sits in the tree) or :class:`LinkRefused` (why not, naming both
+ends). After that, each side tells the other what it wants (:class:`Interest`) and the child tells the parent
+which clusters are below it (:class:`Names`); an ancestor that finds one of those names already in the tree
+answers :class:`NamesRefused`. Every whole statement (a hello, a welcome, an ``Interest`` or ``Names`` with
+``whole``) replaces what the other side held, so that a reconnect re-sends everything and nothing is left
+over from before it.
+
+The rules that decide what goes into these messages are :mod:`roq.federation`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from roq.wire.control.codec import Message, message
+
+__all__ = ["ROLES", "REFUSALS", "QueueInterest", "ClusterName", "Interest", "Names", "NamesRefused",
+           "LinkHello", "LinkWelcome", "LinkRefused"]
+
+#: a cluster's place in its tree
+ROLES = ("root", "branch", "leaf")
+#: why a link or a name is refused
+REFUSALS = ("cycle", "second_parent", "duplicate_name", "unknown_key", "not_a_parent", "stale", "malformed")
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueInterest:
+    """The key prefixes of one queue that a side adds to what it wants and takes back (``b""``: every key)."""
+
+    queue: str
+    add: list[bytes] = dataclasses.field(default_factory=list)
+    remove: list[bytes] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterName:
+    """A cluster of the sender's subtree: its name, its parent's and its key's digest (who it is, beyond the
+    name)."""
+
+    name: str
+    parent: str
+    key: str = ""
+
+
+@message(60)
+class Interest(Message):
+    """Either way on a link: what the sender wants of the receiver's records, as changes per queue; with
+    ``whole``, everything it wants (what the receiver held before is replaced)."""
+
+    queues: list[QueueInterest]
+    whole: bool = False
+
+
+@message(61)
+class Names(Message):
+    """Child -> parent: the clusters of its subtree that it adds and takes back (``whole``: all of them, itself
+    first)."""
+
+    add: list[ClusterName]
+    remove: list[str]
+    whole: bool = False
+
+
+@message(62)
+class NamesRefused(Message):
+    """Parent -> child: these names of the child's subtree are refused (``reason`` one of :data:`REFUSALS`;
+    ``detail`` says where in the tree they already are)."""
+
+    names: list[str]
+    reason: str
+    detail: str
+
+
+@message(63)
+class LinkHello(Message):
+    """Child -> parent, opening a link: the child's name and role (``branch`` or ``leaf``), the link's
+    ``incarnation`` (a newer one replaces an older; an older one is stale), the clusters of its subtree (itself
+    first) and everything it wants."""
+
+    cluster: str
+    role: str
+    incarnation: int
+    names: list[ClusterName]
+    interest: list[QueueInterest]
+
+
+@message(64)
+class LinkWelcome(Message):
+    """Parent -> child, the link admitted: the parent's ``path`` to the root (the parent first, the root last)
+    and everything the parent wants of the child's records."""
+
+    path: list[str]
+    interest: list[QueueInterest]
+
+
+@message(65)
+class LinkRefused(Message):
+    """Parent -> child, the link refused: ``reason`` one of :data:`REFUSALS`, ``detail`` naming both ends."""
+
+    reason: str
+    detail: str
