@@ -39,6 +39,7 @@ __all__ = [
     "SEAM",
     "CUT",
     "FLAG_REPLAY",
+    "FLAG_RELAYED",
     "pack_seam",
     "pack_beacon",
     "pack_cut",
@@ -80,6 +81,9 @@ PROGRESS = 10  # sent by a subscriber to an exchange's backend: "I took batches 
 FLAG_RETRANSMIT = 0x1  # resent after a failover (subscribers may have it already)
 FLAG_ACK_NOW = 0x2  # the publisher waits for this acknowledgement (flush): do not coalesce it
 FLAG_REPLAY = 0x4  # on a subscription: the subscriber replays the journal; mark its seam there (SEAM)
+#: relayed from another cluster by a link (:mod:`roq.federation.relay`): only the records whose keys the far side
+#: wanted crossed, so the publisher's seqs are sparse; each key's chain (``key_prev``) is whole
+FLAG_RELAYED = 0x8
 
 #: Sequence numbers stay below this (they are u64 on the wire).
 SEQ_LIMIT = 1 << 64
