@@ -42,7 +42,8 @@ BURST = 128
 PROGRESS_INTERVAL = 0.02
 #: What is held while replaying, to be ordered later: the arguments of the Reassembler's call of that name.
 Held = Union[
-    tuple[Literal["data"], str, bytes, int, int, int, int, bytes, Any],  # source, publisher, epoch, first, count, key_prev, key, item
+    # source, publisher, epoch, first, count, key_prev, key, item, relayed
+    tuple[Literal["data"], str, bytes, int, int, int, int, bytes, Any, bool],
     tuple[Literal["marker"], str, bytes, int],  # source, publisher, epoch
     tuple[Literal["lost"], str],  # source
 ]
@@ -228,7 +229,7 @@ class Feeds:
         order, deliver, now = self._order, self._deliver, time.monotonic()
         for call in held:
             if call[0] == "data":
-                deliver(order.data(*call[1:], now))
+                deliver(order.data(*call[1:9], now, relayed=call[9]))
             elif call[0] == "marker":
                 deliver(order.marker(*call[1:], now))
             else:
@@ -256,7 +257,7 @@ class Feeds:
         recv = feed.socket.recv_multipart
         parse = batch.parse_header
         decode = batch.decode_body
-        data_kind, marker_kind = batch.DATA, batch.MARKER
+        data_kind, marker_kind, relayed_flag = batch.DATA, batch.MARKER, batch.FLAG_RELAYED
         order = self._order
         deliver = self._deliver
         prefix = self._prefix
@@ -292,11 +293,12 @@ class Feeds:
                     continue
                 pub, first = h.publisher, h.first_seq
                 item = (key, payloads, pub, first, h.timestamp_ns)
+                relayed = bool(h.flags & relayed_flag)
                 if self.hold is not None:
-                    self.hold(("data", exchange, pub, h.epoch, first, h.count, h.key_prev, key, item), pub, first,
-                              first + h.count - 1, len(body))
+                    self.hold(("data", exchange, pub, h.epoch, first, h.count, h.key_prev, key, item, relayed), pub,
+                              first, first + h.count - 1, len(body))
                     continue
-                out = order.data(exchange, pub, h.epoch, first, h.count, h.key_prev, key, item, clock())
+                out = order.data(exchange, pub, h.epoch, first, h.count, h.key_prev, key, item, clock(), relayed)
                 if out:
                     deliver(out)
             elif kind == marker_kind:

@@ -24,7 +24,9 @@ arrive in order; across exchanges they do not, so the reassembler applies these 
   from it, whatever their epochs (:meth:`Reassembler.ordered`), before the live stream takes over.
 * **Gaps.** A subscriber that receives everything (empty prefix) knows a gap when a seq is skipped.
   A filtering subscriber sees only some of a publisher's keys, so it follows each key's chain instead:
-  every batch names the seq of its publisher's previous record with the same key (``key_prev``).
+  every batch names the seq of its publisher's previous record with the same key (``key_prev``). So does
+  every subscriber for a publisher relayed from another cluster (``relayed``): only the keys wanted there
+  crossed, and its seqs are sparse.
 
 A pure core, public for tests and tools (``from client._ordering import Reassembler``); not part of the
 application API (:data:`client.__all__`).
@@ -45,9 +47,10 @@ def _epoch_of(entry: tuple) -> int:
 
 
 class _Stream:
-    __slots__ = ("epoch", "source", "last", "ended", "sources", "held", "held_since", "notes", "key_last")
+    __slots__ = ("epoch", "source", "last", "ended", "sources", "held", "held_since", "notes", "key_last", "filtered")
 
-    def __init__(self) -> None:
+    def __init__(self, filtered: bool) -> None:
+        self.filtered = filtered  # its seqs are not all seen here: gaps are found per key
         self.epoch: int | None = None  # epoch of the data delivered last
         self.source: str | None = None  # exchange that data came from
         self.last = 0  # highest seq delivered
@@ -97,11 +100,14 @@ class Reassembler:
         key: bytes,
         item: Any,
         now: float,
+        relayed: bool = False,
     ) -> list[tuple[Any, int]]:
-        """A data batch arrived from exchange ``source``."""
+        """A data batch arrived from exchange ``source`` (``relayed``: from another cluster, by a link)."""
         st = self.streams.get(publisher)
         if st is None:
-            st = self.streams[publisher] = _Stream()
+            st = self.streams[publisher] = _Stream(self.filtered or relayed)
+        elif relayed:
+            st.filtered = True  # (a note made its stream before its first batch)
         entry = (source, epoch, first, count, key_prev, key, item)
         st.sources.setdefault(epoch, source)
         if self._may_deliver(st, source, epoch, first):
@@ -114,12 +120,14 @@ class Reassembler:
         return self._release(st, now) if len(st.held) > self.max_held else []
 
     def ordered(self, publisher: bytes, epoch: int, first: int, count: int, key_prev: int, key: bytes, item: Any,
-                now: float) -> list[tuple[Any, int]]:
+                now: float, relayed: bool = False) -> list[tuple[Any, int]]:
         """A data batch from a source that gives each publisher's records in order whatever their epoch (a
         journal): delivered now, past what was delivered already; data held behind it may follow."""
         st = self.streams.get(publisher)
         if st is None:
-            st = self.streams[publisher] = _Stream()
+            st = self.streams[publisher] = _Stream(self.filtered or relayed)
+        elif relayed:
+            st.filtered = True
         out: list[tuple[Any, int]] = []
         if st.held and any(e[2] < first for e in st.held):  # the journal's order says they come first
             before = sorted((e for e in st.held if e[2] < first), key=lambda e: e[2])
@@ -147,7 +155,7 @@ class Reassembler:
         """The monitor announced that ``publisher`` is about to leave exchange ``source``."""
         st = self.streams.get(publisher)
         if st is None:
-            st = self.streams[publisher] = _Stream()
+            st = self.streams[publisher] = _Stream(self.filtered)
         if st.epoch is None and all(n[0] != source for n in st.notes):
             st.notes.append((source, now + 2 * self.hold_timeout))
 
@@ -192,7 +200,7 @@ class Reassembler:
             return not st.notes or st.notes[0][0] == source
         if epoch <= st.epoch:
             return True
-        if not self.filtered and first <= st.last + 1:
+        if not st.filtered and first <= st.last + 1:
             return True
         return all(e in st.ended for e in range(st.epoch, epoch))
 
@@ -243,7 +251,7 @@ class Reassembler:
         skip = st.last - first + 1 if first <= st.last else 0
         if skip:
             self.duplicates += skip
-        elif self.filtered:
+        elif st.filtered:
             known = st.key_last.get(key)
             if known is not None and key_prev > known:
                 self.gaps += 1
@@ -254,7 +262,7 @@ class Reassembler:
         elif st.last and first > st.last + 1:
             self.gaps += 1
             self.lost += first - st.last - 1
-        if self.filtered and skip:
+        if st.filtered and skip:
             st.key_last[key] = last
         st.last = last
         out.append((item, skip))

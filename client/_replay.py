@@ -266,7 +266,8 @@ class Replay:
         for key, h, payloads, offset in self.readable():
             pub, first = h.publisher, h.first_seq
             deliver(order.ordered(pub, h.epoch, first, h.count, h.key_prev, key,
-                                  (key, payloads, pub, first, h.timestamp_ns, offset), now))
+                                  (key, payloads, pub, first, h.timestamp_ns, offset), now,
+                                  bool(h.flags & batch.FLAG_RELAYED)))
         return self.seamed(exchanges, order.delivered(), now)
 
     def _answer(self, frames: list[bytes]) -> list[tuple[bytes, batch.Header, list[bytes], int]]:

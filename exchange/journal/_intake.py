@@ -61,7 +61,7 @@ class Intake:
         if h.kind != batch.DATA:  # a marker: its publisher waits for an acknowledgement up to it
             self._touched[source].add(publisher)
             return
-        if decide(self.store.high(publisher), h.first_seq, h.last_seq) == GAP:
+        if decide(self.store.high(publisher), h.first_seq, h.last_seq, bool(h.flags & batch.FLAG_RELAYED)) == GAP:
             self.gaps.hold(publisher, Held(h.first_seq, h.last_seq, [key, header, body], source, now))
             return
         self._apply(source, key, header, body, h, time_ns)
@@ -73,7 +73,7 @@ class Intake:
         publisher = h.publisher
         self._touched[source].add(publisher)
         high = self.store.high(publisher)
-        decision = decide(high, h.first_seq, h.last_seq)
+        decision = decide(high, h.first_seq, h.last_seq, bool(h.flags & batch.FLAG_RELAYED))
         if decision == DUPLICATE:
             self.duplicates += 1
             return

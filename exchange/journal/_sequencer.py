@@ -11,6 +11,10 @@ highest seq journaled for the publisher (``high``, None for a publisher not know
 * :data:`GAP`: beyond records not journaled yet. It waits (:class:`Gaps`) for them; if they have not come
   within :data:`GAP_WAIT_S` it is written anyway, and the records skipped are counted (they were never
   acknowledged by the journal, so their publisher still holds them).
+
+A publisher relayed from another cluster by a link (``sparse``: :data:`roq.wire.batch.FLAG_RELAYED`) has sparse
+seqs, only those of the keys wanted here having crossed: a batch beyond its highest is the next one, never a
+gap. Its order is the link's: one connection, in the source journal's order.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ GAP_WAIT_S = 2.0
 MAX_HELD_BYTES = 64 << 20
 
 
-def decide(high: int | None, first: int, last: int) -> str:
-    """What to do with a batch of seqs ``first..last`` when ``high`` is journaled."""
-    if high is None or first == high + 1:
+def decide(high: int | None, first: int, last: int, sparse: bool = False) -> str:
+    """What to do with a batch of seqs ``first..last`` when ``high`` is journaled (``sparse``: a relayed
+    publisher's)."""
+    if high is None or first == high + 1 or (sparse and first > high):
         return WRITE
     if last <= high:
         return DUPLICATE

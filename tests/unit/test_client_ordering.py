@@ -18,8 +18,8 @@ def seqs(out):
     return result
 
 
-def data(r, source, epoch, first, count, now=0.0, pub=P, key=b"k", key_prev=0):
-    return r.data(source, pub, epoch, first, count, key_prev, key, (first, count), now)
+def data(r, source, epoch, first, count, now=0.0, pub=P, key=b"k", key_prev=0, relayed=False):
+    return r.data(source, pub, epoch, first, count, key_prev, key, (first, count), now, relayed)
 
 
 def test_in_order_batches_pass_straight_through():
@@ -58,6 +58,29 @@ def test_filtered_subscriber_follows_the_key_chain():
     assert r.gaps == 0  # the skipped seq 2 had another key
     assert seqs(data(r, "A", 0, 7, 1, key=b"a", key_prev=5)) == [7]  # seq 5 of key a went missing
     assert r.gaps == 1
+
+
+def test_a_relayed_publisher_is_followed_by_its_key_chains_even_without_a_prefix():
+    r = make()  # receives every key here, but only the keys wanted here crossed the link: sparse seqs
+    assert seqs(data(r, "A", 0, 1, 1, key=b"a", relayed=True)) == [1]
+    assert seqs(data(r, "A", 0, 4, 2, key=b"b", relayed=True)) == [4, 5]
+    assert seqs(data(r, "A", 0, 9, 1, key=b"a", key_prev=1, relayed=True)) == [9]
+    assert (r.gaps, r.lost) == (0, 0)  # 2, 3, 6-8 were keys nobody here wanted
+    assert seqs(data(r, "A", 0, 12, 1, key=b"a", key_prev=10, relayed=True)) == [12]  # 10 of key a is missing
+    assert r.gaps == 1
+    assert seqs(data(r, "A", 0, 4, 2, key=b"b", relayed=True)) == []  # a resend after a flap: dropped
+    assert r.duplicates == 2
+    # a publisher of this cluster beside it keeps the exact count
+    assert seqs(data(r, "A", 0, 1, 1, pub=b"Q" * 16)) == [1]
+    assert seqs(data(r, "A", 0, 3, 1, pub=b"Q" * 16)) == [3]
+    assert r.lost == 2
+
+
+def test_a_relayed_publisher_of_a_new_epoch_waits_for_the_marker_as_a_filtered_one():
+    r = make()
+    data(r, "A", 0, 1, 1, relayed=True)
+    assert seqs(data(r, "B", 1, 2, 1, relayed=True)) == []  # contiguous, but its seqs say nothing: held
+    assert seqs(r.marker("A", P, 0, 0.0)) == [2]
 
 
 # ----------------------------------------------------------------------- moves, without a prefix

@@ -15,9 +15,9 @@ Q = b"Q" * 16
 X1, X2 = b"exchange-1", b"exchange-2"
 
 
-def _frames(publisher: bytes, first: int, count: int) -> tuple[bytes, bytes, bytes]:
+def _frames(publisher: bytes, first: int, count: int, flags: int = 0) -> tuple[bytes, bytes, bytes]:
     payloads = [f"{publisher[:1].decode()}{first + i}".encode() for i in range(count)]
-    return b"k", batch.pack_header(batch.DATA, publisher, first, count), batch.encode_body(payloads)
+    return b"k", batch.pack_header(batch.DATA, publisher, first, count, flags=flags), batch.encode_body(payloads)
 
 
 def _journaled(store: Store) -> list[bytes]:
@@ -53,6 +53,16 @@ def test_a_batch_beyond_a_gap_waits_for_the_records_before_it_and_then_follows_t
     intake.take(X1, *_frames(P, 3, 2), now=0.1, time_ns=2)
     assert intake.acks() == {X1: [(P, 6)], X2: [(P, 6)]}
     assert _journaled(intake.store) == [b"P1", b"P2", b"P3", b"P4", b"P5", b"P6"]
+
+
+def test_a_relayed_publishers_jump_is_no_gap_and_a_resend_of_it_is_a_duplicate(intake):
+    relayed = batch.FLAG_RELAYED
+    intake.take(X1, *_frames(P, 1, 2, relayed), now=0.0, time_ns=1)
+    intake.take(X1, *_frames(P, 7, 2, relayed), now=0.0, time_ns=1)  # 3..6 were keys not wanted here
+    assert intake.acks() == {X1: [(P, 8)]}
+    intake.take(X2, *_frames(P, 7, 2, relayed), now=0.0, time_ns=2)  # sent again after the link flapped
+    assert intake.duplicates == 1 and intake.skipped == 0
+    assert _journaled(intake.store) == [b"P1", b"P2", b"P7", b"P8"]
 
 
 def test_a_gap_that_stays_open_is_passed_over_and_counted(intake):

@@ -14,6 +14,10 @@ def test_a_batch_is_written_skipped_trimmed_or_held_by_the_publishers_highest_se
     assert decide(10, 1, 1) == DUPLICATE
     assert decide(10, 8, 14) == TRIM
     assert decide(10, 12, 14) == GAP
+    # a publisher relayed from another cluster: its seqs are sparse, a jump is the next batch
+    assert decide(10, 12, 14, sparse=True) == WRITE
+    assert decide(10, 5, 10, sparse=True) == DUPLICATE
+    assert decide(10, 8, 14, sparse=True) == TRIM
 
 
 def _held(first: int, last: int, since: float = 0.0) -> Held:
