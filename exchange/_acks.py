@@ -7,6 +7,10 @@ batch asks for it (``FLAG_ACK_NOW``, a marker), when the journal answered, or wh
 publishers are owed one (the table is keyed by an identity a peer chooses: bounded); while more batches wait to
 be read, they are coalesced and go out ``ack_interval`` after the data that made them due.
 They are sent without blocking: a publisher gone, or whose pipe is full, resends or fails over.
+
+A link relays many publishers on one connection (:data:`roq.wire.batch.FLAG_RELAYED`): what a relayed
+publisher is owed is kept under ``(connection, publisher)`` (:func:`owed_to`) and goes out as an
+acknowledgement that names it (:func:`roq.wire.batch.encode_relayed_ack`).
 """
 
 from __future__ import annotations
@@ -18,12 +22,21 @@ import zmq
 from roq.wire import batch
 from roq.errors import ProtocolError
 
-__all__ = ["Acks", "MAX_PENDING_ACKS"]
+__all__ = ["Acks", "MAX_PENDING_ACKS", "owed_to"]
 
 #: Publishers owed an acknowledgement at most; beyond, acknowledgements go out at once.
 MAX_PENDING_ACKS = 1024
 #: Publishers whose connection is remembered for the journal's acknowledgements, at most.
 MAX_ROUTES = 16384
+
+
+Owed = bytes | tuple[bytes, bytes]  # a connection, or a connection and the relayed publisher on it
+
+
+def owed_to(conn: bytes, h: batch.Header) -> Owed:
+    """Where the acknowledgement of a batch that came on ``conn`` is owed: the connection, or for a relayed
+    publisher the connection and that publisher."""
+    return (conn, h.publisher) if h.flags & batch.FLAG_RELAYED else conn
 
 
 class Acks:
@@ -33,11 +46,11 @@ class Acks:
         self.frontend = frontend
         self.interval = interval
         self.limit = limit
-        self.owed: dict[bytes, int] = {}  # a publisher's connection (routing id) -> highest seq to acknowledge
+        self.owed: dict[Owed, int] = {}  # a publisher's connection (routing id) -> highest seq to acknowledge
         self.due = float("inf")  # when what is owed goes out
-        self._routes: dict[bytes, bytes] = {}  # publisher id -> the connection its latest batch came on
+        self._routes: dict[bytes, Owed] = {}  # publisher id -> the connection its latest batch came on
 
-    def via(self, publisher: bytes, conn: bytes) -> None:
+    def via(self, publisher: bytes, conn: Owed) -> None:
         """``publisher``'s latest batch came on ``conn``: what :meth:`relay` owes it goes there (the oldest
         publisher is forgotten beyond :data:`MAX_ROUTES`)."""
         routes = self._routes
@@ -67,7 +80,10 @@ class Acks:
         reply = self.frontend.send_multipart
         for ident, seq in self.owed.items():
             try:
-                reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
+                if isinstance(ident, tuple):  # a relayed publisher's
+                    reply((ident[0], batch.encode_relayed_ack(ident[1], seq)), zmq.NOBLOCK)
+                else:
+                    reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
             except (zmq.ZMQError, ProtocolError):  # peer gone or its pipe full: it resends or fails over
                 pass
         self.owed.clear()

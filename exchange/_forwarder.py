@@ -72,7 +72,7 @@ from typing import Callable
 import zmq
 
 from exchange._accounting import Accounting
-from exchange._acks import Acks
+from exchange._acks import Acks, owed_to
 from exchange._admission import Admission
 from exchange._journaling import JournalFeed
 from exchange._subscribers import BEHIND_HOLD, Subscriber, Subscribers
@@ -269,7 +269,7 @@ class Forwarder:
         events = self.backend.getsockopt
         check = batch.check_incoming
         data_kind = batch.DATA
-        ack_now = batch.FLAG_ACK_NOW
+        ack_now, relayed = batch.FLAG_ACK_NOW, batch.FLAG_RELAYED
         max_body = self.config.max_batch_bytes
         acct = self.acct
         publishers = acct.publishers
@@ -302,7 +302,7 @@ class Forwarder:
                     self.held = ([key, header, body], h, None, ident)  # the journal's pipe is full: nobody gets it yet
                     self.held_since = time.monotonic()
                     break
-                self.acks.via(h.publisher, ident)  # where the journal's acknowledgement goes
+                self.acks.via(h.publisher, owed_to(ident, h))  # where the journal's acknowledgement goes
             waiting = self._send_out(frames, key)
             if waiting is not None:  # held: no more reading until it is out
                 self._hold([key, header, body], h, waiting, ident)
@@ -311,7 +311,7 @@ class Forwarder:
                 count = h.count
                 size = len(body)
                 if journal is None:  # with a journal, its acknowledgements are relayed (read_journal)
-                    acks[ident] = h.first_seq + count - 1
+                    acks[(ident, h.publisher) if h.flags & relayed else ident] = h.first_seq + count - 1
                 if h.flags & ack_now:
                     urgent = True
                 records += count
@@ -324,7 +324,7 @@ class Forwarder:
                     room -= 1
                     publishers[h.publisher] = [count, size]
             elif journal is None:  # a marker: check_incoming lets nothing else through
-                acks[ident] = h.first_seq - 1
+                acks[owed_to(ident, h)] = h.first_seq - 1
                 urgent = True  # the publisher holds its new batches until this one is acknowledged
             forwarded += 1
         if forwarded:
@@ -387,7 +387,7 @@ class Forwarder:
             if self.journal is not None:
                 if not self.journal.send(frames, h):
                     return False
-                self.acks.via(h.publisher, conn)
+                self.acks.via(h.publisher, owed_to(conn, h))
             waiting = self._send_out([conn, key, header, body], key)
             if waiting is None:
                 return self._released(h, body, conn)
@@ -428,7 +428,7 @@ class Forwarder:
         self.held = None
         self.last_data = time.monotonic()
         if self.journal is None and not self.hold_for_journal:  # (with a journal, the journal's acknowledgement)
-            self.acks.owed[conn] = h.last_seq if h.kind == batch.DATA else h.first_seq - 1
+            self.acks.owed[owed_to(conn, h)] = h.last_seq if h.kind == batch.DATA else h.first_seq - 1
         if h.kind != batch.DATA:  # a marker
             self._counted(0, 0, True)
             return True

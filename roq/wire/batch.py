@@ -61,6 +61,8 @@ __all__ = [
     "decode_body",
     "encode_ack",
     "decode_ack",
+    "encode_relayed_ack",
+    "decode_relayed_ack",
     "encode_journal_ack",
     "decode_journal_ack",
     "MAX_JOURNAL_ACKS",
@@ -105,6 +107,10 @@ PUBLISHER_OFFSET = 8
 #: Acknowledgement from exchange to publisher: version u8, kind u8 (= ACK_KIND), highest seq u64.
 ACK = struct.Struct("<BBQ")
 ACK_KIND = 4
+#: Acknowledgement of a relayed publisher (a link sends many on one connection): version u8, kind u8
+#: (= RELAYED_ACK_KIND), highest seq u64, publisher 16s.
+RELAYED_ACK = struct.Struct("<BBQ16s")
+RELAYED_ACK_KIND = 7
 
 #: Acknowledgement from a journal to an exchange: version u8, kind u8 (= JOURNAL_ACK_KIND), count u16, the
 #: journal's incarnation u64, the offset its next record gets u64; then ``count`` times publisher 16s, highest seq
@@ -367,6 +373,34 @@ def decode_ack(frame: bytes) -> int:
     if version != VERSION or kind != ACK_KIND:
         raise ProtocolError(f"not an ack (version {version}, kind {kind})")
     return seq
+
+
+def encode_relayed_ack(publisher: bytes, seq: int) -> bytes:
+    """Encode the acknowledgement of a relayed publisher (:data:`FLAG_RELAYED`): its records up to ``seq``.
+
+    Raises:
+        ProtocolError: ``seq`` does not fit in 64 bits, or the id is not 16 bytes.
+    """
+    if len(publisher) != 16:
+        raise ProtocolError(f"publisher id must be 16 bytes, got {len(publisher)}")
+    try:
+        return RELAYED_ACK.pack(VERSION, RELAYED_ACK_KIND, seq, publisher)
+    except struct.error as exc:
+        raise ProtocolError(f"cannot encode ack {seq}: {exc}") from exc
+
+
+def decode_relayed_ack(frame: bytes) -> tuple[bytes, int]:
+    """Decode the acknowledgement of a relayed publisher: (its id, its highest seq acknowledged).
+
+    Raises:
+        ProtocolError: not such an acknowledgement.
+    """
+    if len(frame) != RELAYED_ACK.size:
+        raise ProtocolError(f"relayed ack of {len(frame)} bytes, expected {RELAYED_ACK.size}")
+    version, kind, seq, publisher = RELAYED_ACK.unpack(frame)
+    if version != VERSION or kind != RELAYED_ACK_KIND:
+        raise ProtocolError(f"not a relayed ack (version {version}, kind {kind})")
+    return publisher, seq
 
 
 def encode_journal_ack(incarnation: int, acks: Sequence[tuple[bytes, int]], end: int = 0) -> bytes:

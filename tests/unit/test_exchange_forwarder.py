@@ -678,3 +678,32 @@ def test_a_subscriber_that_reconnects_is_served_on_its_new_connection_at_once(ri
     finally:
         first.close()
         second.close()
+
+
+def test_a_link_relaying_many_publishers_on_one_connection_gets_an_acknowledgement_for_each(rig):
+    fwd, pub, sub, me = rig
+    origins = [os.urandom(16) for _ in range(3)]
+    relayed = batch.FLAG_RELAYED
+    for i, origin in enumerate(origins):
+        pub.send_multipart([b"k", batch.pack_header(batch.DATA, origin, 10 * (i + 1), 2, flags=relayed),
+                            batch.encode_body([b"a", b"b"])])
+    pub.send_multipart([b"k", header(me, first=1, count=1), batch.encode_body([b"mine"])])  # its own, beside
+    got: dict[bytes, int] = {}
+    plain: list[int] = []
+    deadline = time.monotonic() + 5.0
+    while len(got) < 3 or not plain:
+        assert time.monotonic() < deadline, (got, plain)
+        fwd.forward()
+        fwd.acks.send()
+        while pub.poll(0):
+            frame = pub.recv()
+            if frame[1] == batch.RELAYED_ACK_KIND:
+                publisher, seq = batch.decode_relayed_ack(frame)
+                got[publisher] = seq
+            else:
+                plain.append(batch.decode_ack(frame))
+    assert got == {origin: 10 * (i + 1) + 1 for i, origin in enumerate(origins)} and plain == [1]
+    for _ in range(4):  # every batch reached the subscriber untouched, flag and all
+        frames = sub.recv_multipart()
+        assert frames[0] == b"k"
+    assert fwd.acct.records_in == 7

@@ -69,6 +69,18 @@ def test_ack_round_trip_and_garbage():
     assert issubclass(ProtocolError, RoQError)
 
 
+def test_a_relayed_publishers_ack_names_it_and_is_not_taken_for_another_kind():
+    frame = batch.encode_relayed_ack(PUB, 2**40)
+    assert batch.decode_relayed_ack(frame) == (PUB, 2**40)
+    for junk in (b"", batch.encode_ack(3), frame[:-1], b"\x01\x04" + frame[2:]):
+        with pytest.raises(ProtocolError):
+            batch.decode_relayed_ack(junk)
+    with pytest.raises(ProtocolError):
+        batch.decode_ack(frame)
+    with pytest.raises(ProtocolError):
+        batch.encode_relayed_ack(b"short", 1)
+
+
 def test_the_header_check_takes_any_bytes_and_lets_through_only_what_holds_its_invariants():
     """Fuzzed: random frames, and valid headers with random fields; either a header whose every invariant
     holds comes back, or a BatchError with a reason: never another exception."""
