@@ -82,13 +82,15 @@ class Relay:
     incarnation's); ``max_bytes``: what may be on its way before :attr:`full`."""
 
     def __init__(self, tag: bytes, excluded: Iterable[bytes] = (), epoch: int = 0,
-                 max_bytes: int = 16 << 20) -> None:
+                 max_bytes: int = 16 << 20, grace: float = 0.25) -> None:
         if len(tag) != TAG_BYTES:
             raise ValueError(f"a key's tag is {TAG_BYTES} bytes, got {len(tag)}")
         self.tag = tag
         self.excluded = frozenset(excluded)
         self.epoch = epoch
         self.max_bytes = max_bytes
+        self.grace = grace
+        self._kept: collections.deque[tuple[float, Sent]] = collections.deque()  # acknowledged, within the grace
         self.wanted = Prefixes()  # what the far side wants of this queue
         self._ids: dict[bytes, bytes] = {}  # origin -> relayed id
         self._order: collections.deque[Sent] = collections.deque()  # taken and not yet done, in offset order
@@ -141,8 +143,9 @@ class Relay:
         """The source has nothing before ``next_offset`` that was not taken (a fetch skipped the rest)."""
         self._passed(next_offset)
 
-    def acked(self, relayed: bytes, seq: int) -> None:
-        """The far side acknowledged every record of ``relayed`` up to ``seq``."""
+    def acked(self, relayed: bytes, seq: int, now: float = 0.0) -> None:
+        """The far side acknowledged every record of ``relayed`` up to ``seq`` (at ``now``: the entries stay
+        ``grace`` seconds to be sent again after a fail-over)."""
         if seq <= self._acked.get(relayed, 0):
             return
         self._acked[relayed] = seq
@@ -151,6 +154,8 @@ class Relay:
             sent = waiting.popleft()
             sent.done = True
             self.in_flight_bytes -= sent.size
+            if self.grace > 0:
+                self._kept.append((now, sent))
         if waiting is not None and not waiting:
             del self._waiting[relayed]
         order = self._order
@@ -162,24 +167,35 @@ class Relay:
         """The source offset before which every entry is done: where to go on from."""
         return self._position
 
-    def moved(self) -> list[list[bytes]]:
-        """The relay now sends through another exchange (a move or a fail-over): its epoch goes up, and what
-        is on its way is sent again (the far side drops what it had)."""
+    def trim(self, now: float) -> None:
+        """Forget the entries acknowledged ``grace`` seconds ago or more."""
+        kept = self._kept
+        while kept and now - kept[0][0] >= self.grace:
+            kept.popleft()
+
+    def moved(self, failover: bool = True) -> list[list[bytes]]:
+        """The relay now sends through another exchange: its epoch goes up, and what is on its way is sent
+        again, in order (the far side drops what it had). After a ``failover`` (the exchange left is dead, or
+        the link was cut) so are the entries acknowledged within the grace: the dead exchange may have had
+        them on their way to subscribers when it died, after its journal acknowledged them."""
         self.epoch += 1
-        again = []
         self._epoch_last.clear()
-        for sent in self._order:
-            if not sent.done:
-                self._epoch_last[sent.publisher] = sent.last_seq
-                header = batch.parse_header(sent.frames[1])
-                sent.frames[1] = self._header(header, sent.publisher, flags=header.flags | batch.FLAG_RETRANSMIT)
-                again.append(sent.frames)
+        resend = [sent for sent in self._order if not sent.done]
+        if failover and self._kept:
+            resend = sorted([sent for _, sent in self._kept] + resend, key=lambda sent: sent.offset)
+        again = []
+        for sent in resend:
+            self._epoch_last[sent.publisher] = max(self._epoch_last.get(sent.publisher, 0), sent.last_seq)
+            header = batch.parse_header(sent.frames[1])
+            sent.frames[1] = self._header(header, sent.publisher, flags=header.flags | batch.FLAG_RETRANSMIT)
+            again.append(sent.frames)
         return again
 
     def markers(self) -> list[list[bytes]]:
         """The markers a planned move sends through the exchange it leaves: each relayed id's stream there ends
         after the last seq sent (they go before :meth:`moved`)."""
-        return [[batch.CONTROL_TOPIC, batch.pack_header(batch.MARKER, relayed, seq + 1, 0, epoch=self.epoch), b""]
+        return [[batch.CONTROL_TOPIC, batch.pack_header(batch.MARKER, relayed, seq + 1, 0, epoch=self.epoch,
+                                                        flags=batch.FLAG_RELAYED), b""]
                 for relayed, seq in sorted(self._epoch_last.items())]
 
     def on_the_way(self) -> int:

@@ -80,11 +80,28 @@ def test_a_move_resends_what_is_on_its_way_under_a_new_epoch_after_markers_for_t
     relay.acked(relay_id(LINK, p), 1)
     markers = relay.markers()
     assert [batch.parse_header(m[1])[1:] [:6] for m in markers] == [
-        (batch.MARKER, 0, 0, relay_id(LINK, p), 7, 3)]
-    again = relay.moved()
+        (batch.MARKER, batch.FLAG_RELAYED, 0, relay_id(LINK, p), 7, 3)]
+    again = relay.moved(failover=False)
     assert len(again) == 1 and relay.epoch == 8
     h = batch.parse_header(again[0][1])
     assert (h.first_seq, h.epoch) == (2, 8) and h.flags & batch.FLAG_RETRANSMIT and h.flags & batch.FLAG_RELAYED
+
+
+def test_a_fail_over_also_resends_what_was_acknowledged_within_the_grace():
+    """The dead exchange may have had those on their way to subscribers after its journal acknowledged them."""
+    relay = Relay(LINK, grace=0.25)
+    relay.wanted = Prefixes.of([b""])
+    p = b"p" * 16
+    for seq in (1, 2, 3):
+        relay.take(entry(seq - 1, p, seq, b"k"))
+    relay.acked(relay_id(LINK, p), 1, now=10.0)
+    relay.acked(relay_id(LINK, p), 2, now=10.2)
+    relay.trim(10.3)  # seq 1 was acknowledged 0.3 s ago: past the grace
+    again = relay.moved()
+    assert [batch.parse_header(f[1]).first_seq for f in again] == [2, 3]  # in order
+    assert relay.position() == 2  # what the grace keeps is done all the same
+    relay.trim(11.0)
+    assert [batch.parse_header(f[1]).first_seq for f in relay.moved()] == [3]
 
 
 def test_what_may_be_on_its_way_is_bounded_in_bytes():
