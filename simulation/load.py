@@ -224,6 +224,12 @@ def subscribe(args: argparse.Namespace) -> int:
         idle_exit[0] = min(idle_exit[0] or DONE_IDLE_S, DONE_IDLE_S)
 
     signal.signal(signal.SIGUSR1, publishers_done)  # before the ready line: the harness may signal after it
+    fast = [False]
+
+    def read_on(_signum: int, _frame: Any) -> None:  # the end of --delay-us, whatever --delay-for says
+        fast[0] = True
+
+    signal.signal(signal.SIGUSR2, read_on)
     audit = Audit()
     latency = array.array("d")  # ms, since the last timeline point (then folded into the run's histogram)
     overall = Histogram()
@@ -269,7 +275,7 @@ def subscribe(args: argparse.Namespace) -> int:
                     del latency[:]
             if delay:
                 time.sleep(delay)
-                if args.delay_for and last - started >= args.delay_for:
+                if fast[0] or (args.delay_for and last - started >= args.delay_for):
                     delay = 0.0
             if received == args.pause_at:
                 time.sleep(args.pause_for)  # a stalled consumer: its queues overflow meanwhile
@@ -313,7 +319,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     f"{DONE_IDLE_S} s once SIGUSR1 says every publisher has flushed)")
     sp.add_argument("--delay-us", type=float, default=0.0, help="processing time per record, to model a slow consumer")
     sp.add_argument("--delay-for", type=float, default=0.0,
-                    help="seconds of --delay-us, then as fast as it can (default 0 = the whole run)")
+                    help="seconds of --delay-us, then as fast as it can (default 0 = the whole run, or until "
+                         "SIGUSR2)")
     sp.add_argument("--hold-timeout", type=float, default=2.0, help="subscriber hold timeout in seconds (default 2)")
     sp.add_argument("--pause-at", type=int, default=-1, help="stop reading after this many records...")
     sp.add_argument("--pause-for", type=float, default=0.0, help="...for this many seconds, then read on")

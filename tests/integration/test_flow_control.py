@@ -5,9 +5,10 @@ With two processes burning CPU beside the cluster while records flow, one publis
 for ``ROQ_FLOW_SECONDS`` (6; ``make flow``: 60) while one subscriber reads them one ``recv()`` at a time: it
 loses nothing, and what the publisher had sent when it stopped was never further ahead of what the subscriber
 had received than the pipes between them hold. Then a second publisher sends while a second subscriber reads a
-record a second for a while (it takes no batch: no progress) and then reads on as fast as it can: the exchange
-sent past it (it sees gaps, the exchange logged its stall), the first subscriber still loses nothing, and the
-exchange's memory stays within its byte bounds. ``ROQ_FLOW_RECORD`` sets the record size (100 bytes; ``make
+record a second (it takes no batch: no progress) until the exchange has sent past it (logged its stall: seconds
+on a quiet machine, longer on a busy one), and then reads on as fast as it can while the publisher goes on
+for a little: it sees gaps, the first subscriber still loses nothing, and the exchange's memory stays within
+its byte bounds. ``ROQ_FLOW_RECORD`` sets the record size (100 bytes; ``make
 flow`` also runs 4 KiB).
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import bisect
 import os
+import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -25,8 +28,9 @@ from tests.integration.memory import PeakRss
 
 SECONDS = float(os.environ.get("ROQ_FLOW_SECONDS", "6"))
 RECORD = int(os.environ.get("ROQ_FLOW_RECORD", "100"))
-SLOW_SECONDS = 5.0  # the second subscriber reads a record a second this long (10 graces), then reads on
-SECOND_PHASE = SLOW_SECONDS + 4.0  # what the second publisher sends meanwhile, and then while it catches up
+STALL_WITHIN = 90.0  # the second subscriber reads a record a second until the exchange sent past it, at most this
+AFTER_STALL_S = 2.0  # the second publisher goes on this long once it was, while the subscriber reads on
+SECOND_PHASE = 30.0  # (the second publisher's --duration beyond STALL_WITHIN: it is stopped before)
 #: Two subscribers' pipes at the exchange (each its byte bound), the publishers' pipes, the process itself.
 MEMORY_LIMIT = 2 * DEFAULT_SUBSCRIBER_QUEUE_BYTES + (100 << 20)
 
@@ -49,9 +53,11 @@ def received_at(timeline: list[dict], wall: float) -> int:
     return timeline[min(bisect.bisect_left(times, wall), len(timeline) - 1)]["received"]
 
 
-def stalls_of(log_dir: Path, subscriber: str) -> int:
-    """The exchange's log lines saying that ``subscriber``'s pipe stayed full for the grace (it was sent past)."""
-    return sum(line.count(f"subscriber {subscriber[:8]}: its pipe stayed full")
+def stalls_of(log_dir: Path, subscriber: str = "") -> int:
+    """The exchange's log lines saying that ``subscriber``'s pipe stayed full for the grace (it was sent past;
+    "": any subscriber's)."""
+    said = f"subscriber {subscriber[:8]}: its pipe stayed full" if subscriber else ": its pipe stayed full"
+    return sum(line.count(said)
                for log in log_dir.rglob("*.log") if "x1" in log.name for line in log.read_text().splitlines())
 
 
@@ -69,11 +75,18 @@ def test_a_steady_reader_loses_nothing_and_paces_the_publisher_and_only_a_stalle
         one = loads.report(first, timeout=SECONDS + 120)
         assert one["error"] == "", one
         # its own queue small, so that the pipes to it are full within seconds at the steady one's pace (600
-        # batches, not 1,600: at 150,000 records a second those took longer than it stalled)
-        slow = loads.start("subscribe", m, "--delay-us", "1000000", "--delay-for", str(SLOW_SECONDS),
-                           "--rcvhwm", "20", "--idle-exit", "5")
-        second = loads.start("publish", m, "--duration", str(SECOND_PHASE), "--size", str(RECORD))
-        two = loads.report(second, timeout=SECOND_PHASE + 120)
+        # batches, not 1,600: at 150,000 records a second those took longer than it stalled). It reads a record a
+        # second until the exchange has sent past it (however long the pipes take to fill on a busy machine),
+        # then, told so, as fast as it can while the publisher goes on a little
+        slow = loads.start("subscribe", m, "--delay-us", "1000000", "--rcvhwm", "20", "--idle-exit", "5")
+        second = loads.start("publish", m, "--duration", str(STALL_WITHIN + SECOND_PHASE), "--size", str(RECORD))
+        deadline = time.monotonic() + STALL_WITHIN
+        while stalls_of(log_dir) < 1 and second.alive():
+            assert time.monotonic() < deadline, "the exchange never sent past the stalled subscriber"
+            time.sleep(0.2)  # (reading the exchange's log: a wait on a condition, with a deadline)
+        slow.signal(signal.SIGUSR2)
+        time.sleep(AFTER_STALL_S)  # the load's last phase: records sent while it reads on
+        two = loads.report(second, stop=True, timeout=120)
     assert two["error"] == "", two
     assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in busy)  # busy the whole time
     burner.stop()  # what is left is counting what arrived

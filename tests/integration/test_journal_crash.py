@@ -82,18 +82,26 @@ class Driver:
                 assert seq <= self.next_seq[publisher] - 1, "acknowledged a record never sent"
                 self.acked[publisher] = max(self.acked[publisher], seq)
 
-    def run(self, seconds: float) -> None:
-        """Publish as fast as the acknowledgements allow, for ``seconds``."""
+    def run(self, seconds: float, first_ack_within: float = 30.0) -> None:
+        """Publish as fast as the acknowledgements allow, for ``seconds`` after the journal's first
+        acknowledgement (a starved journal may take a while to give one: the kill comes under load, and after
+        it has acknowledged something, however busy the machine)."""
+        deadline = time.monotonic() + first_ack_within
+        while not self.acks_seen and time.monotonic() < deadline:
+            self._step()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            for p in self.publishers:
-                waiting = sum(1 for last, _ in self.sent[p] if last > self.acked[p])
-                if waiting < IN_FLIGHT:
-                    try:
-                        self._batch(p)
-                    except zmq.Again:
-                        pass
-            self._read_acks(1)
+            self._step()
+
+    def _step(self) -> None:
+        for p in self.publishers:
+            waiting = sum(1 for last, _ in self.sent[p] if last > self.acked[p])
+            if waiting < IN_FLIGHT:
+                try:
+                    self._batch(p)
+                except zmq.Again:
+                    pass
+        self._read_acks(1)
 
     def drain(self) -> None:
         """Take in the acknowledgements already on their way (a dead journal sent them before it died)."""
