@@ -15,7 +15,7 @@ import pytest
 import zmq
 
 import client
-from client.link import Outlet
+from client.link import Crossing, Outlet
 from exchange.journal import Store
 from roq.federation import Entry, Prefixes, Relay, relay_id
 from roq.loop import Loop
@@ -28,27 +28,53 @@ ADDRESS = "127.0.0.16"
 TAG = os.urandom(8)
 
 
+class DurableQueue:
+    """A durable queue's processes on one loopback address: its monitor, its journal, its exchanges."""
+
+    def __init__(self, address: str, directory: str, exchanges: int) -> None:
+        self.directory = directory
+        self.children = []
+        monitor = spawn("monitor", "monitor", ["--address", address, "--port", "0", "--queue", "q",
+                                               "--durability", "always"])
+        self.children.append(monitor)
+        self.monitor = monitor.wait_ready().endpoint
+        journal = spawn("journal", "exchange.journal",
+                        ["--queue", "q", "--directory", directory, "--address", address,
+                         "--intake-port", str(free_port(address)), "--monitor", self.monitor])
+        self.children.insert(0, journal)
+        self.reads = journal.wait_ready(30).reads
+        started = [spawn("exchange", "exchange", ["--monitor", self.monitor, "--address", address])
+                   for _ in range(exchanges)]
+        self.children.extend(started)
+        self.exchanges = {x.wait_ready().id: x for x in started}
+
+    def journaled(self) -> dict[bytes, list[int]]:
+        """Each publisher's seqs in the journal, in journal order."""
+        store, _ = Store.open(self.directory, "q")
+        try:
+            out: dict[bytes, list[int]] = {}
+            offset = 0
+            while found := store.read(offset, 1 << 22):
+                for e in found:
+                    h = batch.parse_header(e.header)
+                    out.setdefault(h.publisher, []).extend(range(h.first_seq, h.last_seq + 1))
+                    offset = e.offset + h.count
+            return out
+        finally:
+            store.close()
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+
+
 @pytest.fixture
 def durable(tmp_path):
-    journal_dir = str(tmp_path / "journal")
-    monitor = spawn("monitor", "monitor", ["--address", ADDRESS, "--port", "0", "--queue", "q",
-                                           "--durability", "always"])
-    children = [monitor]
+    queue = DurableQueue(ADDRESS, str(tmp_path / "journal"), exchanges=2)
     try:
-        endpoint = monitor.wait_ready().endpoint
-        journal = spawn("journal", "exchange.journal",
-                        ["--queue", "q", "--directory", journal_dir, "--address", ADDRESS,
-                         "--intake-port", str(free_port(ADDRESS)), "--monitor", endpoint])
-        children.insert(0, journal)
-        journal.wait_ready(30)
-        exchanges = [spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS]) for _ in range(2)]
-        children.extend(exchanges)
-        readies = [x.wait_ready() for x in exchanges]
-        yield {"monitor": endpoint, "journal_dir": journal_dir,
-               "exchanges": {r.id: x for r, x in zip(readies, exchanges)}}
+        yield queue
     finally:
-        for child in reversed(children):
-            child.stop()
+        queue.stop()
 
 
 def _source(n: int) -> tuple[list[Entry], list[tuple[bytes, int]]]:
@@ -76,9 +102,9 @@ def test_relayed_batches_land_once_and_in_order_through_a_fail_over(durable):
     relay.wanted = Prefixes.of([b"eu."])
     relay.start(0)
     loop = Loop("link", DropCounter(None, "test"))
-    outlet = Outlet(zmq.Context.instance(), durable["monitor"], relay, TAG + os.urandom(8), ack_timeout=1.0)
+    outlet = Outlet(zmq.Context.instance(), durable.monitor, relay, TAG + os.urandom(8), ack_timeout=1.0)
     outlet.attach(loop)
-    conn = client.connect(durable["monitor"])
+    conn = client.connect(durable.monitor)
     sub = conn.subscriber(b"")
     got: dict[bytes, list[int]] = {}
 
@@ -103,7 +129,7 @@ def test_relayed_batches_land_once_and_in_order_through_a_fail_over(durable):
                 fed += 1
             if killed is None and fed > len(entries) // 2 and outlet.exchange:
                 killed = outlet.exchange
-                durable["exchanges"][killed].kill()  # SIGKILL under load: the monitor fails the outlet over
+                durable.exchanges[killed].kill()  # SIGKILL under load: the monitor fails the outlet over
             loop.turn()
             drain()
         assert killed is not None and outlet.exchange != killed and outlet.moves >= 1
@@ -118,18 +144,79 @@ def test_relayed_batches_land_once_and_in_order_through_a_fail_over(durable):
         assert got == expected  # once each, in each publisher's order, nothing of us.* or asia.*
         stats = sub.stats()
         assert stats.gaps == 0 and stats.lost == 0
-        store, _ = Store.open(durable["journal_dir"], "q")
-        try:
-            journaled: dict[bytes, list[int]] = {}
-            offset = 0
-            while found := store.read(offset, 1 << 22):
-                for e in found:
-                    h = batch.parse_header(e.header)
-                    journaled.setdefault(h.publisher, []).extend(range(h.first_seq, h.last_seq + 1))
-                    offset = e.offset + h.count
-        finally:
-            store.close()
+        journaled = durable.journaled()
         assert journaled == expected  # the journal wrote every jump at once, and each record once
     finally:
         outlet.close()
         conn.close()
+
+
+def test_records_cross_from_one_clusters_journal_to_the_others_subscriber_once_across_a_killed_link(tmp_path):
+    """Two queues on two loopback "sites"; a publisher at the first sends eu.* and us.* records, the link
+    carries eu.* to the second, where a subscriber reads them. Half-way the link is dropped with whatever it
+    had on its way and not committed (its sockets closed: a killed process would not say goodbye, this one
+    does) and a new incarnation starts from the position kept in the first journal: the second journal and
+    the subscriber get every eu.* record once, in order, and nothing else."""
+    here = DurableQueue("127.0.0.16", str(tmp_path / "here"), exchanges=1)
+    there = DurableQueue("127.0.0.17", str(tmp_path / "there"), exchanges=1)
+    ctx = zmq.Context.instance()
+    loop = Loop("link", DropCounter(None, "test"))
+    conn_here = client.connect(here.monitor)
+    conn_there = client.connect(there.monitor)
+
+    def crossing(incarnation: int) -> Crossing:
+        relay = Relay(TAG, epoch=incarnation << 16, max_bytes=64 << 10)
+        relay.wanted = Prefixes.of([b"eu."])
+        c = Crossing(ctx, here.reads, "link.there", there.monitor, relay, TAG + os.urandom(8))
+        c.attach(loop)
+        return c
+
+    try:
+        sub = conn_there.subscriber(b"")
+        deadline = time.monotonic() + 30
+        while sub.stats().exchanges < 1:
+            assert time.monotonic() < deadline, sub.stats()
+            assert sub.recv_many(timeout=0.05) == []
+        link = crossing(1)
+        deadline = time.monotonic() + 30
+        while link.relay.position() < 0:  # the new link has read where the journal ends: it carries from there
+            assert time.monotonic() < deadline
+            loop.turn()
+        pub = conn_here.publisher()
+        sent: list[bytes] = []
+        got: list[bytes] = []
+        restarted = False
+        for i in range(6000):
+            key = b"eu.%d" % (i % 7) if i % 3 else b"us.%d" % (i % 5)
+            pub.send(key, b"%d" % i)
+            if key.startswith(b"eu."):
+                sent.append(b"%d" % i)
+            if i % 100 == 99:
+                pub.flush(30)
+                loop.turn()
+                got += [p for b in sub.recv_many(timeout=0) for p in b.payloads]
+            if i == 3000:  # the link's process dies: its sockets go, its relay's memory with them
+                for sock in (link.source.socket, link.outlet.socket):
+                    if sock is not None:
+                        loop.remove(sock)
+                loop = Loop("link", DropCounter(None, "test"))
+                link.close()
+                link = crossing(2)
+                restarted = True
+        deadline = time.monotonic() + 60
+        while len(got) < len(sent):
+            assert time.monotonic() < deadline, (len(got), len(sent), link.relay.position())
+            loop.turn()
+            got += [p for b in sub.recv_many(timeout=0) for p in b.payloads]
+        assert restarted and got == sent  # every eu.* record once, in order; no us.* record
+        stats = sub.stats()
+        assert (stats.gaps, stats.lost) == (0, 0)
+        eu_seqs = [i + 1 for i in range(6000) if i % 3]  # the publisher's seqs of its eu.* records
+        assert there.journaled() == {relay_id(TAG, pub.id): eu_seqs}  # stored there once each, in order
+        print(f"{len(sent):,} records crossed; the second incarnation sent again what the first had not "
+              f"committed: the subscriber dropped {stats.duplicates} duplicates")
+    finally:
+        conn_here.close()
+        conn_there.close()
+        there.stop()
+        here.stop()

@@ -1,0 +1,64 @@
+"""One queue, one way across a link: its journal on this side, the relay, the outlet into the far side's queue.
+
+What the source journal gives goes through the :class:`~roq.federation.Relay` (what is wanted, under which
+ids) to the :class:`~client.link.Outlet`; the reader is paused while what is on its way is at the relay's
+bound, and what the relay says is done is committed in the source journal every ``commit_interval``: where a
+restarted link goes on from. A crossing started again (its process killed, its host lost) sends again what
+it had sent since its last commit, and the far side drops what it had.
+"""
+
+from __future__ import annotations
+
+import zmq
+
+from client.link._outlet import Outlet
+from client.link._source import JournalSource
+from roq.config import CurveClient
+from roq.federation import Entry, Relay
+from roq.loop import Loop
+
+__all__ = ["Crossing"]
+
+#: seconds between two commits of the source position
+COMMIT_INTERVAL = 0.2
+
+
+class Crossing:
+    """The journal at ``source`` (read as ``name``) into the queue whose monitor is ``monitor``, through
+    ``relay``; ``identity``: the outlet's publisher id on the far side."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], source: str, name: str, monitor: str, relay: Relay,
+                 identity: bytes, *, curve_here: CurveClient | None = None, curve_there: CurveClient | None = None,
+                 commit_interval: float = COMMIT_INTERVAL, who: str = "link") -> None:
+        self.relay = relay
+        self.commit_interval = commit_interval
+        self.source = JournalSource(context, source, name, self._entries, curve=curve_here)
+        self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who)
+        self._started = False
+
+    def attach(self, loop: Loop) -> None:
+        self.source.attach(loop)
+        self.outlet.attach(loop)
+        loop.every(self.commit_interval, self._commit, "the link's commit")
+
+    def close(self) -> None:
+        self.source.close()
+        self.outlet.close()
+
+    def _entries(self, entries: list[Entry], next_offset: int, start_offset: int) -> None:
+        relay, outlet = self.relay, self.outlet
+        if not self._started:
+            relay.start(start_offset)  # the position kept, or the journal's end for a new link
+            self._started = True
+        for entry in entries:
+            frames = relay.take(entry)
+            if frames is not None:
+                outlet.send(frames)
+        relay.passed(next_offset)
+        self.source.pause(relay.full)
+
+    def _commit(self, now: float) -> None:
+        if self._started and self.relay.position() >= 0:
+            self.source.commit(self.relay.position())
+        if self.source.paused and not self.relay.full:
+            self.source.pause(False)

@@ -1,0 +1,141 @@
+"""Where a link reads a queue of its own side: the queue's journal, from the position the link keeps there.
+
+The link reads as a durable reader named after itself: it asks the journal where it stands
+(:class:`~roq.wire.control.Position`; none kept: from the journal's end, so that a new link carries what is
+published from then on), keeps one fetch waiting at the end (``wait_ms``: what is journaled is answered
+at once), hands every entry over whole, as it was journaled, with its offset, and commits what the relay
+says is done (:class:`~roq.wire.control.Commit`). A fetch is not asked while the reader is paused (what the
+relay has on its way is at its bound): an outage of the far side costs disk here, not memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import zmq
+
+from roq.config import CurveClient
+from roq.errors import ProtocolError
+from roq.federation import Entry
+from roq.loop import Loop
+from roq.wire import control
+
+log = logging.getLogger(__name__)
+
+__all__ = ["JournalSource"]
+
+#: bytes one fetch asks for
+FETCH_BYTES = 1 << 20
+#: how long a fetch at the journal's end waits for more, milliseconds
+WAIT_MS = 1000
+#: the offset of a fetch from the journal's end
+END = -2
+
+
+class JournalSource:
+    """A queue's journal, read from a kept position by the durable reader ``name``.
+
+    ``on_entries(entries, next_offset, start_offset)`` gets each answer: the entries in order, where the
+    next fetch goes on, and where this answer began."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], endpoint: str, name: str,
+                 on_entries: Callable[[list[Entry], int, int], None], *, curve: CurveClient | None = None,
+                 fetch_bytes: int = FETCH_BYTES, wait_ms: int = WAIT_MS) -> None:
+        if not control.DURABLE_NAME.match(name):
+            raise ValueError(f"not a durable reader's name: {name!r}")
+        self.name = name
+        self.endpoint = endpoint
+        self.offset = -1  # where the next fetch reads (-1: not known yet)
+        self.committed = -1  # the position the journal confirmed
+        self.paused = False
+        self.error = ""  # why the journal could not be read ("" none)
+        self._on_entries = on_entries
+        self._fetch_bytes = fetch_bytes
+        self._wait_ms = wait_ms
+        self._in_flight = False
+        self._asked_commit = -1
+        self.socket = context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            curve.apply(self.socket)
+        self.socket.connect(endpoint)
+
+    def attach(self, loop: Loop) -> None:
+        """Serve in ``loop``; the position is asked for at once."""
+        loop.add(self.socket, self.readable, f"the journal at {self.endpoint}")
+        self.socket.send(control.encode(control.Position(name=self.name)))
+
+    def pause(self, paused: bool) -> None:
+        """Ask for no more (True) until resumed."""
+        self.paused = paused
+        if not paused:
+            self._fetch()
+
+    def commit(self, offset: int) -> None:
+        """Have the journal keep ``offset`` as this reader's position (answered when it is on disk)."""
+        if offset > max(self.committed, self._asked_commit):
+            self._asked_commit = offset
+            self.socket.send(control.encode(control.Commit(name=self.name, offset=offset)), zmq.NOBLOCK)
+
+    def readable(self) -> None:
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                self._answer(frames)
+            except ProtocolError as exc:
+                log.warning("link: a bad answer from the journal at %s: %s", self.endpoint, exc)
+        self._fetch()
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+    def _fetch(self) -> None:
+        if self._in_flight or self.paused or self.offset == -1 or self.error:
+            return
+        msg = control.Fetch(offset=self.offset, max_bytes=self._fetch_bytes, wait_ms=self._wait_ms)
+        try:
+            self.socket.send(control.encode(msg), zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        self._in_flight = True
+
+    def _answer(self, frames: list[bytes]) -> None:
+        msg = control.decode(frames[0])
+        if isinstance(msg, control.Reply):
+            self._reply(msg)
+            return
+        if not isinstance(msg, control.Fetched) or len(frames) != 1 + 3 * msg.count:
+            raise ProtocolError(f"not an answer to a fetch: {len(frames)} frames")
+        self._in_flight = False
+        if msg.error:
+            self.error = msg.error
+            log.error("link: the journal at %s cannot be read at offset %d: %s", self.endpoint, msg.next_offset,
+                      msg.error)
+            return
+        if self.offset >= 0 and msg.start_offset > self.offset:
+            log.warning("link: the journal at %s keeps the offsets from %d on; %d to %d are not in it",
+                        self.endpoint, msg.first_offset, self.offset, msg.start_offset - 1)
+        entries = [Entry(msg.offsets[i], *frames[1 + 3 * i: 4 + 3 * i]) for i in range(msg.count)]
+        start = msg.start_offset if msg.start_offset >= 0 else self.offset
+        self.offset = msg.next_offset
+        self._on_entries(entries, msg.next_offset, start)
+
+    def _reply(self, msg: control.Reply) -> None:
+        if msg.result != control.Result.OK:
+            self.error = msg.comment
+            self._in_flight = msg.request != control.Fetch.CMD and self._in_flight
+            log.error("link: the journal at %s refused: %s", self.endpoint, msg.comment)
+            return
+        offset = msg.data.get("offset")
+        if type(offset) is not int:
+            return
+        if msg.request == control.Position.CMD:
+            self.offset = offset if offset >= 0 else END
+            self.committed = offset
+            self._fetch()
+        elif msg.request == control.Commit.CMD:
+            self.committed = max(self.committed, offset)
