@@ -83,12 +83,16 @@ def _source(n: int) -> tuple[list[Entry], list[tuple[bytes, int]]]:
     origins = [bytes([65 + i]) * 16 for i in range(3)]
     keys = [b"eu.fr", b"us.ny", b"eu.de", b"asia.jp"]
     seqs = dict.fromkeys(origins, 0)
+    last_of_key: dict[tuple[bytes, bytes], int] = {}  # each key's chain, as a publisher numbers it
     entries, crossing, offset = [], [], 0
     for i in range(n):
         origin, key = origins[i % 3], keys[(i // 3) % 4]
         first, count = seqs[origin] + 1, 1 + i % 3
         seqs[origin] += count
-        header = batch.pack_header(batch.DATA, origin, first, count, epoch=1, timestamp_ns=time.time_ns())
+        key_prev = last_of_key.get((origin, key), 0)
+        last_of_key[origin, key] = first + count - 1
+        header = batch.pack_header(batch.DATA, origin, first, count, epoch=1, key_prev=key_prev,
+                                   timestamp_ns=time.time_ns())
         entries.append(Entry(offset, key, header, batch.encode_body([b"%d" % (first + j) for j in range(count)])))
         if key.startswith(b"eu."):
             crossing.extend((relay_id(TAG, origin), first + j) for j in range(count))
@@ -105,18 +109,22 @@ def test_relayed_batches_land_once_and_in_order_through_a_fail_over(durable):
     outlet = Outlet(zmq.Context.instance(), durable.monitor, relay, TAG + os.urandom(8), ack_timeout=1.0)
     outlet.attach(loop)
     conn = client.connect(durable.monitor)
-    sub = conn.subscriber(b"")
+    live = conn.subscriber(b"")
+    kept = conn.subscriber(b"", durable="audit", start="earliest")  # reads the journal
     got: dict[bytes, list[int]] = {}
+    got_kept: dict[bytes, list[int]] = {}
 
     def drain() -> None:
-        for b in sub.recv_many(timeout=0):
-            got.setdefault(bytes.fromhex(b.publisher), []).extend(range(b.first_seq, b.first_seq + len(b.payloads)))
+        for sub, into in ((live, got), (kept, got_kept)):
+            for b in sub.recv_many(timeout=0):
+                into.setdefault(bytes.fromhex(b.publisher), []).extend(
+                    range(b.first_seq, b.first_seq + len(b.payloads)))
 
     try:
         deadline = time.monotonic() + 30
-        while sub.stats().exchanges < 2:  # it hears both exchanges before anything is sent: it misses nothing
-            assert time.monotonic() < deadline, sub.stats()
-            assert sub.recv_many(timeout=0.05) == []
+        while live.stats().exchanges < 2:  # it hears both exchanges before anything is sent
+            assert time.monotonic() < deadline, live.stats()
+            assert live.recv_many(timeout=0.05) == []
         deadline = time.monotonic() + 60
         fed = 0
         killed = None
@@ -133,19 +141,29 @@ def test_relayed_batches_land_once_and_in_order_through_a_fail_over(durable):
             loop.turn()
             drain()
         assert killed is not None and outlet.exchange != killed and outlet.moves >= 1
-        deadline = time.monotonic() + 20
-        while sum(map(len, got.values())) < len(crossing):
-            assert time.monotonic() < deadline, sum(map(len, got.values()))
-            drain()
-            loop.turn()
         expected: dict[bytes, list[int]] = {}
         for publisher, seq in crossing:
             expected.setdefault(publisher, []).append(seq)
-        assert got == expected  # once each, in each publisher's order, nothing of us.* or asia.*
-        stats = sub.stats()
-        assert stats.gaps == 0 and stats.lost == 0
-        journaled = durable.journaled()
-        assert journaled == expected  # the journal wrote every jump at once, and each record once
+        assert durable.journaled() == expected  # the journal wrote every jump at once, and each record once
+        deadline = time.monotonic() + 30
+        while got_kept != expected:  # a reader of the journal gets them all, once, in order
+            assert time.monotonic() < deadline, sum(map(len, got_kept.values()))
+            drain()
+            loop.turn()
+        # the live subscriber: once each and in order; anything it missed (what the killed exchange had on its way
+        # to it after the journal acknowledged it: see docs/design.md, known limits) is counted, never silent
+        quiet_since, before = time.monotonic(), -1
+        while got != expected and time.monotonic() - quiet_since < 2.0:
+            drain()
+            loop.turn()
+            if sum(map(len, got.values())) != before:
+                before, quiet_since = sum(map(len, got.values())), time.monotonic()
+        for publisher, seqs in got.items():
+            assert seqs == sorted(set(seqs)) and set(seqs) <= set(expected[publisher])
+        stats = live.stats()
+        missed = len(crossing) - sum(map(len, got.values()))
+        assert (stats.gaps > 0) == (missed > 0), (missed, stats)
+        print(f"the live subscriber missed {missed} of {len(crossing)} records (counted: {stats.gaps} gaps)")
     finally:
         outlet.close()
         conn.close()
