@@ -8,9 +8,6 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     hosts = 3                  # host managers on 127.0.0.11, .12, ...
     exchange_backend_hwm = 0   # at most this many batches an exchange queues for one subscriber (0 = default; its byte bound may hold fewer)
     exchange_subscriber_queue_bytes = 0  # the byte bound of that queue (0 = default, 64 MiB)
-    faults_after_scale_out = false  # true: the scenario's clock stands still at its first fault until a queue has
-                               # scaled out (at most a minute): faults meant to hit a grown queue do, however busy
-                               # the machine; joins, leaves, faults and the end all move by as long
 
     [hosts]                    # emulated hosts (optional; needs root): each its own CPU budget and link
     cpus = 0.5                 # cores, a cgroup quota: one for all, or a list of one per host ([0.25, 0.5, 1])
@@ -94,7 +91,6 @@ class Info:
     gcms: int = 1
     exchange_backend_hwm: int = 0  # at most this many batches an exchange queues for one subscriber (0 = its default)
     exchange_subscriber_queue_bytes: int = 0  # the bytes of batches it holds for one subscriber (0 = its default)
-    faults_after_scale_out: bool = False  # the scenario's clock waits, before its first fault, for a scale-out
 
     def exchange_options(self) -> list[str]:
         """The host managers' flags that give their exchanges these settings."""

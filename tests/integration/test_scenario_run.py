@@ -20,7 +20,6 @@ name = "short"
 duration_s = 12
 hosts = 2
 gcms = 2
-faults_after_scale_out = true  # the queue has grown before the faults, however busy the machine
 
 [[queue]]
 name = "s"
