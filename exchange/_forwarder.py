@@ -310,7 +310,7 @@ class Forwarder:
             if h.kind == data_kind:
                 count = h.count
                 size = len(body)
-                if journal is None:  # with a journal, its acknowledgements are relayed (read_journal)
+                if journal is None:  # with a journal, its acknowledgements are relayed (read_journal); owed_to, inline:
                     acks[(ident, h.publisher) if h.flags & relayed else ident] = h.first_seq + count - 1
                 if h.flags & ack_now:
                     urgent = True

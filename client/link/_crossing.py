@@ -34,7 +34,6 @@ class Crossing:
         self.commit_interval = commit_interval
         self.source = JournalSource(context, source, name, self._entries, curve=curve_here)
         self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who)
-        self._started = False
 
     def attach(self, loop: Loop) -> None:
         self.source.attach(loop)
@@ -47,9 +46,8 @@ class Crossing:
 
     def _entries(self, entries: list[Entry], next_offset: int, start_offset: int) -> None:
         relay, outlet = self.relay, self.outlet
-        if not self._started:
-            relay.start(start_offset)  # the position kept, or the journal's end for a new link
-            self._started = True
+        if relay.position() < 0:  # not started: from the position kept, or the journal's end for a new link
+            relay.start(start_offset)
         for entry in entries:
             frames = relay.take(entry)
             if frames is not None:
@@ -58,7 +56,7 @@ class Crossing:
         self.source.pause(relay.full)
 
     def _commit(self, now: float) -> None:
-        if self._started and self.relay.position() >= 0:
+        if self.relay.position() >= 0:
             self.source.commit(self.relay.position())
         if self.source.paused and not self.relay.full:
             self.source.pause(False)

@@ -27,7 +27,6 @@ already advertised sends nothing, and the last one leaving takes it back. A reco
 from __future__ import annotations
 
 import bisect
-import collections
 import dataclasses
 from typing import Iterable, Mapping, Sequence
 
@@ -169,6 +168,11 @@ class _Union:
     def get(self, queue: str) -> Prefixes:
         return self.sets.get(queue, Prefixes())
 
+    def count(self, queue: str, prefix: bytes) -> int:
+        """How many sources want ``prefix`` of ``queue``."""
+        sources = self._queues.get(queue)
+        return sources.counts.get(prefix, 0) if sources is not None else 0
+
 
 def _whole(sets: Mapping[str, Prefixes]) -> list[QueueInterest]:
     return [QueueInterest(q, list(p.items), []) for q, p in sorted(sets.items()) if p]
@@ -207,8 +211,7 @@ class InterestTable:
 
     def __init__(self, has_parent: bool) -> None:
         self.has_parent = has_parent
-        self._local: collections.Counter[tuple[str, bytes]] = collections.Counter()
-        self._mine = _Union()  # the cluster's own subscribers' prefixes (for its own records)
+        self._mine = _Union()  # the cluster's own subscribers' prefixes, one count per subscriber
         self._up = _Union()  # the cluster's own interest and its children's: advertised to the parent
         self._down = _Union()  # the cluster's own interest and its parent's: advertised to every child
         self._children: dict[str, dict[str, Prefixes]] = {}  # what each child advertised
@@ -218,23 +221,22 @@ class InterestTable:
 
     def subscribe(self, queue: str, prefix: bytes) -> list[Advert]:
         """A subscriber of this cluster wants ``prefix`` of ``queue``."""
-        self._local[queue, prefix] += 1
-        if self._local[queue, prefix] > 1:
+        first = not self._mine.count(queue, prefix)
+        self._mine.change(queue, [prefix], ())
+        if not first:
             return []
         change: list[Change] = [(queue, [prefix], [])]
-        self._mine.change(queue, [prefix], ())
         return self._advertise(up=change, down=change)
 
     def unsubscribe(self, queue: str, prefix: bytes) -> list[Advert]:
         """A subscriber of this cluster no longer wants ``prefix`` of ``queue`` (one that did not: nothing)."""
-        if self._local.get((queue, prefix), 0) <= 0:
+        n = self._mine.count(queue, prefix)
+        if not n:
             return []
-        self._local[queue, prefix] -= 1
-        if self._local[queue, prefix] > 0:
+        self._mine.change(queue, (), [prefix])
+        if n > 1:
             return []
-        del self._local[queue, prefix]
         change: list[Change] = [(queue, [], [prefix])]
-        self._mine.change(queue, [], [prefix])
         return self._advertise(up=change, down=change)
 
     def from_child(self, child: str, interest: Interest) -> list[Advert]:
@@ -283,16 +285,10 @@ class InterestTable:
     def advertised_up(self, queue: str) -> Prefixes:
         return self._up.get(queue)
 
-    def advertised_down(self, queue: str) -> Prefixes:
-        return self._down.get(queue)
-
     def wanted_by(self, link: str, queue: str) -> Prefixes:
         """What ``link`` (:data:`PARENT` or a child) advertised for ``queue``."""
         held = self._parent if link == PARENT else self._children.get(link, {})
         return held.get(queue, Prefixes())
-
-    def children(self) -> tuple[str, ...]:
-        return tuple(self._children)
 
     def _advertise(self, up: Sequence[Change] = (), down: Sequence[Change] = ()) -> list[Advert]:
         """Count the changes into the sets advertised up and down; the adverts of what changed in them."""

@@ -100,8 +100,6 @@ class Relay:
         self._acked: dict[bytes, int] = {}  # relayed id -> highest seq the far side acknowledged
         self._epoch_last: dict[bytes, int] = {}  # relayed id -> the last seq sent in this epoch
         self.in_flight_bytes = 0
-        self.crossed = 0  # entries sent (again after a move: counted again)
-        self.skipped = 0  # entries that did not need to cross
 
     @property
     def full(self) -> bool:
@@ -118,7 +116,6 @@ class Relay:
         end = entry.offset + max(header.count, 1)
         if (header.kind != batch.DATA or not self.wanted.match(entry.key)
                 or header.publisher[:TAG_BYTES] in self.excluded):
-            self.skipped += 1
             self._passed(end)
             return None
         relayed = self._ids.get(header.publisher)
@@ -127,7 +124,6 @@ class Relay:
             self._forget()
         frames = [entry.key, self._header(header, relayed), entry.body]
         if self._acked.get(relayed, 0) >= header.last_seq:  # acknowledged already (read again after a reconnect)
-            self.skipped += 1
             self._passed(end)
             return None
         sent = Sent(entry.offset, end, relayed, header.last_seq, len(entry.key) + len(entry.body), frames)
@@ -136,7 +132,6 @@ class Relay:
         self._waiting.setdefault(relayed, collections.deque()).append(sent)
         self._epoch_last[relayed] = header.last_seq
         self.in_flight_bytes += sent.size
-        self.crossed += 1
         return frames
 
     def passed(self, next_offset: int) -> None:

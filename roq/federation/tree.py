@@ -188,8 +188,7 @@ class Tree:
             refusal = self._clash(child, {name: entry})
             if refusal is not None:
                 clashes.append(name)
-                detail = detail or refusal.detail
-                reason = refusal.reason
+                reason, detail = reason or refusal.reason, detail or refusal.detail  # the first clash says why
             else:
                 new[name] = entry
         for name in set(held.names) - set(new):
@@ -206,9 +205,6 @@ class Tree:
         before = self._subtree()
         self._forget(child)
         return Outcome(up=self._announce(before))
-
-    def children(self) -> tuple[str, ...]:
-        return tuple(self._children)
 
     def below(self) -> tuple[str, ...]:
         """Every cluster of the subtree below this one."""
