@@ -108,9 +108,10 @@ class JournalSource:
         if isinstance(msg, control.Reply):
             self._reply(msg)
             return
-        if not isinstance(msg, control.Fetched) or len(frames) != 1 + 3 * msg.count:
+        self._in_flight = False  # (a bad answer too: the next fetch asks again from where it was)
+        if (not isinstance(msg, control.Fetched) or len(frames) != 1 + 3 * msg.count
+                or len(msg.offsets) != msg.count):
             raise ProtocolError(f"not an answer to a fetch: {len(frames)} frames")
-        self._in_flight = False
         if msg.error:
             self.error = msg.error
             log.error("link: the journal at %s cannot be read at offset %d: %s", self.endpoint, msg.next_offset,
