@@ -241,6 +241,7 @@ def subscribe(args: argparse.Namespace) -> int:
         first = last = 0.0
         received = 0
         delay = args.delay_us / 1e6
+        pause_at = started + args.pause_at_s if args.pause_at_s > 0 else float("inf")
         unpack = PAYLOAD_HEADER.unpack_from
         record = audit.record
         # one point per --timeline-every seconds: wall time, records so far, latency of that window, gaps and
@@ -259,6 +260,11 @@ def subscribe(args: argparse.Namespace) -> int:
                                  "dropped": stats.lost, "p50_ms": window.get("p50"), "p99_ms": window.get("p99")})
             if now >= deadline or (received and idle_exit[0] and now - last >= idle_exit[0]):
                 break
+            if now >= pause_at:
+                pause_at = float("inf")
+                time.sleep(args.pause_for)  # a stalled consumer, at a time of the run however fast it read
+                last = time.monotonic()
+                continue
             msg = sub.recv(timeout=0.1)
             if msg is None:
                 continue
@@ -323,6 +329,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "SIGUSR2)")
     sp.add_argument("--hold-timeout", type=float, default=2.0, help="subscriber hold timeout in seconds (default 2)")
     sp.add_argument("--pause-at", type=int, default=-1, help="stop reading after this many records...")
+    sp.add_argument("--pause-at-s", type=float, default=0.0,
+                    help="or: stop reading this many seconds after joining (default 0 = never)...")
     sp.add_argument("--pause-for", type=float, default=0.0, help="...for this many seconds, then read on")
     sp.add_argument("--rcvhwm", type=int, default=1000, help="receive high-water mark per exchange, batches (default 1000)")
     sp.add_argument("--timeline-every", type=float, default=0.0,

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 __all__ = ["Runner"]
 
 SAMPLE_INTERVAL = 1.0
+#: seconds the scenario's clock waits at its first fault for a scale-out, at most (``faults_after_scale_out``)
+SCALE_OUT_WAIT_S = 60.0
 SILENT_S = 0.75  # three missed exchange heartbeats
 DRAIN_S = 3.0  # after the last publisher flushed, subscribers get this long before they report
 
@@ -122,6 +124,7 @@ class Runner:
         self._created: list[str] = []  # queues made on a given cluster, to remove at the end
         self.timeline: list[dict[str, Any]] = []
         self.faults: list[dict[str, Any]] = []
+        self._scaled_out = False  # a sample showed a queue with more live exchanges than it was created with
         self._paused: dict[int, float] = {}  # pid -> when to SIGCONT it (monotonic)
         self._zk_back_at: float | None = None
         self._connections: dict[str, Any] = {}
@@ -181,13 +184,16 @@ class Runner:
                                         "--timeline-every", str(SAMPLE_INTERVAL),
                                         *(("--rcvhwm", str(group.rcvhwm)) if group.rcvhwm else ()),
                                         *(("--pause-at", str(group.pause_at), "--pause-for", str(group.pause_for_s))
-                                          if group.pause_at and group.pause_for_s else ()))
+                                          if group.pause_at and group.pause_for_s else ()),
+                                        *(("--pause-at-s", str(group.pause_at_s), "--pause-for",
+                                           str(group.pause_for_s)) if group.pause_at_s and group.pause_for_s
+                                          else ()))
                     subscribers.append((g, child))
             self.progress(f"{len(s.queues)} queue(s) created, {len(subscribers)} subscriber(s) joined; "
                           f"running for {s.info.duration_s:g} s")
             interrupted = self._drive(loads, pending)
             self._finish_faults(force=True)
-            for p in pending:  # leave-time publishers stop themselves; the others are stopped now
+            for p in pending:  # publishers stop at their leave (the runner stops them); the others now
                 if p.child is not None and p.report is None:
                     p.report = self._report(loads, p.child, stop=interrupted or p.child.alive())
             self.progress("publishers done; letting subscribers drain")
@@ -237,9 +243,18 @@ class Runner:
         faults = sorted(s.faults, key=lambda f: f.at_s)
         self._started, self._started_wall = time.monotonic(), time.time()
         next_sample = self._started
+        held = 0.0  # seconds the scenario's clock stood still, waiting for a scale-out
+        gave_up = False
         while True:
             now = time.monotonic()
-            t = now - self._started
+            t = now - self._started - held
+            waiting = (s.info.faults_after_scale_out and bool(faults) and not self._scaled_out and not gave_up
+                       and t >= faults[0].at_s)
+            if waiting:  # at the first fault, the clock stands still until the queue has grown
+                held, t = now - self._started - faults[0].at_s, faults[0].at_s
+                if held >= SCALE_OUT_WAIT_S:
+                    gave_up = True
+                    self.progress(f"no scale-out within {SCALE_OUT_WAIT_S:g} s: the faults go on")
             if self.stop_requested():
                 self.progress(f"stopped at {t:.1f} s; collecting what there is")
                 return True
@@ -248,14 +263,16 @@ class Runner:
             for p in pending:
                 if p.child is None and t >= p.join:
                     group = s.publishers[p.group]
-                    p.child = loads.start(
+                    p.child = loads.start(  # (stopped at its leave by the scenario's clock, which may wait)
                         "publish", "", *self._where(p.queue), "--rate", str(group.rate),
-                        "--duration", str(max(0.1, p.leave - t)), "--size", str(group.size),
+                        "--duration", str(max(0.1, p.leave - t) + SCALE_OUT_WAIT_S), "--size", str(group.size),
                         "--size-max", str(group.size_max), "--keys", ",".join(group.keys),
                         "--key-run", str(group.key_run))
                 elif p.child is not None and p.report is None and not p.child.alive():
                     p.report = self._report(loads, p.child)
-            while faults and t >= faults[0].at_s:
+                elif p.child is not None and p.report is None and t >= p.leave:
+                    p.report = self._report(loads, p.child, stop=True)
+            while faults and t >= faults[0].at_s and not waiting:
                 self._inject(faults.pop(0), t)
             self._finish_faults()
             if now >= next_sample:
@@ -348,6 +365,9 @@ class Runner:
             moves += s.count("relocations")
         self.timeline.append(sample)
         queues = sample["queues"].values()
+        created = {q.name: q.exchanges for q in self.scenario.queues}
+        self._scaled_out = self._scaled_out or any(len(q["exchanges"]) > created.get(name, 1)
+                                                   for name, q in sample["queues"].items())
         rate = sum(sum(q["exchanges"].values()) for q in queues)
         exchanges = sum(len(q["exchanges"]) for q in queues)
         running = sum(1 for p in pending if p.child is not None and p.report is None)

@@ -8,6 +8,9 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     hosts = 3                  # host managers on 127.0.0.11, .12, ...
     exchange_backend_hwm = 0   # at most this many batches an exchange queues for one subscriber (0 = default; its byte bound may hold fewer)
     exchange_subscriber_queue_bytes = 0  # the byte bound of that queue (0 = default, 64 MiB)
+    faults_after_scale_out = false  # true: the scenario's clock stands still at its first fault until a queue has
+                               # scaled out (at most a minute): faults meant to hit a grown queue do, however busy
+                               # the machine; joins, leaves, faults and the end all move by as long
 
     [hosts]                    # emulated hosts (optional; needs root): each its own CPU budget and link
     cpus = 0.5                 # cores, a cgroup quota: one for all, or a list of one per host ([0.25, 0.5, 1])
@@ -35,7 +38,9 @@ A scenario reads like this (every key but the names, ``duration_s`` and the rate
     delay_us = 0               # processing time per record: a slow consumer
     rcvhwm = 0                 # batches its client library queues per exchange (0 = default)
     pause_at = 0               # stops reading after this many records (0 = never)...
-    pause_for_s = 0            # ...for this long: a stalled consumer, which its exchanges send past
+    pause_at_s = 0             # ...or this many seconds after it joined (0 = never)...
+    pause_for_s = 0            # ...for this long: a stalled consumer, which its exchanges send past once its
+                               # pipes are full (sockets' buffers hold megabytes first: seconds of small records)
 
     [[faults]]
     at_s = 20
@@ -91,6 +96,7 @@ class Info:
     gcms: int = 1
     exchange_backend_hwm: int = 0  # at most this many batches an exchange queues for one subscriber (0 = its default)
     exchange_subscriber_queue_bytes: int = 0  # the bytes of batches it holds for one subscriber (0 = its default)
+    faults_after_scale_out: bool = False  # the scenario's clock waits, before its first fault, for a scale-out
 
     def exchange_options(self) -> list[str]:
         """The host managers' flags that give their exchanges these settings."""
@@ -147,12 +153,13 @@ class SubscriberGroup:
     delay_us: float = 0.0  # processing time per record
     rcvhwm: int = 0  # batches the client library queues per exchange (0 = its default)
     pause_at: int = 0  # records read before it stops reading (0 = it never stops)
+    pause_at_s: float = 0.0  # or: seconds after it joined when it stops reading (0 = it never stops)
     pause_for_s: float = 0.0  # how long it stops reading
 
     @property
     def keeps_up(self) -> bool:
         """Whether its audit must show no loss (a slow or stalled group shows its gaps instead)."""
-        return self.delay_us == 0 and not (self.pause_at and self.pause_for_s)
+        return self.delay_us == 0 and not ((self.pause_at or self.pause_at_s) and self.pause_for_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,7 +410,10 @@ class _Checker:
         self.positive("subscribers", i, "delay_us", group.delay_us, zero=True)
         self.positive("subscribers", i, "rcvhwm", group.rcvhwm, zero=True)
         self.positive("subscribers", i, "pause_at", group.pause_at, zero=True)
+        self.positive("subscribers", i, "pause_at_s", group.pause_at_s, zero=True)
         self.positive("subscribers", i, "pause_for_s", group.pause_for_s, zero=True)
+        if group.pause_at and group.pause_at_s:
+            raise self.fail("subscribers", i, "pause_at_s", "give pause_at (records) or pause_at_s (seconds), not both")
         return group
 
     def fault(self, i: int, value: Any, info: Info, names: list[str], hosts: list[str]) -> Fault:

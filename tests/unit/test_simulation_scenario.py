@@ -176,3 +176,14 @@ def test_a_stalled_group_is_read_and_does_not_keep_up():
     assert (stalled.pause_at, stalled.pause_for_s, stalled.keeps_up) == (500, 3.0, False) and steady.keeps_up
     with pytest.raises(ConfigError, match=r"\[\[subscribers\]\] #1 key 'pause_for_s': must be 0 or more"):
         parse_scenario(HEAD + "[[publishers]]\nrate = 10\n[[subscribers]]\npause_at = 5\npause_for_s = -1\n", "s.toml")
+
+
+def test_a_group_stalled_at_a_time_does_not_keep_up_and_names_one_pause_only():
+    s = parse_scenario(HEAD + "[[publishers]]\nrate = 10\n[[subscribers]]\npause_at_s = 4.5\npause_for_s = 3\n")
+    (stalled,) = s.subscribers
+    assert (stalled.pause_at_s, stalled.pause_for_s, stalled.keeps_up) == (4.5, 3.0, False)
+    with pytest.raises(ConfigError, match=r"s.toml:\d+: \[\[subscribers\]\] #1 key 'pause_at_s': give pause_at"):
+        parse_scenario(HEAD + "[[publishers]]\nrate = 10\n[[subscribers]]\npause_at = 5\npause_at_s = 1\n"
+                              "pause_for_s = 1\n", "s.toml")
+    with pytest.raises(ConfigError, match=r"key 'pause_at_s': must be 0 or more"):
+        parse_scenario(HEAD + "[[publishers]]\nrate = 10\n[[subscribers]]\npause_at_s = -1\n", "s.toml")
