@@ -7,6 +7,7 @@ exchange sends it again what it had not acknowledged); the subscriber meanwhile 
 
 from __future__ import annotations
 
+import pathlib
 import time
 
 import pytest
@@ -56,13 +57,25 @@ def durable(tmp_path):
     try:
         endpoint = monitor.wait_ready().endpoint
         children.insert(0, _journal(journal_dir, port, endpoint))
-        exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS])
-        children.append(exchange)
-        exchange.wait_ready()
-        yield {"monitor": endpoint, "journal_dir": journal_dir, "port": port, "children": children}
+        children.append(_exchange(endpoint, tmp_path / "x1.log"))
+        yield {"monitor": endpoint, "journal_dir": journal_dir, "port": port, "children": children,
+               "logs": tmp_path}
     finally:
         for child in reversed(children):
             child.stop()
+
+
+def _exchange(monitor: str, log: pathlib.Path):
+    """An exchange of the queue, its log in ``log``."""
+    with open(log, "ab") as out:
+        child = spawn("exchange", "exchange", ["--monitor", monitor, "--address", ADDRESS], stderr=out)
+    child.wait_ready()
+    return child
+
+
+def _cut_off_logged(logs: pathlib.Path) -> bool:
+    """Whether an exchange logged that it cut a subscriber off."""
+    return any("cut off, it reads the journal" in p.read_text(errors="replace") for p in logs.glob("x*.log"))
 
 
 def test_flush_returns_once_the_journal_has_the_records_and_a_killed_journal_loses_no_acknowledged_one(durable):
@@ -267,8 +280,8 @@ def test_a_subscriber_from_earliest_while_publishers_run_gets_every_record_once_
 
 @pytest.mark.measured  # gigabytes through the exchange and the journal, and a bound on its memory
 def test_a_subscriber_that_falls_behind_is_cut_off_reads_what_it_missed_from_the_journal_and_catches_up(durable):
-    """Two exchanges, two publishers of 4 KB records; a subscriber reads nothing for 4 s (its pipes fill and the
-    exchanges cut it off), then reads as fast as it can while the publishers go on more slowly: it catches up
+    """Two exchanges, two publishers of 4 KB records; a subscriber reads nothing until an exchange logged that it
+    cut it off (its pipes filled), then reads as fast as it can while the publishers go on more slowly: it catches up
     with the journal and is back on the live stream, it gets every record once, in each publisher's order, and
     the exchanges' memory stays within their bounds (the subscriber's pipe, and what waits for the journal)."""
     import threading
@@ -278,9 +291,7 @@ def test_a_subscriber_that_falls_behind_is_cut_off_reads_what_it_missed_from_the
     from exchange import MAX_UNCONFIRMED_BYTES
     from roq.config import DEFAULT_SUBSCRIBER_QUEUE_BYTES
 
-    second = spawn("exchange", "exchange", ["--monitor", durable["monitor"], "--address", ADDRESS])
-    durable["children"].append(second)
-    second.wait_ready()
+    durable["children"].append(_exchange(durable["monitor"], durable["logs"] / "x2.log"))
     exchanges = [psutil.Process(c.pid) for c in durable["children"][2:]]
     # its bounds: the subscriber's pipe, and what waits for the journal's acknowledgement
     limit = DEFAULT_SUBSCRIBER_QUEUE_BYTES + MAX_UNCONFIRMED_BYTES + (100 << 20)
@@ -294,8 +305,9 @@ def test_a_subscriber_that_falls_behind_is_cut_off_reads_what_it_missed_from_the
         assert sub.stats().exchanges == 2, "the subscriber did not hear both exchanges"
         threads = _publishers(conn, 2, stop, counts, pad=b"x" * 4000, slow=slow)
         peak = 0
-        behind_until = time.monotonic() + 4  # the subscriber reads nothing meanwhile
-        while time.monotonic() < behind_until:
+        deadline = time.monotonic() + 60  # the subscriber reads nothing meanwhile
+        while not _cut_off_logged(durable["logs"]):
+            assert time.monotonic() < deadline, "no exchange cut off the subscriber that read nothing for 60 s"
             peak = max([peak] + [x.memory_info().rss for x in exchanges])
             time.sleep(0.1)
         slow.set()
