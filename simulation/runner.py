@@ -85,6 +85,7 @@ class _Pending:
     leave: float
     child: Any = None
     report: dict[str, Any] | None = None
+    told_to_leave: bool = False  # SIGTERM sent at its leave (its report is read once it has flushed and ended)
 
 
 class Runner:
@@ -270,8 +271,9 @@ class Runner:
                         "--key-run", str(group.key_run))
                 elif p.child is not None and p.report is None and not p.child.alive():
                     p.report = self._report(loads, p.child)
-                elif p.child is not None and p.report is None and t >= p.leave:
-                    p.report = self._report(loads, p.child, stop=True)
+                elif p.child is not None and p.report is None and t >= p.leave and not p.told_to_leave:
+                    p.child.signal(signal.SIGTERM)  # (not waited for here: the clock and the others go on)
+                    p.told_to_leave = True
             while faults and t >= faults[0].at_s and not waiting:
                 self._inject(faults.pop(0), t)
             self._finish_faults()
