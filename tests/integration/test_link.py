@@ -238,3 +238,75 @@ def test_records_cross_from_one_clusters_journal_to_the_others_subscriber_once_a
         conn_there.close()
         there.stop()
         here.stop()
+
+
+def test_the_link_process_killed_and_started_again_carries_each_wanted_record_once_in_order(tmp_path):
+    """``python -m client.link`` between two durable queues: a publisher at the first sends eu.* and us.*
+    records while the link, SIGKILLed twice with what it had on its way and started again each time, carries
+    eu.* into the second: its subscriber gets every eu.* record published after the link was first ready, once,
+    in order, and no us.* record."""
+    import threading
+
+    here = DurableQueue("127.0.0.16", str(tmp_path / "here"), exchanges=1)
+    there = DurableQueue("127.0.0.17", str(tmp_path / "there"), exchanges=1)
+    args = ["--name", "eu-hq", "--source", here.monitor, "--target", there.monitor, "--prefix", "eu."]
+    conn_here = client.connect(here.monitor)
+    conn_there = client.connect(there.monitor)
+    link = spawn("link", "client.link", args)
+    stop, sent = threading.Event(), [0]
+
+    def publish() -> None:
+        pub = conn_here.publisher()
+        i = 0
+        while not stop.is_set():
+            pub.send(b"eu.%d" % (i % 7) if i % 3 else b"us.%d" % (i % 5), b"%d" % i)
+            i += 1
+            if i % 100 == 0:
+                time.sleep(0.01)  # about 10,000 records/s
+        pub.flush(30)
+        sent[0] = i
+
+    try:
+        ready = link.wait_ready(60)
+        assert ready.name == "eu-hq" and ready.journal == here.reads and ready.position >= 0
+        sub = conn_there.subscriber(b"")
+        deadline = time.monotonic() + 30
+        while sub.stats().exchanges < 1:
+            assert time.monotonic() < deadline, sub.stats()
+            assert sub.recv_many(timeout=0.05) == []
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        got: list[int] = []
+        keys: set[bytes] = set()
+
+        def read_until(count: int, what: str) -> None:
+            deadline = time.monotonic() + 60
+            while len(got) < count:
+                assert time.monotonic() < deadline, f"{what}: {len(got):,} records crossed"
+                for b in sub.recv_many(timeout=0.1):
+                    keys.add(b.key)
+                    got.extend(int(p) for p in b.payloads)
+
+        for n in (1, 2):
+            read_until(2000 * n, f"before kill {n}")
+            link.kill()  # SIGKILL: what it had on its way and not committed goes again from its successor
+            link = spawn("link", "client.link", args)
+            assert link.wait_ready(60).position >= ready.position
+        read_until(len(got) + 2000, "after the last start")
+        stop.set()
+        publisher.join(60)
+        expected = [i for i in range(got[0], sent[0]) if i % 3]  # every eu.* record from the first that crossed
+        read_until(len(expected), "at the end")
+        assert got == expected  # once each, in order: the duplicates the far side dropped are not here
+        assert all(k.startswith(b"eu.") for k in keys)
+        stats = sub.stats()
+        assert (stats.gaps, stats.lost) == (0, 0), stats
+        print(f"{len(got):,} records crossed across two SIGKILLs of the link; the subscriber dropped "
+              f"{stats.duplicates} duplicates")
+    finally:
+        stop.set()
+        link.stop()
+        conn_here.close()
+        conn_there.close()
+        there.stop()
+        here.stop()

@@ -39,7 +39,7 @@ ALLOWED = {
 }
 #: names a process package exports at most: its process, its settings, ``main``, and what tools read of its files
 MAX_PROCESS_EXPORTS = 6
-PROCESS_PACKAGES = ("exchange", "exchange.journal", "monitor", "gcm", "hostmanager")
+PROCESS_PACKAGES = ("exchange", "exchange.journal", "monitor", "gcm", "hostmanager", "client.link")
 #: the product's packages (``simulation`` is the harness)
 PRODUCT = tuple(p for p in PACKAGES if p != "simulation")
 #: module functions that take their module's class first, and why they are functions

@@ -1,0 +1,197 @@
+"""The link process: one durable queue of this cluster carried into a queue of another, for the keys wanted there.
+
+``python -m client.link --name eu-hq --source tcp://127.0.0.11:5500 --target tcp://127.0.0.21:5500 --prefix eu.``
+reads the source queue's journal as the durable reader ``link.<name>`` (from the position it kept there; a new
+link from the journal's end), relays the records whose keys start with a ``--prefix`` (every key without one)
+and publishes them into the target queue under relayed ids (:class:`~client.link.Crossing`). Killed and started
+again, it goes on from its last commit, and the far side drops what it had already: each record lands once, in
+its publisher's order.
+
+**Epochs.** The far side's subscribers order each relayed publisher by epoch across the link's moves, and a
+link started again goes on with the same relayed ids: its first epoch must be above every epoch of the ones
+before it. It is the tenths of a second since 2026 at its start (:func:`first_epoch`), and a move adds one: a
+link that moves fewer than ten times a second on average begins above its predecessors.
+
+One loop (:class:`roq.loop.Loop`) serves the journal, the far monitor and the far exchange; a signal stops it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import time
+from typing import ClassVar
+
+import zmq
+
+from client._connection import connect
+from client.link._crossing import Crossing
+from roq.config import CurveClient
+from roq.errors import BrokerConnectionError, ConfigError, RoQError
+from roq.federation import Prefixes, Relay
+from roq.loop import Loop
+from roq.runtime import DropCounter, SignalWakeup, run_main
+from roq.security.zap import TAG_BYTES, identity_for
+from roq.wire.ready import Ready, register
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Link", "LinkConfig", "LinkReady", "main", "first_epoch"]
+
+DESCRIPTION = ("A link: one durable queue of this cluster carried into a queue of another cluster, for the keys "
+               "wanted there, each record once and in its publisher's order, across restarts.")
+#: 2026-01-01T00:00:00Z, where a link's first epoch counts from
+EPOCH_ORIGIN = 1767225600
+#: a journal that is not heard of yet is asked about this often, seconds
+LOOKUP_INTERVAL = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkConfig:
+    """A link's settings.
+
+    Attributes:
+        name: the link's name (1-64 of A-Z a-z 0-9 _ . -): its durable reader in the source journal is
+            ``link.<name>``, and without CURVE its relayed ids are tagged with its digest.
+        source: the source queue's monitor (this side; a durable queue).
+        target: the target queue's monitor (the far side).
+        prefix: a key prefix wanted on the far side; repeated for several (none: every key).
+        source_credentials: the link's credentials in the source cluster ("" = plaintext).
+        target_credentials: the link's credentials in the target cluster ("" = plaintext).
+        max_bytes: bytes of records on their way, unacknowledged, before the link stops reading the journal.
+        connect_timeout: seconds to find the source queue's journal at the start.
+    """
+
+    name: str
+    source: str
+    target: str
+    prefix: tuple[str, ...] = ()
+    source_credentials: str = ""
+    target_credentials: str = ""
+    max_bytes: int = 4 << 20
+    connect_timeout: float = 30.0
+
+    NAME_CHARS: ClassVar[frozenset[str]] = frozenset(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not 0 < len(self.name) <= 64 or not set(self.name) <= self.NAME_CHARS:
+            raise ConfigError(f"LinkConfig.name must be 1-64 of A-Z a-z 0-9 _ . -, got {self.name!r}")
+        for field in ("source", "target"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value.startswith("tcp://"):
+                raise ConfigError(f"LinkConfig.{field} must be a monitor's tcp:// endpoint, got {value!r}")
+        if self.source == self.target:
+            raise ConfigError(f"LinkConfig: the source and the target are the same queue ({self.source})")
+        if not all(isinstance(p, str) and p for p in self.prefix):
+            raise ConfigError(f"LinkConfig.prefix must be non-empty key prefixes, got {list(self.prefix)!r}")
+        if not isinstance(self.max_bytes, int) or self.max_bytes < 1 << 16:
+            raise ConfigError(f"LinkConfig.max_bytes must be at least 65536, got {self.max_bytes!r}")
+        if not self.connect_timeout > 0:
+            raise ConfigError(f"LinkConfig.connect_timeout must be above 0, got {self.connect_timeout!r}")
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class LinkReady(Ready):
+    ROLE: ClassVar[str] = "link"
+    name: str
+    journal: str  # the source journal's reads port it follows
+    position: int  # the offset in it it went on from
+    epoch: int  # its first epoch
+
+
+def first_epoch(now: float) -> int:
+    """A link's first epoch at wall time ``now``: tenths of a second since 2026, within 32 bits."""
+    return int((now - EPOCH_ORIGIN) * 10) & 0xFFFFFFFF
+
+
+class Link:
+    """The link process's node (:func:`roq.runtime.run_node`)."""
+
+    def __init__(self, config: LinkConfig) -> None:
+        self.config = config
+        self.here = CurveClient.load(config.source_credentials) if config.source_credentials else None
+        self.there = CurveClient.load(config.target_credentials) if config.target_credentials else None
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.loop = Loop("link", DropCounter(log, "link"))
+        self.journal = ""
+        self.crossing: Crossing | None = None
+        self.epoch = first_epoch(time.time())
+
+    def start(self) -> None:
+        """Find the source queue's journal and start crossing.
+
+        Raises:
+            BrokerConnectionError: the source queue's monitor did not answer, or named no live journal, within
+                ``connect_timeout``.
+            ConfigError: the source queue is not durable, or credentials that cannot be used.
+        """
+        config = self.config
+        self.journal = self._find_journal()
+        if self.there is not None:
+            identity = identity_for(self.there.public_key.encode())
+        else:
+            identity = hashlib.blake2b(config.name.encode(), digest_size=TAG_BYTES).digest() + os.urandom(8)
+        relay = Relay(identity[:TAG_BYTES], epoch=self.epoch, max_bytes=config.max_bytes)
+        relay.wanted = Prefixes.of(p.encode() for p in config.prefix) if config.prefix else Prefixes.of([b""])
+        self.crossing = Crossing(self.context, self.journal, f"link.{config.name}", config.target, relay, identity,
+                                 curve_here=self.here, curve_there=self.there, who=f"link {config.name}")
+        self.crossing.attach(self.loop)
+        deadline = time.monotonic() + config.connect_timeout
+        while relay.position() < 0:  # ready once it knows where it reads from
+            if time.monotonic() >= deadline:
+                raise BrokerConnectionError(f"the journal at {self.journal} did not say where link.{config.name} "
+                                            f"reads from within {config.connect_timeout:g}s")
+            self.loop.turn()
+        log.info("link %s: %s (journal %s, from offset %d) into %s, keys %s, first epoch %d", config.name,
+                 config.source, self.journal, relay.position(), config.target, ", ".join(config.prefix) or "all",
+                 self.epoch)
+
+    def serve(self, wakeup: SignalWakeup | None = None) -> None:
+        if wakeup is not None:
+            self.loop.on_signal(wakeup, self._on_signal)
+        self.loop.run()
+
+    def close(self) -> None:
+        crossing, self.crossing = self.crossing, None
+        if crossing is not None:  # (what it sent since its last commit goes again next time; the far side drops it)
+            crossing.close()
+        self.context.destroy(linger=0)
+
+    def ready_info(self) -> LinkReady:
+        position = self.crossing.relay.position() if self.crossing is not None else -1
+        return LinkReady(pid=os.getpid(), name=self.config.name, journal=self.journal, position=position,
+                         epoch=self.epoch)
+
+    def _find_journal(self) -> str:
+        config = self.config
+        deadline = time.monotonic() + config.connect_timeout
+        why = "no answer"
+        with connect(config.source, timeout=config.connect_timeout, credentials=config.source_credentials or None) \
+                as conn:
+            while True:
+                try:
+                    journal = conn.status(timeout=max(0.1, min(5.0, deadline - time.monotonic()))).journal
+                except RoQError as exc:
+                    why = str(exc)
+                else:
+                    if journal.durability == "none":
+                        raise ConfigError(f"the queue of {config.source} is not durable: a link reads its journal")
+                    if journal.reads and journal.alive:
+                        return journal.reads
+                    why = f"its journal is {'not running' if journal.reads else 'not heard of yet'}"
+                if time.monotonic() >= deadline:
+                    raise BrokerConnectionError(f"the queue of {config.source}: no journal to read within "
+                                                f"{config.connect_timeout:g}s ({why})")
+                time.sleep(LOOKUP_INTERVAL)
+
+    def _on_signal(self) -> None:
+        log.info("link %s: stopping (signal)", self.config.name)
+        self.loop.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("link", LinkConfig, Link, argv, description=DESCRIPTION, module="client.link")
