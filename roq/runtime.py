@@ -196,7 +196,8 @@ def run_node(role: str, node: Any, ready: Callable[[], Ready]) -> int:
         except (BrokerConnectionError, ConfigError, JournalError) as exc:
             print(f"{role}: {exc}", file=sys.stderr)
             node.close()
-            return ExitCode.STORAGE if isinstance(exc, JournalError) else ExitCode.BIND
+            return (ExitCode.STORAGE if isinstance(exc, JournalError) else ExitCode.CONFIG if isinstance(exc, ConfigError)
+                    else ExitCode.BIND)
         announce_ready(ready())
         try:
             node.serve(wakeup)
