@@ -245,6 +245,14 @@ class QueueManager:
         """
         return dict(self._call(m.GetEvents(QName=check_queue_name(queue), Limit=1), None)["Counters"])
 
+    # ------------------------------------------------------------------ the tree of clusters
+
+    def federation(self) -> dict[str, Any]:
+        """This cluster's place in its tree of clusters: ``Name`` ("" when it is in none), ``Role``, ``Path``
+        (its parent first, the root last), ``Children`` (each linked child: ``Name``, ``Key``, ``Incarnation``,
+        the clusters ``Below`` it) and ``Refusals`` (links refused, by reason). Needs ``admin``."""
+        return self._call(m.FederationStatus(), None)
+
     # ------------------------------------------------------------------ permissions
 
     def acl(self) -> dict[str, Any]:

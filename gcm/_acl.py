@@ -18,6 +18,7 @@ from typing import Any
 from gcm._outcome import Outcome
 from gcm._view import View
 from roq.wire import management as m
+from roq.wire.control.links import LinkHello
 from roq.security.acl import MAX_PREFIX, MAX_RULES, Acl, Rule
 from roq.wire.control import Message, Reply
 from roq.wire.documents import AclDoc
@@ -30,7 +31,7 @@ __all__ = ["grant", "revoke", "get_acl", "required", "check", "bootstrap", "QUEU
 #: what a client needs of a queue to look it up: any of these
 QUEUE_READS = ("publish", "subscribe", "manage")
 #: requests on the whole cluster: admin only
-_CLUSTER_WIDE = (m.ListQueues, m.ListHosts, m.GetAcl, m.Grant, m.Revoke, m.GetAudit)
+_CLUSTER_WIDE = (m.ListQueues, m.ListHosts, m.GetAcl, m.Grant, m.Revoke, m.GetAudit, m.FederationStatus)
 #: requests that find a queue: any permission on it
 _LOOKUPS = (m.Lookup, m.QueueExists)
 
@@ -45,6 +46,8 @@ def required(msg: Message) -> tuple[tuple[str, ...], str]:
     """The permissions of which ``msg`` needs one, and the queue it is about ("" = the cluster)."""
     if isinstance(msg, _CLUSTER_WIDE):
         return ("admin",), ""
+    if isinstance(msg, LinkHello):  # a child cluster's link
+        return ("link",), ""
     queue = str(getattr(msg, "QName", ""))
     return (QUEUE_READS if isinstance(msg, _LOOKUPS) else ("manage",)), queue
 

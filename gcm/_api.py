@@ -16,10 +16,12 @@ from typing import Any, Callable, Protocol
 
 from gcm import _acl, _lifecycle, _reads, _rules, _scaling
 from gcm._audit import AuditTrail, entry
+from gcm._federation import Federation
 from gcm._outcome import Outcome
 from gcm._view import QueueView, View
 from roq.wire import management as m
 from roq.wire.control import Message, Reply
+from roq.wire.control.links import LinkHello
 from roq.wire.documents import GcmDoc
 from roq.errors import ManagementError, NotLeaderError, Result
 from roq.zk import Paths
@@ -60,6 +62,7 @@ class Shell(Protocol):
     """What the API needs of the process around it (the :class:`~gcm.Gcm`, or a test's stand-in)."""
 
     view: View
+    federation: Federation
 
     @property
     def leading(self) -> bool: ...
@@ -100,6 +103,8 @@ class Api:
         table[m.GetEvents] = lambda msg, _: _reads.get_events(self.shell.view, msg, self.shell.read)
         table[m.QueueStats] = lambda msg, request: self.shell.ask_stats(self.shell.view.queue(msg.QName), request)
         table[m.GetAudit] = lambda msg, _: Reply(data={"Entries": self.audit.latest(msg.Limit)})
+        table[m.FederationStatus] = lambda msg, _: Reply(data=self.shell.federation.status())
+        table[LinkHello] = lambda msg, request: self.shell.federation.hello(msg, request.principal, time.monotonic())
         table.update({t: self._decision(decide) for t, decide in DECISIONS.items()})
         return {t: self._led(port, handler) for t, handler in table.items()}
 

@@ -7,6 +7,7 @@ import dataclasses
 from roq.security.acl import Rule
 from roq.config import check_curve_settings
 from roq.errors import ConfigError
+from roq.federation import Tree
 from roq.zk import Paths, check_hosts
 from roq import defaults
 
@@ -48,6 +49,9 @@ class GcmConfig:
             administrator (allowed to administer, publish and subscribe; nobody else anything)
         api_tokens: a directory of bearer tokens for the HTTP API, ``NAME.token`` for the principal NAME (read again
             when it changes); ``api_token_file`` is the ``admin``'s ("" = none)
+        cluster_name: the cluster's name in its tree of clusters (1-64 of A-Z a-z 0-9 _ . -; "" = in no tree):
+            child clusters' links say hello to it (:mod:`gcm._federation`)
+        cluster_role: its place there: root, branch (it has a parent and children) or leaf (no children)
         zk_auth: a file holding the cluster's ZooKeeper identity (``USER:PASSWORD``, its owner's only): the GCM
             authenticates with it and the nodes it creates may be changed by it alone ("" = none)
     """
@@ -74,9 +78,15 @@ class GcmConfig:
     admin: str = "admin"
     zk_auth: str = ""
     api_tokens: str = ""
+    cluster_name: str = ""
+    cluster_role: str = "root"
 
     def __post_init__(self) -> None:
         check_hosts(self.zk)
+        if self.cluster_name:
+            Tree(self.cluster_name, self.cluster_role)  # a cluster's name and role, or ConfigError saying why
+        elif self.cluster_role != "root":
+            raise ConfigError(f"cluster_role {self.cluster_role!r} needs a cluster_name")
         check_curve_settings(self)
         Rule(self.admin, "admin")  # a principal's name
         Paths(self.root)

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import zmq
 
 from gcm._acl import bootstrap
+from gcm._federation import Federation
 from gcm._api import Api
 from gcm._audit import AuditTrail
 from gcm._broadcast import Broadcaster
@@ -87,6 +88,8 @@ class Gcm:
             raise
         keyring = self.curve.keyring if self.curve is not None else None
         self.audit = AuditTrail(self.session, self.paths)
+        self.federation = Federation(config.cluster_name, config.cluster_role)
+        self._led = False  # whether it led at the end of the last turn (a new leader forgets the tree's children)
         api = Api(self, audit=self.audit)
         self.lookup, self.management = (
             RouterServer(_socket(self._ctx, zmq.ROUTER, self.curve, port), Dispatcher(
@@ -220,6 +223,11 @@ class Gcm:
         self.loop.guarded("census deadlines", self.census.expire, now)
 
     def _lead(self, now: float) -> None:
+        if self.leading != self._led:
+            self._led = self.leading
+            self.federation.reset()  # its children say hello again to whoever leads now
+        if self.leading:
+            self.federation.expire(now)
         if self._acting():
             self.loop.guarded("host loss and removals", self._maintain, now)
         if self.leading:

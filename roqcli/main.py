@@ -15,6 +15,7 @@
     roq acl list | grant|revoke PRINCIPAL PERMISSION [--queues P] [--deny] [--prefix K]   permissions
     roq journal stats|verify QUEUE                          a durable queue's journal
     roq audit [--limit N]               the latest management actions: who, what, when, result
+    roq federation status               this cluster's place in its tree of clusters, and its children
 
 Settings come from a TOML file (``--config``: a ``[cluster]`` table for ``cluster up``, a ``[client]``
 table for the others) overridden by flags; an unknown key or a value of the wrong type is an error naming
@@ -126,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
                          ("revoke", "take a rule out (the same fields as it was granted with)")):
         a = asub.add_parser(action, help=text)
         a.add_argument("principal", help="a key's name (its principal), or * for everyone")
-        a.add_argument("permission", choices=("publish", "subscribe", "manage", "admin"))
+        a.add_argument("permission", choices=("publish", "subscribe", "manage", "admin", "link"))
         a.add_argument("--queues", default="*", help="the queues it covers: a name or a pattern (orders.*; default *)")
         a.add_argument("--deny", action="store_true", help="a deny rule (a matching deny wins over any allow)")
         a.add_argument("--prefix", action="append", default=[], help="subscribe only: the key prefixes it covers "
@@ -142,6 +143,10 @@ def _parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="the audit trail: who did what, when, through which port, and the result")
     audit.add_argument("--limit", type=int, default=100, help="the latest entries to show (1-1000, default 100)")
     client_flags(audit)
+    federation = sub.add_parser("federation", help="the tree of clusters: this cluster's place and its children")
+    fsub = federation.add_subparsers(dest="action", required=True, metavar="ACTION")
+    client_flags(fsub.add_parser("status", help="its name, role and path to the root; each linked child with the "
+                                               "clusters below it; links refused, by reason"))
     client_flags(sub.add_parser("hosts", help="every live host with its capacity and KPIs"))
     client_flags(sub.add_parser("status", help="one screen: the leader, every host, and the busiest queues with "
                                 "their traffic, latency and moves"))

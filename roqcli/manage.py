@@ -44,6 +44,8 @@ def manage(args: argparse.Namespace, s: ClientSettings) -> int:
             return _acl(args, qm)
         if args.command == "audit":
             return _show(args, qm.audit(args.limit), _audit_line)
+        if args.command == "federation":
+            return _show(args, qm.federation(), _federation_lines)
         if args.command == "journal":
             return _journal(args, qm)
         action = args.action
@@ -148,6 +150,19 @@ def _show(args: argparse.Namespace, value: Any, line: Any) -> int:
     else:
         print(line(value))
     return ExitCode.OK
+
+
+def _federation_lines(f: dict[str, Any]) -> str:
+    if not f["Name"]:
+        return "this cluster is in no tree (started without a cluster name)"
+    where = f"under {' / '.join(f['Path'])}" if f["Path"] else "the root" if f["Role"] == "root" else "no parent yet"
+    lines = [f"{f['Name']} ({f['Role']}), {where}; {len(f['Children'])} child(ren)"]
+    for c in f["Children"]:
+        below = f", below it: {', '.join(c['Below'])}" if c["Below"] else ""
+        lines.append(f"  {c['Name']:<20} key {c['Key'] or '-'}  incarnation {c['Incarnation']}{below}")
+    if f["Refusals"]:
+        lines.append("links refused: " + ", ".join(f"{r} {n}" for r, n in sorted(f["Refusals"].items())))
+    return "\n".join(lines)
 
 
 def _queue_line(q: dict[str, Any]) -> str:

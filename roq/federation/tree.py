@@ -210,6 +210,11 @@ class Tree:
         """Every cluster of the subtree below this one."""
         return tuple(self._below)
 
+    def children(self) -> dict[str, tuple[str, int, tuple[str, ...]]]:
+        """Each child admitted: its key's digest, its link's incarnation, and the clusters below it."""
+        return {name: (c.key, c.incarnation, tuple(n for n in c.names if n != name))
+                for name, c in self._children.items()}
+
     def route(self, cluster: str) -> str | None:
         """The link a record for ``cluster`` leaves by: "" (:data:`roq.federation.interest.PARENT`) up, a
         child's name down, ``None`` when it is this cluster's own (a refusal at the root is

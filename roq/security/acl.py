@@ -5,7 +5,9 @@ names match a pattern (``fnmatch`` wildcards: ``orders.*``, ``*``); a ``subscrib
 key prefixes it covers. A request is decided by the rules that match it: **a matching deny wins**, then a
 matching allow grants, and with neither it is refused (**default deny**). ``admin`` is cluster-wide: it
 grants ``manage`` on every queue (and the right to change the rules), never ``publish`` or ``subscribe``:
-reading and writing records is granted on its own. Every decision says why, naming the rule.
+reading and writing records is granted on its own. ``link`` is cluster-wide too: it lets a child cluster's link
+open (what that child may then publish into or subscribe to is granted on its own). Every decision says why,
+naming the rule.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from roq.errors import ConfigError
 
 __all__ = ["PERMISSIONS", "MAX_RULES", "MAX_PREFIX", "Rule", "Decision", "Acl"]
 
-PERMISSIONS = ("publish", "subscribe", "manage", "admin")
+PERMISSIONS = ("publish", "subscribe", "manage", "admin", "link")
 #: rules a grant may bring the cluster's set to: every decision looks at each of them, and 2,000 rules of the
 #: longest names (210 bytes each in ``/acl``) take 420 KB, under the node's bound
 #: (:attr:`roq.wire.documents.AclDoc.MAX_BYTES`), so a set without long prefixes meets this bound first
@@ -70,7 +72,7 @@ class Rule:
 
     def describe(self) -> str:
         what = f"{'allow' if self.allow else 'deny'} {self.permission} to {self.principal}"
-        where = "" if self.permission == "admin" else f" on {self.queues}"
+        where = "" if self.permission in ("admin", "link") else f" on {self.queues}"
         keys = f" (keys {', '.join(p.decode('utf-8', 'backslashreplace') for p in self.prefixes)})" if self.prefixes else ""
         return what + where + keys
 
@@ -143,4 +145,4 @@ class Acl:
 
 
 def _on(queue: str, permission: str) -> str:
-    return "" if permission == "admin" or not queue else f" on {queue}"
+    return "" if permission in ("admin", "link") or not queue else f" on {queue}"

@@ -36,6 +36,7 @@ __all__ = [
     "Grant",
     "Revoke",
     "GetAudit",
+    "FederationStatus",
     "MAX_REQUEST_BYTES",
     "Lookup",
     "RemoveQueue",
@@ -224,6 +225,13 @@ class GetAudit(Message):
     via, action, queue, detail, result, comment)."""
 
     Limit: int = 100
+
+
+@message(2024)
+class FederationStatus(Message):
+    """This cluster's place in its tree of clusters (``Name``, ``Role``, ``Path`` to the root, the parent first;
+    ``Children``: each linked child with its ``Key``, ``Incarnation`` and the clusters ``Below`` it;
+    ``Refusals``: links refused, by reason). A cluster in no tree has the name ""."""
 
 
 # --------------------------------------------------------------------------- what the GCM says of the cluster

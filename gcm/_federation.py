@@ -1,0 +1,96 @@
+"""The GCM's place in a tree of clusters: the links of its children, admitted or refused at their hello.
+
+A cluster with a name (``cluster_name``) is a node of a tree, the root, a branch or a leaf
+(``cluster_role``). A child cluster's link opens with a :class:`~roq.wire.control.links.LinkHello` to the
+leader's management port, and says it again every second or so: the leader answers with the welcome (the path
+to the root, the parent first) or refuses it with ConflictError, its ``Reason`` one of
+:data:`~roq.wire.control.links.REFUSALS` and its comment naming both ends; :class:`roq.federation.Tree`
+decides. A child is known by its link's principal (with CURVE, the key it connected with; plaintext: "").
+
+The tree is the leader's, in memory: a new leader starts with no children and learns them again from their
+next hellos, which are whole and idempotent. A child whose hellos stop for :data:`CHILD_TIMEOUT` seconds is
+forgotten, and its names with it. Refusals are counted per reason (:attr:`Federation.refusals`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from roq.errors import ConflictError
+from roq.federation import Tree
+from roq.wire.control import Reply
+from roq.wire.control.links import LinkHello
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Federation", "CHILD_TIMEOUT"]
+
+#: seconds without a hello after which a child is forgotten
+CHILD_TIMEOUT = 15.0
+
+
+class Federation:
+    """The GCM's tree node (a cluster without a name is in no tree: every hello is refused).
+
+    Raises:
+        ConfigError: a name that is not a cluster's name, or a role that is not one.
+    """
+
+    def __init__(self, name: str, role: str) -> None:
+        self.name, self.role = name, role
+        self.tree: Tree | None = Tree(name, role) if name else None
+        self.refusals: dict[str, int] = {}
+        self._heard: dict[str, float] = {}  # child -> when its last hello came (monotonic)
+
+    def reset(self) -> None:
+        """Forget every child (a new leader: they say hello again)."""
+        if self.tree is not None:
+            self.tree = Tree(self.name, self.role)
+        self._heard.clear()
+
+    def hello(self, msg: LinkHello, principal: str | None, now: float) -> Reply:
+        """A child's link says hello: the welcome, or a refusal.
+
+        Raises:
+            ConflictError: refused; ``data["Reason"]`` why (one of REFUSALS), the comment naming both ends.
+        """
+        tree = self.tree
+        if tree is None:
+            self._refuse("not_a_parent", f"this cluster is in no tree (it has no name): {msg.cluster[:64]!r} refused")
+        assert tree is not None
+        outcome = tree.hello(msg, principal or "")
+        if outcome.refusal is not None:
+            self._refuse(outcome.refusal.reason, outcome.refusal.detail)
+        if msg.cluster not in self._heard:
+            log.info("cluster %s: child %s linked (%s, incarnation %d, %d cluster(s) below it)", self.name,
+                     msg.cluster, msg.role, msg.incarnation, len(msg.names))
+        self._heard[msg.cluster] = now
+        return Reply(data={"Path": [tree.name, *tree.path], "Interest": []})
+
+    def expire(self, now: float) -> list[str]:
+        """Forget the children not heard for :data:`CHILD_TIMEOUT`; their names."""
+        tree = self.tree
+        gone = [c for c, at in self._heard.items() if now - at > CHILD_TIMEOUT]
+        for child in gone:
+            del self._heard[child]
+            if tree is not None:
+                tree.child_gone(child)
+            log.warning("cluster %s: child %s forgotten: no hello for %.0fs", self.name, child, CHILD_TIMEOUT)
+        return gone
+
+    def status(self) -> dict[str, Any]:
+        """This cluster's place: name, role, path to the root, children (each with the clusters below it)."""
+        tree = self.tree
+        if tree is None:
+            return {"Name": "", "Role": "", "Path": [], "Children": [], "Refusals": dict(self.refusals)}
+        children = [{"Name": name, "Key": key, "Incarnation": incarnation, "Below": sorted(below)}
+                    for name, (key, incarnation, below) in sorted(tree.children().items())]
+        return {"Name": tree.name, "Role": tree.role, "Path": list(tree.path), "Children": children,
+                "Refusals": dict(self.refusals)}
+
+    def _refuse(self, reason: str, detail: str) -> None:
+        self.refusals[reason] = self.refusals.get(reason, 0) + 1
+        log.warning("cluster %s: link refused (%s): %s", self.name or "(no name)", reason, detail)
+        raise ConflictError(detail, data={"Reason": reason})
+

@@ -1,0 +1,61 @@
+"""The GCM's place in its tree: children admitted or refused at their hello, forgotten when silent."""
+
+from __future__ import annotations
+
+import pytest
+
+from gcm._federation import CHILD_TIMEOUT, Federation
+from roq.errors import ConflictError
+from roq.wire.control.links import ClusterName, LinkHello
+
+
+def _hello(cluster: str, role: str = "leaf", incarnation: int = 1, below: tuple[str, ...] = ()) -> LinkHello:
+    names = [ClusterName(cluster, "hq")] + [ClusterName(n, cluster) for n in below]
+    return LinkHello(cluster=cluster, role=role, incarnation=incarnation, names=names, interest=[])
+
+
+def test_a_child_is_welcomed_with_the_path_to_the_root_and_shown_in_the_status():
+    hq = Federation("hq", "root")
+    reply = hq.hello(_hello("eu", "branch", below=("store-1",)), "eu-key", now=0.0)
+    assert reply.data == {"Path": ["hq"], "Interest": []}
+    assert hq.hello(_hello("eu", "branch", below=("store-1",)), "eu-key", now=1.0).data["Path"] == ["hq"]  # again
+    assert hq.status() == {"Name": "hq", "Role": "root", "Path": [], "Refusals": {}, "Children": [
+        {"Name": "eu", "Key": "eu-key", "Incarnation": 1, "Below": ["store-1"]}]}
+
+
+@pytest.mark.parametrize("hello, key, reason, named", [
+    (_hello("eu", below=("hq",)), "eu-key", "cycle", "hq"),
+    (_hello("us"), "other-key", "duplicate_name", "us"),
+    (_hello("us", incarnation=1), "us-key", "stale", "us"),
+    (_hello("x", role="root"), "x-key", "not_a_parent", "x"),
+    (_hello("bad/name"), "x-key", "malformed", "bad/name"),
+])
+def test_a_link_is_refused_with_its_reason_and_both_ends_named_and_counted(hello, key, reason, named):
+    hq = Federation("hq", "root")
+    hq.hello(_hello("us", incarnation=2), "us-key", now=0.0)
+    with pytest.raises(ConflictError) as refused:
+        hq.hello(hello, key, now=0.0)
+    assert refused.value.data == {"Reason": reason} and named in str(refused.value)
+    assert hq.status()["Refusals"] == {reason: 1}
+    assert [c["Name"] for c in hq.status()["Children"]] == ["us"]  # the one admitted is still there
+
+
+def test_a_cluster_in_no_tree_or_a_leaf_refuses_every_link():
+    for federation, says in ((Federation("", "root"), "in no tree"), (Federation("store-1", "leaf"), "is a leaf")):
+        with pytest.raises(ConflictError, match=says) as refused:
+            federation.hello(_hello("x"), "x-key", now=0.0)
+        assert refused.value.data == {"Reason": "not_a_parent"}
+    assert Federation("", "root").status()["Name"] == ""
+
+
+def test_a_silent_child_is_forgotten_and_a_new_leader_knows_no_child_until_it_says_hello_again():
+    hq = Federation("hq", "root")
+    hq.hello(_hello("eu"), "eu-key", now=0.0)
+    hq.hello(_hello("us"), "us-key", now=10.0)
+    assert hq.expire(CHILD_TIMEOUT + 1.0) == ["eu"]
+    assert [c["Name"] for c in hq.status()["Children"]] == ["us"]
+    hq.hello(_hello("eu"), "another-key", now=20.0)  # its name is free again
+    hq.reset()
+    assert hq.status()["Children"] == []
+    hq.hello(_hello("us"), "us-key", now=21.0)
+    assert [c["Name"] for c in hq.status()["Children"]] == ["us"]
