@@ -32,6 +32,7 @@ class Crossing:
                  commit_interval: float = COMMIT_INTERVAL, who: str = "link") -> None:
         self.relay = relay
         self.commit_interval = commit_interval
+        self.held = False  # told to carry nothing for now (the parent refused the link)
         self.source = JournalSource(context, source, name, self._entries, curve=curve_here)
         self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who)
 
@@ -39,6 +40,11 @@ class Crossing:
         self.source.attach(loop)
         self.outlet.attach(loop)
         loop.every(self.commit_interval, self._commit, "the link's commit")
+
+    def hold(self, held: bool) -> None:
+        """Read nothing more from the source (True) until told otherwise; what is on its way goes on."""
+        self.held = held
+        self.source.pause(held or self.relay.full)
 
     def close(self) -> None:
         self.source.close()
@@ -53,10 +59,10 @@ class Crossing:
             if frames is not None:
                 outlet.send(frames)
         relay.passed(next_offset)
-        self.source.pause(relay.full)
+        self.source.pause(relay.full or self.held)
 
     def _commit(self, now: float) -> None:
         if self.relay.position() >= 0:
             self.source.commit(self.relay.position())
-        if self.source.paused and not self.relay.full:
+        if self.source.paused and not self.relay.full and not self.held:
             self.source.pause(False)

@@ -28,9 +28,13 @@ import zmq
 
 from client._connection import connect
 from client.link._crossing import Crossing
+from client.link._parent import Parent
 from roq.config import CurveClient
 from roq.errors import BrokerConnectionError, ConfigError, RoQError
-from roq.federation import Prefixes, Relay
+from roq import defaults
+from roq.federation import Prefixes, Relay, check_name
+from roq.wire.control.links import ClusterName, LinkHello
+from roq.zk import Paths, check_hosts
 from roq.loop import Loop
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.security.zap import TAG_BYTES, identity_for
@@ -46,6 +50,8 @@ DESCRIPTION = ("A link: one durable queue of this cluster carried into a queue o
 EPOCH_ORIGIN = 1767225600
 #: a journal that is not heard of yet is asked about this often, seconds
 LOOKUP_INTERVAL = 0.2
+#: how often the link looks at the parent's last answer, seconds
+HOLD_CHECK_S = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +67,12 @@ class LinkConfig:
         source_credentials: the link's credentials in the source cluster ("" = plaintext).
         target_credentials: the link's credentials in the target cluster ("" = plaintext).
         max_bytes: bytes of records on their way, unacknowledged, before the link stops reading the journal.
-        connect_timeout: seconds to find the source queue's journal at the start.
+        connect_timeout: seconds to find the source queue's journal, and to be welcomed by the parent, at the start.
+        cluster: the child cluster's name in its tree: with ``parent_zk``, the link says hello to the parent
+            cluster as this child, and carries records only while the parent welcomes it.
+        role: the child's place in the tree: leaf (no children) or branch.
+        parent_zk: the parent cluster's ZooKeeper ("" = no hello: the link carries records unannounced).
+        parent_root: the parent cluster's ZooKeeper root.
     """
 
     name: str
@@ -72,6 +83,10 @@ class LinkConfig:
     target_credentials: str = ""
     max_bytes: int = 4 << 20
     connect_timeout: float = 30.0
+    cluster: str = ""
+    role: str = "leaf"
+    parent_zk: str = ""
+    parent_root: str = defaults.ROOT
 
     NAME_CHARS: ClassVar[frozenset[str]] = frozenset(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
@@ -91,6 +106,12 @@ class LinkConfig:
             raise ConfigError(f"LinkConfig.max_bytes must be at least 65536, got {self.max_bytes!r}")
         if not self.connect_timeout > 0:
             raise ConfigError(f"LinkConfig.connect_timeout must be above 0, got {self.connect_timeout!r}")
+        if self.parent_zk:
+            check_name(self.cluster)
+            check_hosts(self.parent_zk)
+            Paths(self.parent_root)
+            if self.role not in ("leaf", "branch"):
+                raise ConfigError(f"LinkConfig.role must be leaf or branch (a cluster with a parent), got {self.role!r}")
 
 
 @register
@@ -120,6 +141,10 @@ class Link:
         self.journal = ""
         self.crossing: Crossing | None = None
         self.epoch = first_epoch(time.time())
+        self.parent: Parent | None = None
+        if config.parent_zk:
+            self.parent = Parent(self.context, config.parent_zk, config.parent_root, self._hello, curve=self.there,
+                                 who=f"link {config.name}")
 
     def start(self) -> None:
         """Find the source queue's journal and start crossing.
@@ -130,6 +155,8 @@ class Link:
             ConfigError: the source queue is not durable, or credentials that cannot be used.
         """
         config = self.config
+        if self.parent is not None:
+            self._welcome()
         self.journal = self._find_journal()
         if self.there is not None:
             identity = identity_for(self.there.public_key.encode())
@@ -140,6 +167,8 @@ class Link:
         self.crossing = Crossing(self.context, self.journal, f"link.{config.name}", config.target, relay, identity,
                                  curve_here=self.here, curve_there=self.there, who=f"link {config.name}")
         self.crossing.attach(self.loop)
+        if self.parent is not None:
+            self.loop.every(HOLD_CHECK_S, self._follow_parent, "the parent's answer")
         deadline = time.monotonic() + config.connect_timeout
         while relay.position() < 0:  # ready once it knows where it reads from
             if time.monotonic() >= deadline:
@@ -150,6 +179,42 @@ class Link:
                  config.source, self.journal, relay.position(), config.target, ", ".join(config.prefix) or "all",
                  self.epoch)
 
+    def _hello(self) -> LinkHello:
+        config = self.config
+        return LinkHello(cluster=config.cluster, role=config.role, incarnation=self.epoch,
+                         names=[ClusterName(config.cluster, "")], interest=[])
+
+    def _welcome(self) -> None:
+        """Say hello to the parent until it welcomes the link.
+
+        Raises:
+            ConfigError: the parent refused it (why, naming both ends).
+            BrokerConnectionError: no answer within ``connect_timeout``.
+        """
+        parent, config = self.parent, self.config
+        assert parent is not None
+        parent.attach(self.loop)
+        deadline = time.monotonic() + config.connect_timeout
+        while parent.path is None:
+            if parent.refused is not None:
+                raise ConfigError(f"the parent cluster refused link {config.name} of {config.cluster} "
+                                  f"({parent.refused[0]}): {parent.refused[1]}")
+            if time.monotonic() >= deadline:
+                raise BrokerConnectionError(f"the parent cluster at {config.parent_zk} did not welcome link "
+                                            f"{config.name} within {config.connect_timeout:g}s")
+            self.loop.turn()
+
+    def _follow_parent(self, now: float) -> None:
+        """Carry records only while the parent welcomes the link."""
+        parent, crossing = self.parent, self.crossing
+        if parent is None or crossing is None:
+            return
+        held = parent.refused is not None
+        if held != crossing.held:
+            log.warning("link %s: %s", self.config.name, "the parent refused it: it carries nothing until welcomed "
+                        "again" if held else "welcomed again: it carries on")
+            crossing.hold(held)
+
     def serve(self, wakeup: SignalWakeup | None = None) -> None:
         if wakeup is not None:
             self.loop.on_signal(wakeup, self._on_signal)
@@ -159,6 +224,8 @@ class Link:
         crossing, self.crossing = self.crossing, None
         if crossing is not None:  # (what it sent since its last commit goes again next time; the far side drops it)
             crossing.close()
+        if self.parent is not None:
+            self.parent.close()
         self.context.destroy(linger=0)
 
     def ready_info(self) -> LinkReady:

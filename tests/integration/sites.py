@@ -1,0 +1,50 @@
+"""A durable queue's processes on one loopback "site", without a GCM: its monitor, its journal, its exchanges."""
+
+from __future__ import annotations
+
+from exchange.journal import Store
+from roq.process import spawn
+from roq.wire import batch
+from roqcli.zkserver import free_port
+
+__all__ = ["DurableQueue"]
+
+
+class DurableQueue:
+    """A durable queue's processes on one loopback address: its monitor, its journal, its exchanges."""
+
+    def __init__(self, address: str, directory: str, exchanges: int) -> None:
+        self.directory = directory
+        self.children = []
+        monitor = spawn("monitor", "monitor", ["--address", address, "--port", "0", "--queue", "q",
+                                               "--durability", "always"])
+        self.children.append(monitor)
+        self.monitor = monitor.wait_ready().endpoint
+        journal = spawn("journal", "exchange.journal",
+                        ["--queue", "q", "--directory", directory, "--address", address,
+                         "--intake-port", str(free_port(address)), "--monitor", self.monitor])
+        self.children.insert(0, journal)
+        self.reads = journal.wait_ready(30).reads
+        started = [spawn("exchange", "exchange", ["--monitor", self.monitor, "--address", address])
+                   for _ in range(exchanges)]
+        self.children.extend(started)
+        self.exchanges = {x.wait_ready().id: x for x in started}
+
+    def journaled(self) -> dict[bytes, list[int]]:
+        """Each publisher's seqs in the journal, in journal order."""
+        store, _ = Store.open(self.directory, "q")
+        try:
+            out: dict[bytes, list[int]] = {}
+            offset = 0
+            while found := store.read(offset, 1 << 22):
+                for e in found:
+                    h = batch.parse_header(e.header)
+                    out.setdefault(h.publisher, []).extend(range(h.first_seq, h.last_seq + 1))
+                    offset = e.offset + h.count
+            return out
+        finally:
+            store.close()
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()

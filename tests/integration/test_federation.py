@@ -1,0 +1,82 @@
+"""A child cluster's link says hello to its parent cluster's GCM: welcomed, shown in the parent's status,
+refused with both ends named when it cannot be (real processes: the parent's ZooKeeper, GCM and host; the
+child's durable queue; the link process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import client
+import client.link  # (its ready line's shape)
+from roq.process import spawn
+from roq.runtime import ExitCode
+from tests.integration.sites import DurableQueue
+
+
+def _link(*args: str) -> list[str]:
+    return ["--name", "up", *args]
+
+
+def test_a_childs_link_is_welcomed_carries_while_welcomed_and_a_cycle_or_a_stale_incarnation_is_refused(
+        make_embedded, tmp_path):
+    hq = make_embedded(hosts=1, gcm_args=["--cluster-name", "hq"])
+    store = DurableQueue("127.0.0.16", str(tmp_path / "store"), exchanges=1)
+    hq.manager.create("orders", exchanges=1)
+    target = hq.manager.lookup("orders")
+    parent = ["--parent-zk", hq.zk, "--parent-root", hq.root]
+    args = _link("--source", store.monitor, "--target", target, "--prefix", "eu.", "--cluster", "store-1", *parent)
+    first = spawn("link", "client.link", args)
+    second = None
+    conn_here = client.connect(store.monitor)
+    conn_hq = client.connect(target)
+    try:
+        assert first.wait_ready(60).name == "up"
+        status = hq.manager.federation()
+        assert (status["Name"], status["Role"], status["Path"]) == ("hq", "root", [])
+        assert [(c["Name"], c["Below"]) for c in status["Children"]] == [("store-1", [])]
+        shown = subprocess.run([sys.executable, "-m", "roqcli", "federation", "status", "--zk", hq.zk,
+                                "--root", hq.root], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and "hq (root), the root; 1 child(ren)" in shown.stdout, shown.stderr
+        assert "store-1" in shown.stdout
+
+        # while welcomed, what the parent wants crosses
+        sub = conn_hq.subscriber(b"")
+        pub = conn_here.publisher()
+        deadline = time.monotonic() + 30
+        got: list[bytes] = []
+        i = 0
+        while b"eu-ready" not in got:
+            assert time.monotonic() < deadline, f"nothing crossed: {got[:5]}"
+            pub.send(b"eu.x", b"eu-ready")
+            pub.send(b"us.x", b"us-%d" % i)
+            i += 1
+            pub.flush(10)
+            got += [p for b in sub.recv_many(timeout=0.2) for p in b.payloads]
+        assert not any(p.startswith(b"us-") for p in got)
+
+        # a cluster named as the parent itself would close a cycle: refused, the link exits naming both ends
+        cycle = subprocess.run([sys.executable, "-m", "client.link", *_link(
+            "--source", store.monitor, "--target", target, "--cluster", "hq", "--connect-timeout", "20", *parent)],
+            capture_output=True, text=True, timeout=60)
+        assert cycle.returncode == ExitCode.CONFIG, cycle.stderr
+        assert "refused" in cycle.stderr and "(cycle)" in cycle.stderr and "hq" in cycle.stderr, cycle.stderr
+
+        # a newer incarnation of store-1's link takes over: the older one is refused as stale and carries nothing
+        second = spawn("link", "client.link", args)
+        second.wait_ready(60)
+        deadline = time.monotonic() + 30
+        while hq.manager.federation()["Refusals"].get("stale", 0) < 1:
+            assert time.monotonic() < deadline, hq.manager.federation()
+            time.sleep(0.2)
+        refusals = hq.manager.federation()["Refusals"]
+        assert refusals.get("cycle") == 1, refusals
+        assert [c["Name"] for c in hq.manager.federation()["Children"]] == ["store-1"]
+    finally:
+        conn_here.close()
+        conn_hq.close()
+        for link in (first, second):
+            if link is not None:
+                link.stop()
+        store.stop()
