@@ -97,12 +97,13 @@ def test_a_short_scenario_runs_and_reports(tmp_path):
     assert everything["audit"]["received"] == summary["published"]
     assert 0 < only_a["audit"]["expected"] < summary["published"] and only_a["audit"]["lost"] == 0
     # the slow group's shortfall is shown, not hidden: what was still queued for it when it stopped, and records
-    # dropped in gaps (counted by the client library and by the audit). Loopback sockets buffer megabytes, so its
-    # backlog is mostly in flight, not in a pipe an exchange finds full: its gaps come when the exchange killed had
-    # some of it (a busy machine may have it elsewhere: none)
-    assert not slow["keeps_up"] and slow["audit"]["received"] < slow["audit"]["expected"]
-    assert slow["audit"]["lost"] == slow["audit"]["dropped"] + slow["audit"]["undelivered"] > 0
-    assert (slow["gaps"] > 0) == (slow["gap_records"] > 0) == (slow["audit"]["dropped"] > 0), slow
+    # dropped (the audit's holes and missing heads; the client library counts the holes it can see as gaps).
+    # Loopback sockets buffer megabytes, so its backlog is mostly in flight, not in a pipe an exchange finds full:
+    # what it misses is mostly what the exchange killed had on its way to it, when it had any (a missing head, the
+    # first records of a publisher, is no gap to a live subscriber, which cannot know where a stream began)
+    assert not slow["keeps_up"] and 0 < slow["audit"]["received"] < slow["audit"]["expected"]
+    assert slow["audit"]["lost"] > 0 and slow["audit"]["duplicated"] == 0  # and nothing delivered twice
+    assert (slow["gaps"] > 0) == (slow["gap_records"] > 0), slow
     assert everything["gaps"] == only_a["gaps"] == 0
     assert [f["kind"] for f in summary["faults"]] == ["pause_monitor", "kill_exchange", "kill_gcm_leader",
                                                       "restart_zookeeper"]
