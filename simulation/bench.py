@@ -33,7 +33,9 @@ Configurations (100-byte payloads unless ``--size``):
     estimate beside the saturation throughput measured in the same run;
 (n) the GCM's HTTP server under abuse (:mod:`simulation.bench_abuse`): health-check latency and the GCM's CPU
     while a slowloris, readers that never read, a held ``HEAD``, pipelined health checks and a half-closing
-    client work on it, beside the same figures with the health checks alone.
+    client work on it, beside the same figures with the health checks alone;
+(o) across a link (:mod:`simulation.bench_link`): a durable queue's records at a subscriber of a second site,
+    where a link process carries them, beside a subscriber at the queue's own site, in the same run.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -51,7 +53,7 @@ import time
 from dataclasses import asdict
 
 from simulation import (bench_abuse, bench_capacity, bench_control, bench_dataplane, bench_durable, bench_elastic,
-                        bench_http, bench_kpi, bench_page, bench_tuner)
+                        bench_http, bench_kpi, bench_link, bench_page, bench_tuner)
 from simulation.bench_common import STAMP, Check, Result
 
 
@@ -78,6 +80,8 @@ def run(args: argparse.Namespace) -> list[Result]:
         results += bench_tuner.run(args, progress)
     if "n" in args.only:
         results += bench_abuse.run(args, progress)
+    if "o" in args.only:
+        results += bench_link.run(args, progress)
     return results
 
 
@@ -140,6 +144,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     lines += bench_tuner.render(results)
     lines += bench_http.render(results)
     lines += bench_abuse.render(results)
+    lines += bench_link.render(results)
     return "\n".join(lines)
 
 
@@ -147,7 +152,8 @@ def checks(results: list[Result], args: argparse.Namespace) -> list[Check]:
     """Every target of the configurations that ran, with its figure."""
     return (bench_dataplane.checks(results, args.rate) + bench_control.checks(results) + bench_elastic.checks(results)
             + bench_capacity.checks(results) + bench_http.checks(results) + bench_durable.checks(results)
-            + bench_page.checks(results) + bench_tuner.checks(results) + bench_abuse.checks(results))
+            + bench_page.checks(results) + bench_tuner.checks(results) + bench_abuse.checks(results)
+            + bench_link.checks(results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
     p.add_argument("--ack-rate", type=float, default=5_000,
                    help="records/s of (k)'s paced run, one record a send, every acknowledgement timed (default 5,000)")
-    p.add_argument("--only", default="abcdefghijklmn", help="which configurations to run (default abcdefghijklmn)")
+    p.add_argument("--only", default="abcdefghijklmno", help="which configurations to run (default abcdefghijklmno)")
     p.add_argument("--observed-rounds", type=int, default=2,
                    help="runs each of (i)'s data plane unwatched and watched, alternating (default 2)")
     p.add_argument("--kpi-records", type=int, default=1_000_000,

@@ -159,16 +159,19 @@ def _roq_subscriber(monitor: str, mode: str, publishers: int, results: Any, read
                 if mode == "latency":
                     now = time.time_ns()
                     latency += [(now - unpack(p)[0]) / 1e6 for p in payloads]
-        results.put({"count": count, "elapsed": last - first, "latency": latency, "stats": sub.stats().as_dict()})
+        results.put({"count": count, "elapsed": last - first, "latency": latency, "stats": sub.stats().as_dict(),
+                     "monitor": monitor})
 
 
 def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int, rate: float, duration: float,
-              size: int, many: bool = False, curve: Any = None) -> dict[str, Any]:
+              size: int, many: bool = False, curve: Any = None, subscribe_at: list[str] | None = None) -> dict[str, Any]:
+    """Publishers into ``cluster``'s queue and subscribers of it (``subscribe_at``: one subscriber at each of
+    these monitors instead, e.g. of a queue a link feeds); ``per_monitor``: each one's figures."""
     ctx = mp.get_context("spawn")
     results, ready, go, done = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Queue()
-    subs = [ctx.Process(target=_roq_subscriber,
-                        args=(cluster.monitor_endpoint, mode, publishers, results, ready, many, curve))
-            for _ in range(subscribers)]
+    monitors = subscribe_at or [cluster.monitor_endpoint] * subscribers
+    subs = [ctx.Process(target=_roq_subscriber, args=(monitor, mode, publishers, results, ready, many, curve))
+            for monitor in monitors]
     for p in subs:
         p.start()
     for _ in subs:
@@ -196,6 +199,7 @@ def bench_roq(cluster: Any, mode: str, publishers: int, subscribers: int, n: int
         "latency": [x for o in outs for x in o["latency"]],
         "subscriber_stats": [o["stats"] for o in outs],
         "publisher_stats": pub_stats,
+        "per_monitor": {o["monitor"]: o for o in outs},
     }
 
 

@@ -38,11 +38,11 @@ from roq.zk import Paths, check_hosts
 from roq.loop import Loop
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.security.zap import TAG_BYTES, identity_for
-from roq.wire.ready import Ready, register
+from roq.wire.ready import LinkReady
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Link", "LinkConfig", "LinkReady", "main", "first_epoch"]
+__all__ = ["Link", "LinkConfig", "main", "first_epoch"]
 
 DESCRIPTION = ("A link: one durable queue of this cluster carried into a queue of another cluster, for the keys "
                "wanted there, each record once and in its publisher's order, across restarts.")
@@ -112,16 +112,6 @@ class LinkConfig:
             Paths(self.parent_root)
             if self.role not in ("leaf", "branch"):
                 raise ConfigError(f"LinkConfig.role must be leaf or branch (a cluster with a parent), got {self.role!r}")
-
-
-@register
-@dataclasses.dataclass(frozen=True)
-class LinkReady(Ready):
-    ROLE: ClassVar[str] = "link"
-    name: str
-    journal: str  # the source journal's reads port it follows
-    position: int  # the offset in it it went on from
-    epoch: int  # its first epoch
 
 
 def first_epoch(now: float) -> int:

@@ -3,7 +3,7 @@ learns its endpoints.
 
 One shape per role (:mod:`roq.wire.shape`), each naming its role (``ROLE``, the line's ``role``) and its process id:
 :class:`GcmReady`, :class:`HostManagerReady`, :class:`MonitorReady`, :class:`ExchangeReady`,
-:class:`JournalReady`; another layer's processes register theirs (:func:`register`). A process prints its own
+:class:`JournalReady`, :class:`LinkReady`; another layer's processes register theirs (:func:`register`). A process prints its own
 (:func:`roq.runtime.announce_ready`); a launcher reads it with :func:`decode`, once, where it reads the child's
 output (:class:`roq.process.Child`), and then by attribute.
 """
@@ -18,7 +18,7 @@ from roq.wire import shape
 from roq.errors import ProtocolError
 
 __all__ = ["PREFIX", "Ready", "GcmReady", "HostManagerReady", "MonitorReady", "ExchangeReady", "JournalReady",
-           "register", "decode"]
+           "LinkReady", "register", "decode"]
 
 PREFIX = "READY "
 MAX_LINE = 64 * 1024  # characters of a ready line read at most
@@ -101,6 +101,18 @@ class JournalReady(Ready):
     incarnation: int
     reads: str  # its reads port ("" none)
     next_offset: int
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class LinkReady(Ready):
+    """A link between two clusters (``python -m client.link``)."""
+
+    ROLE: ClassVar[str] = "link"
+    name: str
+    journal: str  # the source journal's reads port it follows
+    position: int  # the offset in it it went on from
+    epoch: int  # its first epoch
 
 
 def decode(text: str) -> Ready:

@@ -9,7 +9,6 @@ import sys
 import time
 
 import client
-import client.link  # (its ready line's shape)
 from roq.process import spawn
 from roq.runtime import ExitCode
 from tests.integration.sites import DurableQueue
