@@ -29,7 +29,7 @@ from simulation.audit import compare
 from roqcli.embedded import EmbeddedCluster
 from simulation.load import Loads
 from simulation.report import latency_by_exchanges, render
-from simulation.scenario import Fault, Scenario
+from simulation.scenario import Fault, Scenario, SubscriberGroup
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,15 @@ class GivenCluster:
 
     def stop(self) -> None:
         self.manager.close()
+
+
+def _pause_flags(group: SubscriberGroup) -> tuple[str, ...]:
+    """A stalled group's flags for ``simulation.load subscribe`` (a count of records or a time, and how long)."""
+    if not group.pause_for_s:
+        return ()
+    at = ("--pause-at", str(group.pause_at)) if group.pause_at else (
+        ("--pause-at-s", str(group.pause_at_s)) if group.pause_at_s else ())
+    return (*at, "--pause-for", str(group.pause_for_s)) if at else ()
 
 
 @dataclasses.dataclass
@@ -184,11 +193,7 @@ class Runner:
                                         "--delay-us", str(group.delay_us), "--idle-exit", "0",
                                         "--timeline-every", str(SAMPLE_INTERVAL),
                                         *(("--rcvhwm", str(group.rcvhwm)) if group.rcvhwm else ()),
-                                        *(("--pause-at", str(group.pause_at), "--pause-for", str(group.pause_for_s))
-                                          if group.pause_at and group.pause_for_s else ()),
-                                        *(("--pause-at-s", str(group.pause_at_s), "--pause-for",
-                                           str(group.pause_for_s)) if group.pause_at_s and group.pause_for_s
-                                          else ()))
+                                        *_pause_flags(group))
                     subscribers.append((g, child))
             self.progress(f"{len(s.queues)} queue(s) created, {len(subscribers)} subscriber(s) joined; "
                           f"running for {s.info.duration_s:g} s")

@@ -44,7 +44,7 @@ class Crossing:
     def hold(self, held: bool) -> None:
         """Read nothing more from the source (True) until told otherwise; what is on its way goes on."""
         self.held = held
-        self.source.pause(held or self.relay.full)
+        self._pace()
 
     def close(self) -> None:
         self.source.close()
@@ -59,10 +59,14 @@ class Crossing:
             if frames is not None:
                 outlet.send(frames)
         relay.passed(next_offset)
-        self.source.pause(relay.full or self.held)
+        self._pace()
 
     def _commit(self, now: float) -> None:
         if self.relay.position() >= 0:
             self.source.commit(self.relay.position())
-        if self.source.paused and not self.relay.full and not self.held:
-            self.source.pause(False)
+        if self.source.paused:
+            self._pace()
+
+    def _pace(self) -> None:
+        """The source reads while the relay has room and the crossing is not held."""
+        self.source.pause(self.relay.full or self.held)

@@ -22,7 +22,6 @@ import hashlib
 import logging
 import os
 import time
-from typing import ClassVar
 
 import zmq
 
@@ -50,8 +49,6 @@ DESCRIPTION = ("A link: one durable queue of this cluster carried into a queue o
 EPOCH_ORIGIN = 1767225600
 #: a journal that is not heard of yet is asked about this often, seconds
 LOOKUP_INTERVAL = 0.2
-#: how often the link looks at the parent's last answer, seconds
-HOLD_CHECK_S = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +85,11 @@ class LinkConfig:
     parent_zk: str = ""
     parent_root: str = defaults.ROOT
 
-    NAME_CHARS: ClassVar[frozenset[str]] = frozenset(
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
-
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not 0 < len(self.name) <= 64 or not set(self.name) <= self.NAME_CHARS:
-            raise ConfigError(f"LinkConfig.name must be 1-64 of A-Z a-z 0-9 _ . -, got {self.name!r}")
+        try:
+            check_name(self.name)  # (the rule of a cluster's name)
+        except ConfigError:
+            raise ConfigError(f"LinkConfig.name must be 1-64 of A-Z a-z 0-9 _ . -, got {self.name!r}") from None
         for field in ("source", "target"):
             value = getattr(self, field)
             if not isinstance(value, str) or not value.startswith("tcp://"):
@@ -133,8 +129,8 @@ class Link:
         self.epoch = first_epoch(time.time())
         self.parent: Parent | None = None
         if config.parent_zk:
-            self.parent = Parent(self.context, config.parent_zk, config.parent_root, self._hello, curve=self.there,
-                                 who=f"link {config.name}")
+            self.parent = Parent(self.context, config.parent_zk, config.parent_root, self._hello,
+                                 on_change=self._follow_parent, curve=self.there, who=f"link {config.name}")
 
     def start(self) -> None:
         """Find the source queue's journal and start crossing.
@@ -157,8 +153,6 @@ class Link:
         self.crossing = Crossing(self.context, self.journal, f"link.{config.name}", config.target, relay, identity,
                                  curve_here=self.here, curve_there=self.there, who=f"link {config.name}")
         self.crossing.attach(self.loop)
-        if self.parent is not None:
-            self.loop.every(HOLD_CHECK_S, self._follow_parent, "the parent's answer")
         deadline = time.monotonic() + config.connect_timeout
         while relay.position() < 0:  # ready once it knows where it reads from
             if time.monotonic() >= deadline:
@@ -194,8 +188,8 @@ class Link:
                                             f"{config.name} within {config.connect_timeout:g}s")
             self.loop.turn()
 
-    def _follow_parent(self, now: float) -> None:
-        """Carry records only while the parent welcomes the link."""
+    def _follow_parent(self) -> None:
+        """Carry records only while the parent welcomes the link (told when its answer changes)."""
         parent, crossing = self.parent, self.crossing
         if parent is None or crossing is None:
             return

@@ -44,22 +44,23 @@ class Parent:
         context: the ZeroMQ context.
         zk, root: the parent cluster's ZooKeeper and root.
         hello: makes the hello to send (the child's name, role, incarnation, subtree and interest).
+        on_change: called when the parent's answer turns from a welcome to a refusal or back.
         curve: the link's keys in the parent cluster (None: plaintext).
         who: how log lines name the link.
     """
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], zk: str, root: str, hello: Callable[[], LinkHello],
-                 *, curve: CurveClient | None = None, who: str = "link") -> None:
+                 *, on_change: Callable[[], None] = lambda: None, curve: CurveClient | None = None,
+                 who: str = "link") -> None:
         self.path: list[str] | None = None  # the parent's path to the root, once welcomed
         self.refused: tuple[str, str] | None = None  # (reason, detail) of the last refusal
-        self.answers = 0
         self._context = context
         self._leader = GcmLeader(zk, Paths(root), curve)
         self._hello = hello
+        self._on_change = on_change
         self._curve = curve
         self._who = who
         self._socket: zmq.Socket[bytes] | None = None
-        self._endpoint = ""
         self._answered = 0.0  # when the leader last answered (monotonic)
         self._loop: Loop | None = None
 
@@ -91,8 +92,8 @@ class Parent:
             except ProtocolError as exc:
                 log.warning("%s: the parent's GCM answered garbage: %s", self._who, exc)
                 continue
-            self.answers += 1
             self._answered = time.monotonic()
+            was_refused = self.refused is not None
             if reply.result == Result.OK:
                 path = [str(p) for p in reply.data.get("Path", [])]
                 if path != self.path:
@@ -107,6 +108,8 @@ class Parent:
                 if refused != self.refused:
                     log.error("%s: the parent refused the link (%s): %s", self._who, *refused)
                 self.path, self.refused = None, refused
+            if (self.refused is not None) != was_refused:
+                self._on_change()
 
     def close(self) -> None:
         self._disconnect()
@@ -123,8 +126,7 @@ class Parent:
         sock.setsockopt(zmq.SNDHWM, 16)
         if self._curve is not None:
             self._curve.apply(sock)
-        self._endpoint = leader.endpoint("management")
-        sock.connect(self._endpoint)
+        sock.connect(leader.endpoint("management"))
         self._socket = sock
         self._answered = time.monotonic()
         if self._loop is not None:
