@@ -7,7 +7,8 @@ that an exchange that lost it has it back within a heartbeat; the exchange answe
 **Progress.** While the application takes batches or waits for them (and while the feeds take them from the
 sockets, every 16 messages of a burst), the feeds tell every exchange so (:meth:`Feeds.progress`:
 :func:`roq.wire.batch.pack_progress`, at most every :data:`PROGRESS_INTERVAL`, with how many batches were taken from
-that exchange's socket since): an exchange that finds our pipe full waits for it as long as we report, and
+that exchange's socket since, and the last delivery mark taken from it: the exchange then tells its publishers
+they may forget what it sent before, :mod:`exchange._delivery`): an exchange that finds our pipe full waits for it as long as we report, and
 sends past us only once we reported nothing for its ``subscriber_grace``. ZeroMQ tells the exchange that we
 read its pipe only every half a pipe, too seldom to tell a subscriber that reads from one that stopped.
 
@@ -52,7 +53,8 @@ Held = Union[
 class Feed:
     """The DEALER connected to one exchange's backend (and, with CURVE, the monitor of its handshakes)."""
 
-    __slots__ = ("exchange", "backend", "socket", "heard", "watch", "refused", "floor", "rejoin", "away", "taken")
+    __slots__ = ("exchange", "backend", "socket", "heard", "watch", "refused", "floor", "rejoin", "away", "taken",
+                 "mark")
 
     def __init__(self, exchange: str, backend: str, socket: zmq.Socket, watch: RefusalWatch | None = None) -> None:
         self.exchange = exchange
@@ -65,6 +67,7 @@ class Feed:
         self.rejoin = 0  # the tag of the last cut it sent us
         self.away = False  # cut off, and not back yet: no subscription is sent there
         self.taken = 0  # messages read from its socket since the last progress report
+        self.mark = 0  # the last delivery mark read from its socket: every report names it
 
 
 class Feeds:
@@ -200,7 +203,7 @@ class Feeds:
             if feed.away:
                 continue
             try:
-                feed.socket.send_multipart(batch.pack_progress(ident, feed.taken), zmq.NOBLOCK)
+                feed.socket.send_multipart(batch.pack_progress(ident, feed.taken, feed.mark), zmq.NOBLOCK)
                 feed.taken = 0
             except zmq.Again:
                 pass
@@ -257,7 +260,7 @@ class Feeds:
         recv = feed.socket.recv_multipart
         parse = batch.parse_header
         decode = batch.decode_body
-        data_kind, marker_kind, relayed_flag = batch.DATA, batch.MARKER, batch.FLAG_RELAYED
+        data_kind, marker_kind, mark_kind, relayed_flag = batch.DATA, batch.MARKER, batch.DELIVERY_MARK, batch.FLAG_RELAYED
         order = self._order
         deliver = self._deliver
         prefix = self._prefix
@@ -306,6 +309,8 @@ class Feeds:
                     self.hold(("marker", exchange, h.publisher, h.epoch), h.publisher, 0, 0, 0)
                     continue
                 deliver(order.marker(exchange, h.publisher, h.epoch, clock()))
+            elif kind == mark_kind:  # we took what this exchange sent before it: said in the next report
+                feed.mark = h.first_seq
             elif body != exchange.encode():  # a beacon or a cut (parse_header lets no other kind through)
                 self._drop(exchange, f"beacon of {body[:40]!r} on the socket of {exchange}")
             elif kind == batch.CUT:

@@ -29,7 +29,7 @@ class Publisher:
     """Publishes records to one logical queue. Made by :meth:`client.Connection.publisher`.
 
     Records are ``(key, payload)`` byte strings. Each gets a sequence number; the publisher keeps
-    every record until an exchange has acknowledged it (plus a short grace), and resends what is
+    every record until its exchange says every subscriber that reads took it, and resends what is
     needed when the monitor moves it or its exchange dies, so that subscribers that keep up receive
     every record once, in order.
 

@@ -12,7 +12,7 @@ runs the loop, talks to the monitor and carries out its moves:
   A saturated A acknowledges slowly, and the move waits for at most the ``max_in_flight`` batches A was
   sent; only an A that acknowledges nothing for ``max(2 * ack_timeout, 2 s)`` is failed over from.
 * ``failover``: the old exchange is dead. Switch to B with a new epoch and resend the whole window
-  (unacknowledged batches and those still in their grace), then continue.
+  (every batch its exchange did not say was delivered), then continue.
 
 The publisher asks the monitor for another exchange (a Panic) when its exchange has acknowledged nothing
 for ``ack_timeout`` while batches wait: not when acknowledgements merely lag behind a busy exchange.
@@ -85,7 +85,7 @@ class Sender(threading.Thread):
         self._who = f"publisher {self._hex[:8]}"
         self._channel: MonitorChannel | None = None
         self._poller = zmq.Poller()
-        self._stream = Stream(context, self._poller, identity, config.ack_grace, config.max_in_flight, self._who,
+        self._stream = Stream(context, self._poller, identity, config.max_in_flight, self._who,
                               curve=config.curve)
         self._moving: _Move | None = None
         self._next_hello = 0.0
@@ -210,7 +210,7 @@ class Sender(threading.Thread):
     def _check(self, now: float) -> None:
         """Trim the window, and ask for another exchange when acknowledgements stop coming."""
         stream = self._stream
-        freed = stream.window.trim(now)
+        freed = stream.window.trim()
         if freed:
             self._outbox.forget(freed)
         stalled = stream.window.stalled_for(now)

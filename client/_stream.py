@@ -57,7 +57,6 @@ class Stream:
         context: the ZeroMQ context (sockets are made in the sender thread, which calls everything here).
         poller: the sender's poller; links are registered in it.
         identity: the publisher's id (routing id at the exchanges, and in every header).
-        grace: seconds an acknowledged batch stays in the window.
         max_in_flight: batches sent and not acknowledged, at most; then sending waits for acknowledgements.
         who: how log lines name the publisher.
         curve: CURVE keys for the exchanges (None = plaintext).
@@ -74,7 +73,7 @@ class Stream:
         dropped: malformed acknowledgements dropped.
     """
 
-    def __init__(self, context: zmq.Context, poller: zmq.Poller, identity: bytes, grace: float, max_in_flight: int,
+    def __init__(self, context: zmq.Context, poller: zmq.Poller, identity: bytes, max_in_flight: int,
                  who: str, *, curve: CurveClient | None = None) -> None:
         self._ctx = context
         self._curve = curve
@@ -83,7 +82,7 @@ class Stream:
         self._id = identity
         self._who = who
         self._queue: collections.deque[Sent] = collections.deque()
-        self.window = Window(grace)
+        self.window = Window()
         self.link: Link | None = None
         self.epoch = 0
         self.last_sent = 0
@@ -188,6 +187,11 @@ class Stream:
             try:
                 if len(frames) != 1:
                     raise ProtocolError(f"{len(frames)} frames")
+                delivered = batch.decode_delivered(frames[0])
+                if delivered is not None:
+                    if delivered <= self.last_sent:
+                        self.window.deliver(delivered)
+                    continue
                 seq = batch.decode_ack(frames[0])
             except ProtocolError as exc:
                 self.dropped += 1
@@ -229,9 +233,11 @@ class Stream:
         self.link = link
 
     def switch(self, link: Link) -> None:
-        """A planned move is complete: close the old link and go on through ``link`` in the next epoch."""
+        """A planned move is complete: close the old link (what it acknowledged is let go) and go on through
+        ``link`` in the next epoch."""
         if self.link is not None and self.link is not link:
             self.close(self.link)
+        self.window.release()
         self.link = link
         self.epoch += 1
         self.blocked = False

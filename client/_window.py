@@ -1,8 +1,11 @@
 """A publisher's retransmission window (pure): batches sent and not yet safe to forget.
 
-A batch becomes safe ``grace`` seconds after an exchange acknowledged it. The grace covers batches an
-exchange had acknowledged (handed to its PUB socket) but not yet written to its subscribers when it was
-killed: after a failover they are resent, and subscribers drop the copies they already have.
+A batch becomes safe to forget once its exchange says it was *delivered*: every subscriber that reads took it
+from its socket (:mod:`exchange._delivery`). An acknowledgement alone says only that the exchange handed it on;
+a batch acknowledged but still in the exchange's pipes or the kernel's socket buffers when it is killed is lost
+there, so after a failover every batch not delivered is resent, and subscribers drop the copies they already
+have. After a planned move the old exchange no longer says: what it acknowledged is let go
+(:meth:`Window.release`).
 
 Beside it, :class:`Pressure`: how much of its time the stream's batches waited for the exchange (the window
 full, or the exchange's pipe).
@@ -40,17 +43,17 @@ class Window:
 
     Attributes:
         acked: the highest seq acknowledged.
+        delivered: the highest seq delivered (0: none); the window keeps every batch after it.
         progress_at: when the exchange last acknowledged something new, or when a batch was sent while
             nothing was waiting (the start of the current wait).
     """
 
-    def __init__(self, grace: float) -> None:
-        self.grace = grace
+    def __init__(self) -> None:
         self.entries: collections.deque[Sent] = collections.deque()
         self.acked = 0
+        self.delivered = 0
         self.progress_at = 0.0
         self._waiting: collections.deque[int] = collections.deque()  # last seq of each batch not acknowledged
-        self._acks: collections.deque[tuple[float, int]] = collections.deque()  # (when, seq), seq increasing
 
     def add(self, entry: Sent) -> None:
         if not self._waiting:
@@ -64,7 +67,6 @@ class Window:
             return False
         self.acked = seq
         self.progress_at = now
-        self._acks.append((now, seq))
         waiting = self._waiting
         while waiting and waiting[0] <= seq:
             waiting.popleft()
@@ -82,14 +84,19 @@ class Window:
         """
         return now - self.progress_at if self._waiting else 0.0
 
-    def trim(self, now: float) -> int:
-        """Forget batches acknowledged at least ``grace`` ago; return the payload bytes freed."""
-        safe = 0
-        acks = self._acks
-        while acks and now - acks[0][0] >= self.grace:
-            safe = acks.popleft()[1]
-        if not safe:
-            return 0
+    def deliver(self, seq: int) -> None:
+        """The exchange says every subscriber that reads took the records up to ``seq``."""
+        if seq > self.delivered:
+            self.delivered = seq
+
+    def release(self) -> None:
+        """A planned move is complete: the old exchange no longer says what was delivered, and what it
+        acknowledged is let go (were it killed now, the publisher would not resend: it is not failing over)."""
+        self.deliver(self.acked)
+
+    def trim(self) -> int:
+        """Forget the batches acknowledged and delivered; return the payload bytes freed."""
+        safe = min(self.acked, self.delivered)
         freed = 0
         entries = self.entries
         while entries and entries[0].last <= safe:
@@ -111,10 +118,10 @@ class Window:
         """
         entries = list(self.entries)
         self.entries.clear()
-        self._acks.clear()
         self._waiting.clear()
         if entries:
             self.acked = min(self.acked, entries[0].first - 1)
+            self.delivered = min(self.delivered, entries[0].first - 1)
         return entries
 
 

@@ -49,6 +49,7 @@ class Acks:
         self.owed: dict[Owed, int] = {}  # a publisher's connection (routing id) -> highest seq to acknowledge
         self.due = float("inf")  # when what is owed goes out
         self._routes: dict[bytes, Owed] = {}  # publisher id -> the connection its latest batch came on
+        self.given: dict[Owed, int] = {}  # acknowledged since exchange._delivery last took them
 
     def via(self, publisher: bytes, conn: Owed) -> None:
         """``publisher``'s latest batch came on ``conn``: what :meth:`relay` owes it goes there (the oldest
@@ -66,6 +67,11 @@ class Acks:
             conn = routes.get(publisher)
             if conn is not None:
                 owed[conn] = seq
+
+    def take_given(self) -> dict[Owed, int]:
+        """What was acknowledged since the last call: each connection (or relayed publisher) and its highest seq."""
+        given, self.given = self.given, {}
+        return given
 
     def schedule(self, urgent: bool, since: float) -> None:
         """What is owed goes out now if ``urgent`` or the table is full, else ``interval`` after ``since``."""
@@ -86,5 +92,6 @@ class Acks:
                     reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
             except (zmq.ZMQError, ProtocolError):  # peer gone or its pipe full: it resends or fails over
                 pass
+        self.given.update(self.owed)
         self.owed.clear()
         self.due = float("inf")

@@ -73,6 +73,7 @@ import zmq
 
 from exchange._accounting import Accounting
 from exchange._acks import Acks, owed_to
+from exchange._delivery import Delivery
 from exchange._admission import Admission
 from exchange._journaling import JournalFeed
 from exchange._subscribers import BEHIND_HOLD, Subscriber, Subscribers
@@ -170,6 +171,8 @@ class Forwarder:
                                                  admission.may_publish if admission is not None else None)
         self.subscriptions = Subscriptions(self.backend, self.subscribers, drops, name=name, beacon_id=beacon_id,
                                            keyring=self.keyring, admission=admission if curve is not None else None)
+        # what every subscriber that reads took, so what the publishers may forget
+        self.delivery = Delivery(self.backend, self.subscribers, self.acks, beacon_id, config.delivery_hold)
 
     def bind(self, address: str, frontend_port: int, backend_port: int) -> None:
         """Bind the frontend and the backend.
@@ -211,6 +214,7 @@ class Forwarder:
         loop.deadline(lambda: self._next_retry if self.retrying else float("inf"), self._retry_due,
                       "a held batch, the journal's backlog")
         loop.deadline(lambda: self.acks.due, lambda now: self.acks.send(), "the acknowledgements")
+        loop.deadline(lambda: self.delivery.due, self.delivery.tick, "the delivery marks")
         loop.every(heartbeat_interval, self._beat, "the beacons")
         loop.before_poll(self._before_poll, "the traffic's accounting")
         loop.after_turn(self._after_turn, "the traffic's accounting")

@@ -42,7 +42,7 @@ class Subscriber:
     how many batches went past it, whether its seam went to the journal, and when it last reported progress."""
 
     __slots__ = ("ident", "id", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed", "progressed",
-                 "missed_at")
+                 "missed_at", "mark")
 
     def __init__(self, ident: bytes, prefix: bytes, principal: str = "", id: bytes = b"") -> None:
         self.ident = ident
@@ -55,16 +55,20 @@ class Subscriber:
         self.seamed = False  # a replaying subscriber's seam was sent to the journal
         self.progressed = 0.0  # when it last reported it took batches (0: never; an older client does not)
         self.missed_at = 0.0  # when a batch last went past it
+        self.mark = -1  # the last delivery mark it took (-1: it came after the last one sent; see exchange._delivery)
 
     def behind(self, now: float) -> bool:
         """Until ``behind_until``; and one that reports progress, until it reports again after it missed a batch
         (a long hold for another subscriber must not end its time behind and make everyone wait for it again)."""
         return now < self.behind_until or 0.0 < self.progressed < self.missed_at
 
-    def progress(self, now: float) -> None:
-        """It reported at ``now`` that it took batches: it is reading, so not behind."""
+    def progress(self, now: float, mark: int = 0) -> None:
+        """It reported at ``now`` that it took batches, and delivery mark ``mark`` (0: none yet): it is reading,
+        so not behind."""
         self.progressed = now
         self.behind_until = 0.0
+        if mark > self.mark:
+            self.mark = mark
 
     def __repr__(self) -> str:
         return f"Subscriber({self.id.hex()[:8]}, {self.prefix[:40]!r})"

@@ -91,7 +91,7 @@ class Subscriptions:
                 self.drops.drop(exc.reason, str(exc))
                 continue
             if progress is not None:
-                self._progress(frames[0], progress[0], principal)
+                self._progress(frames[0], progress[0], progress[2], principal)
                 continue
             try:
                 subscriber, prefix = batch.check_subscription(frames[1:])
@@ -126,9 +126,9 @@ class Subscriptions:
                 # not sent (the journal's pipe is full): with its next subscription
                 sub.seamed = journal.mark_seam(subscriber, f"{self.name}#{rejoin}" if rejoin else self.name)
 
-    def _progress(self, ident: bytes, subscriber: bytes, principal: str) -> None:
-        """``subscriber`` reports on the connection ``ident`` that it took batches: the forward loop's grace for its
-        full pipe runs from now. Naming another subscriber than the one that subscribed on this connection (whose
+    def _progress(self, ident: bytes, subscriber: bytes, mark: int, principal: str) -> None:
+        """``subscriber`` reports on the connection ``ident`` that it took batches, and delivery mark ``mark``: the
+        forward loop's grace for its full pipe runs from now. Naming another subscriber than the one that subscribed on this connection (whose
         id was checked against its key then), it is dropped; on a connection with no subscriber in the table (not
         subscribed yet, or cut off) it is ignored."""
         sub = self.subscribers.get(ident)
@@ -138,7 +138,7 @@ class Subscriptions:
             self.drops.drop("bad progress", f"{principal or 'a subscriber'} reported as {subscriber.hex()[:32]}, not "
                                             "as the subscriber of its connection")
             return
-        sub.progress(time.monotonic())
+        sub.progress(time.monotonic(), mark)
 
     def cut_off(self, sub: Subscriber, floor: int, waited: float) -> None:
         """A durable queue's subscriber whose pipe stayed full for ``waited`` seconds: send it nothing more, and

@@ -152,6 +152,9 @@ class ExchangeConfig:
         subscriber_grace: how long the exchange waits for a subscriber's full pipe (holding the batch, reading
             no publisher meanwhile) before it sends past that subscriber, which then misses batches.
         drain_timeout: on SIGTERM, how long to keep forwarding while the monitor moves publishers away.
+        delivery_hold: how long a subscriber may leave a delivery mark untaken and still be waited for before
+            publishers are told their records were delivered (see :mod:`exchange._delivery`): what a stalled
+            subscriber costs publishers of their buffer, at most.
         ack_interval: while publishers' batches wait to be read, their acknowledgements are coalesced over this
             many seconds (fewer of them save wake-ups on both sides); once the exchange has read everything
             waiting, they go out at once.
@@ -174,6 +177,7 @@ class ExchangeConfig:
     backend_hwm: int = 10_000
     subscriber_grace: float = 0.5
     drain_timeout: float = 5.0
+    delivery_hold: float = 2.0
     ack_interval: float = 0.002
     commands: bool = field(default=False, metadata={"flag": "--commands-on-stdin"})
     secret_key: str = ""
@@ -185,7 +189,7 @@ class ExchangeConfig:
         _endpoint(self, "monitor")
         _port(self, "frontend_port", "backend_port")
         _positive(self, "heartbeat_interval", "kpi_period", "max_batch_bytes", "backend_hwm", "subscriber_queue_bytes",
-                  "subscriber_grace")
+                  "subscriber_grace", "delivery_hold")
         _positive(self, "drain_timeout", "ack_interval", allow_zero=True)
 
     @property
@@ -368,12 +372,11 @@ class PublisherConfig:
             its acknowledgement (0 = send at once); with nothing on its way, a batch goes out at once.
         batch_records: a batch is sent when it holds this many records.
         batch_bytes: a batch is sent when its payloads reach this many bytes.
-        buffer_bytes: bound of the retransmission buffer (payload bytes not yet safe to forget).
+        buffer_bytes: bound of the retransmission buffer (payload bytes not yet safe to forget: not yet taken
+            by every subscriber that reads, as the exchange says).
         full_policy: what ``send`` does when the buffer is full: "block" (wait for acknowledgements,
             at most ``send_timeout``) or "raise" (:class:`~roq.errors.BufferFullError` at once).
         send_timeout: longest wait in ``send`` under "block"; None = no limit.
-        ack_grace: seconds an acknowledged batch is still kept for resending, so that batches an
-            exchange acknowledged but had not yet written to its subscribers when it died are resent.
         ack_timeout: an exchange that acknowledges nothing for this long while batches wait for it makes the
             publisher ask for another exchange (one that acknowledges slowly is busy, not dead).
         max_in_flight: batches sent and not yet acknowledged, at most; then sending waits for the exchange.
@@ -391,7 +394,6 @@ class PublisherConfig:
     buffer_bytes: int = 64 << 20
     full_policy: str = "block"
     send_timeout: float | None = 30.0
-    ack_grace: float = 0.25
     ack_timeout: float = 1.5
     max_in_flight: int = 256
     connect_timeout: float = 5.0
@@ -401,7 +403,7 @@ class PublisherConfig:
 
     def __post_init__(self) -> None:
         _curve(self)
-        _positive(self, "linger", "ack_grace", allow_zero=True)
+        _positive(self, "linger", allow_zero=True)
         _positive(
             self,
             "batch_records",

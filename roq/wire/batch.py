@@ -11,7 +11,10 @@ three-frame shape with the key :data:`CONTROL_TOPIC`, so that they travel in ord
 ZeroMQ pipes. So does a subscription, the one frame a subscriber sends an exchange: the header names the
 subscriber, the body is the key prefix it wants (:func:`pack_subscription`, :func:`check_subscription`); and
 so does its progress report, "I took batches since my last one" (:func:`pack_progress`, :func:`progress_of`),
-which tells the exchange that a subscriber whose pipe is full is still reading it.
+which tells the exchange that a subscriber whose pipe is full is still reading it, and names the last *delivery
+mark* the subscriber took (:func:`pack_delivery_mark`: a number an exchange sends in order after batches). Once
+every subscriber that reads took a mark, the exchange tells publishers that what it had acknowledged then is
+*delivered* (:func:`encode_delivered`): they may forget it.
 
 This module is the one place the header's layout is known: publishers build headers with
 :func:`pack_header`, the exchange checks what it forwards with :func:`check_incoming` and subscribers read
@@ -59,8 +62,13 @@ __all__ = [
     "progress_of",
     "encode_body",
     "decode_body",
+    "DELIVERY_MARK",
+    "pack_delivery_mark",
     "encode_ack",
     "decode_ack",
+    "encode_delivered",
+    "decode_delivered",
+    "DELIVERED_KIND",
     "encode_relayed_ack",
     "decode_relayed_ack",
     "encode_journal_ack",
@@ -78,6 +86,7 @@ SUBSCRIBE = 5  # sent by a subscriber to an exchange's backend: "send me the key
 SEAM = 8  # sent by an exchange to its journal: "subscriber <publisher> is live here from now on" (body: my id)
 CUT = 9  # sent by an exchange of a durable queue to a subscriber it stopped sending to: "read the journal" (body: my id)
 PROGRESS = 10  # sent by a subscriber to an exchange's backend: "I took batches since my last report" (count: how many)
+DELIVERY_MARK = 11  # sent by an exchange to a subscriber after batches: "say when you took mark ``first_seq``"
 
 #: Flag bits.
 FLAG_RETRANSMIT = 0x1  # resent after a failover (subscribers may have it already)
@@ -111,6 +120,8 @@ ACK_KIND = 4
 #: (= RELAYED_ACK_KIND), highest seq u64, publisher 16s.
 RELAYED_ACK = struct.Struct("<BBQ16s")
 RELAYED_ACK_KIND = 7
+#: "Every subscriber that reads took your records up to seq": the :data:`ACK` layout, kind DELIVERED_KIND.
+DELIVERED_KIND = 12
 
 #: Acknowledgement from a journal to an exchange: version u8, kind u8 (= JOURNAL_ACK_KIND), count u16, the
 #: journal's incarnation u64, the offset its next record gets u64; then ``count`` times publisher 16s, highest seq
@@ -200,7 +211,8 @@ def parse_header(frame: bytes) -> Header:
     elif kind == MARKER:
         if first == 0 or count:
             raise BatchError("bad marker", f"first seq {first}, count {count}")
-    elif kind != BEACON and kind != SUBSCRIBE and kind != SEAM and kind != CUT and kind != PROGRESS:
+    elif (kind != BEACON and kind != SUBSCRIBE and kind != SEAM and kind != CUT and kind != PROGRESS
+          and kind != DELIVERY_MARK):
         raise BatchError("bad header", f"unknown frame kind {kind}")
     header = _new_tuple(Header, values)  # the fields are checked: skip NamedTuple._make's own length check
     return header
@@ -261,6 +273,13 @@ def pack_cut(beacon_id: bytes, exchange: str, floor: int, tag: int) -> list[byte
     return [CONTROL_TOPIC, pack_header(CUT, beacon_id, 0, 0, epoch=tag, key_prev=floor + 1), exchange.encode()]
 
 
+def pack_delivery_mark(beacon_id: bytes, mark: int) -> list[bytes]:
+    """The frames (after the routing id) of delivery mark ``mark`` (from 1, one more each time), which an exchange
+    sends every subscriber after batches: its progress reports name the last one it took (:func:`pack_progress`),
+    and so that it took everything the exchange sent it before."""
+    return [CONTROL_TOPIC, pack_header(DELIVERY_MARK, beacon_id, mark, 0), b""]
+
+
 def pack_seam(subscriber: bytes, exchange: str) -> list[bytes]:
     """The frames an exchange sends its journal when ``subscriber``'s subscription that asked to replay is live
     there: everything it sent the journal before comes before them."""
@@ -286,33 +305,34 @@ def check_subscription(frames: list[bytes]) -> tuple[bytes, bytes]:
     return h.publisher, prefix
 
 
-def pack_progress(subscriber: bytes, taken: int) -> list[bytes]:
+def pack_progress(subscriber: bytes, taken: int, mark: int = 0) -> list[bytes]:
     """The frames of a progress report: ``subscriber`` (its 16-byte id, as its subscription names it) handed its
     application batches since its last report, and read ``taken`` messages from this exchange's socket
     meanwhile (0: none came from it, but it still takes what it read before; more than 32 bits' worth counts
-    as the most they hold).
+    as the most they hold); ``mark``: the last delivery mark it took from this exchange (0: none).
 
     Raises:
         ProtocolError: the id is not 16 bytes.
     """
-    return [CONTROL_TOPIC, pack_header(PROGRESS, subscriber, 0, min(taken, 0xFFFFFFFF)), b""]
+    return [CONTROL_TOPIC, pack_header(PROGRESS, subscriber, mark, min(taken, 0xFFFFFFFF)), b""]
 
 
-def progress_of(frames: list[bytes]) -> tuple[bytes, int] | None:
+def progress_of(frames: list[bytes]) -> tuple[bytes, int, int] | None:
     """What a subscriber sent an exchange (the frames after its routing id), if it is a progress report
-    (:func:`pack_progress`): its id and the batches it took; None if it is not one (a subscription, say).
+    (:func:`pack_progress`): its id, the batches it took and the last delivery mark it took; None if it is not
+    one (a subscription, say).
 
     Raises:
-        BatchError: a progress report of the wrong shape (not three frames, not on the control topic, a body, a
-            sequence number).
+        BatchError: a progress report of the wrong shape (not three frames, not on the control topic, a body, an
+            epoch or a key_prev).
     """
     if len(frames) != 3 or len(frames[1]) != HEADER_SIZE or frames[1][_KIND_AT] != PROGRESS:
         return None
     key, header, body = frames
     h = parse_header(header)
-    if key != CONTROL_TOPIC or body or h.first_seq or h.epoch or h.key_prev:
-        raise BatchError("bad progress", f"key {key[:16]!r}, body of {len(body)} bytes, first seq {h.first_seq}")
-    return h.publisher, h.count
+    if key != CONTROL_TOPIC or body or h.epoch or h.key_prev:
+        raise BatchError("bad progress", f"key {key[:16]!r}, body of {len(body)} bytes, epoch {h.epoch}")
+    return h.publisher, h.count, h.first_seq
 
 
 def replays(frames: list[bytes]) -> bool:
@@ -355,10 +375,7 @@ def encode_ack(seq: int) -> bytes:
     Raises:
         ProtocolError: ``seq`` does not fit in 64 bits.
     """
-    try:
-        return ACK.pack(VERSION, ACK_KIND, seq)
-    except struct.error as exc:
-        raise ProtocolError(f"cannot encode ack {seq}: {exc}") from exc
+    return _pack_ack(ACK_KIND, seq)
 
 
 def decode_ack(frame: bytes) -> int:
@@ -372,6 +389,40 @@ def decode_ack(frame: bytes) -> int:
     version, kind, seq = ACK.unpack(frame)
     if version != VERSION or kind != ACK_KIND:
         raise ProtocolError(f"not an ack (version {version}, kind {kind})")
+    return seq
+
+
+def encode_delivered(seq: int) -> bytes:
+    """Encode "every subscriber that reads took your records up to ``seq``": the publisher may forget them (an
+    acknowledgement only says the exchange handed them on).
+
+    Raises:
+        ProtocolError: ``seq`` does not fit in 64 bits.
+    """
+    return _pack_ack(DELIVERED_KIND, seq)
+
+
+def _pack_ack(kind: int, seq: int) -> bytes:
+    try:
+        return ACK.pack(VERSION, kind, seq)
+    except struct.error as exc:
+        raise ProtocolError(f"cannot encode an acknowledgement of kind {kind}, seq {seq}: {exc}") from exc
+
+
+def decode_delivered(frame: bytes) -> int | None:
+    """The seq of a delivered frame (:func:`encode_delivered`); None if ``frame`` is of another kind (an
+    acknowledgement, say).
+
+    Raises:
+        ProtocolError: a delivered frame of the wrong size or version.
+    """
+    if len(frame) < 2 or frame[_KIND_AT] != DELIVERED_KIND:
+        return None
+    if len(frame) != ACK.size:
+        raise ProtocolError(f"delivered frame of {len(frame)} bytes, expected {ACK.size}")
+    version, _, seq = ACK.unpack(frame)
+    if version != VERSION:
+        raise ProtocolError(f"delivered frame of protocol version {version}")
     return seq
 
 

@@ -140,7 +140,7 @@ def test_send_validates_its_arguments(cluster):
 
 def test_buffer_full_policy_raise(cluster):
     with client.connect(cluster.monitor_endpoint) as conn:
-        pub = conn.publisher(full_policy="raise", buffer_bytes=1 << 16, batch_bytes=1 << 12, ack_grace=30.0)
+        pub = conn.publisher(full_policy="raise", buffer_bytes=1 << 16, batch_bytes=1 << 12)
         with pytest.raises(client.BufferFullError):
             for _ in range(10_000):
                 pub.send(b"k", b"x" * 100)

@@ -7,31 +7,52 @@ def sent(first, count, at=0.0, size=10):
     return Sent(first, count, b"k", b"", 0, 0, size, 0, at)
 
 
-def test_acknowledged_batches_are_kept_for_the_grace():
-    w = Window(grace=1.0)
+def test_acknowledged_batches_are_kept_until_delivered():
+    w = Window()
     for i in range(3):
         w.add(sent(1 + 10 * i, 10))
     assert w.ack(20, now=5.0)
     assert not w.ack(15, now=5.1)  # old news
-    assert w.trim(5.5) == 0
-    assert w.trim(6.0) == 20  # two batches of 10 bytes
+    assert w.trim() == 0  # acknowledged: handed on, maybe still in the exchange's pipes
+    w.deliver(15)
+    assert w.trim() == 10  # the first batch of 10 bytes: every subscriber took it
+    w.deliver(30)  # (a delivered seq beyond the acknowledged frees only what was acknowledged)
+    assert w.trim() == 10
     assert [e.first for e in w.entries] == [21]
     assert w.oldest_unacked().first == 21
 
 
+def test_a_planned_move_lets_go_what_the_old_exchange_acknowledged():
+    w = Window()
+    w.add(sent(1, 5))
+    w.add(sent(6, 5))
+    w.ack(5, now=1.0)
+    w.release()
+    assert w.trim() == 10 and [e.first for e in w.entries] == [6]
+
+
 def test_take_all_resets_acknowledgements():
-    w = Window(grace=1.0)
+    w = Window()
+    w.add(sent(1, 5))
+    w.add(sent(6, 5))
+    w.ack(10, now=1.0)
+    w.deliver(5)
+    assert w.trim() == 10
+    entries = w.take_all()
+    assert [e.first for e in entries] == [6]  # what was delivered is not resent
+    w = Window()
     w.add(sent(1, 5))
     w.add(sent(6, 5))
     w.ack(10, now=1.0)
     entries = w.take_all()
     assert [e.first for e in entries] == [1, 6]
-    assert w.acked == 0 and not w.entries
-    assert w.trim(10.0) == 0  # the dead exchange's acks no longer free anything
+    assert w.acked == 0 and w.delivered == 0 and not w.entries
+    w.deliver(0)
+    assert w.trim() == 0  # the dead exchange's acks no longer free anything
 
 
 def test_in_flight_counts_unacknowledged_batches_and_a_slow_exchange_is_not_a_stalled_one():
-    w = Window(grace=1.0)
+    w = Window()
     assert w.stalled_for(100.0) == 0.0  # nothing waits
     for i in range(4):
         w.add(sent(1 + 10 * i, 10, at=10.0 + i))

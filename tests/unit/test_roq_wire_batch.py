@@ -140,10 +140,25 @@ def test_beacons_and_cuts_carry_a_journal_offset_and_a_subscription_may_name_the
         batch.check_incoming(batch.CONTROL_TOPIC, header, body, 1 << 20)
 
 
+def test_a_delivery_mark_and_a_delivered_frame_round_trip():
+    frames = batch.pack_delivery_mark(PUB, 42)
+    h = batch.parse_header(frames[1])
+    assert frames[0] == batch.CONTROL_TOPIC and h.kind == batch.DELIVERY_MARK and h.first_seq == 42
+    assert batch.decode_delivered(batch.encode_delivered(2**40)) == 2**40
+    assert batch.decode_delivered(batch.encode_ack(5)) is None  # an acknowledgement is another kind
+    with pytest.raises(ProtocolError):
+        batch.decode_delivered(batch.encode_delivered(5) + b"x")
+    with pytest.raises(ProtocolError):
+        batch.decode_delivered(b"\x09" + batch.encode_delivered(5)[1:])
+    with pytest.raises(batch.BatchError, match="not accepted from publishers"):
+        batch.check_incoming(frames[0], frames[1], b"", 1 << 20)  # a publisher cannot send one
+
+
 def test_a_progress_report_is_told_apart_from_a_subscription_and_checked_on_decode():
     report = batch.pack_progress(PUB, 16)
-    assert batch.progress_of(report) == (PUB, 16)
-    assert batch.progress_of(batch.pack_progress(PUB, 0)) == (PUB, 0)  # still taking what it read before
+    assert batch.progress_of(report) == (PUB, 16, 0)
+    assert batch.progress_of(batch.pack_progress(PUB, 0)) == (PUB, 0, 0)  # still taking what it read before
+    assert batch.progress_of(batch.pack_progress(PUB, 3, mark=7)) == (PUB, 3, 7)  # and the last delivery mark taken
     assert batch.progress_of(batch.pack_progress(PUB, 1 << 40))[1] == 0xFFFFFFFF  # saturates, never fails
     subscription = batch.pack_subscription(PUB, b"k")
     assert batch.progress_of(subscription) is None  # a subscription goes on to check_subscription
@@ -152,7 +167,7 @@ def test_a_progress_report_is_told_apart_from_a_subscription_and_checked_on_deco
         batch.check_subscription(report)  # and a report is never taken for one
     topic, header, _ = report
     for bad in ([b"load", header, b""], [topic, header, b"prefix"],
-                [topic, batch.pack_header(batch.PROGRESS, PUB, 5, 1), b""]):
+                [topic, batch.pack_header(batch.PROGRESS, PUB, 5, 1, epoch=2), b""]):
         with pytest.raises(batch.BatchError, match="bad progress"):
             batch.progress_of(bad)
     with pytest.raises(batch.BatchError, match="bad header"):

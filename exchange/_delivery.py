@@ -1,0 +1,146 @@
+"""What every subscriber that reads has taken, and so what publishers may forget: delivery marks.
+
+An exchange acknowledges a batch once it handed it to its subscribers' pipes (:mod:`exchange._acks`). What is
+still there (the pipe, the kernel's socket buffers on both sides: megabytes on loopback) is lost when the exchange
+is killed, since a reset connection drops what its peer had not read yet. A publisher therefore keeps what was
+acknowledged until the exchange says it was *delivered* (:func:`roq.wire.batch.encode_delivered`), and resends
+what it keeps after a fail-over; subscribers drop the copies they have.
+
+Every :data:`MARK_INTERVAL` in which it acknowledged something, the exchange sends every subscriber the next
+*mark* (:func:`roq.wire.batch.pack_delivery_mark`), after those batches on the same pipe, and remembers what each
+publisher's connection had been acknowledged by then. A subscriber's progress report names the last mark it took
+(:func:`roq.wire.batch.pack_progress`): the pipe keeps its order, so it took every batch sent before that mark.
+Once every subscriber counted took mark ``m``, what was acknowledged up to ``m`` is delivered, and each
+publisher concerned is told its highest seq.
+
+Counted is every subscriber in the table except one *behind* (batches go past it: it sees gaps anyway) and one
+that left a mark untaken for ``hold`` seconds (one that stopped reading, one that reads more than that far
+behind, a client that names no marks): such a subscriber costs publishers at most that long of their buffer
+(``buffer_bytes``), and loses what a killed exchange had on its way to it. A subscriber counts from the mark after
+it joined. A relayed
+publisher (a link's, :data:`roq.wire.batch.FLAG_RELAYED`) gets no delivered frames: its link resends by its own
+rules.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import zmq
+
+from exchange._acks import Acks
+from exchange._subscribers import Subscribers
+from roq.errors import ProtocolError
+from roq.wire import batch
+
+__all__ = ["Delivery", "MARK_INTERVAL", "MAX_MARKS"]
+
+#: Seconds between two marks at least (with many subscribers, longer: see :meth:`Delivery.interval`).
+MARK_INTERVAL = 0.02
+#: Marks not yet taken by every subscriber counted, at most: beyond, the oldest counts as taken.
+MAX_MARKS = 4096
+
+
+class Delivery:
+    """The marks an exchange sent on ``backend`` to ``subscribers`` and what ``acks`` had acknowledged by each.
+
+    Args:
+        backend: the backend ROUTER.
+        subscribers: the table the forward loop sends by.
+        acks: what the publishers were acknowledged (:attr:`Acks.given`).
+        beacon_id: the id in the marks' headers.
+        hold: seconds a subscriber may leave a mark untaken and still be waited for.
+    """
+
+    def __init__(self, backend: zmq.Socket, subscribers: Subscribers, acks: Acks, beacon_id: bytes,
+                 hold: float) -> None:
+        self.backend = backend
+        self.subscribers = subscribers
+        self.acks = acks
+        self.beacon_id = beacon_id
+        self.hold = hold
+        self.next_mark = 1
+        self.delivered = 0  # the highest mark every subscriber counted took
+        # (mark, when it was sent, what each publisher's connection had been acknowledged by then), marks in order
+        self.marks: collections.deque[tuple[int, float, dict[Any, int]]] = collections.deque()
+        self.told = 0  # delivered frames sent
+        self._next = 0.0
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two marks: :data:`MARK_INTERVAL`, or longer with thousands of subscribers (each mark is
+        a send to every one)."""
+        return max(MARK_INTERVAL, len(self.subscribers) * 1e-5)
+
+    @property
+    def due(self) -> float:
+        """When :meth:`tick` is due (infinity: nothing was acknowledged and no mark waits)."""
+        return self._next if self.acks.given or self.marks else float("inf")
+
+    def tick(self, now: float) -> None:
+        """Send the next mark if anything was acknowledged since the last one, and tell the publishers what the
+        subscribers counted took."""
+        self._next = now + self.interval
+        given = self.acks.take_given()
+        if given:
+            mark = self.next_mark
+            self.next_mark += 1
+            self.marks.append((mark, now, given))
+            if len(self.marks) > MAX_MARKS:
+                self._deliver(self.marks[0][0])
+            frames = [b""] + batch.pack_delivery_mark(self.beacon_id, mark)
+            send = self.backend.send_multipart
+            gone = []
+            for sub in self.subscribers.all:
+                if sub.mark < 0:  # new since the last mark: what that one covers was sent before it came
+                    sub.mark = mark - 1
+                frames[0] = sub.ident
+                try:
+                    send(frames, zmq.NOBLOCK)
+                except zmq.ZMQError as exc:  # a full pipe: a later mark; a gone peer: forgotten
+                    if exc.errno != zmq.EAGAIN:
+                        gone.append(sub)
+            for sub in gone:
+                self.subscribers.remove(sub)
+        if self.marks:
+            self._deliver(self.taken(now))
+
+    def taken(self, now: float) -> int:
+        """The highest mark every subscriber counted took (see the module's doc)."""
+        marks = self.marks
+        last = marks[-1][0]
+        first = marks[0][0]
+        hold = self.hold
+        floor = last
+        for sub in self.subscribers.all:
+            took = sub.mark
+            if took >= floor:
+                continue
+            if took < 0:  # came after the last mark was sent
+                continue
+            if took < first - 1 or sub.behind(now):  # given up on before, or batches go past it
+                continue
+            if now - marks[took + 1 - first][1] >= hold:  # the mark after the one it took waits too long
+                continue
+            floor = took
+        return floor
+
+    def _deliver(self, upto: int) -> None:
+        """Every mark up to ``upto`` was taken: tell each publisher what had been acknowledged by then."""
+        marks = self.marks
+        if not marks or upto < marks[0][0]:
+            return
+        seqs: dict[Any, int] = {}
+        while marks and marks[0][0] <= upto:
+            seqs.update(marks.popleft()[2])
+        self.delivered = upto
+        send = self.acks.frontend.send_multipart
+        for conn, seq in seqs.items():
+            if isinstance(conn, tuple):  # a relayed publisher's: its link resends by its own rules
+                continue
+            try:
+                send((conn, batch.encode_delivered(seq)), zmq.NOBLOCK)
+                self.told += 1
+            except (zmq.ZMQError, ProtocolError):  # gone, or its pipe full: it keeps the batches a while longer
+                pass
