@@ -10,7 +10,8 @@ its :class:`~monitor._outbox.Outbox`. It is made of rooms named after what they 
 * :class:`~monitor._balancer.Balancer`: the relocation rule, four times per KPI period;
 * :class:`~monitor._scaling.Scaling`: the scaling rule through the GCM (in a cluster only);
 * :class:`~monitor._rules.Adoption`: the queue's rules and thresholds from ZooKeeper;
-* :class:`~monitor._operators.Operators`: ping, status, forced relocation.
+* :class:`~monitor._operators.Operators`: ping, status, forced relocation;
+* :class:`~monitor._demand.Demand`: what the queue wants of other clusters, told to the links that carry it in.
 
 The shell (:class:`~monitor._monitor.Monitor`) dispatches to :meth:`Core.handlers`, calls :meth:`tick`
 and :meth:`evaluate` on its timers and :meth:`cluster_changed` when ZooKeeper changes, and carries out the
@@ -23,6 +24,7 @@ import logging
 from typing import Any, Callable
 
 from monitor._balancer import Balancer
+from monitor._demand import Demand
 from monitor._events import EventLog
 from monitor._exchanges import Exchanges
 from monitor._kpis import Kpis
@@ -71,8 +73,10 @@ class Core:
         self.topology = Topology(subscriber_timeout=config.subscriber_timeout)
         t, out = self.topology, self.outbox
         self.mover = Mover(t, config, self.rules, events, out)
+        self.demand = Demand(config.queue, t, out, forget_after=10 * config.subscriber_timeout)
+        # a subscriber that comes or goes changes what the queue wants
         self.subscribers = Subscribers(t, self.mover, out, subscriber_timeout=config.subscriber_timeout,
-                                       journal=lambda: self.durability.reads)
+                                       journal=lambda: self.durability.reads, on_change=self.demand.changed)
         self.exchanges = Exchanges(t, self.rules, self.mover, self.subscribers, events, out,
                                    heartbeat_timeout=config.heartbeat_timeout, clustered=clustered)
         self.publishers = Publishers(t, self.mover, out, publisher_timeout=config.publisher_timeout)
@@ -104,6 +108,7 @@ class Core:
             control.Ping: self.operators.ping,
             control.Status: self.operators.status,
             control.ForceRelocate: self.operators.force_relocate,
+            control.Interest: self.demand.told,
         }
 
     @property
@@ -150,6 +155,7 @@ class Core:
         self.balancer.check_fresh(now, enabled=self.config.relocation_rule)
         self.publishers.forget_silent(now)
         self.subscribers.forget_silent(now)
+        self.demand.forget_silent(now)
         if not self._settled and not self.topology.settling(now):
             self._settled = True
             self.mover.place_orphans(now)  # publishers whose exchange never reported: fail them over

@@ -41,6 +41,7 @@ NEEDS: dict[type[control.Message], str] = {
     control.SubscriberBye: "subscribe",
     control.Status: "manage",
     control.ForceRelocate: "manage",
+    control.Interest: "link",
 }
 
 #: message type -> the field that names its sender's id (hex), which must be the sender's key's own

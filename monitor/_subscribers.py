@@ -32,35 +32,43 @@ class Subscribers:
     """
 
     def __init__(self, topology: Topology, mover: Mover, outbox: Outbox, *, subscriber_timeout: float,
-                 journal: Callable[[], str] = lambda: "") -> None:
+                 journal: Callable[[], str] = lambda: "",
+                 on_change: Callable[[float], None] = lambda now: None) -> None:
         self.journal = journal  # where the queue's journal is read ("" none)
         self.topology = topology
         self.mover = mover
         self.outbox = outbox
         self.forget_after = 10 * subscriber_timeout
+        self.on_change = on_change  # a subscriber came or went (its prefix with it)
 
     def hello(self, hello: control.SubscriberHello, identity: bytes, now: float) -> None:
         """A subscriber's hello (also its first): note what it hears, send it the list if that differs."""
         name = check_name(hello.subscriber, "subscriber")
         prefix = hello.prefix[:MAX_PREFIX]
         s = self.topology.subscribers.get(name)
+        new = False
         if s is None:
             self.topology.admit("subscribers", name)
             s = SubscriberEntry(name, identity, prefix, now)
+            new = True
             self.topology.subscribers[name] = s
             log.info("subscriber %s joined (prefix %r)", name[:8], prefix[:64])
+        changed = s.prefix != prefix
         s.identity, s.last_seen, s.prefix = identity, now, prefix
         exchanges = self.topology.exchanges
         s.hears(hello.confirmed, exchanges)
         if (s.overflow or s.confirmed != exchanges.keys() or hello.journal != self.journal()) and self.may_list(s, now):
             self.outbox.send(s.identity, self.exchange_list())
         self.mover.subscriber_heard(s, now)
+        if new or changed:
+            self.on_change(now)
 
     def ready(self, ready: control.Ready, identity: bytes, now: float) -> None:
         self.mover.ready(ready.relocation, ready.subscriber, now)
 
     def bye(self, bye: control.SubscriberBye, identity: bytes, now: float) -> None:
-        self.topology.subscribers.pop(bye.subscriber, None)
+        if self.topology.subscribers.pop(bye.subscriber, None) is not None:
+            self.on_change(now)
         self.mover.subscriber_left(bye.subscriber, now)
 
     def exchange_list(self, lost: list[str] | None = None) -> control.Exchanges:
@@ -89,6 +97,9 @@ class Subscribers:
 
     def forget_silent(self, now: float) -> None:
         subscribers = self.topology.subscribers
-        for s in [s for s in subscribers.values() if now - s.last_seen > self.forget_after]:
+        silent = [s for s in subscribers.values() if now - s.last_seen > self.forget_after]
+        for s in silent:
             log.info("subscriber %s silent for %.1fs: forgotten", s.id[:8], now - s.last_seen)
             del subscribers[s.id]
+        if silent:
+            self.on_change(now)

@@ -9,6 +9,8 @@ it had sent since its last commit, and the far side drops what it had.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import zmq
 
 from client.link._outlet import Outlet
@@ -16,6 +18,7 @@ from client.link._source import JournalSource
 from roq.config import CurveClient
 from roq.federation import Entry, Relay
 from roq.loop import Loop
+from roq.wire import control
 
 __all__ = ["Crossing"]
 
@@ -29,12 +32,15 @@ class Crossing:
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], source: str, name: str, monitor: str, relay: Relay,
                  identity: bytes, *, curve_here: CurveClient | None = None, curve_there: CurveClient | None = None,
-                 commit_interval: float = COMMIT_INTERVAL, who: str = "link") -> None:
+                 commit_interval: float = COMMIT_INTERVAL, who: str = "link",
+                 interest: Callable[[], control.Interest] | None = None,
+                 on_interest: Callable[[control.Interest], None] | None = None) -> None:
         self.relay = relay
         self.commit_interval = commit_interval
         self.held = False  # told to carry nothing for now (the parent refused the link)
         self.source = JournalSource(context, source, name, self._entries, curve=curve_here)
-        self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who)
+        self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who, interest=interest,
+                             on_interest=on_interest)
 
     def attach(self, loop: Loop) -> None:
         self.source.attach(loop)

@@ -28,6 +28,7 @@ import zmq
 from client._connection import connect
 from client.link._crossing import Crossing
 from client.link._parent import Parent
+from client.link._wants import Wants
 from roq.config import CurveClient
 from roq.errors import BrokerConnectionError, ConfigError, RoQError
 from roq import defaults
@@ -61,6 +62,8 @@ class LinkConfig:
         source: the source queue's monitor (this side; a durable queue).
         target: the target queue's monitor (the far side).
         prefix: a key prefix wanted on the far side; repeated for several (none: every key).
+        on_demand: carry, of those, only what the target queue wants (its subscribers' prefixes, and what links
+            that read it want): with no subscriber beyond it, the link carries nothing.
         source_credentials: the link's credentials in the source cluster ("" = plaintext).
         target_credentials: the link's credentials in the target cluster ("" = plaintext).
         max_bytes: bytes of records on their way, unacknowledged, before the link stops reading the journal.
@@ -76,6 +79,7 @@ class LinkConfig:
     source: str
     target: str
     prefix: tuple[str, ...] = ()
+    on_demand: bool = False
     source_credentials: str = ""
     target_credentials: str = ""
     max_bytes: int = 4 << 20
@@ -126,6 +130,7 @@ class Link:
         self.loop = Loop("link", DropCounter(log, "link"))
         self.journal = ""
         self.crossing: Crossing | None = None
+        self.wants: Wants | None = None
         self.epoch = first_epoch(time.time())
         self.parent: Parent | None = None
         if config.parent_zk:
@@ -149,9 +154,14 @@ class Link:
         else:
             identity = hashlib.blake2b(config.name.encode(), digest_size=TAG_BYTES).digest() + os.urandom(8)
         relay = Relay(identity[:TAG_BYTES], epoch=self.epoch, max_bytes=config.max_bytes)
-        relay.wanted = Prefixes.of(p.encode() for p in config.prefix) if config.prefix else Prefixes.of([b""])
+        prefixes = Prefixes.of(p.encode() for p in config.prefix) if config.prefix else Prefixes.of([b""])
+        # its side, to the monitors: the child end of the edge it is on (both ways of one edge say the same)
+        self.wants = wants = Wants(self.context, config.source, relay, prefixes, side=config.cluster or config.name,
+                                   on_demand=config.on_demand, curve=self.here, who=f"link {config.name}")
+        wants.attach(self.loop)
         self.crossing = Crossing(self.context, self.journal, f"link.{config.name}", config.target, relay, identity,
-                                 curve_here=self.here, curve_there=self.there, who=f"link {config.name}")
+                                 curve_here=self.here, curve_there=self.there, who=f"link {config.name}",
+                                 interest=wants.hello, on_interest=wants.told)
         self.crossing.attach(self.loop)
         deadline = time.monotonic() + config.connect_timeout
         while relay.position() < 0:  # ready once it knows where it reads from
@@ -159,9 +169,9 @@ class Link:
                 raise BrokerConnectionError(f"the journal at {self.journal} did not say where link.{config.name} "
                                             f"reads from within {config.connect_timeout:g}s")
             self.loop.turn()
-        log.info("link %s: %s (journal %s, from offset %d) into %s, keys %s, first epoch %d", config.name,
+        log.info("link %s: %s (journal %s, from offset %d) into %s, keys %s%s, first epoch %d", config.name,
                  config.source, self.journal, relay.position(), config.target, ", ".join(config.prefix) or "all",
-                 self.epoch)
+                 " (on demand: those the far side wants)" if config.on_demand else "", self.epoch)
 
     def _hello(self) -> LinkHello:
         config = self.config
@@ -208,6 +218,8 @@ class Link:
         crossing, self.crossing = self.crossing, None
         if crossing is not None:  # (what it sent since its last commit goes again next time; the far side drops it)
             crossing.close()
+        if self.wants is not None:
+            self.wants.close()
         if self.parent is not None:
             self.parent.close()
         self.context.destroy(linger=0)

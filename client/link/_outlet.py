@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
+from typing import Callable
 
 import zmq
 
@@ -49,11 +50,15 @@ class Outlet:
         hello_interval: seconds between hellos to the monitor.
         ack_timeout: seconds without an acknowledgement, while batches wait, before the monitor is asked for
             another exchange.
+        interest: makes what the link tells the monitor with each hello of what it wants of the queue (None:
+            nothing), and ``on_interest`` takes what the monitor says the queue wants (:mod:`client.link._wants`).
     """
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], monitor: str | MonitorLocator, relay: Relay,
                  identity: bytes, *, curve: CurveClient | None = None, hello_interval: float = 0.5,
-                 ack_timeout: float = 2.0, who: str = "link") -> None:
+                 ack_timeout: float = 2.0, who: str = "link",
+                 interest: Callable[[], control.Interest] | None = None,
+                 on_interest: Callable[[control.Interest], None] | None = None) -> None:
         if len(identity) != 16:
             raise ValueError("an outlet's id is 16 bytes")
         self.relay = relay
@@ -72,6 +77,8 @@ class Outlet:
         self._waiting: collections.deque[list[bytes]] = collections.deque()  # taken, not yet on the socket
         self._last_ack = time.monotonic()
         self._loop: Loop | None = None
+        self._interest = interest
+        self._on_interest = on_interest
 
     # ------------------------------------------------------------------ the loop's registrations
 
@@ -94,6 +101,8 @@ class Outlet:
         me = self.identity.hex()
         self.relay.trim(now)
         self._channel.send(control.PublisherHello(me, self.exchange, self.relay.epoch))
+        if self._interest is not None:
+            self._channel.send(self._interest())
         self._push()
         if (self.exchange and self.relay.on_the_way() and now - self._last_ack > self.ack_timeout):
             self._channel.send(control.Panic(me, self.exchange, "no acknowledgement"))
@@ -103,6 +112,9 @@ class Outlet:
         for msg in self._channel.receive():
             if isinstance(msg, control.Relocate) and msg.publisher == self.identity.hex():
                 self._move(msg)
+            elif isinstance(msg, control.Interest):
+                if self._on_interest is not None:
+                    self._on_interest(msg)
             elif isinstance(msg, control.NoExchange):
                 log.info("%s: no exchange yet for the relay (%s)", self.who, msg.comment)
 

@@ -69,6 +69,12 @@ class Prefixes:
     def __bool__(self) -> bool:
         return bool(self.items)
 
+    def intersect(self, other: Prefixes) -> Prefixes:
+        """The keys both sets match: of every two prefixes one of which starts the other, the longer.
+        ``{a.} & {a.fr, b.}`` -> ``{a.fr}``; ``{""} & X`` -> ``X``."""
+        return Prefixes.of([b for a in self.items for b in other.items if b.startswith(a)]
+                           + [a for a in self.items for b in other.items if a.startswith(b)])
+
 
 @dataclasses.dataclass(frozen=True)
 class Route:

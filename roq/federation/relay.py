@@ -106,6 +106,13 @@ class Relay:
         """Whether the link should read no more of the source until acknowledgements come."""
         return self.in_flight_bytes >= self.max_bytes
 
+    def want(self, prefixes: Prefixes) -> bool:
+        """From now on let cross the keys ``prefixes`` match (what is on its way goes on); True if that changed."""
+        if prefixes == self.wanted:
+            return False
+        self.wanted = prefixes
+        return True
+
     def start(self, position: int) -> None:
         """Go on from ``position`` (the one committed, or where the source begins)."""
         self._position = self._frontier = position

@@ -32,14 +32,24 @@ class DurableQueue:
 
     def journaled(self) -> dict[bytes, list[int]]:
         """Each publisher's seqs in the journal, in journal order."""
+        out: dict[bytes, list[int]] = {}
+        for _, h in self._entries():
+            out.setdefault(h.publisher, []).extend(range(h.first_seq, h.last_seq + 1))
+        return out
+
+    def keys(self) -> list[bytes]:
+        """The key of every batch in the journal, in journal order."""
+        return [key for key, _ in self._entries()]
+
+    def _entries(self) -> list[tuple[bytes, batch.Header]]:
         store, _ = Store.open(self.directory, "q")
         try:
-            out: dict[bytes, list[int]] = {}
+            out = []
             offset = 0
             while found := store.read(offset, 1 << 22):
                 for e in found:
                     h = batch.parse_header(e.header)
-                    out.setdefault(h.publisher, []).extend(range(h.first_seq, h.last_seq + 1))
+                    out.append((e.key, h))
                     offset = e.offset + h.count
             return out
         finally:

@@ -106,6 +106,20 @@ def test_minimal_sets_keep_what_nothing_else_covers_and_match_in_one_bisection()
             assert p.match(key) == any(key.startswith(x) for x in prefixes), (prefixes, key)
 
 
+def test_the_intersection_of_two_prefix_sets_matches_the_keys_both_match():
+    assert Prefixes.of([b"a."]).intersect(Prefixes.of([b"a.fr", b"b."])) == Prefixes.of([b"a.fr"])
+    assert Prefixes.of([b""]).intersect(Prefixes.of([b"x", b"y"])) == Prefixes.of([b"x", b"y"])
+    assert not Prefixes.of([b"a"]).intersect(Prefixes())
+    rng = random.Random(11)
+    for _ in range(300):
+        one, two = ([bytes(rng.choice(b"abc") for _ in range(rng.randint(0, 3))) for _ in range(rng.randint(0, 4))]
+                    for _ in range(2))
+        both = Prefixes.of(one).intersect(Prefixes.of(two))
+        for _ in range(20):
+            key = bytes(rng.choice(b"abcd") for _ in range(rng.randint(0, 4)))
+            assert both.match(key) == (Prefixes.of(one).match(key) and Prefixes.of(two).match(key)), (one, two, key)
+
+
 def test_a_subscriber_at_a_leaf_costs_one_advert_per_link_on_its_way_to_the_root_and_none_elsewhere():
     tree = Tree(SEVEN)
     tree.sent.clear()

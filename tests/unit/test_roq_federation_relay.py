@@ -51,6 +51,9 @@ def test_a_batch_crosses_as_it_is_but_for_its_id_epoch_and_flags():
     assert h.flags & batch.FLAG_RELAYED
     assert relay.take(entry(13, origin, 8, b"us.ny")) is None  # not wanted: does not cross
     assert relay.take(entry(14, SIBLING + b"x" * 8, 1, b"eu.de")) is None  # came from the far side's own link
+    assert relay.want(Prefixes.of([b"us."])) and not relay.want(Prefixes.of([b"us."]))  # (told again: no change)
+    assert relay.take(entry(15, origin, 9, b"us.ny")) is not None  # wanted now
+    assert relay.take(entry(16, origin, 10, b"eu.fr")) is None  # and no longer
 
 
 def test_the_position_passes_only_what_is_done():

@@ -49,10 +49,16 @@ class ClusterName:
 @message(60)
 class Interest(Message):
     """Either way on a link: what the sender wants of the receiver's records, as changes per queue; with
-    ``whole``, everything it wants (what the receiver held before is replaced)."""
+    ``whole``, everything it wants (what the receiver held before is replaced).
+
+    Between a link and a queue's monitor (``queue`` "": the monitor's own): the link says what it wants of the
+    queue's records (it reads them, or wants none: it carries records into the queue), under ``side``, the
+    far end it carries them to or from; the monitor answers with what the queue wants, whole, and again on
+    every change: its subscribers' prefixes and what the links of every other side want."""
 
     queues: list[QueueInterest]
     whole: bool = False
+    side: str = ""
 
 
 @message(61)

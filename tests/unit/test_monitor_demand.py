@@ -1,0 +1,59 @@
+"""monitor demand: what a queue wants, told to the links that carry records into it (the core on a simulated clock)."""
+
+from __future__ import annotations
+
+from monitor._demand import MAX_WANTS, RETELL_S
+from monitor.testing import Driver
+from roq.wire import control
+from roq.wire.control import Interest, QueueInterest
+from roq.errors import Result
+
+
+def wants(*prefixes: bytes, side: str, whole: bool = True) -> Interest:
+    return Interest(queues=[QueueInterest("", add=list(prefixes))], whole=whole, side=side)
+
+
+def told(d: Driver, link: bytes) -> list[list[bytes]]:
+    return [m.queues[0].add for m in d.to(link, Interest)]
+
+
+def test_a_link_is_told_what_the_subscribers_want_once_and_on_every_change():
+    d = Driver()
+    d.send(wants(side="store-1"), b"in")  # a link carrying store-1's records into the queue: wants none of them
+    assert told(d, b"in") == [[]]  # nobody wants anything yet
+    d.send(control.SubscriberHello("s1", b"eu.", []), b"s1")
+    d.send(control.SubscriberHello("s2", b"eu.fr", []), b"s2")  # covered by eu.: nothing new to tell
+    d.send(control.SubscriberHello("s1", b"eu.", []), b"s1")  # a hello again: nothing
+    d.send(wants(side="store-1"), b"in")  # the link's own hello again: nothing
+    assert told(d, b"in") == [[], [b"eu."]]
+    d.send(control.SubscriberBye("s1"), b"s1")
+    assert told(d, b"in")[-1] == [b"eu.fr"]  # the last one on eu. left: the narrower one is what is left
+    d.send(control.SubscriberBye("s2"), b"s2")
+    assert told(d, b"in")[-1] == [] and d.core.demand.adverts == 3
+
+
+def test_what_a_side_wants_is_told_to_every_other_side_never_back_to_its_own():
+    d = Driver()
+    d.send(wants(side="store-1"), b"in-1")  # store-1's records come in here...
+    d.send(wants(side="store-2"), b"in-2")
+    d.send(wants(b"orders.", side="store-1"), b"down-1")  # ...and a link reading this queue carries to store-1
+    assert told(d, b"in-2")[-1] == [b"orders."]  # store-2's link carries orders. in, for store-1
+    assert told(d, b"in-1")[-1] == []  # never store-1's own wants back to store-1
+    for _ in range(int(10 * d.config.subscriber_timeout) + 2):  # the reader goes silent, the others say hello
+        d.run(1.0)
+        d.send(wants(side="store-1"), b"in-1")
+        d.send(wants(side="store-2"), b"in-2")
+    # forgotten, and its wants with it
+    assert told(d, b"in-2")[-1] == []
+
+
+def test_a_link_is_told_again_after_a_while_and_bad_wants_are_refused():
+    d = Driver()
+    d.send(wants(side="a"), b"in")
+    d.now += RETELL_S
+    d.send(wants(side="a"), b"in")
+    assert told(d, b"in") == [[], []]  # in case the first was lost
+    reply = d.send(wants(*[b"k%d" % i for i in range(MAX_WANTS + 1)], side="a"), b"in")
+    assert reply is not None and reply.result != Result.OK
+    reply = d.send(Interest(queues=[QueueInterest("another", add=[b"x"])], side="a"), b"in")
+    assert reply is not None and "serves queue" in reply.comment
