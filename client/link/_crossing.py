@@ -16,7 +16,7 @@ import zmq
 from client.link._outlet import Outlet
 from client.link._source import JournalSource
 from roq.config import CurveClient
-from roq.federation import Entry, Relay
+from roq.federation import Entry, Pace, Relay
 from roq.loop import Loop
 from roq.wire import control
 
@@ -34,13 +34,13 @@ class Crossing:
                  identity: bytes, *, curve_here: CurveClient | None = None, curve_there: CurveClient | None = None,
                  commit_interval: float = COMMIT_INTERVAL, who: str = "link",
                  interest: Callable[[], control.Interest] | None = None,
-                 on_interest: Callable[[control.Interest], None] | None = None) -> None:
+                 on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None) -> None:
         self.relay = relay
         self.commit_interval = commit_interval
         self.held = False  # told to carry nothing for now (the parent refused the link)
         self.source = JournalSource(context, source, name, self._entries, curve=curve_here)
         self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who, interest=interest,
-                             on_interest=on_interest)
+                             on_interest=on_interest, pace=pace)
 
     def attach(self, loop: Loop) -> None:
         self.source.attach(loop)

@@ -32,7 +32,7 @@ from client.link._wants import Wants
 from roq.config import CurveClient
 from roq.errors import BrokerConnectionError, ConfigError, RoQError
 from roq import defaults
-from roq.federation import Prefixes, Relay, check_name
+from roq.federation import Pace, Prefixes, Relay, check_name
 from roq.wire.control.links import ClusterName, LinkHello
 from roq.zk import Paths, check_hosts
 from roq.loop import Loop
@@ -67,6 +67,7 @@ class LinkConfig:
         source_credentials: the link's credentials in the source cluster ("" = plaintext).
         target_credentials: the link's credentials in the target cluster ("" = plaintext).
         max_bytes: bytes of records on their way, unacknowledged, before the link stops reading the journal.
+        rate_limit: bytes a second the link sends at most (0: no limit); 250000 is 2 Mbit/s.
         connect_timeout: seconds to find the source queue's journal, and to be welcomed by the parent, at the start.
         cluster: the child cluster's name in its tree: with ``parent_zk``, the link says hello to the parent
             cluster as this child, and carries records only while the parent welcomes it.
@@ -83,6 +84,7 @@ class LinkConfig:
     source_credentials: str = ""
     target_credentials: str = ""
     max_bytes: int = 4 << 20
+    rate_limit: int = 0
     connect_timeout: float = 30.0
     cluster: str = ""
     role: str = "leaf"
@@ -104,6 +106,8 @@ class LinkConfig:
             raise ConfigError(f"LinkConfig.prefix must be non-empty key prefixes, got {list(self.prefix)!r}")
         if not isinstance(self.max_bytes, int) or self.max_bytes < 1 << 16:
             raise ConfigError(f"LinkConfig.max_bytes must be at least 65536, got {self.max_bytes!r}")
+        if not isinstance(self.rate_limit, int) or self.rate_limit < 0:
+            raise ConfigError(f"LinkConfig.rate_limit must be bytes a second, 0 or more, got {self.rate_limit!r}")
         if not self.connect_timeout > 0:
             raise ConfigError(f"LinkConfig.connect_timeout must be above 0, got {self.connect_timeout!r}")
         if self.parent_zk:
@@ -161,7 +165,8 @@ class Link:
         wants.attach(self.loop)
         self.crossing = Crossing(self.context, self.journal, f"link.{config.name}", config.target, relay, identity,
                                  curve_here=self.here, curve_there=self.there, who=f"link {config.name}",
-                                 interest=wants.hello, on_interest=wants.told)
+                                 interest=wants.hello, on_interest=wants.told,
+                                 pace=Pace(config.rate_limit, time.monotonic()) if config.rate_limit else None)
         self.crossing.attach(self.loop)
         deadline = time.monotonic() + config.connect_timeout
         while relay.position() < 0:  # ready once it knows where it reads from

@@ -10,7 +10,9 @@ what it had); on a fail-over, the same without markers. An exchange that acknowl
 ``ack_timeout`` while batches wait is reported to the monitor (a Panic), as a publisher does.
 
 Everything runs in the link's one loop (:meth:`Outlet.attach`); nothing blocks: a batch the exchange's pipe
-cannot take now waits here, in order, and the relay's bound on what is on its way bounds it.
+cannot take now waits here, in order, and the relay's bound on what is on its way bounds it. So does a batch
+the link's rate limit holds back (:class:`~roq.federation.pace.Pace`): it goes when the limit lets it, and the
+relay, full, stops the link reading its source meanwhile.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from client._channel import MonitorChannel
 from client._locator import MonitorLocator
 from roq.config import CurveClient
 from roq.errors import ProtocolError
-from roq.federation import Relay
+from roq.federation import Pace, Relay
 from roq.loop import Loop
 from roq.wire import batch, control
 
@@ -52,13 +54,14 @@ class Outlet:
             another exchange.
         interest: makes what the link tells the monitor with each hello of what it wants of the queue (None:
             nothing), and ``on_interest`` takes what the monitor says the queue wants (:mod:`client.link._wants`).
+        pace: the link's rate limit (None: none).
     """
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], monitor: str | MonitorLocator, relay: Relay,
                  identity: bytes, *, curve: CurveClient | None = None, hello_interval: float = 0.5,
                  ack_timeout: float = 2.0, who: str = "link",
                  interest: Callable[[], control.Interest] | None = None,
-                 on_interest: Callable[[control.Interest], None] | None = None) -> None:
+                 on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None) -> None:
         if len(identity) != 16:
             raise ValueError("an outlet's id is 16 bytes")
         self.relay = relay
@@ -79,6 +82,8 @@ class Outlet:
         self._loop: Loop | None = None
         self._interest = interest
         self._on_interest = on_interest
+        self.pace = pace
+        self._resume_at = float("inf")  # when the rate limit lets the next batch go (inf: nothing waits for it)
 
     # ------------------------------------------------------------------ the loop's registrations
 
@@ -87,6 +92,7 @@ class Outlet:
         self._loop = loop
         loop.add(self._channel.socket, self.from_monitor, f"{self.who}: the monitor")
         loop.every(self.hello_interval, self.hello, f"{self.who}: hello", first=0.0)
+        loop.deadline(lambda: self._resume_at, self._resume, f"{self.who}: the rate limit")
 
     def send(self, frames: list[bytes]) -> None:
         """A batch the relay took: out now, after what waits before it."""
@@ -188,14 +194,26 @@ class Outlet:
         self.socket.close(linger=0)
         self.socket = None
 
+    def _resume(self, now: float) -> None:
+        self._resume_at = float("inf")
+        self._push()
+
     def _push(self) -> None:
-        """Put what waits on the socket, in order, as far as its pipe takes it."""
-        sock, waiting = self.socket, self._waiting
+        """Put what waits on the socket, in order, as far as its pipe and the rate limit take it."""
+        sock, waiting, pace = self.socket, self._waiting, self.pace
         if sock is None:
             return
         while waiting:
+            if pace is not None:
+                now = time.monotonic()
+                ready = pace.ready_at(now)
+                if ready > now:
+                    self._resume_at = ready  # the loop comes back then
+                    return
             try:
                 sock.send_multipart(waiting[0], zmq.NOBLOCK)
             except zmq.Again:
                 return  # the next acknowledgement or hello tries again
-            waiting.popleft()
+            frames = waiting.popleft()
+            if pace is not None:
+                pace.take(sum(len(f) for f in frames), now)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from exchange.journal import Store
 from roq.process import spawn
 from roq.wire import batch
@@ -39,9 +41,13 @@ class DurableQueue:
 
     def keys(self) -> list[bytes]:
         """The key of every batch in the journal, in journal order."""
-        return [key for key, _ in self._entries()]
+        return [e.key for e, _ in self._entries()]
 
-    def _entries(self) -> list[tuple[bytes, batch.Header]]:
+    def arrivals(self) -> list[tuple[int, int]]:
+        """When each batch was journaled (ns since the epoch) and its size as it was sent (key, header, body)."""
+        return [(e.time_ns, len(e.key) + len(e.header) + len(e.body)) for e, _ in self._entries()]
+
+    def _entries(self) -> list[tuple[Any, batch.Header]]:  # (the store's entry, its header)
         store, _ = Store.open(self.directory, "q")
         try:
             out = []
@@ -49,7 +55,7 @@ class DurableQueue:
             while found := store.read(offset, 1 << 22):
                 for e in found:
                     h = batch.parse_header(e.header)
-                    out.append((e.key, h))
+                    out.append((e, h))
                     offset = e.offset + h.count
             return out
         finally:
