@@ -34,8 +34,9 @@ Configurations (100-byte payloads unless ``--size``):
 (n) the GCM's HTTP server under abuse (:mod:`simulation.bench_abuse`): health-check latency and the GCM's CPU
     while a slowloris, readers that never read, a held ``HEAD``, pipelined health checks and a half-closing
     client work on it, beside the same figures with the health checks alone;
-(o) across a link (:mod:`simulation.bench_link`): a durable queue's records at a subscriber of a second site,
-    where a link process carries them, beside a subscriber at the queue's own site, in the same run.
+(o) across links (:mod:`simulation.bench_link`): a durable queue's records at subscribers one and two sites away,
+    where on-demand link processes carry them, beside a subscriber at the queue's own site, in the same run; and
+    the time from a subscriber's joining two links away to its first record.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced

@@ -83,7 +83,7 @@ class LinkConfig:
     on_demand: bool = False
     source_credentials: str = ""
     target_credentials: str = ""
-    max_bytes: int = 4 << 20
+    max_bytes: int = 16 << 20
     rate_limit: int = 0
     connect_timeout: float = 30.0
     cluster: str = ""

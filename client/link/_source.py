@@ -2,9 +2,10 @@
 
 The link reads as a durable reader named after itself: it asks the journal where it stands
 (:class:`~roq.wire.control.Position`; none kept: from the journal's end, so that a new link carries what is
-published from then on), keeps one fetch waiting at the end (``wait_ms``: what is journaled is answered
-at once), hands every entry over whole, as it was journaled, with its offset, and commits what the relay
-says is done (:class:`~roq.wire.control.Commit`). A fetch is not asked while the reader is paused (what the
+published from then on), keeps two fetches asked for (:data:`IN_FLIGHT`: the first from its offset, the
+next from where the one before ends, so the journal reads the next while the link relays the last), one at
+the end of the journal (``wait_ms``: what is journaled is answered at once), hands every entry over whole, as it
+was journaled, with its offset, and commits what the relay says is done (:class:`~roq.wire.control.Commit`). A fetch is not asked while the reader is paused (what the
 relay has on its way is at its bound): an outage of the far side costs disk here, not memory.
 """
 
@@ -31,6 +32,10 @@ FETCH_BYTES = 1 << 20
 WAIT_MS = 1000
 #: the offset of a fetch from the journal's end
 END = -2
+#: fetches asked for at once
+IN_FLIGHT = 2
+#: the offset of a fetch that goes on from where this reader's previous one ended
+CONTINUE = -3
 
 
 class JournalSource:
@@ -53,7 +58,8 @@ class JournalSource:
         self._on_entries = on_entries
         self._fetch_bytes = fetch_bytes
         self._wait_ms = wait_ms
-        self._in_flight = False
+        self._in_flight = 0  # fetches asked for and not answered
+        self._end = -1  # the journal's end, as its last answer said
         self._asked_commit = -1
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -94,41 +100,49 @@ class JournalSource:
         self.socket.close(linger=0)
 
     def _fetch(self) -> None:
-        if self._in_flight or self.paused or self.offset == -1 or self.error:
-            return
-        msg = control.Fetch(offset=self.offset, max_bytes=self._fetch_bytes, wait_ms=self._wait_ms)
-        try:
-            self.socket.send(control.encode(msg), zmq.NOBLOCK)
-        except zmq.Again:
-            return
-        self._in_flight = True
+        while self._in_flight < IN_FLIGHT and not self.paused and self.offset != -1 and not self.error:
+            if self._in_flight and (self.offset == END or self.offset >= self._end):
+                return  # at the end: one fetch waits there
+            offset = CONTINUE if self._in_flight else self.offset
+            msg = control.Fetch(offset=offset, max_bytes=self._fetch_bytes, wait_ms=self._wait_ms)
+            try:
+                self.socket.send(control.encode(msg), zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._in_flight += 1
 
     def _answer(self, frames: list[bytes]) -> None:
         msg = control.decode(frames[0])
         if isinstance(msg, control.Reply):
             self._reply(msg)
             return
-        self._in_flight = False  # (a bad answer too: the next fetch asks again from where it was)
+        self._in_flight = max(0, self._in_flight - 1)  # (a bad answer too: the next fetch asks again from where it was)
         if (not isinstance(msg, control.Fetched) or len(frames) != 1 + 3 * msg.count
                 or len(msg.offsets) != msg.count):
             raise ProtocolError(f"not an answer to a fetch: {len(frames)} frames")
+        if msg.error == control.NO_CURSOR:  # the journal restarted between two fetches: from our offset again
+            return
         if msg.error:
             self.error = msg.error
             log.error("link: the journal at %s cannot be read at offset %d: %s", self.endpoint, msg.next_offset,
                       msg.error)
             return
-        if self.offset >= 0 and msg.start_offset > self.offset:
+        self._end = msg.end_offset
+        if 0 <= self.offset < msg.first_offset:
             log.warning("link: the journal at %s keeps the offsets from %d on; %d to %d are not in it",
-                        self.endpoint, msg.first_offset, self.offset, msg.start_offset - 1)
+                        self.endpoint, msg.first_offset, self.offset, msg.first_offset - 1)
+        elif self.offset >= 0 and msg.start_offset > self.offset:
+            return  # it went on from an answer that was not taken: asked again from where the link is
         entries = [Entry(msg.offsets[i], *frames[1 + 3 * i: 4 + 3 * i]) for i in range(msg.count)]
         start = msg.start_offset if msg.start_offset >= 0 else self.offset
         self.offset = msg.next_offset
+        self._fetch()  # the journal reads the next while these are relayed
         self._on_entries(entries, msg.next_offset, start)
 
     def _reply(self, msg: control.Reply) -> None:
         if msg.result != control.Result.OK:
             self.error = msg.comment
-            self._in_flight = msg.request != control.Fetch.CMD and self._in_flight
+            self._in_flight -= msg.request == control.Fetch.CMD and self._in_flight > 0
             log.error("link: the journal at %s refused: %s", self.endpoint, msg.comment)
             return
         offset = msg.data.get("offset")

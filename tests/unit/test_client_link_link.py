@@ -13,7 +13,7 @@ SOURCE, TARGET = "tcp://127.0.0.16:5500", "tcp://127.0.0.17:5500"
 
 def test_a_link_is_named_and_joins_two_monitors():
     config = LinkConfig(name="eu-hq", source=SOURCE, target=TARGET, prefix=("eu.", "gb."))
-    assert config.prefix == ("eu.", "gb.") and config.max_bytes == 4 << 20
+    assert config.prefix == ("eu.", "gb.") and config.max_bytes == 16 << 20
 
 
 @pytest.mark.parametrize("fields, message", [
