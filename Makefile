@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 PACKAGES := roq exchange monitor gcm hostmanager client simulation roqcli deploy
 
-.PHONY: demo test test-deploy fuzz crash flow image bench bench-check setup clean
+.PHONY: demo test test-deploy fuzz crash federation flow image bench bench-check setup clean
 
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
@@ -33,6 +33,10 @@ fuzz: $(STAMP)
 # the journal's crash consistency with 200 seeded trials instead of make test's 20 (a few minutes)
 crash: $(STAMP)
 	ROQ_CRASH_TRIALS=200 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_journal_crash.py
+
+# the link process SIGKILLed 100 times under load instead of make test's 2 (a few minutes)
+federation: $(STAMP)
+	ROQ_LINK_FLAPS=100 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 900 -s tests/integration/test_link.py -k killed_and_started
 
 # flow control for 60 s instead of make test's 6, with 100 B and with 4 KiB records (about four minutes)
 flow: $(STAMP)

@@ -103,7 +103,7 @@ class Api:
         table[m.GetEvents] = lambda msg, _: _reads.get_events(self.shell.view, msg, self.shell.read)
         table[m.QueueStats] = lambda msg, request: self.shell.ask_stats(self.shell.view.queue(msg.QName), request)
         table[m.GetAudit] = lambda msg, _: Reply(data={"Entries": self.audit.latest(msg.Limit)})
-        table[m.FederationStatus] = lambda msg, _: Reply(data=self.shell.federation.status())
+        table[m.FederationStatus] = lambda msg, _: Reply(data=self.shell.federation.status(time.monotonic()))
         table[LinkHello] = lambda msg, request: self.shell.federation.hello(msg, request.principal, time.monotonic())
         table.update({t: self._decision(decide) for t, decide in DECISIONS.items()})
         return {t: self._led(port, handler) for t, handler in table.items()}

@@ -9,18 +9,21 @@ decides. A child is known by its link's principal (with CURVE, the key it connec
 
 The tree is the leader's, in memory: a new leader starts with no children and learns them again from their
 next hellos, which are whole and idempotent. A child whose hellos stop for :data:`CHILD_TIMEOUT` seconds is
-forgotten, and its names with it. Refusals are counted per reason (:attr:`Federation.refusals`).
+forgotten, and its names with it. Refusals are counted per reason (:attr:`Federation.refusals`). Each welcomed
+hello also says what the link's crossings carried (:class:`~roq.wire.control.links.LinkStats`): kept as the
+last one said, shown by :meth:`Federation.status` and in ``/metrics`` (:meth:`Federation.links`).
 """
 
 from __future__ import annotations
 
 import logging
+import dataclasses
 from typing import Any
 
 from roq.errors import ConflictError
 from roq.federation import Tree
 from roq.wire.control import Reply
-from roq.wire.control.links import LinkHello
+from roq.wire.control.links import LinkHello, LinkStats
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +31,9 @@ __all__ = ["Federation", "CHILD_TIMEOUT"]
 
 #: seconds without a hello after which a child is forgotten
 CHILD_TIMEOUT = 15.0
+#: crossings of one child's link kept, and prefixes shown of each
+MAX_CROSSINGS = 64
+MAX_CARRYING = 64
 
 
 class Federation:
@@ -42,12 +48,14 @@ class Federation:
         self.tree: Tree | None = Tree(name, role) if name else None
         self.refusals: dict[str, int] = {}
         self._heard: dict[str, float] = {}  # child -> when its last hello came (monotonic)
+        self._stats: dict[str, list[LinkStats]] = {}  # child -> what its link's crossings carried, as last said
 
     def reset(self) -> None:
         """Forget every child (a new leader: they say hello again)."""
         if self.tree is not None:
             self.tree = Tree(self.name, self.role)
         self._heard.clear()
+        self._stats.clear()
 
     def hello(self, msg: LinkHello, principal: str | None, now: float) -> Reply:
         """A child's link says hello: the welcome, or a refusal.
@@ -66,6 +74,8 @@ class Federation:
             log.info("cluster %s: child %s linked (%s, incarnation %d, %d cluster(s) below it)", self.name,
                      msg.cluster, msg.role, msg.incarnation, len(msg.names))
         self._heard[msg.cluster] = now
+        self._stats[msg.cluster] = [dataclasses.replace(s, carrying=s.carrying[:MAX_CARRYING])
+                                    for s in msg.stats[:MAX_CROSSINGS]]
         return Reply(data={"Path": [tree.name, *tree.path], "Interest": []})
 
     def expire(self, now: float) -> list[str]:
@@ -74,17 +84,26 @@ class Federation:
         gone = [c for c, at in self._heard.items() if now - at > CHILD_TIMEOUT]
         for child in gone:
             del self._heard[child]
+            self._stats.pop(child, None)
             if tree is not None:
                 tree.child_gone(child)
             log.warning("cluster %s: child %s forgotten: no hello for %.0fs", self.name, child, CHILD_TIMEOUT)
         return gone
 
-    def status(self) -> dict[str, Any]:
-        """This cluster's place: name, role, path to the root, children (each with the clusters below it)."""
+    def links(self, now: float) -> list[tuple[str, float, list[LinkStats]]]:
+        """Each child's link: its name, seconds since its last hello, and what its crossings carried."""
+        return [(child, max(0.0, now - at), self._stats.get(child, [])) for child, at in sorted(self._heard.items())]
+
+    def status(self, now: float) -> dict[str, Any]:
+        """This cluster's place: name, role, path to the root, children (each with the clusters below it, and its
+        link: seconds since its hello, what each crossing carried)."""
         tree = self.tree
         if tree is None:
             return {"Name": "", "Role": "", "Path": [], "Children": [], "Refusals": dict(self.refusals)}
-        children = [{"Name": name, "Key": key, "Incarnation": incarnation, "Below": sorted(below)}
+        links = {child: (age, stats) for child, age, stats in self.links(now)}
+        children = [{"Name": name, "Key": key, "Incarnation": incarnation, "Below": sorted(below),
+                     "HeardS": round(links.get(name, (0.0, []))[0], 3),
+                     "Links": [_crossing(s) for s in links.get(name, (0.0, []))[1]]}
                     for name, (key, incarnation, below) in sorted(tree.children().items())]
         return {"Name": tree.name, "Role": tree.role, "Path": list(tree.path), "Children": children,
                 "Refusals": dict(self.refusals)}
@@ -94,3 +113,7 @@ class Federation:
         log.warning("cluster %s: link refused (%s): %s", self.name or "(no name)", reason, detail)
         raise ConflictError(detail, data={"Reason": reason})
 
+
+def _crossing(s: LinkStats) -> dict[str, Any]:
+    return {"Target": s.target, "Records": s.records_sent, "Bytes": s.bytes_sent, "Backlog": s.backlog, "Moves": s.moves,
+            "RateLimit": s.rate_limit, "Carrying": [p.decode("utf-8", "backslashreplace") for p in s.carrying]}

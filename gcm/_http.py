@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable, Mapping, Protocol
 
 from gcm._census import Census, Snapshot
+from gcm._federation import Federation
 from gcm._feed import LiveFeed
 from gcm._labels import Labels
 from gcm._events import MAX_LIMIT
@@ -64,6 +65,7 @@ class HttpShell(Protocol):
     id: str
     view: View
     census: Census
+    federation: Federation
 
     @property
     def leading(self) -> bool: ...
@@ -349,7 +351,7 @@ class HttpApi:
     def metrics(self, req: HttpRequest, later: Later) -> HttpResponse:
         shell = self.shell
         text = self.exposition.text(shell.view, shell.census.snapshots, gcm=shell.id, leading=shell.leading,
-                                    now=self.clock())
+                                    now=self.clock(), links=shell.federation.links(time.monotonic()))
         return HttpResponse(200, text, CONTENT_TYPE)
 
     def census_taken(self, snapshot: Snapshot) -> None:

@@ -19,12 +19,13 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gcm._census import Snapshot
 from gcm._labels import Labels
 from gcm._view import View
+from roq.wire.control.links import LinkStats
 from roq.wire.status import ExchangeStatus, JournalStatus, LatencyHistogram, QueueStatus, live_subscribers
 
 __all__ = ["Exposition", "render", "families", "queue_lines", "CONTENT_TYPE", "OTHER", "QUEUE_FAMILIES"]
@@ -62,9 +63,14 @@ def _top(rows: list[R], rate: Callable[[R], float | None], top: int) -> tuple[li
     return ranked[:top], ranked[top:]
 
 
-def families(view: View, *, gcm: str, leading: bool) -> Iterator[Metric]:
-    """The families of the GCM, its hosts and its queues' states, as prometheus_client objects (the queues'
-    traffic and topology come as text from :class:`Exposition`, for speed)."""
+#: a child's link: (its name, seconds since its last hello, what its crossings carried), as
+#: :meth:`gcm._federation.Federation.links` gives them
+Links = Iterable[tuple[str, float, list[LinkStats]]]
+
+
+def families(view: View, *, gcm: str, leading: bool, links: Links = ()) -> Iterator[Metric]:
+    """The families of the GCM, its hosts, its queues' states and its children's links, as prometheus_client
+    objects (the queues' traffic and topology come as text from :class:`Exposition`, for speed)."""
     leader = GaugeMetricFamily("roq_gcm_leader", "1 on the GCM that leads the cluster, 0 on a standby", labels=["gcm"])
     leader.add_metric([gcm], 1.0 if leading else 0.0)
     yield leader
@@ -72,6 +78,33 @@ def families(view: View, *, gcm: str, leading: bool) -> Iterator[Metric]:
         return
     yield from _hosts(view)
     yield from _queues(view)
+    yield from _links(links)
+
+
+def _links(links: Links) -> Iterator[Metric]:
+    """Each child's link (labels: the child, and the monitor of the queue each crossing carries into)."""
+    heard = GaugeMetricFamily("roq_link_heard_seconds", "seconds since the child's link last said hello",
+                              labels=["child"])
+    specs: list[tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str, Callable[[LinkStats], int]]] = [
+        (CounterMetricFamily, "roq_link_records_sent", "records the link sent into the parent's queue (resent too)",
+         lambda s: s.records_sent),
+        (CounterMetricFamily, "roq_link_bytes_sent", "bytes of batches the link sent into the parent's queue",
+         lambda s: s.bytes_sent),
+        (GaugeMetricFamily, "roq_link_backlog_bytes", "bytes on their way, not acknowledged yet", lambda s: s.backlog),
+        (CounterMetricFamily, "roq_link_moves", "moves and fail-overs of the link in the parent's queue",
+         lambda s: s.moves),
+        (GaugeMetricFamily, "roq_link_rate_limit_bytes_per_second", "the link's rate limit (0: none)",
+         lambda s: s.rate_limit),
+        (GaugeMetricFamily, "roq_link_prefixes_carried", "key prefixes the link carries now",
+         lambda s: len(s.carrying))]
+    out = [kind(name, text, labels=["child", "target"]) for kind, name, text, _ in specs]
+    for child, age, crossings in links:
+        heard.add_metric([child], age)
+        for s in crossings:
+            for family, (_, _, _, get) in zip(out, specs):
+                family.add_metric([child, s.target], float(get(s)))
+    yield heard
+    yield from out
 
 
 def _hosts(view: View) -> Iterator[Metric]:
@@ -247,9 +280,10 @@ class Exposition:
     def update(self, snapshot: Snapshot) -> None:
         self._lines[snapshot.queue] = (snapshot, queue_lines(snapshot.queue, snapshot.status, self.top, self.labels))
 
-    def text(self, view: View, snapshots: dict[str, Snapshot], *, gcm: str, leading: bool, now: float) -> bytes:
+    def text(self, view: View, snapshots: dict[str, Snapshot], *, gcm: str, leading: bool, now: float,
+             links: Links = ()) -> bytes:
         """The whole exposition (a standby's is its ``roq_gcm_leader`` 0 alone)."""
-        head = render(families(view, gcm=gcm, leading=leading))
+        head = render(families(view, gcm=gcm, leading=leading, links=links))
         if not leading:
             return head
         for name in [n for n in self._lines if n not in snapshots]:

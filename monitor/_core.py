@@ -73,7 +73,7 @@ class Core:
         self.topology = Topology(subscriber_timeout=config.subscriber_timeout)
         t, out = self.topology, self.outbox
         self.mover = Mover(t, config, self.rules, events, out)
-        self.demand = Demand(config.queue, t, out, forget_after=10 * config.subscriber_timeout)
+        self.demand = Demand(config.queue, t, out)
         # a subscriber that comes or goes changes what the queue wants
         self.subscribers = Subscribers(t, self.mover, out, subscriber_timeout=config.subscriber_timeout,
                                        journal=lambda: self.durability.reads, on_change=self.demand.changed)

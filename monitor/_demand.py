@@ -10,7 +10,8 @@ another link's wants changed), and again every :data:`RETELL_S` in case a messag
 hello gets nothing. A link with ``--on-demand`` carries only what the queue it carries into wants, so a record
 crosses a link only while a subscriber somewhere beyond it wants its key, however many links away.
 
-Links silent for ``forget_after`` are forgotten (their wants with them); the table is bounded
+Links silent for :data:`LINK_TIMEOUT` are forgotten (their wants with them: a link says hello twice a second, and
+one killed and started again comes back on a new connection); the table is bounded
 (:data:`MAX_LINKS` links, :data:`MAX_WANTS` prefixes each, prefixes of at most ``MAX_PREFIX`` bytes).
 """
 
@@ -27,7 +28,7 @@ from roq.wire import control
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Demand", "MAX_LINKS", "MAX_WANTS", "RETELL_S"]
+__all__ = ["Demand", "LINK_TIMEOUT", "MAX_LINKS", "MAX_WANTS", "RETELL_S"]
 
 #: links one monitor keeps, at most
 MAX_LINKS = 256
@@ -35,6 +36,8 @@ MAX_LINKS = 256
 MAX_WANTS = 1024
 #: a link is told the queue's interest again after this many seconds, changed or not
 RETELL_S = 5.0
+#: seconds of silence after which a link is forgotten (it says what it wants every half second)
+LINK_TIMEOUT = 3.0
 
 
 @dataclasses.dataclass
@@ -53,7 +56,7 @@ class Demand:
         adverts: Interest messages sent because what a link is told changed (not the retellings).
     """
 
-    def __init__(self, queue: str, topology: Topology, outbox: Outbox, *, forget_after: float) -> None:
+    def __init__(self, queue: str, topology: Topology, outbox: Outbox, *, forget_after: float = LINK_TIMEOUT) -> None:
         self.queue = queue
         self.topology = topology
         self.outbox = outbox

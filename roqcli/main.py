@@ -16,6 +16,7 @@
     roq journal stats|verify QUEUE                          a durable queue's journal
     roq audit [--limit N]               the latest management actions: who, what, when, result
     roq federation status               this cluster's place in its tree of clusters, and its children
+    roq federation links                what each child's link carried, and when it last said hello
 
 Settings come from a TOML file (``--config``: a ``[cluster]`` table for ``cluster up``, a ``[client]``
 table for the others) overridden by flags; an unknown key or a value of the wrong type is an error naming
@@ -147,6 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     fsub = federation.add_subparsers(dest="action", required=True, metavar="ACTION")
     client_flags(fsub.add_parser("status", help="its name, role and path to the root; each linked child with the "
                                                "clusters below it; links refused, by reason"))
+    client_flags(fsub.add_parser("links", help="each child's link: when it last said hello, and what each of its "
+                                              "crossings carried (records, bytes, backlog, moves, rate limit, keys)"))
     client_flags(sub.add_parser("hosts", help="every live host with its capacity and KPIs"))
     client_flags(sub.add_parser("status", help="one screen: the leader, every host, and the busiest queues with "
                                 "their traffic, latency and moves"))

@@ -45,7 +45,7 @@ def manage(args: argparse.Namespace, s: ClientSettings) -> int:
         if args.command == "audit":
             return _show(args, qm.audit(args.limit), _audit_line)
         if args.command == "federation":
-            return _show(args, qm.federation(), _federation_lines)
+            return _show(args, qm.federation(), _federation_lines if args.action == "status" else _links_lines)
         if args.command == "journal":
             return _journal(args, qm)
         action = args.action
@@ -162,6 +162,22 @@ def _federation_lines(f: dict[str, Any]) -> str:
         lines.append(f"  {c['Name']:<20} key {c['Key'] or '-'}  incarnation {c['Incarnation']}{below}")
     if f["Refusals"]:
         lines.append("links refused: " + ", ".join(f"{r} {n}" for r, n in sorted(f["Refusals"].items())))
+    return "\n".join(lines)
+
+
+def _links_lines(f: dict[str, Any]) -> str:
+    if not f["Name"]:
+        return "this cluster is in no tree (started without a cluster name)"
+    if not f["Children"]:
+        return f"{f['Name']}: no child's link"
+    lines = []
+    for c in f["Children"]:
+        lines.append(f"{c['Name']}: hello {c.get('HeardS', 0.0):.1f} s ago, {len(c.get('Links', []))} crossing(s)")
+        for x in c.get("Links", []):
+            limit = f"{x['RateLimit'] * 8 / 1e6:g} Mbit/s" if x["RateLimit"] else "none"
+            lines.append(f"  into {x['Target']}: {x['Records']:,} records, {x['Bytes'] / 1e6:.1f} MB sent; backlog "
+                         f"{x['Backlog'] / 1e3:.1f} kB; {x['Moves']} move(s); rate limit {limit}; carries "
+                         + (", ".join(repr(p) for p in x["Carrying"]) or "nothing"))
     return "\n".join(lines)
 
 

@@ -212,6 +212,7 @@ def _status(rng: random.Random, q: int) -> QueueStatus:
 def metrics_of_many_queues(queues: int = 1000, scrapes: int = 200) -> Result:
     """``GET /metrics`` of a made-up cluster of ``queues`` running queues, through the GCM's own code."""
     from gcm._census import Snapshot
+    from gcm._federation import Federation
     from gcm._http import HttpApi
     from gcm._view import HostView, QueueView, View
     from roq.wire.documents import RUNNING, ExchangeDoc, GcmDoc, HostDoc, MonitorDoc, QueueDoc
@@ -237,6 +238,7 @@ def metrics_of_many_queues(queues: int = 1000, scrapes: int = 200) -> Result:
         leading = True
         connected = True
         leader = me = GcmDoc(id="gcm1")
+        federation = Federation("", "root")  # no tree: no link in the metrics
 
     shell = Shell()
     shell.view, shell.census = view, census  # type: ignore[attr-defined]

@@ -60,8 +60,8 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
         leaf = _site(SITES[0], tempfile.mkdtemp(prefix="roq-bench-link-"), True, children)
         branch = _site(SITES[1], tempfile.mkdtemp(prefix="roq-bench-link-"), True, children)
         root = _site(SITES[2], "", False, children)
-        for name, source, target in (("leaf", leaf, branch), ("branch", branch, root)):
-            link = spawn("link", "client.link", ["--name", name, "--source", source, "--target", target,
+        for name, here, there in (("leaf", leaf, branch), ("branch", branch, root)):
+            link = spawn("link", "client.link", ["--name", name, "--source", here, "--target", there,
                                                  "--on-demand", "--log-level", "WARNING"])
             children.append(link)
             link.wait_ready(60)

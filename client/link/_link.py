@@ -33,7 +33,7 @@ from roq.config import CurveClient
 from roq.errors import BrokerConnectionError, ConfigError, RoQError
 from roq import defaults
 from roq.federation import Pace, Prefixes, Relay, check_name
-from roq.wire.control.links import ClusterName, LinkHello
+from roq.wire.control.links import ClusterName, LinkHello, LinkStats
 from roq.zk import Paths, check_hosts
 from roq.loop import Loop
 from roq.runtime import DropCounter, SignalWakeup, run_main
@@ -181,7 +181,17 @@ class Link:
     def _hello(self) -> LinkHello:
         config = self.config
         return LinkHello(cluster=config.cluster, role=config.role, incarnation=self.epoch,
-                         names=[ClusterName(config.cluster, "")], interest=[])
+                         names=[ClusterName(config.cluster, "")], interest=[], stats=self.stats())
+
+    def stats(self) -> list[LinkStats]:
+        """What the crossing carried so far (none before it started)."""
+        crossing = self.crossing
+        if crossing is None:
+            return []
+        outlet, relay = crossing.outlet, crossing.relay
+        return [LinkStats(target=self.config.target, records_sent=outlet.sent_records, bytes_sent=outlet.sent_bytes,
+                          backlog=relay.in_flight_bytes, moves=outlet.moves, rate_limit=self.config.rate_limit,
+                          carrying=list(relay.wanted.items))]
 
     def _welcome(self) -> None:
         """Say hello to the parent until it welcomes the link.

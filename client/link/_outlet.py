@@ -72,6 +72,8 @@ class Outlet:
         self.exchange = ""  # the exchange sent through ("" none yet)
         self.socket: zmq.Socket[bytes] | None = None
         self.moves = 0  # moves and fail-overs carried out
+        self.sent_records = 0  # records put on the socket (resent ones too)
+        self.sent_bytes = 0  # and their frames' bytes
         self.dropped = 0  # malformed acknowledgements
         self._context = context
         self._curve = curve
@@ -215,5 +217,8 @@ class Outlet:
             except zmq.Again:
                 return  # the next acknowledgement or hello tries again
             frames = waiting.popleft()
+            size = len(frames[0]) + len(frames[1]) + len(frames[2])
+            self.sent_bytes += size
+            self.sent_records += batch.parse_header(frames[1]).count
             if pace is not None:
-                pace.take(sum(len(f) for f in frames), now)
+                pace.take(size, now)

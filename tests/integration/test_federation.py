@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import urllib.request
 
 import client
 from roq.process import spawn
@@ -54,6 +55,21 @@ def test_a_childs_link_is_welcomed_carries_while_welcomed_and_a_cycle_or_a_stale
             pub.flush(10)
             got += [p for b in sub.recv_many(timeout=0.2) for p in b.payloads]
         assert not any(p.startswith(b"us-") for p in got)
+
+        # what the link carried, in the parent's status, in roq federation links and in its metrics
+        deadline = time.monotonic() + 30
+        while not any(x["Records"] >= i for c in hq.manager.federation()["Children"] for x in c["Links"]):
+            assert time.monotonic() < deadline, hq.manager.federation()["Children"]
+            time.sleep(0.2)
+        crossing = hq.manager.federation()["Children"][0]["Links"][0]
+        assert crossing["Target"] == target and crossing["Carrying"] == ["eu."] and crossing["Bytes"] > 0
+        shown = subprocess.run([sys.executable, "-m", "roqcli", "federation", "links", "--zk", hq.zk,
+                                "--root", hq.root], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and "store-1: hello" in shown.stdout and "carries 'eu.'" in shown.stdout, \
+            shown.stdout + shown.stderr
+        with urllib.request.urlopen(hq.http_url() + "/metrics", timeout=10) as answer:
+            metrics = answer.read().decode()
+        assert f'roq_link_records_sent_total{{child="store-1",target="{target}"}}' in metrics
 
         # a cluster named as the parent itself would close a cycle: refused, the link exits naming both ends
         cycle = subprocess.run([sys.executable, "-m", "client.link", *_link(

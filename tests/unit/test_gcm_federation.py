@@ -6,12 +6,16 @@ import pytest
 
 from gcm._federation import CHILD_TIMEOUT, Federation
 from roq.errors import ConflictError
-from roq.wire.control.links import ClusterName, LinkHello
+from roq.wire.control.links import ClusterName, LinkHello, LinkStats
+
+CARRIED = LinkStats("tcp://127.0.0.11:5500", records_sent=1200, bytes_sent=150_000, backlog=4096, moves=1, rate_limit=250_000,
+                    carrying=[b"eu.", b"\xff"])
 
 
-def _hello(cluster: str, role: str = "leaf", incarnation: int = 1, below: tuple[str, ...] = ()) -> LinkHello:
+def _hello(cluster: str, role: str = "leaf", incarnation: int = 1, below: tuple[str, ...] = (),
+           stats: tuple[LinkStats, ...] = ()) -> LinkHello:
     names = [ClusterName(cluster, "hq")] + [ClusterName(n, cluster) for n in below]
-    return LinkHello(cluster=cluster, role=role, incarnation=incarnation, names=names, interest=[])
+    return LinkHello(cluster=cluster, role=role, incarnation=incarnation, names=names, interest=[], stats=list(stats))
 
 
 def test_a_child_is_welcomed_with_the_path_to_the_root_and_shown_in_the_status():
@@ -19,8 +23,21 @@ def test_a_child_is_welcomed_with_the_path_to_the_root_and_shown_in_the_status()
     reply = hq.hello(_hello("eu", "branch", below=("store-1",)), "eu-key", now=0.0)
     assert reply.data == {"Path": ["hq"], "Interest": []}
     assert hq.hello(_hello("eu", "branch", below=("store-1",)), "eu-key", now=1.0).data["Path"] == ["hq"]  # again
-    assert hq.status() == {"Name": "hq", "Role": "root", "Path": [], "Refusals": {}, "Children": [
-        {"Name": "eu", "Key": "eu-key", "Incarnation": 1, "Below": ["store-1"]}]}
+    assert hq.status(1.5) == {"Name": "hq", "Role": "root", "Path": [], "Refusals": {}, "Children": [
+        {"Name": "eu", "Key": "eu-key", "Incarnation": 1, "Below": ["store-1"], "HeardS": 0.5, "Links": []}]}
+
+
+def test_what_a_childs_link_carried_is_kept_as_its_last_hello_said_and_shown():
+    hq = Federation("hq", "root")
+    hq.hello(_hello("eu", stats=(CARRIED,)), "eu-key", now=0.0)
+    assert hq.status(2.0)["Children"][0]["Links"] == [{
+        "Target": "tcp://127.0.0.11:5500", "Records": 1200, "Bytes": 150_000, "Backlog": 4096, "Moves": 1,
+        "RateLimit": 250_000, "Carrying": ["eu.", "\\xff"]}]
+    assert hq.links(2.0) == [("eu", 2.0, [CARRIED])]
+    hq.hello(_hello("eu"), "eu-key", now=3.0)  # a new incarnation that has carried nothing yet says so
+    assert hq.links(3.0) == [("eu", 0.0, [])]
+    hq.expire(3.0 + CHILD_TIMEOUT + 1)
+    assert hq.links(30.0) == []
 
 
 @pytest.mark.parametrize("hello, key, reason, named", [
@@ -36,8 +53,8 @@ def test_a_link_is_refused_with_its_reason_and_both_ends_named_and_counted(hello
     with pytest.raises(ConflictError) as refused:
         hq.hello(hello, key, now=0.0)
     assert refused.value.data == {"Reason": reason} and named in str(refused.value)
-    assert hq.status()["Refusals"] == {reason: 1}
-    assert [c["Name"] for c in hq.status()["Children"]] == ["us"]  # the one admitted is still there
+    assert hq.status(30.0)["Refusals"] == {reason: 1}
+    assert [c["Name"] for c in hq.status(30.0)["Children"]] == ["us"]  # the one admitted is still there
 
 
 def test_a_cluster_in_no_tree_or_a_leaf_refuses_every_link():
@@ -45,7 +62,7 @@ def test_a_cluster_in_no_tree_or_a_leaf_refuses_every_link():
         with pytest.raises(ConflictError, match=says) as refused:
             federation.hello(_hello("x"), "x-key", now=0.0)
         assert refused.value.data == {"Reason": "not_a_parent"}
-    assert Federation("", "root").status()["Name"] == ""
+    assert Federation("", "root").status(0.0)["Name"] == ""
 
 
 def test_a_silent_child_is_forgotten_and_a_new_leader_knows_no_child_until_it_says_hello_again():
@@ -53,9 +70,9 @@ def test_a_silent_child_is_forgotten_and_a_new_leader_knows_no_child_until_it_sa
     hq.hello(_hello("eu"), "eu-key", now=0.0)
     hq.hello(_hello("us"), "us-key", now=10.0)
     assert hq.expire(CHILD_TIMEOUT + 1.0) == ["eu"]
-    assert [c["Name"] for c in hq.status()["Children"]] == ["us"]
+    assert [c["Name"] for c in hq.status(30.0)["Children"]] == ["us"]
     hq.hello(_hello("eu"), "another-key", now=20.0)  # its name is free again
     hq.reset()
-    assert hq.status()["Children"] == []
+    assert hq.status(30.0)["Children"] == []
     hq.hello(_hello("us"), "us-key", now=21.0)
-    assert [c["Name"] for c in hq.status()["Children"]] == ["us"]
+    assert [c["Name"] for c in hq.status(30.0)["Children"]] == ["us"]

@@ -17,6 +17,7 @@ from gcm._feed import LiveFeed
 from gcm._http import HttpApi, read_token
 from gcm._labels import Labels
 from gcm._metrics import Exposition
+from roq.wire.control.links import LinkStats
 from gcm._openapi import ROUTES, document
 from gcm._shapes import snake
 from gcm._view import QueueView, View
@@ -190,6 +191,19 @@ def test_metrics_cap_the_series_per_queue_and_sum_the_rest():
     assert samples[("roq_journal_sync_max_seconds", (("queue", "q"),))] == 0.002
     assert samples[("roq_journal_write_failures_total", (("queue", "q"),))] == 1.0
     assert samples[("roq_journal_lag_bytes", (("queue", "q"),))] == 65536.0
+    carried = LinkStats("tcp://127.0.0.11:5500", records_sent=1200, bytes_sent=150_000, backlog=4096, moves=1,
+                        rate_limit=250_000, carrying=[b"eu."])
+    text = Exposition(top=2, labels=labels).text(view, {}, gcm="gcm1", leading=True, now=time.time(),
+                                                 links=[("store-1", 0.5, [carried])]).decode()
+    samples = {(x.name, tuple(sorted(x.labels.items()))): x.value
+               for f in text_string_to_metric_families(text) for x in f.samples}
+    crossing = (("child", "store-1"), ("target", "tcp://127.0.0.11:5500"))
+    assert samples[("roq_link_heard_seconds", (("child", "store-1"),))] == 0.5
+    assert samples[("roq_link_records_sent_total", crossing)] == 1200.0
+    assert samples[("roq_link_bytes_sent_total", crossing)] == 150_000.0
+    assert samples[("roq_link_backlog_bytes", crossing)] == 4096.0
+    assert samples[("roq_link_rate_limit_bytes_per_second", crossing)] == 250_000.0
+    assert samples[("roq_link_prefixes_carried", crossing)] == 1.0
     standby = Exposition(top=2, labels=labels).text(view, {}, gcm="gcm2", leading=False, now=0.0).decode()
     assert 'roq_gcm_leader{gcm="gcm2"} 0.0' in standby and "roq_queue" not in standby
 

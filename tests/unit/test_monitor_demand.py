@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor._demand import MAX_WANTS, RETELL_S
+from monitor._demand import LINK_TIMEOUT, MAX_WANTS, RETELL_S
 from monitor.testing import Driver
 from roq.wire import control
 from roq.wire.control import Interest, QueueInterest
@@ -39,8 +39,8 @@ def test_what_a_side_wants_is_told_to_every_other_side_never_back_to_its_own():
     d.send(wants(b"orders.", side="store-1"), b"down-1")  # ...and a link reading this queue carries to store-1
     assert told(d, b"in-2")[-1] == [b"orders."]  # store-2's link carries orders. in, for store-1
     assert told(d, b"in-1")[-1] == []  # never store-1's own wants back to store-1
-    for _ in range(int(10 * d.config.subscriber_timeout) + 2):  # the reader goes silent, the others say hello
-        d.run(1.0)
+    for _ in range(int(LINK_TIMEOUT / 0.5) + 2):  # the reader goes silent, the others say hello twice a second
+        d.run(0.5)
         d.send(wants(side="store-1"), b"in-1")
         d.send(wants(side="store-2"), b"in-2")
     # forgotten, and its wants with it

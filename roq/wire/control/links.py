@@ -18,7 +18,7 @@ import dataclasses
 
 from roq.wire.control.codec import Message, message
 
-__all__ = ["ROLES", "REFUSALS", "QueueInterest", "ClusterName", "Interest", "Names", "NamesRefused",
+__all__ = ["ROLES", "REFUSALS", "QueueInterest", "ClusterName", "LinkStats", "Interest", "Names", "NamesRefused",
            "LinkHello", "LinkWelcome", "LinkRefused"]
 
 #: a cluster's place in its tree
@@ -44,6 +44,22 @@ class ClusterName:
     name: str
     parent: str
     key: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkStats:
+    """What one crossing of a link carried since the link process started, said with each hello: the monitor of
+    the queue it carries into (``target``), the records and bytes it sent there (resent ones too), the bytes on
+    their way not acknowledged yet (``backlog``), its moves and fail-overs there, its rate limit (bytes a second,
+    0: none) and the key prefixes it carries now."""
+
+    target: str
+    records_sent: int = 0
+    bytes_sent: int = 0
+    backlog: int = 0
+    moves: int = 0
+    rate_limit: int = 0
+    carrying: list[bytes] = dataclasses.field(default_factory=list)
 
 
 @message(60)
@@ -85,13 +101,14 @@ class NamesRefused(Message):
 class LinkHello(Message):
     """Child -> parent, opening a link: the child's name and role (``branch`` or ``leaf``), the link's
     ``incarnation`` (a newer one replaces an older; an older one is stale), the clusters of its subtree (itself
-    first) and everything it wants."""
+    first), everything it wants, and what each of its crossings carried so far."""
 
     cluster: str
     role: str
     incarnation: int
     names: list[ClusterName]
     interest: list[QueueInterest]
+    stats: list[LinkStats] = dataclasses.field(default_factory=list)
 
 
 @message(64)
