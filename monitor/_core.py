@@ -88,7 +88,8 @@ class Core:
         self.scaling = (Scaling(config.queue, t, self.rules, self.mover, self.exchanges, self.subscribers, events, out)
                         if clustered else None)
         self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state,
-                                   totals=self.kpis.totals, latency=self.kpis.latency, journal=self.durability.describe)
+                                   totals=self.kpis.totals, latency=self.kpis.latency, journal=self.durability.describe,
+                                   links=self.demand.describe, adverts=lambda: self.demand.adverts)
         self._settled = False
 
     def handlers(self) -> dict[type[control.Message], Handler]:

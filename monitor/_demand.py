@@ -25,6 +25,7 @@ from monitor._topology import MAX_PREFIX, Topology
 from roq.errors import BadRequestError, ConflictError
 from roq.federation import minimal
 from roq.wire import control
+from roq.wire.status import LinkDemand
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,13 @@ class Demand:
             log.info("link of side %r silent for %.1fs: forgotten", link.side[:64], now - link.last_seen)
         if wanted:
             self.changed(now)
+
+    def describe(self, now: float) -> list[LinkDemand]:
+        """Every link known, for the status."""
+        def text(prefixes: tuple[bytes, ...] | None) -> list[str]:
+            return [p.decode("utf-8", "backslashreplace") for p in prefixes or ()]
+        return [LinkDemand(side=link.side, wants=text(link.wants), told=text(link.told),
+                           heard_s=round(max(0.0, now - link.last_seen), 3)) for link in self.links.values()]
 
     def _tell(self, identity: bytes, link: _Link, view: tuple[bytes, ...], now: float) -> None:
         link.told, link.told_at = view, now

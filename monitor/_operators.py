@@ -21,14 +21,14 @@ from roq.wire.control import Reply
 from roq.errors import BadRequestError, NotFoundError, UnavailableError
 from roq.runtime import DropCounter
 from roq.wire.shape import to_document
-from roq.wire.status import JournalStatus, LatencyHistogram, QueueStatus, ScalingStatus, Totals
+from roq.wire.status import JournalStatus, LatencyHistogram, LinkDemand, QueueStatus, ScalingStatus, Totals
 
 __all__ = ["Operators", "fit", "MAX_STATUS_BYTES"]
 
 MAX_STATUS_BYTES = 1_000_000  # the status reply's BSON stays under this (ZeroMQ peers take 1 MiB)
 STATUS_EVENTS = 200  # recent events in the status reply
 #: the lists of the status reply that are cut when it would be too long (the newest events are kept)
-LISTS = ("exchanges", "publishers", "subscribers", "relocations", "events")
+LISTS = ("exchanges", "publishers", "subscribers", "relocations", "events", "links")
 
 
 class Operators:
@@ -46,7 +46,10 @@ class Operators:
 
     def __init__(self, queue: str, pid: int, topology: Topology, mover: Mover, rules: Rules, events: EventLog,
                  drops: DropCounter, scaling: Callable[[], ScalingStatus], *, totals: Mapping[str, int],
-                 latency: Mapping[str, Any], journal: Callable[[float], JournalStatus]) -> None:
+                 latency: Mapping[str, Any], journal: Callable[[float], JournalStatus],
+                 links: Callable[[float], list[LinkDemand]] = lambda now: [], adverts: Callable[[], int] = lambda: 0) -> None:
+        self.links = links
+        self.adverts = adverts
         self.journal = journal
         self.totals = totals
         self.latency = latency
@@ -80,13 +83,14 @@ class Operators:
             scaling=self.scaling(),
             journal=self.journal(now),
             relocations=self.mover.describe(),
-            counters={**self.events.counters, "dropped_messages": self.drops.total},
+            counters={**self.events.counters, "dropped_messages": self.drops.total, "interest_adverts": self.adverts()},
             totals=Totals(**self.totals),
             latency_histogram=LatencyHistogram(bounds_ms=list(latency["bounds_ms"]), counts=list(latency["counts"]),
                                                sum_ms=float(latency["sum_ms"])),
             dropped=dict(self.drops.by_reason),
             refused=dict(self.topology.refused),
             events=self.events.recent(STATUS_EVENTS),
+            links=self.links(now),
         )
 
     def force_relocate(self, force: control.ForceRelocate, identity: bytes, now: float) -> Reply:

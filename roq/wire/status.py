@@ -28,6 +28,7 @@ __all__ = [
     "PublisherStatus",
     "SubscriberStatus",
     "RelocationStatus",
+    "LinkDemand",
     "ScalingStatus",
     "JournalStatus",
     "LatencyHistogram",
@@ -102,6 +103,17 @@ class SubscriberStatus:
     gaps: int | None = optional()
     lost: int | None = optional()
     duplicates: int | None = optional()
+
+
+@dataclass(frozen=True)
+class LinkDemand:
+    """A link that touches the queue (see :mod:`monitor._demand`): its side, what it wants of the queue, what the
+    monitor last told it the queue wants (prefixes, shown as text) and seconds since it said so."""
+
+    side: str
+    wants: list[str]
+    told: list[str]
+    heard_s: float
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,7 @@ class QueueStatus:
     dropped: dict[str, int]  # input dropped, by reason
     refused: dict[str, int]  # newcomers refused beyond a table's bound, by table
     events: list[dict[str, Any]]  # the recent ones, oldest first (each an :class:`Event` and its kind's fields)
+    links: list[LinkDemand] | None = optional()  # the links that touch it (a monitor of before 2026-11-27: none)
     truncated: dict[str, Shown] | None = optional()  # the lists cut to fit in a reply ("placement": the scaling's)
 
     def count(self, counter: str) -> int:

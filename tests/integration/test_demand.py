@@ -40,15 +40,33 @@ def test_an_on_demand_chain_carries_a_record_only_while_a_subscriber_at_its_end_
         wait_until(lambda: journaled(0) >= 2000, 60, "2,000 records at the leaf")
         assert journaled(1) == journaled(2) == 0
 
-        # a subscriber at the root on "a.": a.1 crosses both links, b.1 neither
-        sub = conns[2].subscriber(b"a.")
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(got) < 300:
-            assert time.monotonic() < deadline, f"{len(got)} records reached the root's subscriber"
-            got += [b.key for b in sub.recv_many(timeout=0.5) for _ in b.payloads]
-        assert set(got) == {b"a.1"}
-        sub.close()
+        def adverts() -> list[int]:
+            """Interest messages each site's monitor sent a link because what it wants changed."""
+            return [conn.status().count("interest_adverts") for conn in conns]
+
+        def receive(sub: client.Subscriber, count: int) -> list[bytes]:
+            got: list[bytes] = []
+            deadline = time.monotonic() + 60
+            while len(got) < count:
+                assert time.monotonic() < deadline, f"{len(got)} records reached the root's subscriber"
+                got += [b.key for b in sub.recv_many(timeout=0.5) for _ in b.payloads]
+            return got
+
+        # a subscriber at the root on "a.": a.1 crosses both links, b.1 neither; its interest cost one message on
+        # each link on its way (the root's monitor to the branch's link, the branch's monitor to the leaf's) and
+        # none elsewhere
+        assert adverts() == [0, 0, 0]
+        first = conns[2].subscriber(b"a.")
+        assert set(receive(first, 300)) == {b"a.1"}
+        assert adverts() == [0, 1, 1]
+        # two more on what is wanted already: nothing more is told anywhere
+        more = [conns[2].subscriber(b"a."), conns[2].subscriber(b"a.1")]
+        for sub in more:
+            assert set(receive(sub, 100)) == {b"a.1"}
+        for sub in more:
+            sub.close()
+        assert adverts() == [0, 1, 1]
+        first.close()
 
         # it left: soon nothing crosses any more, while the leaf publishes on
         def crossing_stopped() -> bool:
@@ -58,6 +76,7 @@ def test_an_on_demand_chain_carries_a_record_only_while_a_subscriber_at_its_end_
 
         wait_until(crossing_stopped, 60, "the links to stop carrying")
         assert journaled(1) > 0 and journaled(2) > 0
+        assert adverts() == [0, 2, 2]  # the last one left: one message on each link again
     finally:
         for link in links:
             link.stop()

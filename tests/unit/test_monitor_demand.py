@@ -30,6 +30,9 @@ def test_a_link_is_told_what_the_subscribers_want_once_and_on_every_change():
     assert told(d, b"in")[-1] == [b"eu.fr"]  # the last one on eu. left: the narrower one is what is left
     d.send(control.SubscriberBye("s2"), b"s2")
     assert told(d, b"in")[-1] == [] and d.core.demand.adverts == 3
+    status = d.status()  # in the status: the link, and what it was told
+    assert status.count("interest_adverts") == 3
+    assert [(x.side, x.wants, x.told) for x in status.links or []] == [("store-1", [], [])]
 
 
 def test_what_a_side_wants_is_told_to_every_other_side_never_back_to_its_own():
