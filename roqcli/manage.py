@@ -177,7 +177,8 @@ def _links_lines(f: dict[str, Any]) -> str:
             limit = f"{x['RateLimit'] * 8 / 1e6:g} Mbit/s" if x["RateLimit"] else "none"
             lines.append(f"  into {x['Target']}: {x['Records']:,} records, {x['Bytes'] / 1e6:.1f} MB sent; backlog "
                          f"{x['Backlog'] / 1e3:.1f} kB; {x['Moves']} move(s); rate limit {limit}; carries "
-                         + (", ".join(repr(p) for p in x["Carrying"]) or "nothing"))
+                         + (", ".join(repr(p) for p in x["Carrying"]) or "nothing")
+                         + (f"; REFUSED there: {x['Refused']}" if x.get("Refused") else ""))
     return "\n".join(lines)
 
 

@@ -191,7 +191,7 @@ class Link:
         outlet, relay = crossing.outlet, crossing.relay
         return [LinkStats(target=self.config.target, records_sent=outlet.sent_records, bytes_sent=outlet.sent_bytes,
                           backlog=relay.in_flight_bytes, moves=outlet.moves, rate_limit=self.config.rate_limit,
-                          carrying=list(relay.wanted.items))]
+                          carrying=list(relay.wanted.items), refused=outlet.refused[:500])]
 
     def _welcome(self) -> None:
         """Say hello to the parent until it welcomes the link.

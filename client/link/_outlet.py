@@ -7,7 +7,9 @@ back into the :class:`~roq.federation.Relay`, which decides what is done. The mo
 any publisher, and as one: on a planned move the markers of every relayed id go through the exchange it
 leaves, then what is on its way goes again through the new one under the next epoch (the far side drops
 what it had); on a fail-over, the same without markers. An exchange that acknowledges nothing for
-``ack_timeout`` while batches wait is reported to the monitor (a Panic), as a publisher does.
+``ack_timeout`` while batches wait is reported to the monitor (a Panic), as a publisher does. A monitor that
+refuses the link (its key may not publish into the queue: FORBIDDEN) is asked again with every hello, and the
+refusal is said once, counted and kept (:attr:`Outlet.refused`) until the monitor assigns an exchange.
 
 Everything runs in the link's one loop (:meth:`Outlet.attach`); nothing blocks: a batch the exchange's pipe
 cannot take now waits here, in order, and the relay's bound on what is on its way bounds it. So does a batch
@@ -27,7 +29,7 @@ import zmq
 from client._channel import MonitorChannel
 from client._locator import MonitorLocator
 from roq.config import CurveClient
-from roq.errors import ProtocolError
+from roq.errors import ProtocolError, Result
 from roq.federation import Pace, Relay
 from roq.loop import Loop
 from roq.wire import batch, control
@@ -75,6 +77,8 @@ class Outlet:
         self.sent_records = 0  # records put on the socket (resent ones too)
         self.sent_bytes = 0  # and their frames' bytes
         self.dropped = 0  # malformed acknowledgements
+        self.refused = ""  # why the monitor refuses the link ("": it does not)
+        self.refusals = 0  # its refusals heard
         self._context = context
         self._curve = curve
         locator = MonitorLocator(monitor) if isinstance(monitor, str) else monitor
@@ -119,7 +123,16 @@ class Outlet:
     def from_monitor(self) -> None:
         for msg in self._channel.receive():
             if isinstance(msg, control.Relocate) and msg.publisher == self.identity.hex():
+                if self.refused:
+                    log.info("%s: the monitor admits the link now", self.who)
+                    self.refused = ""
                 self._move(msg)
+            elif isinstance(msg, control.Reply) and msg.result == Result.FORBIDDEN:
+                self.refusals += 1
+                if msg.comment != self.refused:
+                    log.error("%s: the far queue's monitor refuses the link: %s (asked again with every hello)",
+                              self.who, msg.comment)
+                self.refused = msg.comment
             elif isinstance(msg, control.Interest):
                 if self._on_interest is not None:
                     self._on_interest(msg)

@@ -21,6 +21,7 @@ import zmq
 from client._channel import MonitorChannel
 from client._locator import MonitorLocator
 from roq.config import CurveClient
+from roq.errors import Result
 from roq.federation import Prefixes, Relay
 from roq.loop import Loop
 from roq.wire import control
@@ -45,6 +46,7 @@ class Wants:
         self.on_demand = on_demand
         self.far: Prefixes | None = None  # what the far queue wants (None: not told yet)
         self.changes = 0  # times what crosses changed
+        self.refused = ""  # why the source queue's monitor refuses what the link says ("": it does not)
         self.who = who
         self._channel = MonitorChannel(context, MonitorLocator(source), f"{who} (its wants)", curve)
         relay.want(Prefixes() if on_demand else prefixes)
@@ -83,5 +85,8 @@ class Wants:
         self._channel.close()
 
     def _readable(self) -> None:
-        for _ in self._channel.receive():  # what the source queue wants of the far side: not this link's business
-            pass
+        for msg in self._channel.receive():  # what the source queue wants of the far side: not this link's business
+            if isinstance(msg, control.Reply) and msg.result == Result.FORBIDDEN and msg.comment != self.refused:
+                log.error("%s: the source queue's monitor refuses what the link says it wants: %s", self.who,
+                          msg.comment)
+                self.refused = msg.comment

@@ -95,3 +95,46 @@ def test_a_childs_link_is_welcomed_carries_while_welcomed_and_a_cycle_or_a_stale
             if link is not None:
                 link.stop()
         store.stop()
+
+
+def test_a_link_whose_key_may_not_publish_into_the_parents_queue_is_refused_said_and_carries_once_granted(
+        make_embedded, tmp_path):
+    """A secure parent: the child's link may open (``link``) but its key may not publish into ``orders``: the
+    queue's monitor refuses it, and the parent's status says so, naming why; once granted, it carries."""
+    hq = make_embedded(hosts=1, secure=True, gcm_args=["--cluster-name", "hq"])
+    admin = hq.manager
+    admin.create("orders", exchanges=1)
+    creds = hq.keys.client("store-1")
+    admin.grant("store-1", "link")
+    target = admin.lookup("orders")
+    store = DurableQueue("127.0.0.16", str(tmp_path / "store"), exchanges=1)
+    link = spawn("link", "client.link", _link("--source", store.monitor, "--target", target, "--cluster", "store-1",
+                                              "--parent-zk", hq.zk, "--parent-root", hq.root,
+                                              "--target-credentials", creds))
+    conn = client.connect(store.monitor)
+    try:
+        link.wait_ready(60)
+
+        def crossing() -> dict:
+            children = admin.federation()["Children"]
+            return children[0]["Links"][0] if children and children[0]["Links"] else {}
+
+        deadline = time.monotonic() + 30
+        while "publish" not in crossing().get("Refused", ""):
+            assert time.monotonic() < deadline, crossing()
+            time.sleep(0.2)
+        shown = subprocess.run([sys.executable, "-m", "roqcli", "federation", "links", "--zk", hq.zk, "--root",
+                                hq.root, "--credentials", hq.credentials], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and "REFUSED there" in shown.stdout, shown.stdout + shown.stderr
+        admin.grant("store-1", "publish", "orders")
+        pub = conn.publisher()
+        deadline = time.monotonic() + 30
+        while crossing().get("Refused") or not crossing().get("Records"):
+            assert time.monotonic() < deadline, crossing()
+            pub.send(b"eu.x", b"x")
+            pub.flush(10)
+            time.sleep(0.2)
+    finally:
+        link.stop()
+        conn.close()
+        store.stop()

@@ -51,7 +51,7 @@ class LinkStats:
     """What one crossing of a link carried since the link process started, said with each hello: the monitor of
     the queue it carries into (``target``), the records and bytes it sent there (resent ones too), the bytes on
     their way not acknowledged yet (``backlog``), its moves and fail-overs there, its rate limit (bytes a second,
-    0: none) and the key prefixes it carries now."""
+    0: none), the key prefixes it carries now, and why the far queue's monitor refuses it ("": it does not)."""
 
     target: str
     records_sent: int = 0
@@ -60,6 +60,7 @@ class LinkStats:
     moves: int = 0
     rate_limit: int = 0
     carrying: list[bytes] = dataclasses.field(default_factory=list)
+    refused: str = ""
 
 
 @message(60)
