@@ -275,11 +275,15 @@ class Exchange:
         self.monitor.send(self._heartbeat())
 
     def _check_drained(self, now: float) -> None:
-        """Stop once no publisher has sent for a while after the drain began, or at the drain timeout."""
+        """Stop once no publisher has sent for a while after the drain began and every subscriber that reads took
+        what it was sent (:mod:`exchange._delivery`: a subscriber stalled for ``delivery_hold`` is not waited for),
+        or at the drain timeout."""
         if self._draining_since is None:
             return
         idle = now - max(self.forwarder.last_data, self._draining_since)
-        if idle >= 2 * self.config.heartbeat_interval or now - self._draining_since >= self.config.drain_timeout:
+        delivered = self.forwarder.delivery.due == float("inf")  # nothing acknowledged waits to be taken
+        if (idle >= 2 * self.config.heartbeat_interval and delivered) or \
+                now - self._draining_since >= self.config.drain_timeout:
             self.loop.stop()
 
 
