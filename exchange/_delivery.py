@@ -61,10 +61,8 @@ class Delivery:
         self.beacon_id = beacon_id
         self.hold = hold
         self.next_mark = 1
-        self.delivered = 0  # the highest mark every subscriber counted took
         # (mark, when it was sent, what each publisher's connection had been acknowledged by then), marks in order
         self.marks: collections.deque[tuple[int, float, dict[Any, int]]] = collections.deque()
-        self.told = 0  # delivered frames sent
         self._next = 0.0
 
     @property
@@ -111,8 +109,7 @@ class Delivery:
         marks = self.marks
         last = marks[-1][0]
         first = marks[0][0]
-        hold = self.hold
-        floor = last
+        hold, floor = self.hold, last
         for sub in self.subscribers.all:
             took = sub.mark
             if took >= floor:
@@ -134,13 +131,11 @@ class Delivery:
         seqs: dict[Any, int] = {}
         while marks and marks[0][0] <= upto:
             seqs.update(marks.popleft()[2])
-        self.delivered = upto
         send = self.acks.frontend.send_multipart
         for conn, seq in seqs.items():
             if isinstance(conn, tuple):  # a relayed publisher's: its link resends by its own rules
                 continue
             try:
                 send((conn, batch.encode_delivered(seq)), zmq.NOBLOCK)
-                self.told += 1
             except (zmq.ZMQError, ProtocolError):  # gone, or its pipe full: it keeps the batches a while longer
                 pass

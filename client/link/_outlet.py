@@ -9,7 +9,7 @@ leaves, then what is on its way goes again through the new one under the next ep
 what it had); on a fail-over, the same without markers. An exchange that acknowledges nothing for
 ``ack_timeout`` while batches wait is reported to the monitor (a Panic), as a publisher does. A monitor that
 refuses the link (its key may not publish into the queue: FORBIDDEN) is asked again with every hello, and the
-refusal is said once, counted and kept (:attr:`Outlet.refused`) until the monitor assigns an exchange.
+refusal is said once and kept (:attr:`Outlet.refused`) until the monitor assigns an exchange.
 
 Everything runs in the link's one loop (:meth:`Outlet.attach`); nothing blocks: a batch the exchange's pipe
 cannot take now waits here, in order, and the relay's bound on what is on its way bounds it. So does a batch
@@ -78,7 +78,6 @@ class Outlet:
         self.sent_bytes = 0  # and their frames' bytes
         self.dropped = 0  # malformed acknowledgements
         self.refused = ""  # why the monitor refuses the link ("": it does not)
-        self.refusals = 0  # its refusals heard
         self._context = context
         self._curve = curve
         locator = MonitorLocator(monitor) if isinstance(monitor, str) else monitor
@@ -128,7 +127,6 @@ class Outlet:
                     self.refused = ""
                 self._move(msg)
             elif isinstance(msg, control.Reply) and msg.result == Result.FORBIDDEN:
-                self.refusals += 1
                 if msg.comment != self.refused:
                     log.error("%s: the far queue's monitor refuses the link: %s (asked again with every hello)",
                               self.who, msg.comment)

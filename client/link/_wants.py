@@ -45,7 +45,6 @@ class Wants:
         self.side = side
         self.on_demand = on_demand
         self.far: Prefixes | None = None  # what the far queue wants (None: not told yet)
-        self.changes = 0  # times what crosses changed
         self.refused = ""  # why the source queue's monitor refuses what the link says ("": it does not)
         self.who = who
         self._channel = MonitorChannel(context, MonitorLocator(source), f"{who} (its wants)", curve)
@@ -65,7 +64,6 @@ class Wants:
             return
         wanted = self.prefixes.intersect(far)
         if self.relay.want(wanted):
-            self.changes += 1
             log.info("%s: carries %s (what the far side wants of %s)", self.who,
                      ", ".join(repr(p) for p in wanted.items) or "nothing",
                      ", ".join(repr(p) for p in self.prefixes.items))
