@@ -2,13 +2,18 @@
 
 A link (``python -m client.link``) tells the monitor of each queue it touches what it wants of that queue's
 records (:class:`~roq.wire.control.links.Interest`, whole, with every hello): the queue it reads wants what the
-link's far side wants; the queue it carries records into, none. It says so under a *side*, the far end of the
-link (a cluster's name). The monitor answers each link with what the queue wants, whole: the prefixes its
-subscribers subscribed to, and what every link of **another** side wants, so that what a side wants is never
-told back to that side. It answers when the link is new to it, when that changes (a subscriber joined or left,
-another link's wants changed), and again every :data:`RETELL_S` in case a message was lost; an unchanged
-hello gets nothing. A link with ``--on-demand`` carries only what the queue it carries into wants, so a record
-crosses a link only while a subscriber somewhere beyond it wants its key, however many links away.
+link's far side wants; the queue it carries records into, none. It says so under a *side*, the child end of the
+edge it is on (a cluster's name). The monitor answers each link that carries records into the queue with what
+the queue wants, whole: the prefixes its subscribers subscribed to, and what every link of **another** side
+that reads the queue wants, so that what a side wants is never told back to that side. On a tree's edge a link
+also says which *way* it carries records: a link that carries records up into the queue (from a child) is told
+the wants of the links that read it up (toward the parent), one that carries them down (from the parent) the
+wants of those that read it down (toward the children); so interest made at a leaf reaches the root along its
+path and nowhere else, and interest made at the root reaches every child, but never sideways from one child
+to another. It answers when the link is new to it, when that changes (a subscriber joined or left, another
+link's wants changed), and again every :data:`RETELL_S` in case a message was lost; an unchanged hello gets
+nothing. A link with ``--on-demand`` carries only what the queue it carries into wants, so a record crosses a
+link only while a subscriber somewhere beyond it wants its key, however many links away.
 
 Links silent for :data:`LINK_TIMEOUT` are forgotten (their wants with them: a link says hello twice a second, and
 one killed and started again comes back on a new connection); the table is bounded
@@ -46,6 +51,8 @@ class _Link:
     side: str
     wants: tuple[bytes, ...]
     last_seen: float
+    way: str = ""
+    reads: bool = False
     told: tuple[bytes, ...] | None = None  # what it was last told (None: nothing yet)
     told_at: float = 0.0
 
@@ -74,6 +81,8 @@ class Demand:
         """
         if len(msg.side) > 64:
             raise BadRequestError(f"side of {len(msg.side)} characters (64 at most)")
+        if msg.way not in control.WAYS:
+            raise BadRequestError(f"a link carries records up, down or (outside a tree) neither, not {msg.way[:16]!r}")
         link = self.links.get(identity)
         if link is None:
             if len(self.links) >= MAX_LINKS:
@@ -91,28 +100,31 @@ class Demand:
         if len(wants) > MAX_WANTS:
             raise BadRequestError(f"{len(wants)} prefixes wanted ({MAX_WANTS} at most)")
         kept = minimal(wants)
-        changed = kept != link.wants or msg.side != link.side
-        link.side, link.wants, link.last_seen = msg.side, kept, now
+        changed = (kept, msg.side, msg.way, msg.reads) != (link.wants, link.side, link.way, link.reads)
+        link.side, link.wants, link.last_seen, link.way, link.reads = msg.side, kept, now, msg.way, msg.reads
         if changed:
             self.changed(now)
-        if link.told is None or now - link.told_at >= RETELL_S:
-            self._tell(identity, link, self.wanted_by(link.side), now)
+        if not link.reads and (link.told is None or now - link.told_at >= RETELL_S):
+            self._tell(identity, link, self.wanted_by(link.side, link.way), now)
 
     def changed(self, now: float) -> None:
         """What the queue wants may have changed (a subscriber came or went, a link's wants changed): tell each
-        link whose view changed."""
+        link that carries records in whose view changed."""
         for identity, link in self.links.items():
-            view = self.wanted_by(link.side)
-            if link.told is not None and view != link.told:
+            if link.reads or link.told is None:
+                continue
+            view = self.wanted_by(link.side, link.way)
+            if view != link.told:
                 self.adverts += 1
                 self._tell(identity, link, view, now)
 
-    def wanted_by(self, side: str) -> tuple[bytes, ...]:
-        """What the queue wants, as told to a link of ``side``: its subscribers' prefixes and the wants of the
-        links of every other side."""
+    def wanted_by(self, side: str, way: str = "") -> tuple[bytes, ...]:
+        """What the queue wants, as told to a link of ``side`` that carries records in ``way``: its subscribers'
+        prefixes and the wants of the links of every other side (on a tree's edge, of those that read the queue
+        the same way)."""
         prefixes = {s.prefix for s in self.topology.subscribers.values()}
         for link in self.links.values():
-            if link.side != side:
+            if link.side != side and (not way or link.way in (way, "")):
                 prefixes.update(link.wants)
         return minimal(prefixes)
 
@@ -131,7 +143,8 @@ class Demand:
         def text(prefixes: tuple[bytes, ...] | None) -> list[str]:
             return [p.decode("utf-8", "backslashreplace") for p in prefixes or ()]
         return [LinkDemand(side=link.side, wants=text(link.wants), told=text(link.told),
-                           heard_s=round(max(0.0, now - link.last_seen), 3)) for link in self.links.values()]
+                           heard_s=round(max(0.0, now - link.last_seen), 3), way=link.way, reads=link.reads)
+                for link in self.links.values()]
 
     def _tell(self, identity: bytes, link: _Link, view: tuple[bytes, ...], now: float) -> None:
         link.told, link.told_at = view, now

@@ -111,7 +111,7 @@ def _batched(frontend: str, records: int) -> float:
             if sock.poll(1):
                 while True:
                     try:
-                        high = batch.decode_ack(sock.recv(zmq.NOBLOCK))
+                        high = _ack_of(sock.recv(zmq.NOBLOCK))
                     except zmq.Again:
                         break
                     in_flight = [s for s in in_flight if s > high]
@@ -120,6 +120,11 @@ def _batched(frontend: str, records: int) -> float:
     finally:
         sock.close()
         ctx.term()
+
+
+def _ack_of(frame: bytes) -> int:
+    """The seq an exchange's frame acknowledges; 0 for a ``delivered`` frame (which acknowledges nothing new)."""
+    return 0 if batch.decode_delivered(frame) is not None else batch.decode_ack(frame)
 
 
 def _one_at_a_time(monitor: str, seconds: float) -> list[float]:
@@ -159,7 +164,7 @@ def _raw_one_at_a_time(frontend: str, seconds: float) -> list[float]:
             seq += 1
             at = time.perf_counter()
             sock.send_multipart([b"bench", batch.pack_header(batch.DATA, me, seq, 1, flags=batch.FLAG_ACK_NOW), body])
-            while not sock.poll(10_000) or batch.decode_ack(sock.recv()) < seq:
+            while not sock.poll(10_000) or _ack_of(sock.recv()) < seq:
                 pass
             trips.append((time.perf_counter() - at) * 1000)
     finally:

@@ -36,6 +36,7 @@ class Crossing:
                  interest: Callable[[], control.Interest] | None = None,
                  on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None) -> None:
         self.relay = relay
+        self.target = monitor
         self.commit_interval = commit_interval
         self.held = False  # told to carry nothing for now (the parent refused the link)
         self.source = JournalSource(context, source, name, self._entries, curve=curve_here)

@@ -1,4 +1,5 @@
-"""The link process: one durable queue of this cluster carried into a queue of another, for the keys wanted there.
+"""The link process: one durable queue of this cluster carried into a queue of another (and, on a tree's edge,
+back), for the keys wanted there.
 
 ``python -m client.link --name eu-hq --source tcp://127.0.0.11:5500 --target tcp://127.0.0.21:5500 --prefix eu.``
 reads the source queue's journal as the durable reader ``link.<name>`` (from the position it kept there; a new
@@ -6,6 +7,13 @@ link from the journal's end), relays the records whose keys start with a ``--pre
 and publishes them into the target queue under relayed ids (:class:`~client.link.Crossing`). Killed and started
 again, it goes on from its last commit, and the far side drops what it had already: each record lands once, in
 its publisher's order.
+
+**Both ways, on a tree's edge.** A link of a child cluster (``--cluster``) carries records *up*, from its queue
+into the parent's; with ``--down`` it also carries the parent queue's records *down* into its own (read as the
+durable reader ``link.<name>.down`` in the parent's journal): two crossings in one process, one loop, one hello.
+The tree's rules hold on each (:class:`~roq.federation.Relay`'s ``way``): what came down never goes back up,
+what came up from a child never goes down again, and each queue's monitor hears which way a link reads it, so
+interest reaches a parent only from below and a child only from above.
 
 **Epochs.** The far side's subscribers order each relayed publisher by epoch across the link's moves, and a
 link started again goes on with the same relayed ids: its first epoch must be above every epoch of the ones
@@ -44,8 +52,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Link", "LinkConfig", "main", "first_epoch"]
 
-DESCRIPTION = ("A link: one durable queue of this cluster carried into a queue of another cluster, for the keys "
-               "wanted there, each record once and in its publisher's order, across restarts.")
+DESCRIPTION = ("A link: one durable queue of this cluster carried into a queue of another cluster (with --down, "
+               "and back), for the keys wanted there, each record once and in its publisher's order, across "
+               "restarts.")
 #: 2026-01-01T00:00:00Z, where a link's first epoch counts from
 EPOCH_ORIGIN = 1767225600
 #: a journal that is not heard of yet is asked about this often, seconds
@@ -69,11 +78,14 @@ class LinkConfig:
         max_bytes: bytes of records on their way, unacknowledged, before the link stops reading the journal.
         rate_limit: bytes a second the link sends at most (0: no limit); 250000 is 2 Mbit/s.
         connect_timeout: seconds to find the source queue's journal, and to be welcomed by the parent, at the start.
-        cluster: the child cluster's name in its tree: with ``parent_zk``, the link says hello to the parent
-            cluster as this child, and carries records only while the parent welcomes it.
+        cluster: the child cluster's name in its tree: the link is an edge of the tree, its records go by the
+            tree's rules (up from the child, down with ``down``, never sideways); with ``parent_zk``, the link says
+            hello to the parent cluster as this child, and carries records only while the parent welcomes it.
         role: the child's place in the tree: leaf (no children) or branch.
         parent_zk: the parent cluster's ZooKeeper ("" = no hello: the link carries records unannounced).
         parent_root: the parent cluster's ZooKeeper root.
+        down: on a tree's edge (``cluster`` set): also carry the target queue's records (the parent's) into the
+            source queue (down the tree), for the same prefixes; the target queue must be durable too.
     """
 
     name: str
@@ -90,6 +102,7 @@ class LinkConfig:
     role: str = "leaf"
     parent_zk: str = ""
     parent_root: str = defaults.ROOT
+    down: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -110,6 +123,10 @@ class LinkConfig:
             raise ConfigError(f"LinkConfig.rate_limit must be bytes a second, 0 or more, got {self.rate_limit!r}")
         if not self.connect_timeout > 0:
             raise ConfigError(f"LinkConfig.connect_timeout must be above 0, got {self.connect_timeout!r}")
+        if self.down and not self.cluster:
+            raise ConfigError("LinkConfig.down carries records down a tree's edge: name the child cluster (cluster)")
+        if self.cluster:
+            check_name(self.cluster)
         if self.parent_zk:
             check_name(self.cluster)
             check_hosts(self.parent_zk)
@@ -133,8 +150,8 @@ class Link:
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.loop = Loop("link", DropCounter(log, "link"))
         self.journal = ""
-        self.crossing: Crossing | None = None
-        self.wants: Wants | None = None
+        self.crossings: list[Crossing] = []  # up (or the one way outside a tree), then down
+        self.wants: list[Wants] = []
         self.epoch = first_epoch(time.time())
         self.parent: Parent | None = None
         if config.parent_zk:
@@ -142,41 +159,60 @@ class Link:
                                  on_change=self._follow_parent, curve=self.there, who=f"link {config.name}")
 
     def start(self) -> None:
-        """Find the source queue's journal and start crossing.
+        """Find the source queue's journal (and with ``down`` the target's) and start crossing.
 
         Raises:
-            BrokerConnectionError: the source queue's monitor did not answer, or named no live journal, within
+            BrokerConnectionError: a queue's monitor did not answer, or named no live journal, within
                 ``connect_timeout``.
-            ConfigError: the source queue is not durable, or credentials that cannot be used.
+            ConfigError: a queue is not durable, or credentials that cannot be used.
         """
         config = self.config
         if self.parent is not None:
             self._welcome()
-        self.journal = self._find_journal()
-        if self.there is not None:
-            identity = identity_for(self.there.public_key.encode())
-        else:
-            identity = hashlib.blake2b(config.name.encode(), digest_size=TAG_BYTES).digest() + os.urandom(8)
-        relay = Relay(identity[:TAG_BYTES], epoch=self.epoch, max_bytes=config.max_bytes)
-        prefixes = Prefixes.of(p.encode() for p in config.prefix) if config.prefix else Prefixes.of([b""])
-        # its side, to the monitors: the child end of the edge it is on (both ways of one edge say the same)
-        self.wants = wants = Wants(self.context, config.source, relay, prefixes, side=config.cluster or config.name,
-                                   on_demand=config.on_demand, curve=self.here, who=f"link {config.name}")
-        wants.attach(self.loop)
-        self.crossing = Crossing(self.context, self.journal, f"link.{config.name}", config.target, relay, identity,
-                                 curve_here=self.here, curve_there=self.there, who=f"link {config.name}",
-                                 interest=wants.hello, on_interest=wants.told,
-                                 pace=Pace(config.rate_limit, time.monotonic()) if config.rate_limit else None)
-        self.crossing.attach(self.loop)
+        self.journal = self._find_journal(config.source, config.source_credentials)
+        way = "up" if config.cluster else ""
+        self._cross(way, config.source, self.journal, config.target, f"link.{config.name}", self.here, self.there)
+        if config.down:
+            journal = self._find_journal(config.target, config.target_credentials)
+            self._cross("down", config.target, journal, config.source, f"link.{config.name}.down", self.there,
+                        self.here)
         deadline = time.monotonic() + config.connect_timeout
-        while relay.position() < 0:  # ready once it knows where it reads from
+        while any(c.relay.position() < 0 for c in self.crossings):  # ready once each knows where it reads from
             if time.monotonic() >= deadline:
                 raise BrokerConnectionError(f"the journal at {self.journal} did not say where link.{config.name} "
                                             f"reads from within {config.connect_timeout:g}s")
             self.loop.turn()
-        log.info("link %s: %s (journal %s, from offset %d) into %s, keys %s%s, first epoch %d", config.name,
-                 config.source, self.journal, relay.position(), config.target, ", ".join(config.prefix) or "all",
-                 " (on demand: those the far side wants)" if config.on_demand else "", self.epoch)
+        for c in self.crossings:
+            down = c.relay.way == "down"
+            log.info("link %s: %s%s (from offset %d) into %s, keys %s%s, first epoch %d", config.name,
+                     f"{c.relay.way}: " if c.relay.way else "", config.target if down else config.source,
+                     c.relay.position(), c.target,
+                     ", ".join(config.prefix) or "all",
+                     " (on demand: those the far side wants)" if config.on_demand else "", self.epoch)
+
+    def _cross(self, way: str, source: str, journal: str, target: str, reader: str, curve_read: CurveClient | None,
+               curve_write: CurveClient | None) -> None:
+        """Start carrying the queue of monitor ``source`` (its journal's reads port ``journal``, read as ``reader``)
+        into the queue of monitor ``target``, ``way`` on a tree's edge."""
+        config = self.config
+        if curve_write is not None:
+            identity = identity_for(curve_write.public_key.encode())
+        else:
+            label = config.name if way != "down" else f"{config.name}.down"
+            identity = hashlib.blake2b(label.encode(), digest_size=TAG_BYTES).digest() + os.urandom(8)
+        relay = Relay(identity[:TAG_BYTES], epoch=self.epoch, max_bytes=config.max_bytes, way=way)
+        prefixes = Prefixes.of(p.encode() for p in config.prefix) if config.prefix else Prefixes.of([b""])
+        # its side, to the monitors: the child end of the edge it is on (both ways of one edge say the same)
+        who = f"link {config.name}" + (f" ({way})" if config.down else "")
+        wants = Wants(self.context, source, relay, prefixes, side=config.cluster or config.name,
+                      on_demand=config.on_demand, curve=curve_read, who=who)
+        wants.attach(self.loop)
+        crossing = Crossing(self.context, journal, reader, target, relay, identity, curve_here=curve_read,
+                            curve_there=curve_write, who=who, interest=wants.hello, on_interest=wants.told,
+                            pace=Pace(config.rate_limit, time.monotonic()) if config.rate_limit else None)
+        crossing.attach(self.loop)
+        self.wants.append(wants)
+        self.crossings.append(crossing)
 
     def _hello(self) -> LinkHello:
         config = self.config
@@ -184,14 +220,11 @@ class Link:
                          names=[ClusterName(config.cluster, "")], interest=[], stats=self.stats())
 
     def stats(self) -> list[LinkStats]:
-        """What the crossing carried so far (none before it started)."""
-        crossing = self.crossing
-        if crossing is None:
-            return []
-        outlet, relay = crossing.outlet, crossing.relay
-        return [LinkStats(target=self.config.target, records_sent=outlet.sent_records, bytes_sent=outlet.sent_bytes,
-                          backlog=relay.in_flight_bytes, moves=outlet.moves, rate_limit=self.config.rate_limit,
-                          carrying=list(relay.wanted.items), refused=outlet.refused[:500])]
+        """What each crossing carried so far (none before it started)."""
+        return [LinkStats(target=c.target, records_sent=c.outlet.sent_records, bytes_sent=c.outlet.sent_bytes,
+                          backlog=c.relay.in_flight_bytes, moves=c.outlet.moves, rate_limit=self.config.rate_limit,
+                          carrying=list(c.relay.wanted.items), refused=c.outlet.refused[:500])
+                for c in self.crossings]
 
     def _welcome(self) -> None:
         """Say hello to the parent until it welcomes the link.
@@ -215,13 +248,14 @@ class Link:
 
     def _follow_parent(self) -> None:
         """Carry records only while the parent welcomes the link (told when its answer changes)."""
-        parent, crossing = self.parent, self.crossing
-        if parent is None or crossing is None:
+        parent = self.parent
+        if parent is None or not self.crossings:
             return
         held = parent.refused is not None
-        if held != crossing.held:
+        if held != self.crossings[0].held:
             log.warning("link %s: %s", self.config.name, "the parent refused it: it carries nothing until welcomed "
                         "again" if held else "welcomed again: it carries on")
+        for crossing in self.crossings:
             crossing.hold(held)
 
     def serve(self, wakeup: SignalWakeup | None = None) -> None:
@@ -230,26 +264,26 @@ class Link:
         self.loop.run()
 
     def close(self) -> None:
-        crossing, self.crossing = self.crossing, None
-        if crossing is not None:  # (what it sent since its last commit goes again next time; the far side drops it)
+        crossings, self.crossings = self.crossings, []
+        for crossing in crossings:  # (what it sent since its last commit goes again next time; the far side drops it)
             crossing.close()
-        if self.wants is not None:
-            self.wants.close()
+        for wants in self.wants:
+            wants.close()
         if self.parent is not None:
             self.parent.close()
         self.context.destroy(linger=0)
 
     def ready_info(self) -> LinkReady:
-        position = self.crossing.relay.position() if self.crossing is not None else -1
+        position = self.crossings[0].relay.position() if self.crossings else -1
         return LinkReady(pid=os.getpid(), name=self.config.name, journal=self.journal, position=position,
                          epoch=self.epoch)
 
-    def _find_journal(self) -> str:
+    def _find_journal(self, monitor: str, credentials: str) -> str:
+        """The reads port of the journal of the queue of ``monitor``."""
         config = self.config
         deadline = time.monotonic() + config.connect_timeout
         why = "no answer"
-        with connect(config.source, timeout=config.connect_timeout, credentials=config.source_credentials or None) \
-                as conn:
+        with connect(monitor, timeout=config.connect_timeout, credentials=credentials or None) as conn:
             while True:
                 try:
                     journal = conn.status(timeout=max(0.1, min(5.0, deadline - time.monotonic()))).journal
@@ -257,12 +291,12 @@ class Link:
                     why = str(exc)
                 else:
                     if journal.durability == "none":
-                        raise ConfigError(f"the queue of {config.source} is not durable: a link reads its journal")
+                        raise ConfigError(f"the queue of {monitor} is not durable: a link reads its journal")
                     if journal.reads and journal.alive:
                         return journal.reads
                     why = f"its journal is {'not running' if journal.reads else 'not heard of yet'}"
                 if time.monotonic() >= deadline:
-                    raise BrokerConnectionError(f"the queue of {config.source}: no journal to read within "
+                    raise BrokerConnectionError(f"the queue of {monitor}: no journal to read within "
                                                 f"{config.connect_timeout:g}s ({why})")
                 time.sleep(LOOKUP_INTERVAL)
 

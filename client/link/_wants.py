@@ -36,13 +36,15 @@ TELL_INTERVAL = 0.5
 
 class Wants:
     """What ``relay`` lets cross: ``prefixes`` (on demand: and what the far queue wants of them), said to the
-    monitor of the queue the link reads (``source``) under ``side``."""
+    monitor of the queue the link reads (``source``) under ``side``, and the way the relay carries records on a
+    tree's edge (its :attr:`~roq.federation.Relay.way`)."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], source: str, relay: Relay, prefixes: Prefixes, *,
                  side: str, on_demand: bool, curve: CurveClient | None = None, who: str = "link") -> None:
         self.relay = relay
         self.prefixes = prefixes
         self.side = side
+        self.way = relay.way
         self.on_demand = on_demand
         self.far: Prefixes | None = None  # what the far queue wants (None: not told yet)
         self.refused = ""  # why the source queue's monitor refuses what the link says ("": it does not)
@@ -71,13 +73,13 @@ class Wants:
 
     def hello(self) -> control.Interest:
         """What the link tells the far queue's monitor with each hello: it wants none of that queue's records."""
-        return control.Interest(queues=[control.QueueInterest("", add=[])], whole=True, side=self.side)
+        return control.Interest(queues=[control.QueueInterest("", add=[])], whole=True, side=self.side, way=self.way)
 
     def tell(self, now: float = 0.0) -> None:
         """Say what the link carries to the monitor of the queue it reads."""
         self._channel.follow()
         self._channel.send(control.Interest(queues=[control.QueueInterest("", add=list(self.relay.wanted.items))],
-                                            whole=True, side=self.side))
+                                            whole=True, side=self.side, way=self.way, reads=True))
 
     def close(self) -> None:
         self._channel.close()

@@ -13,6 +13,13 @@ batch **as it is**, but for two fields of its header:
 * the flags gain :data:`roq.wire.batch.FLAG_RELAYED`: only the records whose keys the far side wanted crossed,
   so the seqs of a relayed id are sparse (each key's chain is whole).
 
+**Which way, on a tree's edge.** A link between a child and its parent carries records up (the child's queue
+into the parent's) and down (the parent's into the child's), a relay each way. A relay *down* adds
+:data:`roq.wire.batch.FLAG_DESCENDED`; a relay up lets no descended record cross (it came from above: never
+back up), and a relay down lets no relayed record cross that did not descend (it came up from a child: never
+down to another child, nor back to its own). So a record goes up from where it was published, and down from
+each cluster it reached, never sideways.
+
 The seqs, each key's chain (``key_prev``), the timestamps and the payloads cross untouched. So the far side
 removes duplicates as it removes a failed-over publisher's (its journal and its subscribers drop a seq they
 have), and keeps each publisher's order: the source journal holds each publisher's records in order and the
@@ -79,13 +86,18 @@ class Relay:
     ``tag``: the tag of the key the link publishes under on the far side; ``excluded``: the tags of the keys
     whose records do not cross (what the far side's own links put into the source queue: records that came
     from it, or from a sibling), ``epoch``: the first epoch (the shell's, greater than any earlier
-    incarnation's); ``max_bytes``: what may be on its way before :attr:`full`."""
+    incarnation's); ``max_bytes``: what may be on its way before :attr:`full`; ``way``: "up" or "down" on a
+    tree's edge (see the module's doc), "" outside a tree."""
 
     def __init__(self, tag: bytes, excluded: Iterable[bytes] = (), epoch: int = 0,
-                 max_bytes: int = 16 << 20, grace: float = 0.25) -> None:
+                 max_bytes: int = 16 << 20, grace: float = 0.25, way: str = "") -> None:
         if len(tag) != TAG_BYTES:
             raise ValueError(f"a key's tag is {TAG_BYTES} bytes, got {len(tag)}")
+        if way not in ("", "up", "down"):
+            raise ValueError(f"a relay goes up, down or (outside a tree) neither, not {way!r}")
         self.tag = tag
+        self.way = way
+        self._way_flag = batch.FLAG_DESCENDED if way == "down" else 0
         self.excluded = frozenset(excluded)
         self.epoch = epoch
         self.max_bytes = max_bytes
@@ -122,7 +134,7 @@ class Relay:
         header = batch.parse_header(entry.header)
         end = entry.offset + max(header.count, 1)
         if (header.kind != batch.DATA or not self.wanted.match(entry.key)
-                or header.publisher[:TAG_BYTES] in self.excluded):
+                or header.publisher[:TAG_BYTES] in self.excluded or not self._goes_on(header.flags)):
             self._passed(end)
             return None
         relayed = self._ids.get(header.publisher)
@@ -140,6 +152,14 @@ class Relay:
         self._epoch_last[relayed] = header.last_seq
         self.in_flight_bytes += sent.size
         return frames
+
+    def _goes_on(self, flags: int) -> bool:
+        """Whether a record of ``flags`` may cross this way: up, unless it came down; down, unless it came up."""
+        if self.way == "up":
+            return not flags & batch.FLAG_DESCENDED
+        if self.way == "down":
+            return not flags & batch.FLAG_RELAYED or bool(flags & batch.FLAG_DESCENDED)
+        return True
 
     def passed(self, next_offset: int) -> None:
         """The source has nothing before ``next_offset`` that was not taken (a fetch skipped the rest)."""
@@ -197,7 +217,7 @@ class Relay:
         """The markers a planned move sends through the exchange it leaves: each relayed id's stream there ends
         after the last seq sent (they go before :meth:`moved`)."""
         return [[batch.CONTROL_TOPIC, batch.pack_header(batch.MARKER, relayed, seq + 1, 0, epoch=self.epoch,
-                                                        flags=batch.FLAG_RELAYED), b""]
+                                                        flags=batch.FLAG_RELAYED | self._way_flag), b""]
                 for relayed, seq in sorted(self._epoch_last.items())]
 
     def on_the_way(self) -> int:
@@ -222,6 +242,6 @@ class Relay:
             self._position = max(self._position, end)
 
     def _header(self, header: batch.Header, relayed: bytes, flags: int | None = None) -> bytes:
-        flags = (header.flags & batch.FLAG_RETRANSMIT if flags is None else flags) | batch.FLAG_RELAYED
+        flags = (header.flags & batch.FLAG_RETRANSMIT if flags is None else flags) | batch.FLAG_RELAYED | self._way_flag
         return batch.pack_header(batch.DATA, relayed, header.first_seq, header.count, epoch=self.epoch,
                                  key_prev=header.key_prev, timestamp_ns=header.timestamp_ns, flags=flags)

@@ -43,6 +43,7 @@ __all__ = [
     "CUT",
     "FLAG_REPLAY",
     "FLAG_RELAYED",
+    "FLAG_DESCENDED",
     "pack_seam",
     "pack_beacon",
     "pack_cut",
@@ -95,6 +96,9 @@ FLAG_REPLAY = 0x4  # on a subscription: the subscriber replays the journal; mark
 #: relayed from another cluster by a link (:mod:`roq.federation.relay`): only the records whose keys the far side
 #: wanted crossed, so the publisher's seqs are sparse; each key's chain (``key_prev``) is whole
 FLAG_RELAYED = 0x8
+#: relayed *down* a tree of clusters, from a parent (with :data:`FLAG_RELAYED`): it goes on down to the children
+#: that want it and never back up; a relayed record without it came up from a child, and never goes down again
+FLAG_DESCENDED = 0x10
 
 #: Sequence numbers stay below this (they are u64 on the wire).
 SEQ_LIMIT = 1 << 64

@@ -108,12 +108,16 @@ class SubscriberStatus:
 @dataclass(frozen=True)
 class LinkDemand:
     """A link that touches the queue (see :mod:`monitor._demand`): its side, what it wants of the queue, what the
-    monitor last told it the queue wants (prefixes, shown as text) and seconds since it said so."""
+    monitor last told it the queue wants (prefixes, shown as text), seconds since it said so, which way it
+    carries records on a tree's edge (up, down, "" outside a tree) and whether it reads the queue (else it
+    carries records into it)."""
 
     side: str
     wants: list[str]
     told: list[str]
     heard_s: float
+    way: str = ""
+    reads: bool = False
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,13 @@ class DurableQueue:
         """The key of every batch in the journal, in journal order."""
         return [e.key for e, _ in self._entries()]
 
+    def records_by_key(self) -> dict[bytes, int]:
+        """How many records of each key the journal holds."""
+        out: dict[bytes, int] = {}
+        for e, h in self._entries():
+            out[e.key] = out.get(e.key, 0) + h.count
+        return out
+
     def arrivals(self) -> list[tuple[int, int]]:
         """When each batch was journaled (ns since the epoch) and its size as it was sent (key, header, body)."""
         return [(e.time_ns, len(e.key) + len(e.header) + len(e.body)) for e, _ in self._entries()]

@@ -60,3 +60,36 @@ def test_a_link_is_told_again_after_a_while_and_bad_wants_are_refused():
     assert reply is not None and reply.result != Result.OK
     reply = d.send(Interest(queues=[QueueInterest("another", add=[b"x"])], side="a"), b"in")
     assert reply is not None and "serves queue" in reply.comment
+
+
+def edge(*prefixes: bytes, side: str, way: str, reads: bool) -> Interest:
+    return Interest(queues=[QueueInterest("", add=list(prefixes))], whole=True, side=side, way=way, reads=reads)
+
+
+def test_on_a_trees_edges_interest_from_below_goes_up_and_from_above_goes_down_never_sideways():
+    d = Driver()  # a branch's queue: a link up to its parent (side "branch"), links to two leaves
+    d.send(edge(side="branch", way="down", reads=False), b"from-parent")  # the parent's records come down here
+    d.send(edge(side="branch", way="up", reads=True), b"to-parent")  # this queue's records go up
+    for leaf in ("leaf-1", "leaf-2"):
+        d.send(edge(side=leaf, way="up", reads=False), f"from-{leaf}".encode())  # a leaf's records come up
+        d.send(edge(side=leaf, way="down", reads=True), f"to-{leaf}".encode())  # this queue's go down to it
+    assert told(d, b"to-parent") == told(d, b"to-leaf-1") == []  # links that read the queue are never told
+    adverts = d.core.demand.adverts
+    # a subscriber at leaf-1 wants a.: its link down wants it of this queue; only the link from the parent hears
+    d.send(edge(b"a.", side="leaf-1", way="down", reads=True), b"to-leaf-1")
+    assert told(d, b"from-parent")[-1] == [b"a."]
+    assert told(d, b"from-leaf-1")[-1] == told(d, b"from-leaf-2")[-1] == []  # never sideways to leaf-2
+    assert d.core.demand.adverts == adverts + 1
+    # the parent wants b.: the link up wants it of this queue; both leaves' links up hear it, not the parent's
+    d.send(edge(b"b.", side="branch", way="up", reads=True), b"to-parent")
+    assert told(d, b"from-leaf-1")[-1] == told(d, b"from-leaf-2")[-1] == [b"b."]
+    assert told(d, b"from-parent")[-1] == [b"a."]
+    assert d.core.demand.adverts == adverts + 3
+    # a subscriber here wants c.: every link that carries records in hears it
+    d.send(control.SubscriberHello("s1", b"c.", []), b"s1")
+    assert told(d, b"from-parent")[-1] == [b"a.", b"c."]
+    assert told(d, b"from-leaf-2")[-1] == [b"b.", b"c."]
+    assert [(x.side, x.way, x.reads) for x in d.status().links or []][:2] == [("branch", "down", False),
+                                                                              ("branch", "up", True)]
+    reply = d.send(edge(side="branch", way="across", reads=False), b"bad")
+    assert reply is not None and reply.result == Result.BAD_REQUEST and "up, down" in reply.comment

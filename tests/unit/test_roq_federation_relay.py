@@ -252,3 +252,30 @@ def test_a_flapping_link_a_restarted_link_and_moves_lose_nothing_and_double_noth
     assert flaps and restarts and moves
     assert far.written == expected  # every record once, each publisher in order: as the source had them
     assert relay.position() == offset
+
+
+def test_on_a_trees_edge_what_came_down_never_goes_back_up_and_what_came_up_never_goes_down_again():
+    local = entry(1, b"p" * 16, 1, b"k")  # published in the source's own cluster
+    came_up = Entry(2, b"k", batch.pack_header(batch.DATA, b"c" * 16, 1, 1, flags=batch.FLAG_RELAYED),
+                    batch.encode_body([b"x"]))  # relayed up from one of its children
+    came_down = Entry(3, b"k", batch.pack_header(batch.DATA, b"d" * 16, 1, 1,
+                                                 flags=batch.FLAG_RELAYED | batch.FLAG_DESCENDED),
+                      batch.encode_body([b"x"]))  # relayed down from its parent
+    up, down, flat = Relay(LINK, way="up"), Relay(LINK, way="down"), Relay(LINK)
+    for relay in (up, down, flat):
+        relay.wanted = Prefixes.of([b""])
+    crossed = {name: [e.offset for e in (local, came_up, came_down) if relay.take(e) is not None]
+               for name, relay in (("up", up), ("down", down), ("flat", flat))}
+    assert crossed == {"up": [1, 2], "down": [1, 3], "flat": [1, 2, 3]}
+    # what goes down says so, so that it never comes back up and goes on down at the next cluster
+    frames = Relay(LINK, way="down", epoch=1)
+    frames.wanted = Prefixes.of([b""])
+    sent = frames.take(local)
+    assert sent is not None and batch.parse_header(sent[1]).flags & batch.FLAG_DESCENDED
+    assert all(batch.parse_header(m[1]).flags & batch.FLAG_DESCENDED for m in frames.markers())
+    again = Relay(LINK, way="up")
+    again.wanted = Prefixes.of([b""])
+    assert again.take(Entry(9, sent[0], sent[1], sent[2])) is None
+    assert Relay(LINK, way="down").way == "down"
+    with pytest.raises(ValueError):
+        Relay(LINK, way="sideways")

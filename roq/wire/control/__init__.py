@@ -31,6 +31,7 @@ from roq.wire.control.journals import JournalHeartbeat, JournalPolicy
 from roq.wire.control.links import (
     REFUSALS,
     ROLES,
+    WAYS,
     ClusterName,
     Interest,
     LinkStats,
@@ -114,6 +115,7 @@ __all__ = [
     "ForceRelocate",
     # a child cluster <-> its parent
     "ROLES",
+    "WAYS",
     "REFUSALS",
     "LinkHello",
     "LinkWelcome",

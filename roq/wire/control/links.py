@@ -18,12 +18,14 @@ import dataclasses
 
 from roq.wire.control.codec import Message, message
 
-__all__ = ["ROLES", "REFUSALS", "QueueInterest", "ClusterName", "LinkStats", "Interest", "Names", "NamesRefused",
+__all__ = ["ROLES", "WAYS", "REFUSALS", "QueueInterest", "ClusterName", "LinkStats", "Interest", "Names", "NamesRefused",
            "LinkHello", "LinkWelcome", "LinkRefused"]
 
 #: a cluster's place in its tree
 ROLES = ("root", "branch", "leaf")
 #: why a link or a name is refused
+#: which way a link carries records on a tree's edge ("": outside a tree)
+WAYS = ("", "up", "down")
 REFUSALS = ("cycle", "second_parent", "duplicate_name", "unknown_key", "not_a_parent", "stale", "malformed")
 
 
@@ -70,12 +72,18 @@ class Interest(Message):
 
     Between a link and a queue's monitor (``queue`` "": the monitor's own): the link says what it wants of the
     queue's records (it reads them, or wants none: it carries records into the queue), under ``side``, the
-    far end it carries them to or from; the monitor answers with what the queue wants, whole, and again on
-    every change: its subscribers' prefixes and what the links of every other side want."""
+    child end of the edge it is on; ``reads``: it reads the queue (what it wants is what it carries away), else
+    it carries records into it. ``way``: on a tree's edge, which way the link carries records ("up" from a child
+    to its parent, "down" from a parent to its child; "" outside a tree). The monitor answers each link that
+    carries records in with what the queue wants, whole, and again on every change: its subscribers' prefixes
+    and what the links of every other side that read it the same way want (records that came up go on up, records
+    that came down go on down: never sideways)."""
 
     queues: list[QueueInterest]
     whole: bool = False
     side: str = ""
+    way: str = ""
+    reads: bool = False
 
 
 @message(61)
