@@ -134,8 +134,8 @@ class Api:
         return handle
 
     def _record(self, msg: Message, request: Request, via: str, code: int | None, comment: str) -> None:
-        """Put a change, or a refusal for want of permission, in the audit trail."""
-        if type(msg) in DECISIONS or code == Result.FORBIDDEN:
+        """Put a change, a refusal for want of permission or a child cluster's link refused, in the audit trail."""
+        if type(msg) in DECISIONS or code == Result.FORBIDDEN or (type(msg) is LinkHello and code == Result.CONFLICT):
             self.audit.record(entry(msg, request.principal, via, code, comment, self.clock()))
 
     def _read(self, read: Callable[[View, Any], Reply]) -> Handler:

@@ -1,8 +1,9 @@
 """The audit trail: every management action, who asked, through which port, when, and what came of it.
 
 Recorded are the requests that change something (the GCM's decisions: create, remove, stop, start, scale,
-rules, thresholds, grants and revokes), whether carried out or refused, and every request refused for want of
-permission. Each entry: ``seq``, ``time`` (wall clock), ``principal`` (the key's, the bearer token's,
+rules, thresholds, grants and revokes), whether carried out or refused, every request refused for want of
+permission, and every hello of a child cluster's link that was refused (a cycle, a duplicate name, a second
+parent, a stale incarnation: ``result`` CONFLICT, the comment naming both ends). Each entry: ``seq``, ``time`` (wall clock), ``principal`` (the key's, the bearer token's,
 ``anonymous``, or "" in a plaintext cluster), ``via`` (``management``, ``lookup`` or ``http``), ``action``
 (the request's name), ``queue``, ``detail`` (the rule granted, the rules set...), ``result`` (``OK``,
 ``ACCEPTED`` when the answer waits for the cluster, or the refusal's code name) and ``comment``.

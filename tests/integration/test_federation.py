@@ -77,6 +77,9 @@ def test_a_childs_link_is_welcomed_carries_while_welcomed_and_a_cycle_or_a_stale
             capture_output=True, text=True, timeout=60)
         assert cycle.returncode == ExitCode.CONFIG, cycle.stderr
         assert "refused" in cycle.stderr and "(cycle)" in cycle.stderr and "hq" in cycle.stderr, cycle.stderr
+        refused = [e for e in hq.manager.audit() if e["action"] == "LinkHello"]  # and in the audit trail
+        assert [(e["result"], "cycle" in e["comment"], '"cluster": "hq"' in e["detail"]) for e in refused] == [
+            ("CONFLICT", True, True)], refused
 
         # a newer incarnation of store-1's link takes over: the older one is refused as stale and carries nothing
         second = spawn("link", "client.link", args)
