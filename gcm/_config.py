@@ -52,6 +52,11 @@ class GcmConfig:
         cluster_name: the cluster's name in its tree of clusters (1-64 of A-Z a-z 0-9 _ . -; "" = in no tree):
             child clusters' links say hello to it (:mod:`gcm._federation`)
         cluster_role: its place there: root, branch (it has a parent and children) or leaf (no children)
+        parent_zk: a branch's or a leaf's parent cluster's ZooKeeper: the GCM places a link for each queue whose
+            rules say ``link = "parent"`` ("" = no parent: no links are placed; links may be started by hand)
+        parent_root: the parent cluster's ZooKeeper root
+        parent_credentials: a directory of this cluster's credentials in the parent cluster, the same path on
+            every host ("" = the parent is plaintext)
         zk_auth: a file holding the cluster's ZooKeeper identity (``USER:PASSWORD``, its owner's only): the GCM
             authenticates with it and the nodes it creates may be changed by it alone ("" = none)
     """
@@ -80,6 +85,9 @@ class GcmConfig:
     api_tokens: str = ""
     cluster_name: str = ""
     cluster_role: str = "root"
+    parent_zk: str = ""
+    parent_root: str = defaults.ROOT
+    parent_credentials: str = ""
 
     def __post_init__(self) -> None:
         check_hosts(self.zk)
@@ -87,6 +95,14 @@ class GcmConfig:
             Tree(self.cluster_name, self.cluster_role)  # a cluster's name and role, or ConfigError saying why
         elif self.cluster_role != "root":
             raise ConfigError(f"cluster_role {self.cluster_role!r} needs a cluster_name")
+        if self.parent_zk:
+            check_hosts(self.parent_zk)
+            Paths(self.parent_root)
+            if not self.cluster_name or self.cluster_role == "root":
+                raise ConfigError("parent_zk names a parent cluster: give this cluster a cluster_name and the "
+                                  "cluster_role branch or leaf")
+        elif self.parent_credentials:
+            raise ConfigError("parent_credentials are this cluster's credentials in its parent: give parent_zk too")
         check_curve_settings(self)
         Rule(self.admin, "admin")  # a principal's name
         Paths(self.root)

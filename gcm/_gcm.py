@@ -25,6 +25,7 @@ import zmq
 
 from gcm._acl import bootstrap
 from gcm._federation import Federation
+from gcm._links import place_links
 from gcm._api import Api
 from gcm._audit import AuditTrail
 from gcm._broadcast import Broadcaster
@@ -42,7 +43,7 @@ from gcm._view import QueueView, View, read_view
 from roq.wire import management as m
 from roq.wire.control import Reply
 from roq.security.curve import Curve
-from roq.wire.documents import GcmDoc
+from roq.wire.documents import FederationDoc, GcmDoc
 from roq.errors import (BrokerConnectionError, NodeExistsError, NodeMissingError, Result, VersionConflictError,
                         ZooKeeperError)
 from roq.wire.ready import GcmReady
@@ -228,6 +229,7 @@ class Gcm:
             self.federation.reset()  # its children say hello again to whoever leads now
         if self.leading:
             self.federation.expire(now)
+            self.loop.guarded("the cluster's place in its tree", self._publish_federation)
         if self._acting():
             self.loop.guarded("host loss and removals", self._maintain, now)
         if self.leading:
@@ -318,10 +320,22 @@ class Gcm:
 
         return self.pending.wait(request, ready, time.monotonic() + timeout, expired)
 
+    def _publish_federation(self) -> None:
+        """Write the cluster's place in its tree (``/federation``) for the host managers that start links, when the
+        view holds another (a ZooKeeper error: tried again next turn)."""
+        c = self.config
+        doc = FederationDoc(name=c.cluster_name, role=c.cluster_role if c.cluster_name else "",
+                            parent_zk=c.parent_zk, parent_root=c.parent_root if c.parent_zk else "",
+                            parent_credentials=os.path.abspath(c.parent_credentials) if c.parent_credentials else "")
+        if self.view.federation != doc and not self._dirty:
+            self.session.put(self.paths.federation, doc.encode())
+            self._dirty = True
+
     def _maintain(self, now: float) -> None:
-        """The leader's own decisions: slots moved off lost hosts, removed queues deleted once quiet. One that
-        fails is decided again on a later turn."""
-        for outcome in [*self.host_loss.act(self.view, now), *finish_removals(self.view, time.time(), self.config.stop_timeout)]:
+        """The leader's own decisions: slots moved off lost hosts, removed queues deleted once quiet, links placed
+        where they should run. One that fails is decided again on a later turn."""
+        for outcome in [*self.host_loss.act(self.view, now), *finish_removals(self.view, time.time(), self.config.stop_timeout),
+                        *place_links(self.view)]:
             try:
                 self._commit(outcome)
             except ZooKeeperError as exc:  # the queue changed meanwhile, or ZooKeeper is unreachable

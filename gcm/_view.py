@@ -21,6 +21,7 @@ from roq.wire.documents import (
     RUNNING,
     Assignment,
     ExchangeDoc,
+    FederationDoc,
     JournalDoc,
     HostDoc,
     MonitorDoc,
@@ -166,6 +167,7 @@ class View:
     paths: Paths = Paths()
     acl: tuple[Rule, ...] | None = None
     acl_version: int = -1
+    federation: FederationDoc | None = None  # the cluster's place in a tree (None: not written yet)
 
     def find(self, name: str) -> QueueView | None:
         """The queue named ``name`` (a request's ``QName``), None if there is none.
@@ -226,7 +228,8 @@ def read_view(session: Session, paths: Paths) -> View:
         met.update(q.placement.values())
     assignments = {h: frozenset(session.children(paths.host_assignments(h))) for h in sorted(met) if _node_name(h)}
     acl, acl_version = read_acl(session, paths)
-    return View(queues, hosts, assignments, paths, acl, acl_version)
+    federation, _ = session.read(paths.federation, FederationDoc.decode, watch=True)
+    return View(queues, hosts, assignments, paths, acl, acl_version, federation)
 
 
 def read_acl(session: Session, paths: Paths) -> tuple[tuple[Rule, ...] | None, int]:

@@ -18,7 +18,7 @@ from typing import IO, Any
 from hostmanager._config import MODULES
 from hostmanager._converge import ChildState
 from roq.wire import control
-from roq.config import ExchangeConfig, JournalConfig, MonitorConfig
+from roq.config import ExchangeConfig, JournalConfig, LinkConfig, MonitorConfig
 from roq.wire.documents import Assignment
 from roq.errors import ProtocolError
 from roq.process import Child, spawn
@@ -42,7 +42,7 @@ class Supervised:
     def __init__(self, assignment: Assignment) -> None:
         self.assignment = assignment
         self.child: Child | None = None
-        self.config: MonitorConfig | ExchangeConfig | JournalConfig | None = None  # the current process's settings
+        self.config: MonitorConfig | ExchangeConfig | JournalConfig | LinkConfig | None = None  # the current process's settings
         self.ports: list[int] = []
         self.ready = False
         self.restarts = 0
@@ -73,10 +73,9 @@ class Supervised:
         """What :func:`~hostmanager._converge.converge` needs of this child."""
         return ChildState(self.assignment, running=self.child is not None,
                           stopping=self.stopping_since is not None, not_before=self.not_before,
-                          monitor=self.config.monitor if isinstance(self.config, (ExchangeConfig, JournalConfig)) else "",
-                          tellable=self.tellable)
+                          monitor=_monitor_of(self.config), tellable=self.tellable and not isinstance(self.config, LinkConfig))
 
-    def start(self, config: MonitorConfig | ExchangeConfig | JournalConfig, ports: list[int],
+    def start(self, config: MonitorConfig | ExchangeConfig | JournalConfig | LinkConfig, ports: list[int],
               stderr: IO[Any] | None) -> None:
         """Start the process with the flags of ``config`` (the module is the assignment's role's)."""
         a = self.assignment
@@ -94,6 +93,7 @@ class Supervised:
         """Tell the exchange or journal its monitor moved; False if it could not be told (then it is not
         tellable)."""
         if self.child is None or not isinstance(self.config, (ExchangeConfig, JournalConfig)):
+            self.tellable = False  # (a link: started again instead)
             return False
         try:
             told = self.child.send(control.Retarget(monitor=monitor))
@@ -158,3 +158,10 @@ class Supervised:
         elif waited >= SECOND_SIGNAL_AFTER and not self._second_signal_sent:
             self._second_signal_sent = True
             self.child.signal(signal.SIGTERM)
+
+
+def _monitor_of(config: MonitorConfig | ExchangeConfig | JournalConfig | LinkConfig | None) -> str:
+    """The monitor a child reports to, or reads the queue of (a link's source); "" for a monitor."""
+    if isinstance(config, (ExchangeConfig, JournalConfig)):
+        return config.monitor
+    return config.source if isinstance(config, LinkConfig) else ""

@@ -11,10 +11,12 @@ instead of making every child die at start). The module comes from :data:`MODULE
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from typing import Any, TypedDict
 
-from roq.config import ExchangeConfig, JournalConfig, MonitorConfig, check_curve_settings
+from roq.config import MAX_LINK_NAME, ExchangeConfig, JournalConfig, LinkConfig, MonitorConfig, check_curve_settings
+from roq.wire.documents import FederationDoc
 from roq.errors import ConfigError
 from roq.settings import parse_assignments, parse_rate
 from roq.zk import Paths, check_hosts
@@ -23,7 +25,7 @@ from roq import defaults
 __all__ = ["HostManagerConfig", "ChildSettings", "MODULES"]
 
 #: role -> the module run for it
-MODULES = {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal"}
+MODULES = {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal", "link": "client.link"}
 #: fields the host manager sets itself (an option may not)
 _OWN_MONITOR_FIELDS = ("address", "port", "queue", "zk", "root", "session_timeout", "kpi_archive", "secret_key",
                        "keyring", "zk_auth")
@@ -153,6 +155,18 @@ class ChildSettings:
         return JournalConfig(queue=queue, directory=os.path.join(base, c.address, queue), monitor=monitor,
                              address=c.address, intake_port=port, generation=generation, commands=True,
                              **self._curve)
+
+    def link(self, queue: str, monitor: str, federation: FederationDoc) -> LinkConfig:
+        """The settings of the link of ``queue`` (whose monitor is ``monitor``) to the parent's queue of the same
+        name, from the cluster's place in its tree: both ways, on demand; in this cluster as the cluster itself
+        (its key) with CURVE, in the parent with the cluster's credentials there."""
+        name = f"{federation.name}@{queue}"
+        if len(name) > MAX_LINK_NAME:  # (a durable reader's name has a bound; the queue's digest stays unique)
+            name = f"{federation.name}@{hashlib.blake2b(queue.encode(), digest_size=16).hexdigest()}"
+        return LinkConfig(name=name, source=monitor, queue=queue, cluster=federation.name, role=federation.role,
+                          parent_zk=federation.parent_zk, parent_root=federation.parent_root,
+                          target_credentials=federation.parent_credentials, on_demand=True, down=True,
+                          cluster_key=self._curve.get("secret_key", ""))
 
     def exchange(self, monitor: str, frontend_port: int, backend_port: int, name: str) -> ExchangeConfig:
         """The settings of an exchange named ``name`` reporting to ``monitor``, taking commands on stdin."""

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from typing import Iterable, Mapping
 
-from roq.wire.documents import JOURNAL, MONITOR, Assignment
+from roq.wire.documents import JOURNAL, LINK, MONITOR, Assignment, FederationDoc
 from roq.errors import ProtocolError
 
 __all__ = ["ChildState", "Start", "Stop", "Tell", "Restart", "Action", "wanted", "converge"]
@@ -43,12 +43,14 @@ class ChildState:
 
 @dataclasses.dataclass(frozen=True)
 class Start:
-    """Start a process for ``assignment`` (an exchange or a journal reporting to ``monitor``; a journal of the
-    queue's journal ``generation``)."""
+    """Start a process for ``assignment`` (an exchange, a journal or a link of the queue whose monitor is
+    ``monitor``; a journal of the queue's journal ``generation``; a link from the cluster's place in its tree,
+    ``federation``)."""
 
     assignment: Assignment
     monitor: str = ""
     generation: int = 0
+    federation: FederationDoc | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +97,8 @@ def wanted(names: Iterable[str], *, skipped: set[str] | None = None) -> dict[str
 
 
 def converge(assignments: Mapping[str, Assignment], children: Mapping[str, ChildState],
-             monitors: Mapping[str, str], now: float, generations: Mapping[str, int] | None = None) -> list[Action]:
+             monitors: Mapping[str, str], now: float, generations: Mapping[str, int] | None = None,
+             federation: FederationDoc | None = None) -> list[Action]:
     """The actions that bring the children in line with ``assignments``.
 
     Args:
@@ -105,6 +108,7 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
         now: the time (for restart back-offs).
         generations: queue -> its journal generation (how many times its journal was started anew after its
             host was lost: the queue's document says), for the journals started.
+        federation: the cluster's place in its tree, for the links started (None, or no parent: a link waits).
     """
     actions: list[Action] = []
     for name, unassigned in children.items():
@@ -123,6 +127,9 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
             continue
         if a.role == MONITOR:
             actions.append(Start(a))
+        elif a.role == LINK:
+            if monitors.get(a.queue) and federation is not None and federation.parent_zk:
+                actions.append(Start(a, monitors[a.queue], federation=federation))
         elif monitors.get(a.queue):
             generation = (generations or {}).get(a.queue, 0) if a.role == JOURNAL else 0
             actions.append(Start(a, monitors[a.queue], generation))

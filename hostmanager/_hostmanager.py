@@ -31,7 +31,7 @@ from hostmanager._children import Supervised
 from hostmanager._supervision import Children
 from roq.wire import control
 from roq.security.curve import Curve
-from roq.wire.documents import JOURNAL, MONITOR, HostDoc, MonitorDoc, QueueDoc
+from roq.wire.documents import JOURNAL, LINK, MONITOR, FederationDoc, HostDoc, MonitorDoc, QueueDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
 from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
 from roq.wire.ready import HostManagerReady
@@ -206,11 +206,13 @@ class HostManager:
             monitors = {q: self._monitor_endpoint(q) for q in queues}
             generations = {a.queue: self._journal_generation(a.queue) for a in assignments.values()
                            if a.role == JOURNAL}
+            federation = (self.session.read(self.paths.federation, FederationDoc.decode, watch=True)[0]
+                          if any(a.role == LINK for a in assignments.values()) else None)
         except ZooKeeperError as exc:
             log.warning("reading the assignments failed: %s", exc)
             self._dirty = True
             return
-        for action in converge(assignments, self.children.states(), monitors, now, generations):
+        for action in converge(assignments, self.children.states(), monitors, now, generations, federation):
             self._dirty |= self.children.apply(action, now)
 
     def _journal_generation(self, queue: str) -> int:

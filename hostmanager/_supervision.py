@@ -19,7 +19,8 @@ from hostmanager._config import ChildSettings
 from hostmanager._converge import Action, ChildState, Restart, Start, Stop, Tell
 from hostmanager._host import Registration
 from hostmanager._ports import PortAllocator
-from roq.wire.documents import JOURNAL, MONITOR, Assignment, Document, ExchangeDoc, JournalDoc, MonitorDoc
+from roq.wire.documents import (JOURNAL, LINK, MONITOR, Assignment, Document, ExchangeDoc, FederationDoc, JournalDoc,
+                                MonitorDoc)
 from roq.errors import BrokerConnectionError, ZooKeeperError
 from roq.wire.ready import ExchangeReady, JournalReady, MonitorReady, Ready
 from roq.zk import incarnation
@@ -68,7 +69,7 @@ class Children:
         """Carry out one action; True if the assignments should be looked at again soon."""
         if isinstance(action, Start):
             self._start(self.by_name.setdefault(action.assignment.name, Supervised(action.assignment)),
-                        action.monitor, action.generation)
+                        action.monitor, action.generation, action.federation)
             return False
         sup = self.by_name[action.name]
         a = sup.assignment
@@ -85,7 +86,8 @@ class Children:
             sup.begin_stop(now, restart=True)
         return False
 
-    def _start(self, sup: Supervised, monitor: str, generation: int = 0) -> None:
+    def _start(self, sup: Supervised, monitor: str, generation: int = 0,
+               federation: FederationDoc | None = None) -> None:
         a = sup.assignment
         ports: list[int] = []
         try:
@@ -97,6 +99,9 @@ class Children:
                 ports.append(self.ports.allocate(sup.last_port))
                 sup.last_port = ports[0]
                 config = self.settings.journal(a.queue, monitor, ports[0], generation)
+            elif a.role == LINK:  # no port: a client of both clusters
+                assert federation is not None  # (converge starts a link only with it)
+                config = self.settings.link(a.queue, monitor, federation)
             else:
                 ports += [self.ports.allocate(), self.ports.allocate()]
                 # every incarnation has a name of its own: the monitor must see a crashed exchange as lost (and
@@ -135,6 +140,9 @@ class Children:
     def publish(self, sup: Supervised, info: Ready) -> None:
         """Write the ephemeral znode that makes a ready child known to the cluster."""
         a = sup.assignment
+        if a.role == LINK:
+            log.info("link of queue %s ready (pid %d)", a.queue, info.pid)
+            return
         doc = _document(a, info, sup.incarnation, self.ports.address)
         if doc is None:
             log.warning("%s of queue %s printed a %s's ready line: not published", a.slot, a.queue, info.ROLE)

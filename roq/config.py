@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,8 @@ __all__ = [
     "MIN_SUBSCRIBER_HWM",
     "ExchangeConfig",
     "JournalConfig",
+    "LinkConfig",
+    "MAX_LINK_NAME",
     "DURABILITIES",
     "check_curve_settings",
     "MonitorConfig",
@@ -277,6 +280,101 @@ class JournalConfig:
         _positive(self, "retention_bytes", "retention", allow_zero=True)
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 4096:
             raise ConfigError(f"JournalConfig.segment_bytes must be at least 4096, got {self.segment_bytes!r}")
+
+
+#: a link's name: its durable readers ``link.<name>`` and ``link.<name>.down`` are durable names (128 at most)
+MAX_LINK_NAME = 118
+_LINK_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,%d}\Z" % MAX_LINK_NAME)
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """A link's settings (the process: ``python -m client.link``, :mod:`client.link`).
+
+    Attributes:
+        name: the link's name (1-118 of A-Z a-z 0-9 _ . @ -): its durable reader in the source journal is
+            ``link.<name>`` (``link.<name>.down`` in the parent's, with ``down``), and without CURVE its relayed
+            ids are tagged with its digest.
+        source: the source queue's monitor (this side; a durable queue).
+        target: the target queue's monitor (the far side); "" with ``queue``: the parent's queue of that name,
+            found and followed in the parent's ZooKeeper (``parent_zk``).
+        queue: the queue's name in the parent cluster, when ``target`` is "".
+        prefix: a key prefix wanted on the far side; repeated for several (none: every key).
+        on_demand: carry, of those, only what the target queue wants (its subscribers' prefixes, and what links
+            that read it want): with no subscriber beyond it, the link carries nothing.
+        source_credentials: the link's credentials in the source cluster ("" = plaintext, or ``cluster_key``).
+        cluster_key: the secret key file of the source cluster itself (a cluster process's ``--secret-key``): the
+            link speaks CURVE there as the cluster, instead of with ``source_credentials``.
+        target_credentials: the link's credentials in the target cluster ("" = plaintext).
+        max_bytes: bytes of records on their way, unacknowledged, before the link stops reading the journal.
+        rate_limit: bytes a second the link sends at most (0: no limit); 250000 is 2 Mbit/s.
+        connect_timeout: seconds to find the source queue's journal, and to be welcomed by the parent, at the start.
+        cluster: the child cluster's name in its tree: the link is an edge of the tree, its records go by the
+            tree's rules (up from the child, down with ``down``, never sideways); with ``parent_zk``, the link says
+            hello to the parent cluster as this child, and carries records only while the parent welcomes it.
+        role: the child's place in the tree: leaf (no children) or branch.
+        parent_zk: the parent cluster's ZooKeeper ("" = no hello: the link carries records unannounced).
+        parent_root: the parent cluster's ZooKeeper root.
+        down: on a tree's edge (``cluster`` set): also carry the target queue's records (the parent's) into the
+            source queue (down the tree), for the same prefixes; the target queue must be durable too.
+    """
+
+    name: str
+    source: str
+    target: str = ""
+    queue: str = ""
+    prefix: tuple[str, ...] = ()
+    on_demand: bool = False
+    source_credentials: str = ""
+    cluster_key: str = ""
+    target_credentials: str = ""
+    max_bytes: int = 16 << 20
+    rate_limit: int = 0
+    connect_timeout: float = 30.0
+    cluster: str = ""
+    role: str = "leaf"
+    parent_zk: str = ""
+    parent_root: str = defaults.ROOT
+    down: bool = False
+
+    def __post_init__(self) -> None:
+        from roq.federation import check_name
+        from roq.zk import Paths, check_hosts, check_queue_name
+
+        if not isinstance(self.name, str) or not _LINK_NAME.fullmatch(self.name) or self.name in (".", ".."):
+            raise ConfigError(f"LinkConfig.name must be 1-{MAX_LINK_NAME} of A-Z a-z 0-9 _ . @ -, got {self.name!r}")
+        if not self.target and self.queue:
+            check_queue_name(self.queue)
+            if not self.parent_zk:
+                raise ConfigError("LinkConfig.queue names the parent's queue: give the parent's ZooKeeper (parent_zk)")
+        for field_name in ("source",) if not self.target and self.queue else ("source", "target"):
+            value = getattr(self, field_name)
+            if not isinstance(value, str) or not value.startswith("tcp://"):
+                raise ConfigError(f"LinkConfig.{field_name} must be a monitor's tcp:// endpoint, got {value!r}"
+                                  + (" (or give the parent's queue by name: queue)" if field_name == "target" else ""))
+        if self.cluster_key and self.source_credentials:
+            raise ConfigError("LinkConfig: the link speaks in its own cluster as the cluster (cluster_key) or with "
+                              "credentials (source_credentials), not both")
+        if self.source == self.target:
+            raise ConfigError(f"LinkConfig: the source and the target are the same queue ({self.source})")
+        if not all(isinstance(p, str) and p for p in self.prefix):
+            raise ConfigError(f"LinkConfig.prefix must be non-empty key prefixes, got {list(self.prefix)!r}")
+        if not isinstance(self.max_bytes, int) or self.max_bytes < 1 << 16:
+            raise ConfigError(f"LinkConfig.max_bytes must be at least 65536, got {self.max_bytes!r}")
+        if not isinstance(self.rate_limit, int) or self.rate_limit < 0:
+            raise ConfigError(f"LinkConfig.rate_limit must be bytes a second, 0 or more, got {self.rate_limit!r}")
+        if not self.connect_timeout > 0:
+            raise ConfigError(f"LinkConfig.connect_timeout must be above 0, got {self.connect_timeout!r}")
+        if self.down and not self.cluster:
+            raise ConfigError("LinkConfig.down carries records down a tree's edge: name the child cluster (cluster)")
+        if self.cluster:
+            check_name(self.cluster)
+        if self.parent_zk:
+            check_name(self.cluster)
+            check_hosts(self.parent_zk)
+            Paths(self.parent_root)
+            if self.role not in ("leaf", "branch"):
+                raise ConfigError(f"LinkConfig.role must be leaf or branch (a cluster with a parent), got {self.role!r}")
 
 
 @dataclass(frozen=True)

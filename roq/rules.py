@@ -54,9 +54,13 @@ _SPEC: dict[str, tuple[type, Any, float, float, str]] = {
                         "the journal's oldest segments go while it is larger than this (0 = no bound)"),
     "retention_s": (float, 0.0, 1.0, 10 * 365 * 86400.0,
                     "the journal's segments whose records are all older than this many seconds go (0 = no bound)"),
+    "link": (str, "none", 0, 0,
+             "none: the queue stays in this cluster; parent: in a cluster with a parent, a link carries the queue's "
+             "records to the parent's queue of the same name and the parent's back, as far as subscribers want "
+             "them (the queue must be durable)"),
 }
 #: rules whose value is one of a few words, not a number
-_CHOICES: dict[str, tuple[str, ...]] = {"durability": ("none", "interval", "always")}
+_CHOICES: dict[str, tuple[str, ...]] = {"durability": ("none", "interval", "always"), "link": ("none", "parent")}
 _ZERO_MEANS_OFF = {key for key, spec in _SPEC.items() if "(0 = " in spec[4]}
 
 DEFAULT_RULES: dict[str, Any] = {key: spec[1] for key, spec in _SPEC.items()}
@@ -115,6 +119,9 @@ def merge_rules(current: dict[str, Any] | None, update: Any) -> dict[str, Any]:
         raise ConfigError(
             f"rule 'min_exchanges' ({merged['min_exchanges']}) is above 'max_exchanges' ({merged['max_exchanges']})"
         )
+    if merged["link"] != "none" and merged["durability"] == "none":
+        raise ConfigError("rule 'link' is parent, and a link reads the queue's journal: the queue must be durable "
+                          "(durability interval or always)")
     return merged
 
 

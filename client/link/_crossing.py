@@ -13,6 +13,7 @@ from typing import Callable
 
 import zmq
 
+from client._locator import MonitorLocator
 from client.link._outlet import Outlet
 from client.link._source import JournalSource
 from roq.config import CurveClient
@@ -30,18 +31,24 @@ class Crossing:
     """The journal at ``source`` (read as ``name``) into the queue whose monitor is ``monitor``, through
     ``relay``; ``identity``: the outlet's publisher id on the far side."""
 
-    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], source: str, name: str, monitor: str, relay: Relay,
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], source: str, name: str, monitor: str | MonitorLocator,
+                 relay: Relay,
                  identity: bytes, *, curve_here: CurveClient | None = None, curve_there: CurveClient | None = None,
                  commit_interval: float = COMMIT_INTERVAL, who: str = "link",
                  interest: Callable[[], control.Interest] | None = None,
                  on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None) -> None:
         self.relay = relay
-        self.target = monitor
+        self._monitor = monitor
         self.commit_interval = commit_interval
         self.held = False  # told to carry nothing for now (the parent refused the link)
         self.source = JournalSource(context, source, name, self._entries, curve=curve_here)
         self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who, interest=interest,
                              on_interest=on_interest, pace=pace)
+
+    @property
+    def target(self) -> str:
+        """The endpoint of the far queue's monitor, now."""
+        return self._monitor if isinstance(self._monitor, str) else self._monitor.endpoint
 
     def attach(self, loop: Loop) -> None:
         self.source.attach(loop)

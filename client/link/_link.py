@@ -25,7 +25,6 @@ One loop (:class:`roq.loop.Loop`) serves the journal, the far monitor and the fa
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import os
@@ -34,17 +33,17 @@ import time
 import zmq
 
 from client._connection import connect
+from client._locator import MonitorLocator
 from client.link._crossing import Crossing
 from client.link._parent import Parent
 from client.link._wants import Wants
-from roq.config import CurveClient
+from roq.config import CurveClient, LinkConfig
 from roq.errors import BrokerConnectionError, ConfigError, RoQError
-from roq import defaults
-from roq.federation import Pace, Prefixes, Relay, check_name
+from roq.federation import Pace, Prefixes, Relay
 from roq.wire.control.links import ClusterName, LinkHello, LinkStats
-from roq.zk import Paths, check_hosts
 from roq.loop import Loop
 from roq.runtime import DropCounter, SignalWakeup, run_main
+from roq.security.keys import load_secret
 from roq.security.zap import TAG_BYTES, identity_for
 from roq.wire.ready import LinkReady
 
@@ -61,80 +60,6 @@ EPOCH_ORIGIN = 1767225600
 LOOKUP_INTERVAL = 0.2
 
 
-@dataclasses.dataclass(frozen=True)
-class LinkConfig:
-    """A link's settings.
-
-    Attributes:
-        name: the link's name (1-64 of A-Z a-z 0-9 _ . -): its durable reader in the source journal is
-            ``link.<name>``, and without CURVE its relayed ids are tagged with its digest.
-        source: the source queue's monitor (this side; a durable queue).
-        target: the target queue's monitor (the far side).
-        prefix: a key prefix wanted on the far side; repeated for several (none: every key).
-        on_demand: carry, of those, only what the target queue wants (its subscribers' prefixes, and what links
-            that read it want): with no subscriber beyond it, the link carries nothing.
-        source_credentials: the link's credentials in the source cluster ("" = plaintext).
-        target_credentials: the link's credentials in the target cluster ("" = plaintext).
-        max_bytes: bytes of records on their way, unacknowledged, before the link stops reading the journal.
-        rate_limit: bytes a second the link sends at most (0: no limit); 250000 is 2 Mbit/s.
-        connect_timeout: seconds to find the source queue's journal, and to be welcomed by the parent, at the start.
-        cluster: the child cluster's name in its tree: the link is an edge of the tree, its records go by the
-            tree's rules (up from the child, down with ``down``, never sideways); with ``parent_zk``, the link says
-            hello to the parent cluster as this child, and carries records only while the parent welcomes it.
-        role: the child's place in the tree: leaf (no children) or branch.
-        parent_zk: the parent cluster's ZooKeeper ("" = no hello: the link carries records unannounced).
-        parent_root: the parent cluster's ZooKeeper root.
-        down: on a tree's edge (``cluster`` set): also carry the target queue's records (the parent's) into the
-            source queue (down the tree), for the same prefixes; the target queue must be durable too.
-    """
-
-    name: str
-    source: str
-    target: str
-    prefix: tuple[str, ...] = ()
-    on_demand: bool = False
-    source_credentials: str = ""
-    target_credentials: str = ""
-    max_bytes: int = 16 << 20
-    rate_limit: int = 0
-    connect_timeout: float = 30.0
-    cluster: str = ""
-    role: str = "leaf"
-    parent_zk: str = ""
-    parent_root: str = defaults.ROOT
-    down: bool = False
-
-    def __post_init__(self) -> None:
-        try:
-            check_name(self.name)  # (the rule of a cluster's name)
-        except ConfigError:
-            raise ConfigError(f"LinkConfig.name must be 1-64 of A-Z a-z 0-9 _ . -, got {self.name!r}") from None
-        for field in ("source", "target"):
-            value = getattr(self, field)
-            if not isinstance(value, str) or not value.startswith("tcp://"):
-                raise ConfigError(f"LinkConfig.{field} must be a monitor's tcp:// endpoint, got {value!r}")
-        if self.source == self.target:
-            raise ConfigError(f"LinkConfig: the source and the target are the same queue ({self.source})")
-        if not all(isinstance(p, str) and p for p in self.prefix):
-            raise ConfigError(f"LinkConfig.prefix must be non-empty key prefixes, got {list(self.prefix)!r}")
-        if not isinstance(self.max_bytes, int) or self.max_bytes < 1 << 16:
-            raise ConfigError(f"LinkConfig.max_bytes must be at least 65536, got {self.max_bytes!r}")
-        if not isinstance(self.rate_limit, int) or self.rate_limit < 0:
-            raise ConfigError(f"LinkConfig.rate_limit must be bytes a second, 0 or more, got {self.rate_limit!r}")
-        if not self.connect_timeout > 0:
-            raise ConfigError(f"LinkConfig.connect_timeout must be above 0, got {self.connect_timeout!r}")
-        if self.down and not self.cluster:
-            raise ConfigError("LinkConfig.down carries records down a tree's edge: name the child cluster (cluster)")
-        if self.cluster:
-            check_name(self.cluster)
-        if self.parent_zk:
-            check_name(self.cluster)
-            check_hosts(self.parent_zk)
-            Paths(self.parent_root)
-            if self.role not in ("leaf", "branch"):
-                raise ConfigError(f"LinkConfig.role must be leaf or branch (a cluster with a parent), got {self.role!r}")
-
-
 def first_epoch(now: float) -> int:
     """A link's first epoch at wall time ``now``: tenths of a second since 2026, within 32 bits."""
     return int((now - EPOCH_ORIGIN) * 10) & 0xFFFFFFFF
@@ -145,8 +70,10 @@ class Link:
 
     def __init__(self, config: LinkConfig) -> None:
         self.config = config
-        self.here = CurveClient.load(config.source_credentials) if config.source_credentials else None
+        self.here = _own_keys(config)
         self.there = CurveClient.load(config.target_credentials) if config.target_credentials else None
+        # the parent's queue: where it was said to be, or followed in the parent's ZooKeeper by its name
+        self.target: str | MonitorLocator = config.target or MonitorLocator("")
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.loop = Loop("link", DropCounter(log, "link"))
         self.journal = ""
@@ -169,12 +96,13 @@ class Link:
         config = self.config
         if self.parent is not None:
             self._welcome()
+        target = self._find_target()
         self.journal = self._find_journal(config.source, config.source_credentials)
         way = "up" if config.cluster else ""
-        self._cross(way, config.source, self.journal, config.target, f"link.{config.name}", self.here, self.there)
+        self._cross(way, config.source, self.journal, self.target, f"link.{config.name}", self.here, self.there)
         if config.down:
-            journal = self._find_journal(config.target, config.target_credentials)
-            self._cross("down", config.target, journal, config.source, f"link.{config.name}.down", self.there,
+            journal = self._find_journal(target, config.target_credentials)
+            self._cross("down", self.target, journal, config.source, f"link.{config.name}.down", self.there,
                         self.here)
         deadline = time.monotonic() + config.connect_timeout
         while any(c.relay.position() < 0 for c in self.crossings):  # ready once each knows where it reads from
@@ -185,13 +113,32 @@ class Link:
         for c in self.crossings:
             down = c.relay.way == "down"
             log.info("link %s: %s%s (from offset %d) into %s, keys %s%s, first epoch %d", config.name,
-                     f"{c.relay.way}: " if c.relay.way else "", config.target if down else config.source,
+                     f"{c.relay.way}: " if c.relay.way else "", self._target() if down else config.source,
                      c.relay.position(), c.target,
                      ", ".join(config.prefix) or "all",
                      " (on demand: those the far side wants)" if config.on_demand else "", self.epoch)
 
-    def _cross(self, way: str, source: str, journal: str, target: str, reader: str, curve_read: CurveClient | None,
-               curve_write: CurveClient | None) -> None:
+    def _find_target(self) -> str:
+        """The parent's queue's monitor: as configured, or found in the parent's ZooKeeper (and followed).
+
+        Raises:
+            BrokerConnectionError: the parent's ZooKeeper did not answer, or has no monitor of the queue within
+                ``connect_timeout``.
+        """
+        config, target = self.config, self.target
+        if isinstance(target, str):
+            return target
+        target.follow(config.parent_zk, config.parent_root, config.queue, timeout=config.connect_timeout)
+        deadline = time.monotonic() + config.connect_timeout
+        while not target.endpoint:
+            if time.monotonic() >= deadline:
+                raise BrokerConnectionError(f"the parent cluster at {config.parent_zk} has no running queue "
+                                            f"{config.queue} (no monitor) within {config.connect_timeout:g}s")
+            time.sleep(LOOKUP_INTERVAL)
+        return target.endpoint
+
+    def _cross(self, way: str, source: str | MonitorLocator, journal: str, target: str | MonitorLocator, reader: str,
+               curve_read: CurveClient | None, curve_write: CurveClient | None) -> None:
         """Start carrying the queue of monitor ``source`` (its journal's reads port ``journal``, read as ``reader``)
         into the queue of monitor ``target``, ``way`` on a tree's edge."""
         config = self.config
@@ -213,6 +160,9 @@ class Link:
         crossing.attach(self.loop)
         self.wants.append(wants)
         self.crossings.append(crossing)
+
+    def _target(self) -> str:
+        return self.target if isinstance(self.target, str) else self.target.endpoint
 
     def _hello(self) -> LinkHello:
         config = self.config
@@ -269,6 +219,8 @@ class Link:
             crossing.close()
         for wants in self.wants:
             wants.close()
+        if isinstance(self.target, MonitorLocator):
+            self.target.close()
         if self.parent is not None:
             self.parent.close()
         self.context.destroy(linger=0)
@@ -303,6 +255,19 @@ class Link:
     def _on_signal(self) -> None:
         log.info("link %s: stopping (signal)", self.config.name)
         self.loop.stop()
+
+
+def _own_keys(config: LinkConfig) -> CurveClient | None:
+    """The link's keys in its own cluster: the cluster's own (``cluster_key``), its credentials, or none.
+
+    Raises:
+        ConfigError: keys that cannot be used.
+    """
+    if config.cluster_key:
+        pair = load_secret(config.cluster_key)
+        public = pair.public.decode()
+        return CurveClient(public, public, (pair.secret or b"").decode())
+    return CurveClient.load(config.source_credentials) if config.source_credentials else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,7 +39,8 @@ class Wants:
     monitor of the queue the link reads (``source``) under ``side``, and the way the relay carries records on a
     tree's edge (its :attr:`~roq.federation.Relay.way`)."""
 
-    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], source: str, relay: Relay, prefixes: Prefixes, *,
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], source: str | MonitorLocator, relay: Relay,
+                 prefixes: Prefixes, *,
                  side: str, on_demand: bool, curve: CurveClient | None = None, who: str = "link") -> None:
         self.relay = relay
         self.prefixes = prefixes
@@ -49,7 +50,8 @@ class Wants:
         self.far: Prefixes | None = None  # what the far queue wants (None: not told yet)
         self.refused = ""  # why the source queue's monitor refuses what the link says ("": it does not)
         self.who = who
-        self._channel = MonitorChannel(context, MonitorLocator(source), f"{who} (its wants)", curve)
+        locator = MonitorLocator(source) if isinstance(source, str) else source
+        self._channel = MonitorChannel(context, locator, f"{who} (its wants)", curve)
         relay.want(Prefixes() if on_demand else prefixes)
 
     def attach(self, loop: Loop) -> None:

@@ -39,6 +39,7 @@ from roq.zk import check_queue_name
 
 __all__ = [
     "Document",
+    "FederationDoc",
     "AclDoc",
     "AuditDoc",
     "GcmDoc",
@@ -66,6 +67,8 @@ STATES = (RUNNING, STOPPED, REMOVING)
 MONITOR = "monitor"
 #: the role (and assignment suffix) of a durable queue's journal
 JOURNAL = "journal"
+#: the role (and assignment suffix) of a queue's link to the same queue of the parent cluster
+LINK = "link"
 
 T = TypeVar("T", bound="Document")
 
@@ -265,6 +268,20 @@ class JournalDoc(Document):
 
 
 @dataclasses.dataclass(frozen=True)
+class FederationDoc(Document):
+    """The cluster's place in a tree of clusters, written by the GCM leader from its settings (``/federation``):
+    its name and role, and its parent (ZooKeeper, root, and the directory of this cluster's credentials there,
+    the same path on every host; "" when the parent is plaintext). A host manager reads it to start a queue's
+    link (``<queue>@link``); with no parent, the GCM places no link."""
+
+    name: str = ""
+    role: str = ""
+    parent_zk: str = ""
+    parent_root: str = ""
+    parent_credentials: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class EventsDoc(Document):
     """A source's recent topology events of a queue, oldest first, and the counters it keeps."""
 
@@ -279,18 +296,18 @@ class AuditDoc(Document):
     entries: list[dict] = dataclasses.field(default_factory=list)
 
 
-_ROLE = re.compile(r"(monitor|journal|x\d{1,9})\Z")
+_ROLE = re.compile(r"(monitor|journal|link|x\d{1,9})\Z")
 
 
 @dataclasses.dataclass(frozen=True)
 class Assignment:
-    """A process a host must run: ``<queue>@monitor``, ``<queue>@journal`` or ``<queue>@<slot>`` (the znode's
-    name is all of it)."""
+    """A process a host must run: ``<queue>@monitor``, ``<queue>@journal``, ``<queue>@link`` or
+    ``<queue>@<slot>`` (the znode's name is all of it)."""
 
     queue: str
-    slot: str  # "monitor", "journal" or an exchange slot such as "x3"
+    slot: str  # "monitor", "journal", "link" or an exchange slot such as "x3"
 
-    ROLES: ClassVar[tuple[str, str, str]] = ("monitor", "journal", "exchange")
+    ROLES: ClassVar[tuple[str, ...]] = ("monitor", "journal", "link", "exchange")
 
     @property
     def name(self) -> str:
@@ -298,16 +315,16 @@ class Assignment:
 
     @property
     def role(self) -> str:
-        """``monitor``, ``journal`` or ``exchange``."""
-        return self.slot if self.slot in (MONITOR, JOURNAL) else "exchange"
+        """``monitor``, ``journal``, ``link`` or ``exchange``."""
+        return self.slot if self.slot in (MONITOR, JOURNAL, LINK) else "exchange"
 
     @classmethod
     def parse(cls, name: str) -> Assignment:
         """The assignment a znode's name stands for.
 
         Raises:
-            ProtocolError: not ``<queue>@monitor``, ``<queue>@journal`` or ``<queue>@x<n>`` with a valid queue
-                name.
+            ProtocolError: not ``<queue>@monitor``, ``<queue>@journal``, ``<queue>@link`` or ``<queue>@x<n>``
+                with a valid queue name.
         """
         queue, sep, slot = name.rpartition("@")
         try:
@@ -315,5 +332,6 @@ class Assignment:
         except ConfigError as exc:
             raise ProtocolError(f"assignment {name!r}: {exc}") from None
         if not sep or not _ROLE.fullmatch(slot):
-            raise ProtocolError(f"assignment {name!r} is not <queue>@monitor, <queue>@journal or <queue>@x<n>")
+            raise ProtocolError(f"assignment {name!r} is not <queue>@monitor, <queue>@journal, <queue>@link or "
+                                f"<queue>@x<n>")
         return cls(queue, slot)

@@ -75,6 +75,7 @@ class Paths:
         self.queues = f"{root}/queues"
         self.acl = f"{root}/acl"  # who may do what (an AclDoc)
         self.audit = f"{root}/audit"  # who did what, when, with what result (an AuditDoc)
+        self.federation = f"{root}/federation"  # the cluster's place in a tree of clusters (a FederationDoc)
 
     def host(self, address: str) -> str:
         return f"{self.hosts}/{address}"

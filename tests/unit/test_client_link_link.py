@@ -17,9 +17,13 @@ def test_a_link_is_named_and_joins_two_monitors():
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"name": ""}, "name must be 1-64"),
-    ({"name": "eu/hq"}, "name must be 1-64"),
-    ({"name": "x" * 65}, "name must be 1-64"),
+    ({"name": ""}, "name must be 1-118"),
+    ({"name": "eu/hq"}, "name must be 1-118"),
+    ({"name": "x" * 119}, "name must be 1-118"),
+    ({"target": "", "queue": "orders"}, "give the parent's ZooKeeper"),
+    ({"target": ""}, "target must be a monitor's tcp:// endpoint, got '' \\(or give the parent's queue by name"),
+    ({"down": True}, "down carries records down a tree's edge: name the child cluster"),
+    ({"cluster_key": "/k.key_secret", "source_credentials": "/creds"}, "cluster_key.*or with credentials"),
     ({"source": "127.0.0.16:5500"}, "source must be a monitor's tcp:// endpoint"),
     ({"target": ""}, "target must be a monitor's tcp:// endpoint"),
     ({"target": SOURCE}, "the source and the target are the same queue"),

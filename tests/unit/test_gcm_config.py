@@ -38,6 +38,11 @@ def test_flags_build_the_config_and_to_args_gives_them_back():
     (["--zk", "127.0.0.1:1", "--host-grace", "-1"], "host_grace"),
     (["--zk", "127.0.0.1:1", "--lookup-port", "70000"], "lookup_port"),
     (["--zk", "127.0.0.1:1", "--root", "roq"], "bad ZooKeeper root"),
+    (["--zk", "127.0.0.1:1", "--parent-zk", "127.0.0.1:2"], "give this cluster a cluster_name"),
+    (["--zk", "127.0.0.1:1", "--cluster-name", "hq", "--parent-zk", "127.0.0.1:2"], "cluster_role branch or leaf"),
+    (["--zk", "127.0.0.1:1", "--cluster-name", "s1", "--cluster-role", "leaf", "--parent-zk", "nowhere"],
+     "bad ZooKeeper address"),
+    (["--zk", "127.0.0.1:1", "--parent-credentials", "/c"], "give parent_zk too"),
 ])
 def test_bad_settings_are_named(argv, named):
     with pytest.raises(ConfigError, match=named):

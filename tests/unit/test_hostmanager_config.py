@@ -48,7 +48,7 @@ def test_a_journal_gets_the_queues_journal_generation_on_its_command_line(tmp_pa
 
 
 def test_the_module_of_a_role_comes_from_a_fixed_table():
-    assert MODULES == {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal"}
+    assert MODULES == {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal", "link": "client.link"}
 
 
 @pytest.mark.parametrize("options, named", [
@@ -80,3 +80,22 @@ def test_the_options_are_flags_of_the_host_manager():
 def test_a_bad_zookeeper_address_is_refused(zk):
     with pytest.raises(ConfigError, match="ZooKeeper address"):
         HostManagerConfig(zk=zk)
+
+
+def test_a_link_gets_the_clusters_place_and_its_parent_and_speaks_as_the_cluster_with_curve(tmp_path):
+    from roq.config import LinkConfig
+    from roq.wire.documents import FederationDoc
+
+    tree = FederationDoc(name="store-1", role="leaf", parent_zk="127.0.0.1:2181", parent_root="/hq",
+                         parent_credentials="/etc/roq/hq-creds")
+    config = settings().link("orders", "tcp://127.0.0.12:5500", tree)
+    assert config == LinkConfig(name="store-1@orders", source="tcp://127.0.0.12:5500", queue="orders",
+                                cluster="store-1", role="leaf", parent_zk="127.0.0.1:2181", parent_root="/hq",
+                                target_credentials="/etc/roq/hq-creds", on_demand=True, down=True)
+    assert rebuilt(LinkConfig, config) == config
+    long = settings().link("q" * 64, "tcp://127.0.0.12:5500", FederationDoc(name="s" * 60, role="leaf",
+                                                                            parent_zk="127.0.0.1:2181", parent_root="/hq"))
+    assert len(long.name) <= 118 and long.name.startswith("s" * 60 + "@")  # a digest of the queue's name
+    (tmp_path / "keyring").mkdir()
+    secure = settings(secret_key=str(tmp_path / "c.key_secret"), keyring=str(tmp_path / "keyring"))
+    assert secure.link("orders", "tcp://127.0.0.12:5500", tree).cluster_key == str(tmp_path / "c.key_secret")

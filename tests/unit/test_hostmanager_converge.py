@@ -85,3 +85,18 @@ def test_a_monitor_gone_missing_leaves_running_exchanges_alone():
 def test_a_monitor_is_never_told_anything():
     children = {MON.name: ChildState(MON, running=True)}
     assert converge(assigned(MON), children, {"orders": THERE}, now=0.0) == []
+
+
+def test_a_link_starts_with_the_clusters_place_in_its_tree_and_starts_again_when_its_monitor_moved():
+    from roq.wire.documents import FederationDoc
+
+    link = Assignment("orders", "link")
+    tree = FederationDoc(name="store-1", role="leaf", parent_zk="127.0.0.1:2181", parent_root="/hq")
+    assert converge(assigned(link), {}, {"orders": HERE}, now=0.0, federation=tree) == [
+        Start(link, HERE, federation=tree)]
+    assert converge(assigned(link), {}, {"orders": HERE}, now=0.0) == []  # the cluster's place not read yet
+    assert converge(assigned(link), {}, {"orders": HERE}, now=0.0, federation=FederationDoc(name="hq")) == []
+    assert converge(assigned(link), {}, {}, now=0.0, federation=tree) == []  # nor the queue's monitor
+    running = {link.name: ChildState(link, running=True, monitor=HERE, tellable=False)}
+    assert converge(assigned(link), running, {"orders": THERE}, now=0.0, federation=tree) == [
+        Restart(link.name, THERE)]

@@ -213,3 +213,12 @@ def test_durability_is_one_of_three_words_and_no_threshold():
         merge_rules(None, {"durability": 1})
     with pytest.raises(ConfigError, match="unknown threshold 'durability'"):
         check_thresholds({"durability": "always"})
+
+
+def test_a_queue_is_linked_to_its_parent_only_if_it_is_durable():
+    assert merge_rules(None, {"durability": "always", "link": "parent"})["link"] == "parent"
+    assert merge_rules(None, {})["link"] == "none"
+    with pytest.raises(ConfigError, match="a link reads the queue's journal: the queue must be durable"):
+        merge_rules(None, {"link": "parent"})
+    with pytest.raises(ConfigError, match="must be one of none, parent"):
+        merge_rules(None, {"durability": "always", "link": "child"})

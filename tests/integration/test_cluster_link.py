@@ -1,0 +1,113 @@
+"""A child cluster's GCM places the link of a queue whose rules say ``link = "parent"``, its host manager runs it and
+starts it again when it is killed: two real clusters (each its own ZooKeeper root, GCM and host manager, on its
+own loopback address), records both ways on demand, each once, across a SIGKILL of the link."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import time
+from typing import Callable
+
+import psutil
+
+
+PER_SIDE = 2000
+
+
+def _link_pid(cluster) -> int:
+    """The pid of the link process the cluster's host manager runs (0: none)."""
+    for manager in cluster.hostmanagers.values():
+        for child in psutil.Process(manager.pid).children():
+            try:
+                if "client.link" in child.cmdline():
+                    return child.pid
+            except psutil.NoSuchProcess:
+                continue
+    return 0
+
+
+def _wait(done: Callable[[], object], timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while not (value := done()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def _received(sub, counts: collections.Counter, seen: set, dup: list) -> None:
+    for batch in sub.recv_many(timeout=0.05):
+        for i, payload in enumerate(batch.payloads):
+            mark = (batch.key, payload)
+            if mark in seen:
+                dup.append(mark)
+            seen.add(mark)
+            counts[batch.key] += 1
+
+
+def test_a_childs_gcm_places_the_link_its_host_manager_restarts_it_and_records_cross_both_ways_once(
+        make_embedded, tmp_path):
+    hq = make_embedded(hosts=1, first_host="127.0.0.31", gcm_args=["--cluster-name", "hq"])
+    store = make_embedded(hosts=1, first_host="127.0.0.32", gcm_args=[
+        "--cluster-name", "store-1", "--cluster-role", "leaf", "--parent-zk", hq.zk, "--parent-root", hq.root])
+    hq.manager.create("orders", exchanges=1)
+    hq.manager.set_rules("orders", {"durability": "always"})
+    store.manager.create("orders", exchanges=1)
+    assert store.manager.set_rules("orders", {"durability": "always", "link": "parent"})["link"] == "parent"
+    # the child's GCM placed the link, its host manager started it, and it said hello to the parent
+    _wait(lambda: [c["Name"] for c in hq.manager.federation()["Children"]] == ["store-1"], 60,
+          "the link's hello at the parent")
+    placed = [e for e in store.manager.events("orders", 200) if e["kind"] == "link_placed"]
+    assert [e["host"] for e in placed] == ["127.0.0.32"], placed
+    first_pid = _link_pid(store)
+    assert first_pid
+
+    with hq.connect("orders") as at_hq, store.connect("orders") as at_store:
+        up = at_hq.subscriber(b"s.")  # at the parent: what the store publishes
+        down = at_store.subscriber(b"h.")  # at the store: what the parent publishes
+        pub_store, pub_hq = at_store.publisher(), at_hq.publisher()
+        counts: collections.Counter = collections.Counter()
+        seen: set = set()
+        dup: list = []
+
+        def cross(key: bytes, pub, sub) -> None:
+            """Publish probes until one crosses (the interest went the other way first)."""
+            before = counts[key]
+            deadline = time.monotonic() + 60
+            while counts[key] == before:
+                assert time.monotonic() < deadline, f"nothing of {key!r} crossed"
+                pub.send(key, b"probe-%f" % time.monotonic())
+                pub.flush(10)
+                _received(sub, counts, seen, dup)
+
+        cross(b"s.probe", pub_store, up)
+        cross(b"h.probe", pub_hq, down)
+
+        # both ways under load, the link SIGKILLed half-way: its host manager starts it again, and every record
+        # crosses once
+        for i in range(PER_SIDE):
+            pub_store.send(b"s.k", b"%d" % i)
+            pub_hq.send(b"h.k", b"%d" % i)
+            if i == PER_SIDE // 2:
+                pub_store.flush(10)
+                pub_hq.flush(10)
+                os.kill(first_pid, signal.SIGKILL)
+            _received(up, counts, seen, dup)
+            _received(down, counts, seen, dup)
+        pub_store.flush(30)
+        pub_hq.flush(30)
+        deadline = time.monotonic() + 90
+        while counts[b"s.k"] < PER_SIDE or counts[b"h.k"] < PER_SIDE:
+            assert time.monotonic() < deadline, f"crossed: {dict(counts)}"
+            _received(up, counts, seen, dup)
+            _received(down, counts, seen, dup)
+        second_pid = _wait(lambda: _link_pid(store), 30, "the link started again")
+        assert second_pid != first_pid
+        assert (counts[b"s.k"], counts[b"h.k"], dup) == (PER_SIDE, PER_SIDE, [])
+
+    # the queue no longer linked: the GCM takes the link away, and the host manager stops it
+    store.manager.set_rules("orders", {"link": None})
+    _wait(lambda: not _link_pid(store), 30, "the link stopped")
+    assert [e["kind"] for e in store.manager.events("orders", 200) if e["kind"].startswith("link_")][-1] == \
+        "link_removed"
