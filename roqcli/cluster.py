@@ -15,7 +15,7 @@ from roq.runtime import ExitCode
 from roqcli.keys import DEFAULT_CLUSTER_KEYS
 from roq import defaults
 
-__all__ = ["ClusterSettings", "cluster_up"]
+__all__ = ["ClusterSettings", "cluster_up", "federation_args"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +40,23 @@ class ClusterSettings:
     host_bandwidth: str = ""  # each host's link rate (100mbit), one for all or one per host; "" = loopback hosts
     keys: str = ""  # the cluster's keys (made where missing); "" = ~/.roq/cluster
     insecure: bool = False  # no CURVE: anyone who reaches the cluster's ports may use it
+    cluster_name: str = ""  # its name in a tree of clusters ("" = in no tree)
+    cluster_role: str = "root"  # root, branch or leaf
+    parent_zk: str = ""  # a branch's or leaf's parent cluster's ZooKeeper: linked queues get a link to it
+    parent_root: str = defaults.ROOT
+    parent_credentials: str = ""  # this cluster's credentials in its parent ("" = the parent is plaintext)
+
+
+def federation_args(s: ClusterSettings) -> list[str]:
+    """The GCMs' flags of the cluster's place in a tree of clusters (none outside a tree)."""
+    if not s.cluster_name:
+        return []
+    args = ["--cluster-name", s.cluster_name, "--cluster-role", s.cluster_role]
+    if s.parent_zk:
+        args += ["--parent-zk", s.parent_zk, "--parent-root", s.parent_root]
+        if s.parent_credentials:
+            args += ["--parent-credentials", os.path.abspath(os.path.expanduser(s.parent_credentials))]
+    return args
 
 
 def cluster_up(s: ClusterSettings) -> int:
@@ -62,7 +79,7 @@ def cluster_up(s: ClusterSettings) -> int:
         hosts=s.hosts, first_host=s.first_host, zk=s.zk or None, zk_port=s.zk_port, gcms=s.gcms, root=s.root,
         session_timeout=s.session_timeout, max_exchanges=s.max_exchanges, log_dir=log_dir,
         gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port), kpi_archive=archive, budgets=budgets,
-        http_port=s.http_port, secure=not s.insecure, keys=keys,
+        http_port=s.http_port, secure=not s.insecure, keys=keys, gcm_args=federation_args(s),
     )  # fmt: skip
     print(f"starting: {s.hosts} host(s) from {s.first_host}, {s.gcms} GCM(s); logs in {log_dir}; "
           f"KPI archive {archive}", flush=True)
@@ -82,6 +99,9 @@ def cluster_up(s: ClusterSettings) -> int:
                   f"{cluster.keys.keyring}); the admin's credentials: {cluster.credentials}")
         else:
             print("security    INSECURE (--insecure): no CURVE, anyone who reaches the cluster's ports may use it")
+        if s.cluster_name:
+            parent = f", under the cluster of {s.parent_zk}{s.parent_root}" if s.parent_zk else ""
+            print(f"federation  {s.cluster_name} ({s.cluster_role}){parent}: roq federation status")
         hosts = cluster.emulation.describe() if cluster.emulation is not None else cluster.addresses
         for line, child in zip(hosts, cluster.hostmanagers.values()):
             print(f"hostmanager {line} pid {child.pid}")

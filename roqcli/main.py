@@ -93,6 +93,14 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--host-bandwidth", help="emulated hosts: each host in a network namespace of its own with a "
                     "link of this rate (tc tbf both ways; 100mbit, 1gbit), one for all or one per host; the hosts "
                     "then have addresses in 198.18.0.0/15; needs root")
+    up.add_argument("--cluster-name", help="the cluster's name in a tree of clusters (1-64 of A-Z a-z 0-9 _ . -)")
+    up.add_argument("--cluster-role", choices=("root", "branch", "leaf"),
+                    help="its place in the tree (default root): a branch or a leaf has a parent")
+    up.add_argument("--parent-zk", help="the parent cluster's ZooKeeper: each durable queue whose rules say "
+                    "link = parent gets a link to the parent's queue of the same name")
+    up.add_argument("--parent-root", help=f"the parent cluster's ZooKeeper root (default {defaults.ROOT})")
+    up.add_argument("--parent-credentials", help="this cluster's credentials directory in its parent (for a "
+                    "parent that serves CURVE)")
 
     queue = sub.add_parser("queue", help="manage queues")
     qsub = queue.add_subparsers(dest="action", required=True, metavar="ACTION")
