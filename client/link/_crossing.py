@@ -36,14 +36,20 @@ class Crossing:
                  identity: bytes, *, curve_here: CurveClient | None = None, curve_there: CurveClient | None = None,
                  commit_interval: float = COMMIT_INTERVAL, who: str = "link",
                  interest: Callable[[], control.Interest] | None = None,
-                 on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None) -> None:
+                 on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None,
+                 wait_for_interest: bool = False) -> None:
         self.relay = relay
         self._monitor = monitor
         self.commit_interval = commit_interval
         self.held = False  # told to carry nothing for now (the parent refused the link)
+        # on demand, nothing is read before the far side said what it wants: what is read meanwhile would pass as
+        # unwanted, skipped for good (a link started again after an outage would lose what came meanwhile)
+        self.waiting_interest = wait_for_interest
+        self._on_interest = on_interest
         self.source = JournalSource(context, source, name, self._entries, curve=curve_here)
         self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who, interest=interest,
-                             on_interest=on_interest, pace=pace)
+                             on_interest=self._interest if on_interest is not None else None, pace=pace)
+        self._pace()
 
     @property
     def target(self) -> str:
@@ -81,6 +87,15 @@ class Crossing:
         if self.source.paused:
             self._pace()
 
+    def _interest(self, msg: control.Interest) -> None:
+        """The far queue's monitor said what it wants (the relay now lets that cross): reading may begin."""
+        assert self._on_interest is not None
+        self._on_interest(msg)
+        if self.waiting_interest:
+            self.waiting_interest = False
+            self._pace()
+
     def _pace(self) -> None:
-        """The source reads while the relay has room and the crossing is not held."""
-        self.source.pause(self.relay.full or self.held)
+        """The source reads while the relay has room, the crossing is not held, and (on demand) the far side said
+        what it wants."""
+        self.source.pause(self.relay.full or self.held or self.waiting_interest)

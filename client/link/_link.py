@@ -29,6 +29,7 @@ import hashlib
 import logging
 import os
 import time
+from typing import Any
 
 import zmq
 
@@ -37,7 +38,7 @@ from client._locator import MonitorLocator
 from client.link._crossing import Crossing
 from client.link._parent import Parent
 from client.link._wants import Wants
-from roq.config import CurveClient, LinkConfig
+from roq.config import CurveClient, LinkConfig, PublisherConfig, SubscriberConfig
 from roq.errors import BrokerConnectionError, ConfigError, RoQError
 from roq.federation import Pace, Prefixes, Relay
 from roq.wire.control.links import ClusterName, LinkHello, LinkStats
@@ -97,11 +98,11 @@ class Link:
         if self.parent is not None:
             self._welcome()
         target = self._find_target()
-        self.journal = self._find_journal(config.source, config.source_credentials)
+        self.journal = self._find_journal(config.source, self.here)
         way = "up" if config.cluster else ""
         self._cross(way, config.source, self.journal, self.target, f"link.{config.name}", self.here, self.there)
         if config.down:
-            journal = self._find_journal(target, config.target_credentials)
+            journal = self._find_journal(target, self.there)
             self._cross("down", self.target, journal, config.source, f"link.{config.name}.down", self.there,
                         self.here)
         deadline = time.monotonic() + config.connect_timeout
@@ -156,7 +157,8 @@ class Link:
         wants.attach(self.loop)
         crossing = Crossing(self.context, journal, reader, target, relay, identity, curve_here=curve_read,
                             curve_there=curve_write, who=who, interest=wants.hello, on_interest=wants.told,
-                            pace=Pace(config.rate_limit, time.monotonic()) if config.rate_limit else None)
+                            pace=Pace(config.rate_limit, time.monotonic()) if config.rate_limit else None,
+                            wait_for_interest=config.on_demand)
         crossing.attach(self.loop)
         self.wants.append(wants)
         self.crossings.append(crossing)
@@ -230,12 +232,14 @@ class Link:
         return LinkReady(pid=os.getpid(), name=self.config.name, journal=self.journal, position=position,
                          epoch=self.epoch)
 
-    def _find_journal(self, monitor: str, credentials: str) -> str:
-        """The reads port of the journal of the queue of ``monitor``."""
+    def _find_journal(self, monitor: str, curve: CurveClient | None) -> str:
+        """The reads port of the journal of the queue of ``monitor`` (asked with the keys ``curve``)."""
         config = self.config
         deadline = time.monotonic() + config.connect_timeout
         why = "no answer"
-        with connect(monitor, timeout=config.connect_timeout, credentials=credentials or None) as conn:
+        keys: dict[str, Any] = ({"publisher_config": PublisherConfig(curve=curve),
+                                 "subscriber_config": SubscriberConfig(curve=curve)} if curve is not None else {})
+        with connect(monitor, timeout=config.connect_timeout, **keys) as conn:
             while True:
                 try:
                     journal = conn.status(timeout=max(0.1, min(5.0, deadline - time.monotonic()))).journal

@@ -1,6 +1,7 @@
 """A child cluster's GCM places the link of a queue whose rules say ``link = "parent"``, its host manager runs it and
-starts it again when it is killed: two real clusters (each its own ZooKeeper root, GCM and host manager, on its
-own loopback address), records both ways on demand, each once, across a SIGKILL of the link."""
+starts it again when it is killed: two real clusters with CURVE on every socket (each its own keys, ZooKeeper root,
+GCM and host manager, on its own loopback address; the link speaks as the cluster in its own and with the key the
+parent admitted in the parent), records both ways on demand, each once, across a SIGKILL of the link."""
 
 from __future__ import annotations
 
@@ -48,11 +49,17 @@ def _received(sub, counts: collections.Counter, seen: set, dup: list) -> None:
 
 def test_a_childs_gcm_places_the_link_its_host_manager_restarts_it_and_records_cross_both_ways_once(
         make_embedded, tmp_path):
-    hq = make_embedded(hosts=1, first_host="127.0.0.31", gcm_args=["--cluster-name", "hq"])
-    store = make_embedded(hosts=1, first_host="127.0.0.32", gcm_args=[
-        "--cluster-name", "store-1", "--cluster-role", "leaf", "--parent-zk", hq.zk, "--parent-root", hq.root])
+    hq = make_embedded(hosts=1, first_host="127.0.0.31", secure=True, gcm_args=["--cluster-name", "hq"])
     hq.manager.create("orders", exchanges=1)
     hq.manager.set_rules("orders", {"durability": "always"})
+    # the parent admits the store's key, and lets it open a link, publish into orders, read it, and ask its monitor
+    # where its journal is
+    creds = hq.keys.client("store-1")
+    for grant in (("link",), ("publish", "orders"), ("subscribe", "orders"), ("manage", "orders")):
+        hq.manager.grant("store-1", *grant)
+    store = make_embedded(hosts=1, first_host="127.0.0.32", secure=True, gcm_args=[
+        "--cluster-name", "store-1", "--cluster-role", "leaf", "--parent-zk", hq.zk, "--parent-root", hq.root,
+        "--parent-credentials", creds])
     store.manager.create("orders", exchanges=1)
     assert store.manager.set_rules("orders", {"durability": "always", "link": "parent"})["link"] == "parent"
     # the child's GCM placed the link, its host manager started it, and it said hello to the parent
