@@ -50,6 +50,10 @@ class DurableQueue:
             out[e.key] = out.get(e.key, 0) + h.count
         return out
 
+    def chains(self) -> list[tuple[bytes, bytes, int, int, int]]:
+        """Every batch in journal order: (publisher, key, the seq of its key's previous record, first seq, last)."""
+        return [(h.publisher, e.key, h.key_prev, h.first_seq, h.last_seq) for e, h in self._entries()]
+
     def arrivals(self) -> list[tuple[int, int]]:
         """When each batch was journaled (ns since the epoch) and its size as it was sent (key, header, body)."""
         return [(e.time_ns, len(e.key) + len(e.header) + len(e.body)) for e, _ in self._entries()]
