@@ -11,7 +11,9 @@ The tree is the leader's, in memory: a new leader starts with no children and le
 next hellos, which are whole and idempotent. A child whose hellos stop for :data:`CHILD_TIMEOUT` seconds is
 forgotten, and its names with it. Refusals are counted per reason (:attr:`Federation.refusals`). Each welcomed
 hello also says what the link's crossings carried (:class:`~roq.wire.control.links.LinkStats`): kept as the
-last one said, shown by :meth:`Federation.status` and in ``/metrics`` (:meth:`Federation.links`).
+last one said, shown by :meth:`Federation.status` and in ``/metrics`` (:meth:`Federation.links`); a crossing that
+begins carrying into one of this cluster's queues, or stops (its child forgotten, or its hello says it no more), is
+an event of that queue (``link_up``, ``link_down``: :meth:`Federation.take_changes`, recorded by the GCM).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ CHILD_TIMEOUT = 15.0
 #: crossings of one child's link kept, and prefixes shown of each
 MAX_CROSSINGS = 64
 MAX_CARRYING = 64
+#: links' changes kept for the next turn of the leader, at most
+MAX_CHANGES = 1024
 
 
 class Federation:
@@ -49,6 +53,8 @@ class Federation:
         self.refusals: dict[str, int] = {}
         self._heard: dict[str, float] = {}  # child -> when its last hello came (monotonic)
         self._stats: dict[str, list[LinkStats]] = {}  # child -> what its link's crossings carried, as last said
+        self._carried: dict[str, set[str]] = {}  # child -> the monitors its link carries into, as last said
+        self._changes: list[tuple[str, str, str, str]] = []  # (kind, child, monitor, why) not yet taken
 
     def reset(self) -> None:
         """Forget every child (a new leader: they say hello again)."""
@@ -56,6 +62,8 @@ class Federation:
             self.tree = Tree(self.name, self.role)
         self._heard.clear()
         self._stats.clear()
+        self._carried.clear()
+        self._changes.clear()
 
     def hello(self, msg: LinkHello, principal: str | None, now: float) -> Reply:
         """A child's link says hello: the welcome, or a refusal.
@@ -74,8 +82,16 @@ class Federation:
             log.info("cluster %s: child %s linked (%s, incarnation %d, %d cluster(s) below it)", self.name,
                      msg.cluster, msg.role, msg.incarnation, len(msg.names))
         self._heard[msg.cluster] = now
-        self._stats[msg.cluster] = [dataclasses.replace(s, carrying=s.carrying[:MAX_CARRYING])
-                                    for s in msg.stats[:MAX_CROSSINGS]]
+        self._stats[msg.cluster] = stats = [dataclasses.replace(s, carrying=s.carrying[:MAX_CARRYING])
+                                            for s in msg.stats[:MAX_CROSSINGS]]
+        targets = {s.target for s in stats}
+        if not targets:  # (a link process that has not begun carrying yet, a new incarnation's first hellos)
+            return Reply(data={"Path": [tree.name, *tree.path], "Interest": []})
+        before = self._carried.get(msg.cluster, set())
+        self._changes += [("link_up", msg.cluster, t, "") for t in sorted(targets - before)]
+        self._changes += [("link_down", msg.cluster, t, "its link carries into it no more")
+                          for t in sorted(before - targets)]
+        self._carried[msg.cluster] = targets
         return Reply(data={"Path": [tree.name, *tree.path], "Interest": []})
 
     def expire(self, now: float) -> list[str]:
@@ -85,10 +101,19 @@ class Federation:
         for child in gone:
             del self._heard[child]
             self._stats.pop(child, None)
+            self._changes += [("link_down", child, t, f"no hello for {CHILD_TIMEOUT:.0f}s")
+                              for t in sorted(self._carried.pop(child, set()))]
             if tree is not None:
                 tree.child_gone(child)
             log.warning("cluster %s: child %s forgotten: no hello for %.0fs", self.name, child, CHILD_TIMEOUT)
         return gone
+
+    def take_changes(self) -> list[tuple[str, str, str, str]]:
+        """The links that began or stopped carrying into a queue of this cluster since the last call: (``link_up`` or
+        ``link_down``, the child, the queue's monitor endpoint, why it stopped); the GCM records them as the queue's
+        events (at most :data:`MAX_CHANGES` kept between two calls, the oldest dropped)."""
+        changes, self._changes = self._changes[-MAX_CHANGES:], []
+        return changes
 
     def links(self, now: float) -> list[tuple[str, float, list[LinkStats]]]:
         """Each child's link: its name, seconds since its last hello, and what its crossings carried."""

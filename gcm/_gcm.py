@@ -37,7 +37,7 @@ from gcm._http import HttpApi, read_token
 from gcm._tokens import Tokens
 from gcm._hostloss import HostLoss
 from gcm._lifecycle import finish_removals
-from gcm._outcome import READY, REMOVED, STOPPED, Outcome, Wait
+from gcm._outcome import READY, REMOVED, STOPPED, Event, Outcome, Wait
 from gcm._stats import StatsAsks
 from gcm._view import QueueView, View, read_view
 from roq.wire import management as m
@@ -230,6 +230,7 @@ class Gcm:
         if self.leading:
             self.federation.expire(now)
             self.loop.guarded("the cluster's place in its tree", self._publish_federation)
+            self._record_links()
         if self._acting():
             self.loop.guarded("host loss and removals", self._maintain, now)
         if self.leading:
@@ -330,6 +331,21 @@ class Gcm:
         if self.view.federation != doc and not self._dirty:
             self.session.put(self.paths.federation, doc.encode())
             self._dirty = True
+
+    def _record_links(self) -> None:
+        """Each child's link that began or stopped carrying into one of this cluster's queues: an event of the
+        queue (a crossing into a monitor that is no queue's here, such as a link's way down, records nothing)."""
+        changes = self.federation.take_changes()
+        if not changes:
+            return
+        queues = {q.monitor.endpoint: q.name for q in self.view.queues.values() if q.monitor is not None}
+        for kind, child, target, why in changes:
+            queue = queues.get(target)
+            if queue is None:
+                continue
+            text = (f"the link of child cluster {child} carries into this queue" if kind == "link_up" else
+                    f"the link of child cluster {child} carries into this queue no more ({why})")
+            self.events.record(Event(queue, kind, text, {"child": child}), time.time())
 
     def _maintain(self, now: float) -> None:
         """The leader's own decisions: slots moved off lost hosts, removed queues deleted once quiet, links placed

@@ -67,6 +67,10 @@ def test_a_childs_gcm_places_the_link_its_host_manager_restarts_it_and_records_c
           "the link's hello at the parent")
     placed = [e for e in store.manager.events("orders", 200) if e["kind"] == "link_placed"]
     assert [e["host"] for e in placed] == ["127.0.0.32"], placed
+    # and the parent's queue has it among its events: the child's link carries into it
+    ups = _wait(lambda: [e for e in hq.manager.events("orders", 200) if e["kind"] == "link_up"], 30,
+                "the link_up event at the parent")
+    assert [e["child"] for e in ups] == ["store-1"]
     first_pid = _link_pid(store)
     assert first_pid
 

@@ -76,3 +76,22 @@ def test_a_silent_child_is_forgotten_and_a_new_leader_knows_no_child_until_it_sa
     assert hq.status(30.0)["Children"] == []
     hq.hello(_hello("us"), "us-key", now=21.0)
     assert [c["Name"] for c in hq.status(30.0)["Children"]] == ["us"]
+
+
+def test_a_childs_crossing_that_begins_or_stops_carrying_into_a_queue_is_a_change_to_record():
+    hq = Federation("hq", "root")
+    other = LinkStats("tcp://127.0.0.11:5600")
+    hq.hello(_hello("eu"), "eu-key", now=0.0)  # not carrying yet: nothing
+    assert hq.take_changes() == []
+    hq.hello(_hello("eu", stats=(CARRIED,)), "eu-key", now=1.0)
+    hq.hello(_hello("eu", stats=(CARRIED,)), "eu-key", now=2.0)  # the same again: nothing more
+    assert hq.take_changes() == [("link_up", "eu", CARRIED.target, "")]
+    hq.hello(_hello("eu", incarnation=2), "eu-key", now=3.0)  # started again, not carrying yet: nothing
+    hq.hello(_hello("eu", incarnation=2, stats=(other,)), "eu-key", now=4.0)  # now into another queue only
+    assert hq.take_changes() == [("link_up", "eu", other.target, ""),
+                                 ("link_down", "eu", CARRIED.target, "its link carries into it no more")]
+    hq.expire(4.0 + CHILD_TIMEOUT + 1)
+    assert hq.take_changes() == [("link_down", "eu", other.target, f"no hello for {CHILD_TIMEOUT:.0f}s")]
+    hq.hello(_hello("eu", incarnation=3, stats=(other,)), "eu-key", now=30.0)
+    hq.reset()  # a new leader: nothing left to record, and it learns the links again
+    assert hq.take_changes() == []
