@@ -4,6 +4,7 @@ loopback aliases, an on-demand link, a load publisher)."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import client
@@ -76,3 +77,60 @@ def test_a_link_keeps_to_its_rate_limit_interest_crosses_while_it_is_full_and_wh
             assert key_prev == last[publisher, key], (key, key_prev, last[publisher, key])
         last[publisher, key] = end
     assert {key for _, key in last} == {b"a.1", b"a.2", b"b.1"}
+
+
+#: seconds the link is down under load (make test: 3; make federation: 60)
+OUTAGE_S = float(os.environ.get("ROQ_LINK_OUTAGE_S", "3"))
+DRAIN_CAP = 500_000  # bytes a second: 4 Mbit/s
+
+
+def test_an_outage_is_held_in_the_journal_and_drained_after_it_at_the_links_rate(tmp_path, loads):
+    """A link capped at 4 Mbit/s carries 5,000 records/s (about half its rate); it is SIGKILLed and started again
+    :data:`OUTAGE_S` seconds later: what was published meanwhile waited in the source's journal (the publishers never
+    held back), and crossed after it at no less than 90% of the link's rate, each record once and in order."""
+    here = DurableQueue("127.0.0.18", str(tmp_path / "here"), exchanges=1)
+    there = DurableQueue("127.0.0.19", str(tmp_path / "there"), exchanges=1)
+    args = ["--name", "held", "--source", here.monitor, "--target", there.monitor, "--rate-limit", str(DRAIN_CAP)]
+    link = spawn("link", "client.link", args)
+    try:
+        link.wait_ready(60)
+        duration = 1 + OUTAGE_S + 2 * OUTAGE_S + 2  # before, the outage, the drain (twice its expected length), after
+        pub = loads.start("publish", here.monitor, "--rate", "5000", "--size", "40", "--keys", "a,b,c",
+                          "--duration", f"{duration:g}")
+        with client.connect(there.monitor) as far:
+            deadline = time.monotonic() + 30
+            while not far.status().journal.next_offset:  # crossing
+                assert time.monotonic() < deadline, "nothing crossed"
+                time.sleep(0.05)
+            time.sleep(1.0)  # (a steady crossing before the outage: the publisher sets the pace, not a wait)
+            link.kill()
+            down_ns = time.time_ns()
+            time.sleep(OUTAGE_S)  # the outage itself: nothing to wait for
+            link = spawn("link", "client.link", args)
+            link.wait_ready(60)
+            up_ns = time.time_ns()
+        report = loads.report(pub, timeout=duration + 60)
+        assert report["error"] == "" and report["rate"] >= 0.9 * 5000  # the publisher was never held back
+    finally:
+        link.stop()
+        for site in (there, here):
+            site.stop()
+    arrivals = [(t, size) for t, size in there.arrivals() if t > up_ns]
+    published = [t for t, _ in here.arrivals()]
+    held = sum(1 for t in published if down_ns <= t <= up_ns)
+    # the backlog crosses at the link's rate: over the first four fifths of the time it should take (what waited,
+    # crossing at the rate left over by the publisher's own), at least 90% of the cap
+    rate_in = sum(size for t, size in here.arrivals() if down_ns <= t <= up_ns) / ((up_ns - down_ns) / 1e9)
+    expected_s = OUTAGE_S * rate_in / (DRAIN_CAP - rate_in)
+    first = arrivals[0][0]
+    window = [size for t, size in arrivals if t <= first + 0.8 * expected_s * 1e9]
+    drained = sum(window) / (0.8 * expected_s)
+    print(f"outage {OUTAGE_S:g} s: {held:,} batches held at the source ({rate_in:,.0f} B/s coming in, the publisher "
+          f"at {report['rate']:,.0f} records/s); drained at "
+          f"{drained:,.0f} B/s = {drained / DRAIN_CAP:.0%} of the link's {DRAIN_CAP:,} B/s")
+    assert drained >= 0.9 * DRAIN_CAP
+    last: dict[tuple[bytes, bytes], int] = {}  # every key's chain whole, once, in order, across the outage
+    for publisher, key, key_prev, first_seq, end in there.chains():
+        if (publisher, key) in last:
+            assert key_prev == last[publisher, key], (key, key_prev, last[publisher, key])
+        last[publisher, key] = end
