@@ -49,12 +49,16 @@ class LiveFeed:
 
     Args:
         shell: the GCM (its view and census).
+        tree: the cluster's place in its tree of clusters, as the page shows it (None, or a call that gives None: the
+            state has no ``federation``).
         clock: wall clock.
         labels: what names a publisher or a subscriber in what the feeds are sent.
     """
 
-    def __init__(self, shell: _Shell, clock: Callable[[], float] = time.time, *, labels: Labels) -> None:
+    def __init__(self, shell: _Shell, clock: Callable[[], float] = time.time, *, labels: Labels,
+                 tree: Callable[[], dict[str, Any] | None] | None = None) -> None:
         self.shell = shell
+        self.tree = tree  # the cluster's place in its tree of clusters, for the page (None: in no tree)
         self.clock = clock
         self.labels = labels
         self.streams: list[EventStream] = []
@@ -104,8 +108,12 @@ class LiveFeed:
                            **traffic(status), "exchanges": exchanges, "publisher_list": publishers,
                            "latency": latency, "counters": dict(status.counters) if status is not None else {},
                            "journal": _journal(q.doc.journal_host, q.durable, status)})
-        return {"time": self.clock(), "leader": self.shell.id, "hosts": [snake(h.document()) for h in hosts],
-                "queues": queues}
+        state = {"time": self.clock(), "leader": self.shell.id, "hosts": [snake(h.document()) for h in hosts],
+                 "queues": queues}
+        tree = self.tree() if self.tree is not None else None
+        if tree is not None:
+            state["federation"] = tree
+        return state
 
     def _record(self) -> None:
         now, snaps = self.clock(), self.shell.census.snapshots

@@ -116,7 +116,7 @@ class HttpApi:
         self._principal: str | None = None  # the caller of the request being handled (the loop has one thread)
         self.clock = clock
         labels = Labels()  # one key for the feed and the metrics: a client has the same label in both
-        self.feed = LiveFeed(shell, clock, labels=labels)
+        self.feed = LiveFeed(shell, clock, labels=labels, tree=lambda: feed_tree(shell.federation.status(time.monotonic())))
         self.exposition = Exposition(top, labels)
         self._routes = [(re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.path) + r"/?\Z"), r) for r in ROUTES]
         self._private = {(r.path, method) for r in ROUTES for method, op in r.methods.items() if op.names_clients}
@@ -204,7 +204,8 @@ class HttpApi:
     def index(self, req: HttpRequest, later: Later) -> HttpResponse:
         return HttpResponse.json(200, {"version": "v1", "links": {
             "cluster": f"{API}/cluster", "hosts": f"{API}/hosts", "queues": f"{API}/queues",
-            "openapi": f"{API}/openapi.json", "metrics": "/metrics", "stream": f"{API}/stream", "dashboard": "/"}})
+            "federation": f"{API}/federation", "openapi": f"{API}/openapi.json", "metrics": "/metrics",
+            "stream": f"{API}/stream", "dashboard": "/"}})
 
     def openapi(self, req: HttpRequest, later: Later) -> HttpResponse:
         return HttpResponse.json(200, self._openapi)
@@ -325,6 +326,9 @@ class HttpApi:
     def audit(self, req: HttpRequest, later: Later) -> HttpResponse | None:
         limit = _int(req.query, "limit", 100, 1, 1000)
         return self._ask(m.GetAudit(Limit=limit), later, lambda r: HttpResponse.json(200, {"entries": r.data["Entries"]}))
+
+    def federation(self, req: HttpRequest, later: Later) -> HttpResponse | None:
+        return self._ask(m.FederationStatus(), later, lambda r: HttpResponse.json(200, federation_document(r.data)))
 
     # ------------------------------------------------------------------ the live feed
 
@@ -512,3 +516,25 @@ def _time(query: Mapping[str, str], name: str) -> float | None:
         when = when.replace(tzinfo=datetime.timezone.utc)
     return when.timestamp()
 
+
+def federation_document(status: dict[str, Any]) -> dict[str, Any]:
+    """A cluster's place in its tree (:meth:`gcm._federation.Federation.status`), in the HTTP API's snake case."""
+    def crossing(c: dict[str, Any]) -> dict[str, Any]:
+        return {"target": c["Target"], "records": c["Records"], "bytes": c["Bytes"], "backlog": c["Backlog"],
+                "moves": c["Moves"], "rate_limit": c["RateLimit"], "carrying": c["Carrying"], "refused": c["Refused"]}
+    return {"name": status["Name"], "role": status["Role"], "path": status["Path"], "refusals": status["Refusals"],
+            "children": [{"name": c["Name"], "key": c["Key"], "incarnation": c["Incarnation"], "below": c["Below"],
+                          "heard_s": c["HeardS"], "links": [crossing(x) for x in c["Links"]]}
+                         for c in status["Children"]]}
+
+
+def feed_tree(status: dict[str, Any]) -> dict[str, Any] | None:
+    """What the page draws of the cluster's place in its tree (anyone may read the feed: no keys, no monitors' endpoints,
+    no prefixes); None outside a tree."""
+    if not status["Name"]:
+        return None
+    return {"name": status["Name"], "role": status["Role"], "path": status["Path"],
+            "children": [{"name": c["Name"], "below": len(c["Below"]), "heard_s": c["HeardS"],
+                          "links": [{"records": x["Records"], "bytes": x["Bytes"], "backlog": x["Backlog"],
+                                     "rate_limit": x["RateLimit"], "refused": bool(x["Refused"])} for x in c["Links"]]}
+                         for c in status["Children"]]}

@@ -86,6 +86,10 @@ ROUTES: tuple[Route, ...] = (
     Route(f"{API}/audit", {"GET": Operation(
         "audit", "the audit trail: the latest management actions, oldest first (admin)", "AuditPage", query=(
             ("limit", "integer", "entries, 1 to 1000 (100)"),))}),
+    Route(f"{API}/federation", {"GET": Operation(
+        "federation", "this cluster's place in its tree of clusters: its name, role and path to the root, its "
+        "children with what their links carried and when they last said hello, refusals by reason (admin)",
+        "Federation")}),
     Route(f"{API}/stream", {"GET": Operation(
         "stream", "a live feed (server-sent events): 'state' every census round, 'event' for each topology event",
         "Text", content_type="text/event-stream")}),
@@ -175,6 +179,14 @@ SCHEMAS: dict[str, Any] = {
     "AuditPage": _obj({"entries": {"type": "array", "items": _ref("AuditEntry")}}),
     "EventPage": _obj({"events": {"type": "array", "items": _ref("Event")}, "total": _INT, "offset": _INT,
                        "limit": _INT, "counters": {"type": "object", "additionalProperties": _INT}}),
+    "Crossing": _obj({"target": _STR, "records": _INT, "bytes": _INT, "backlog": _INT, "moves": _INT,
+                      "rate_limit": _INT, "carrying": {"type": "array", "items": _STR}, "refused": _STR}),
+    "Federation": _obj({"name": _STR, "role": _STR, "path": {"type": "array", "items": _STR},
+                        "children": {"type": "array", "items": _obj({
+                            "name": _STR, "key": _STR, "incarnation": _INT,
+                            "below": {"type": "array", "items": _STR}, "heard_s": _NUM,
+                            "links": {"type": "array", "items": _ref("Crossing")}})},
+                        "refusals": {"type": "object", "additionalProperties": _INT}}),
     "Done": _obj({"comment": _STR}),
     "Health": _obj({"status": {"enum": ["alive", "ready", "not ready"]}}),
 }

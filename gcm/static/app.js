@@ -28,6 +28,9 @@
   const eventList = $("events");
   const filterBox = $("filter");
 
+  const treePanel = $("tree-panel");
+  const treeList = $("t-tree");
+  const linkBytes = new Map();  // child cluster -> {t, bytes}: what its link had carried at the last state
   const queueRows = new Map();  // queue name -> {tr, cells, line}
   const hostCards = new Map();  // host address -> {root, name, cpu, mem, text}
   const history = new Map();  // queue name -> {t: [], rin: [], nx: []}, oldest first
@@ -187,8 +190,59 @@
     setText($("total-in"), rate(rin));
     setText($("total-out"), rate(rout));
     renderHosts(hosts);
+    renderTree(state.federation, num(state.time));
     renderQueues(queues);
     renderDetail(queues);
+  }
+
+  // the cluster's place in its tree: its path up to the root, itself, and each child with its link's state and rate
+  function renderTree(tree, now) {
+    treePanel.hidden = !tree;
+    if (!tree) return;
+    const path = Array.isArray(tree.path) ? tree.path.map(String) : [];
+    setText($("t-place"), String(tree.name) + " (" + String(tree.role) + ")");
+    const items = [];
+    const up = path.slice().reverse();  // the root first
+    up.forEach((name, depth) => items.push({ cls: "t-up", depth, text: name }));
+    items.push({ cls: "t-self", depth: up.length, text: String(tree.name) + " (this cluster)" });
+    const children = Array.isArray(tree.children) ? tree.children : [];
+    const seen = new Set();
+    for (const c of children) {
+      const name = String(c.name);
+      seen.add(name);
+      const links = Array.isArray(c.links) ? c.links : [];
+      let carried = 0, records = 0, backlog = 0, cap = 0, refused = false;
+      for (const x of links) {
+        carried += num(x.bytes);
+        records += num(x.records);
+        backlog += num(x.backlog);
+        cap = Math.max(cap, num(x.rate_limit));
+        refused = refused || Boolean(x.refused);
+      }
+      const before = linkBytes.get(name);
+      const per = before && now > before.t && carried >= before.bytes ? (carried - before.bytes) / (now - before.t) : 0;
+      linkBytes.set(name, { t: now, bytes: carried });
+      const heard = num(c.heard_s);
+      const state = refused ? "REFUSED" : heard < 3 ? "up" : "silent " + heard.toFixed(0) + "s";
+      const below = num(c.below) ? " · " + num(c.below) + " below" : "";
+      items.push({ cls: "t-child", depth: up.length + 1, name, state,
+        text: name + below + " · " + state + " · " + rate(records) + " records · " + rate(per) + "B/s" +
+          (cap ? " (cap " + rate(cap) + "B/s)" : "") + " · backlog " + bytes(backlog) });
+    }
+    for (const name of linkBytes.keys()) if (!seen.has(name)) linkBytes.delete(name);
+    while (treeList.children.length > items.length) treeList.lastChild.remove();
+    items.forEach((it, i) => {
+      let li = treeList.children[i];
+      if (!li) {
+        li = el("li");
+        treeList.appendChild(li);
+      }
+      li.className = it.cls;
+      li.style.paddingLeft = (it.depth * 1.5) + "em";
+      if (it.name) li.dataset.child = it.name; else delete li.dataset.child;
+      if (it.state) li.dataset.state = it.state; else delete li.dataset.state;
+      setText(li, (it.depth ? "└ " : "") + it.text);
+    });
   }
 
   function renderHosts(hosts) {

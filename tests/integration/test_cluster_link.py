@@ -6,12 +6,18 @@ parent admitted in the parent), records both ways on demand, each once, across a
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import time
+import urllib.request
 from typing import Callable
 
 import psutil
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from simulation.bench_page import browser as chromium
 
 
 PER_SIDE = 2000
@@ -116,6 +122,25 @@ def test_a_childs_gcm_places_the_link_its_host_manager_restarts_it_and_records_c
         second_pid = _wait(lambda: _link_pid(store), 30, "the link started again")
         assert second_pid != first_pid
         assert (counts[b"s.k"], counts[b"h.k"], dup) == (PER_SIDE, PER_SIDE, [])
+
+    # the parent shows its child and what its link carried: /api/v1/federation (admin), and the dashboard's tree,
+    # drawn in a real browser from the live feed
+    with open(hq.api_token_file) as f:
+        token = f.read().strip()
+    ask = urllib.request.Request(hq.http_url() + "/api/v1/federation", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(ask, timeout=10) as answer:
+        tree = json.loads(answer.read())
+    assert (tree["name"], tree["role"], [c["name"] for c in tree["children"]]) == ("hq", "root", ["store-1"])
+    links = tree["children"][0]["links"]  # up and down, counted since the link's incarnation started
+    assert len(links) == 2 and all(x["records"] > 0 for x in links), links
+    with chromium() as driver:
+        driver.get(hq.http_url() + "/")
+        drawn = WebDriverWait(driver, 30, poll_frequency=0.1).until(
+            lambda d: d.execute_script("""const li = document.querySelector('#t-tree li[data-child="store-1"]');
+                                          return li === null ? null : [li.dataset.state, li.textContent];"""),
+            "the tree drawn with store-1")
+        assert drawn[0] == "up" and "records" in drawn[1], drawn
+        assert "hq (root)" in driver.find_element(By.ID, "t-place").text
 
     # the queue no longer linked: the GCM takes the link away, and the host manager stops it
     store.manager.set_rules("orders", {"link": None})

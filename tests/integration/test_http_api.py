@@ -163,6 +163,9 @@ def test_every_route_answers_as_its_openapi_document_says(make_embedded):
     done = [(e["via"], e["action"], e["result"]) for e in trail if e["queue"] == "orders"]
     assert ("http", "StopQueue", "ACCEPTED") in done and done[-1] == ("http", "RemoveQueue", "ACCEPTED"), done
 
+    place = api.call("GET", "/api/v1/federation").json  # a cluster in no tree: no name, no children
+    assert (place["name"], place["children"], place["refusals"]) == ("", [], {})
+
     # every route of the document was called, and answered as the document says
     routes = {(m.upper(), p) for p, item in api.document["paths"].items() for m in item}
     assert routes <= {(m, p) for m, p, _ in api.checked}, routes - {(m, p) for m, p, _ in api.checked}

@@ -29,6 +29,7 @@ from roq.errors import ConfigError, NotFoundError
 from roq.http import EventStream, HttpRequest
 from roq.runtime import DropCounter
 from roq.server import Dispatcher
+from gcm._federation import Federation
 from tests.unit.standins import queue_status
 
 TOKEN = "t" * 32
@@ -43,6 +44,7 @@ class Shell:
         self.leader = leader if leader is not None else GcmDoc(id="gcm1", http="http://127.0.0.1:5080")
         self.me = GcmDoc(id="gcm1", http="http://127.0.0.1:5080")
         self.connected = True
+        self.federation = Federation("", "root")
 
 
 def api(shell: Shell, token: str = TOKEN) -> HttpApi:
@@ -248,3 +250,25 @@ def test_what_anyone_may_read_names_no_client_by_its_id_but_shows_its_counts_and
     assert f'roq_publisher_records_per_second{{queue="q",publisher="{labels(PUBLISHER)}"}} 1234.5' in metrics
     assert f'roq_subscriber_records_per_second{{queue="q",subscriber="{labels(SUBSCRIBER)}"}} 678.25' in metrics
     assert 'roq_queue_publishers{queue="q"} 1.0' in metrics and 'roq_queue_records_in_total{queue="q"} 4321' in metrics
+
+
+def test_the_clusters_place_in_its_tree_is_read_as_the_bson_api_says_and_the_feed_shows_no_keys():
+    from gcm._http import feed_tree
+
+    status = {"Name": "hq", "Role": "root", "Path": [], "Refusals": {"cycle": 1}, "Children": [
+        {"Name": "eu", "Key": "eu-key", "Incarnation": 4, "Below": ["store-1"], "HeardS": 0.5, "Links": [
+            {"Target": "tcp://127.0.0.11:5500", "Records": 10, "Bytes": 1000, "Backlog": 0, "Moves": 1,
+             "RateLimit": 0, "Carrying": ["eu."], "Refused": ""}]}]}
+    drops = DropCounter(logging.getLogger("test"), "test")
+    a = HttpApi(Shell(), Dispatcher("test", {m.FederationStatus: lambda msg, request: Reply(data=status)}, drops),
+                token=TOKEN, top=2)
+    answer = call(a, "GET", "/api/v1/federation", authorization=f"Bearer {TOKEN}")
+    assert answer.status == 200
+    assert json.loads(answer.body) == {"name": "hq", "role": "root", "path": [], "refusals": {"cycle": 1}, "children": [
+        {"name": "eu", "key": "eu-key", "incarnation": 4, "below": ["store-1"], "heard_s": 0.5, "links": [
+            {"target": "tcp://127.0.0.11:5500", "records": 10, "bytes": 1000, "backlog": 0, "moves": 1,
+             "rate_limit": 0, "carrying": ["eu."], "refused": ""}]}]}
+    assert feed_tree(status) == {"name": "hq", "role": "root", "path": [], "children": [
+        {"name": "eu", "below": 1, "heard_s": 0.5,
+         "links": [{"records": 10, "bytes": 1000, "backlog": 0, "rate_limit": 0, "refused": False}]}]}
+    assert feed_tree({**status, "Name": ""}) is None
