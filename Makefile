@@ -34,7 +34,7 @@ fuzz: $(STAMP)
 crash: $(STAMP)
 	ROQ_CRASH_TRIALS=200 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_journal_crash.py
 
-# the link process SIGKILLed 100 times under load instead of make test's 2, and down for 60 s instead of 3 (a few
+# the link process SIGKILLed 100 times under load instead of make test's 2, and down for 60 s instead of 2 (a few
 # minutes)
 federation: $(STAMP)
 	ROQ_LINK_FLAPS=100 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 900 -s tests/integration/test_link.py -k killed_and_started

@@ -32,13 +32,24 @@ def linked(view: View, q: QueueView) -> str:
 
 
 def place_links(view: View) -> list[Outcome]:
-    """The assignments of links to create or delete, an outcome per queue whose link is not where it should be."""
+    """The assignments of links to create or delete, an outcome per queue whose link is not where it should be (the
+    leader asks on every turn: one pass over the assignments, and nothing more in a cluster with neither a parent nor
+    a link)."""
+    suffix = "@" + LINK
+    placed: dict[str, list[str]] = {}  # queue -> the hosts its link is assigned to
+    for h in sorted(view.assignments):
+        for name in view.assignments[h]:
+            if name.endswith(suffix):
+                placed.setdefault(name[:-len(suffix)], []).append(h)
+    federation = view.federation
+    if not placed and (federation is None or not federation.parent_zk):
+        return []
     out = []
     for q in view.queues.values():
         host = linked(view, q)
-        ops: list[Op] = [Delete(view.paths.assignment(h, q.name, LINK)) for h in sorted(view.assignments)
-                         if view.has_assignment(h, q.name, LINK) and h != host]
-        if host and not view.has_assignment(host, q.name, LINK):
+        hosts = placed.pop(q.name, [])
+        ops: list[Op] = [Delete(view.paths.assignment(h, q.name, LINK)) for h in hosts if h != host]
+        if host and host not in hosts:
             ops.append(Create(view.paths.assignment(host, q.name, LINK)))
         if not ops:
             continue
@@ -50,4 +61,7 @@ def place_links(view: View) -> list[Outcome]:
                                                   "durable and running in a cluster with a parent)", {})
         out.append(Outcome(ops=tuple(ops), ensure=(view.paths.host_assignments(host),) if host else (),
                            events=(event,)))
+    for queue, hosts in sorted(placed.items()):  # the links of queues that are gone
+        out.append(Outcome(ops=tuple(Delete(view.paths.assignment(h, queue, LINK)) for h in hosts),
+                           notes=(f"queue {queue} is gone: its link's assignment removed",)))
     return out

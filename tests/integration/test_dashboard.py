@@ -243,3 +243,27 @@ def test_a_minute_of_100_queues_renders_in_place(make_embedded, browser):
     points = shown(browser, "return document.querySelector('#queues tbody tr polyline')"
                             ".getAttribute('points').trim().split(' ').length")
     assert points == 1
+
+    # a cluster in a tree: its path from the root, itself, each child with its link's state and rate between two states
+    def place(t: float, carried: int) -> dict:
+        return {**fake_state(661, rng, start), "time": t, "federation": {
+            "name": "eu", "role": "branch", "path": ["hq"], "children": [
+                {"name": "store-1", "below": 0, "heard_s": 0.4, "links": [
+                    {"records": 1000, "bytes": carried, "backlog": 2048, "rate_limit": 250000, "refused": False}]},
+                {"name": "store-2", "below": 2, "heard_s": 7.0, "links": [
+                    {"records": 0, "bytes": 0, "backlog": 0, "rate_limit": 0, "refused": True}]}]}}
+
+    shown(browser, RENDER, place(start + 700, 100_000))
+    shown(browser, RENDER, place(start + 701, 150_000))
+    tree = shown(browser, """return {hidden: document.querySelector('#tree-panel').hidden,
+        place: document.querySelector('#t-place').textContent,
+        items: [...document.querySelectorAll('#t-tree li')].map(li => [li.className, li.dataset.state || '',
+                                                                       li.textContent])};""")
+    assert not tree["hidden"] and tree["place"] == "eu (branch)"
+    assert [(c, st) for c, st, _ in tree["items"]] == [("t-up", ""), ("t-self", ""), ("t-child", "up"),
+                                                       ("t-child", "REFUSED")], tree
+    assert tree["items"][0][2] == "hq" and "eu (this cluster)" in tree["items"][1][2]
+    assert "50kB/s (cap 250kB/s)" in tree["items"][2][2] and "backlog 2.0 kB" in tree["items"][2][2], tree
+    assert "2 below" in tree["items"][3][2]
+    shown(browser, RENDER, fake_state(662, rng, start))  # a state of a cluster in no tree: no panel
+    assert shown(browser, "return document.querySelector('#tree-panel').hidden") is True

@@ -41,3 +41,11 @@ def test_no_link_without_a_parent_durability_the_rule_or_a_running_queue():
         (out,) = place_links(view)
         assert out.ops == (Delete("/roq/assignments/a/q@link"),) and out.events[0].kind == "link_removed"
     assert place_links(_view(QueueDoc(host="gone"), LINKED)) == []  # its monitor's host is not registered: wait
+
+
+def test_the_link_of_a_queue_that_is_gone_is_taken_away_and_nothing_is_asked_of_a_cluster_without_links():
+    view = _view(QueueDoc(host="a"), {"durability": "always"}, {"a": frozenset({"gone@link", "q@monitor"})},
+                 federation=None)
+    (out,) = place_links(view)
+    assert out.ops == (Delete("/roq/assignments/a/gone@link"),) and not out.events
+    assert place_links(_view(QueueDoc(host="a"), LINKED, {"a": frozenset({"q@monitor"})}, federation=None)) == []
