@@ -24,7 +24,8 @@ demo: $(STAMP)
 # again); the workers keep their rewritten test modules for the same reason.
 test: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 4 --dist worksteal $(PYTEST_ARGS) tests --ignore=tests/deploy
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 4 --dist worksteal $(PYTEST_ARGS) tests --ignore=tests/deploy \
+		--ignore=tests/federation
 
 # the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
 fuzz: $(STAMP)
@@ -34,11 +35,12 @@ fuzz: $(STAMP)
 crash: $(STAMP)
 	ROQ_CRASH_TRIALS=200 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_journal_crash.py
 
-# the link process SIGKILLed 100 times under load instead of make test's 2, and down for 60 s instead of 2 (a few
-# minutes)
+# the link process SIGKILLed 100 times under load instead of make test's 2, down for 60 s instead of 2, and a tree of
+# seven clusters on emulated hosts (network namespaces, tc tbf) with its links flapped by ip link (a few minutes)
 federation: $(STAMP)
 	ROQ_LINK_FLAPS=100 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 900 -s tests/integration/test_link.py -k killed_and_started
 	ROQ_LINK_OUTAGE_S=60 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 900 -s tests/integration/test_link_rate.py -k outage
+	ROQ_TREE_FLAPS=30 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 900 -s tests/federation
 
 # flow control for 60 s instead of make test's 6, with 100 B and with 4 KiB records (about four minutes)
 flow: $(STAMP)

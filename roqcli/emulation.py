@@ -174,6 +174,13 @@ class Emulation:
 
         return enter
 
+    def interface(self, host: str) -> str:
+        """The bridge's end of ``host``'s link (its namespace's eth0 is the other end): what ``ip link set ... down``
+        cuts and ``ip -s link`` counts ("" for a host without a link of its own)."""
+        if host not in self.namespaces:
+            return ""
+        return _veth(self.tag, list(self.budgets).index(host))
+
     def stop(self) -> None:
         """Stop what still runs in the hosts' groups (by pid) and remove everything made. Never raises."""
         _remove(self.name, self.tag, self._namespace_names(), self.cpu)

@@ -46,7 +46,7 @@ class Crossing:
         # unwanted, skipped for good (a link started again after an outage would lose what came meanwhile)
         self.waiting_interest = wait_for_interest
         self._on_interest = on_interest
-        self.source = JournalSource(context, source, name, self._entries, curve=curve_here)
+        self.source = JournalSource(context, source, name, self._entries, curve=curve_here, keys=self._keys)
         self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who, interest=interest,
                              on_interest=self._interest if on_interest is not None else None, pace=pace)
         self._pace()
@@ -82,18 +82,23 @@ class Crossing:
         self._pace()
 
     def _commit(self, now: float) -> None:
+        self.source.poke(now)
         if self.relay.position() >= 0:
             self.source.commit(self.relay.position())
         if self.source.paused:
             self._pace()
 
+    def _keys(self) -> list[bytes] | None:
+        """What the journal is asked for: the keys the relay lets cross (None: every key)."""
+        wanted = self.relay.wanted.items
+        return None if b"" in wanted else list(wanted[:control.MAX_PREFIXES])
+
     def _interest(self, msg: control.Interest) -> None:
         """The far queue's monitor said what it wants (the relay now lets that cross): reading may begin."""
         assert self._on_interest is not None
         self._on_interest(msg)
-        if self.waiting_interest:
-            self.waiting_interest = False
-            self._pace()
+        self.waiting_interest = False
+        self._pace()  # (and a fetch at once for what is wanted now)
 
     def _pace(self) -> None:
         """The source reads while the relay has room, the crossing is not held, and (on demand) the far side said

@@ -12,6 +12,7 @@ relay has on its way is at its bound): an outage of the far side costs disk here
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 import zmq
@@ -34,6 +35,8 @@ WAIT_MS = 1000
 END = -2
 #: fetches asked for at once
 IN_FLIGHT = 2
+#: seconds between two fetches of a reader that wants no key (each only says where the next goes on)
+IDLE_FETCH_S = 0.2
 #: the offset of a fetch that goes on from where this reader's previous one ended
 CONTINUE = -3
 
@@ -42,11 +45,16 @@ class JournalSource:
     """A queue's journal, read from a kept position by the durable reader ``name``.
 
     ``on_entries(entries, next_offset, start_offset)`` gets each answer: the entries in order, where the
-    next fetch goes on, and where this answer began."""
+    next fetch goes on, and where this answer began. ``keys()``, asked at each fetch, says which keys to read: the
+    prefixes (an empty list: none; the journal then only says where the next fetch goes on, asked every
+    :data:`IDLE_FETCH_S`), or None for every key: what is not wanted does not cross the network to be dropped here. A
+    reader that wanted no key and comes to want some reads on from the journal's end: what was published while it
+    wanted nothing passed unwanted."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], endpoint: str, name: str,
                  on_entries: Callable[[list[Entry], int, int], None], *, curve: CurveClient | None = None,
-                 fetch_bytes: int = FETCH_BYTES, wait_ms: int = WAIT_MS) -> None:
+                 fetch_bytes: int = FETCH_BYTES, wait_ms: int = WAIT_MS,
+                 keys: Callable[[], list[bytes] | None] | None = None) -> None:
         if not control.DURABLE_NAME.match(name):
             raise ValueError(f"not a durable reader's name: {name!r}")
         self.name = name
@@ -56,6 +64,9 @@ class JournalSource:
         self.paused = False
         self.error = ""  # why the journal could not be read ("" none)
         self._on_entries = on_entries
+        self._keys = keys
+        self._next_idle = 0.0  # no key wanted: no fetch before this
+        self._idle = False  # the last fetch wanted no key
         self._fetch_bytes = fetch_bytes
         self._wait_ms = wait_ms
         self._in_flight = 0  # fetches asked for and not answered
@@ -99,12 +110,28 @@ class JournalSource:
     def close(self) -> None:
         self.socket.close(linger=0)
 
+    def poke(self, now: float) -> None:
+        """Time passed: a reader that wants no key asks again now and then (its fetches are answered at once)."""
+        self._fetch()
+
     def _fetch(self) -> None:
         while self._in_flight < IN_FLIGHT and not self.paused and self.offset != -1 and not self.error:
             if self._in_flight and (self.offset == END or self.offset >= self._end):
                 return  # at the end: one fetch waits there
+            keys = self._keys() if self._keys is not None else None
+            if keys == []:  # no key wanted: one fetch at a time, every IDLE_FETCH_S, only to go on past what is there
+                now = time.monotonic()
+                if self._in_flight or now < self._next_idle:
+                    return
+                self._next_idle = now + IDLE_FETCH_S
             offset = CONTINUE if self._in_flight else self.offset
-            msg = control.Fetch(offset=offset, max_bytes=self._fetch_bytes, wait_ms=self._wait_ms)
+            if keys != [] and self._idle and not self._in_flight:
+                # it wanted nothing and now wants something: from the journal's end, what is published from now on
+                # (what came meanwhile passed while nobody wanted it)
+                offset = self.offset = END
+            self._idle = keys == []
+            msg = control.Fetch(offset=offset, max_bytes=self._fetch_bytes, wait_ms=self._wait_ms,
+                                prefixes=keys or [], filtered=keys is not None)
             try:
                 self.socket.send(control.encode(msg), zmq.NOBLOCK)
             except zmq.Again:

@@ -91,7 +91,8 @@ class ReadPort:
             raise ForbiddenError(f"{principal} may not subscribe to this queue under {prefix[:40]!r}")
 
     def _on_fetch(self, msg: control.Fetch, request: Request) -> Reply | None:
-        self._check(request, msg.prefix)
+        for prefix in msg.prefixes[:control.MAX_PREFIXES] if msg.filtered else [msg.prefix]:
+            self._check(request, prefix)
         frames = self.reads.fetch(request.identity, msg, self._now)  # ProtocolError: answered BAD_REQUEST
         if frames is not None:
             self._send([(request.identity, frames)])

@@ -82,6 +82,9 @@ class Reads:
         if not 0 < msg.max_bytes <= MAX_FETCH_BYTES or not 0 <= msg.wait_ms <= MAX_WAIT_MS or msg.offset < -3:
             raise ProtocolError(f"fetch out of range: max_bytes {msg.max_bytes}, wait_ms {msg.wait_ms}, "
                                 f"offset {msg.offset}")
+        if len(msg.prefixes) > control.MAX_PREFIXES or any(len(p) > batch.MAX_KEY for p in msg.prefixes):
+            raise ProtocolError(f"a fetch names at most {control.MAX_PREFIXES} prefixes of at most {batch.MAX_KEY} "
+                                f"bytes, got {len(msg.prefixes)}")
         self.fetches += 1
         store = self.store
         offset = msg.offset
@@ -95,7 +98,8 @@ class Reads:
         elif offset == -2:
             offset = store.end_offset
         offset = max(offset, store.first_offset)
-        if offset >= store.end_offset and msg.wait_ms and len(self.parked) < MAX_PARKED:
+        wants_some = msg.prefixes or not msg.filtered  # (one that wants no key is answered at once: it paces itself)
+        if offset >= store.end_offset and msg.wait_ms and wants_some and len(self.parked) < MAX_PARKED:
             self.parked.append(_Parked(identity, msg, offset, now + msg.wait_ms / 1000))
             return None
         return self._answer(identity, msg, offset)
@@ -106,11 +110,15 @@ class Reads:
         offsets: list[int] = []
         error = ""
         next_offset = offset
+        wanted = tuple(msg.prefixes) if msg.filtered else msg.prefix  # (a tuple: any of them; none when empty)
+        nothing = msg.filtered and not msg.prefixes  # no key wanted: on past everything there, nothing read
+        if nothing:
+            next_offset = max(offset, store.end_offset)
         try:
-            for entry in store.read(offset, msg.max_bytes):
+            for entry in store.read(offset, msg.max_bytes) if not nothing else ():
                 h = batch.parse_header(entry.header)
                 next_offset = entry.offset + h.count
-                if not entry.key.startswith(msg.prefix):
+                if not entry.key.startswith(wanted):
                     continue
                 offsets.append(entry.offset)
                 frames += (entry.key, entry.header, entry.body)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from exchange.journal import Store
 from roq.process import spawn
@@ -15,19 +15,23 @@ __all__ = ["DurableQueue"]
 class DurableQueue:
     """A durable queue's processes on one loopback address: its monitor, its journal, its exchanges."""
 
-    def __init__(self, address: str, directory: str, exchanges: int) -> None:
+    def __init__(self, address: str, directory: str, exchanges: int,
+                 enter: Callable[[], None] | None = None) -> None:
+        """``enter``: what each process runs before it starts (an emulated host's network namespace, whose address
+        ``address`` is: its journal's intake then takes any free port)."""
         self.directory = directory
         self.children = []
         monitor = spawn("monitor", "monitor", ["--address", address, "--port", "0", "--queue", "q",
-                                               "--durability", "always"])
+                                               "--durability", "always"], enter=enter)
         self.children.append(monitor)
         self.monitor = monitor.wait_ready().endpoint
         journal = spawn("journal", "exchange.journal",
                         ["--queue", "q", "--directory", directory, "--address", address,
-                         "--intake-port", str(free_port(address)), "--monitor", self.monitor])
+                         "--intake-port", str(free_port(address) if enter is None else 0), "--monitor", self.monitor],
+                        enter=enter)
         self.children.insert(0, journal)
         self.reads = journal.wait_ready(30).reads
-        started = [spawn("exchange", "exchange", ["--monitor", self.monitor, "--address", address])
+        started = [spawn("exchange", "exchange", ["--monitor", self.monitor, "--address", address], enter=enter)
                    for _ in range(exchanges)]
         self.children.extend(started)
         self.exchanges = {x.wait_ready().id: x for x in started}

@@ -71,7 +71,8 @@ def test_a_tree_carries_records_up_and_down_on_demand_never_sideways_each_once(t
             return lambda: any(x.side == side and x.way == way and x.reads and x.wants == wants
                                for x in conns[name].status().links or [])
 
-        # nobody wants anything: what is published stays where it was published
+        # nobody wants anything: what is published stays where it was published (and never crosses later: a link
+        # that comes to want something reads on from its journal's end)
         publish("a")
         assert adverts() == {"root": 0, "branch": 0, "leaf-1": 0, "leaf-2": 0}
 

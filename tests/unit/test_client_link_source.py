@@ -52,3 +52,53 @@ def test_a_malformed_answer_is_refused_and_the_fetch_asked_again():
         source.close()
         journal.close(0)
         ctx.term()
+
+
+def test_a_reader_that_wants_no_key_asks_for_none_one_fetch_at_a_time_and_only_now_and_then():
+    from client.link._source import IDLE_FETCH_S
+
+    ctx = zmq.Context()
+    journal = ctx.socket(zmq.ROUTER)
+    port = journal.bind_to_random_port("tcp://127.0.0.1")
+    wanted: list[bytes] | None = []
+    source = JournalSource(ctx, f"tcp://127.0.0.1:{port}", "link.x", lambda e, n, s: None, keys=lambda: wanted)
+    loop = Loop("test", DropCounter(None, "test"), idle=0.01)
+    try:
+        source.attach(loop)
+
+        def asked(within: float = 5.0) -> tuple[bytes, control.Message] | None:
+            deadline = time.monotonic() + within
+            while not journal.poll(10):
+                if time.monotonic() >= deadline:
+                    return None
+                loop.turn()
+                source.poke(time.monotonic())
+            ident, body = journal.recv_multipart()
+            return ident, control.decode(body)
+
+        ident, msg = asked()
+        journal.send_multipart([ident, control.encode(control.Reply(request=control.Position.CMD, result=Result.OK,
+                                                                    comment="", data={"offset": 5}))])
+        ident, msg = asked()
+        first = time.monotonic()
+        assert isinstance(msg, control.Fetch) and (msg.offset, msg.filtered, msg.prefixes) == (5, True, [])
+        assert asked(0.05) is None  # one at a time: none more before the answer
+        journal.send_multipart([ident, control.encode(control.Fetched(
+            next_offset=90, end_offset=90, first_offset=0, count=0, start_offset=5, offsets=[]))])
+        ident, msg = asked()
+        assert time.monotonic() - first >= IDLE_FETCH_S * 0.9  # and only every IDLE_FETCH_S
+        assert isinstance(msg, control.Fetch) and msg.offset == 90 and msg.filtered
+        wanted = [b"eu."]  # it wants keys now: they are asked for, from the journal's end (what came meanwhile
+        journal.send_multipart([ident, control.encode(control.Fetched(  # passed while nobody wanted it)
+            next_offset=95, end_offset=95, first_offset=0, count=0, start_offset=90, offsets=[]))])
+        ident, msg = asked()
+        assert isinstance(msg, control.Fetch) and (msg.offset, msg.prefixes) == (END, [b"eu."])
+        wanted = None
+        journal.send_multipart([ident, control.encode(control.Fetched(
+            next_offset=99, end_offset=99, first_offset=0, count=0, start_offset=97, offsets=[]))])
+        ident, msg = asked()
+        assert isinstance(msg, control.Fetch) and not msg.filtered and msg.offset == 99  # every key, on from there
+    finally:
+        source.close()
+        journal.close(0)
+        ctx.term()

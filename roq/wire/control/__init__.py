@@ -45,7 +45,7 @@ from roq.wire.control.links import (
 from roq.wire.control.operators import ForceRelocate, Ping, Status
 from roq.wire.control.permissions import AclRules
 from roq.wire.control.publishers import Moved, NoExchange, Panic, PublisherBye, PublisherHello, Relocate
-from roq.wire.control.reads import DURABLE_NAME, NO_CURSOR, Commit, Fetch, Fetched, Position, Verify
+from roq.wire.control.reads import DURABLE_NAME, MAX_PREFIXES, NO_CURSOR, Commit, Fetch, Fetched, Position, Verify
 from roq.wire.control.reply import REPLY, Reply, refusal
 from roq.wire.control.subscribers import (
     LATENCY_BOUNDS_MS,
@@ -105,6 +105,7 @@ __all__ = [
     "Fetch",
     "Fetched",
     "NO_CURSOR",
+    "MAX_PREFIXES",
     "Commit",
     "DURABLE_NAME",
     "Position",

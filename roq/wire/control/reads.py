@@ -12,7 +12,7 @@ import re
 
 from roq.wire.control.codec import Message, message
 
-__all__ = ["Fetch", "Fetched", "NO_CURSOR", "Commit", "DURABLE_NAME", "Position", "Verify"]
+__all__ = ["Fetch", "Fetched", "MAX_PREFIXES", "NO_CURSOR", "Commit", "DURABLE_NAME", "Position", "Verify"]
 
 
 @message(50)
@@ -21,7 +21,10 @@ class Fetch(Message):
     or after ``since``, seconds since the epoch; -2: from the end; -3: from where the answer to this reader's
     previous fetch ended, so that a reader keeps two in flight), about ``max_bytes`` of them whose key starts
     with ``prefix``. At the end, the journal waits up to ``wait_ms`` for more before it answers. ``subscriber``
-    (its id, hex) names the seams the exchanges marked for it (see :data:`roq.wire.batch.SEAM`)."""
+    (its id, hex) names the seams the exchanges marked for it (see :data:`roq.wire.batch.SEAM`). With ``filtered``
+    the entries are those whose key starts with one of ``prefixes`` instead (none when it is empty: the journal
+    answers only where the next fetch goes on; a link that wants nothing of the queue reads nothing of it), at
+    most :data:`MAX_PREFIXES` of them."""
 
     offset: int
     prefix: bytes = b""
@@ -29,6 +32,12 @@ class Fetch(Message):
     wait_ms: int = 0
     since: float = 0.0
     subscriber: str = ""
+    prefixes: list[bytes] = dataclasses.field(default_factory=list)
+    filtered: bool = False
+
+
+#: the prefixes one filtered fetch may name, at most
+MAX_PREFIXES = 1024
 
 
 #: the error of a fetch that goes on from a previous one (offset -3) the journal does not know (it restarted)
