@@ -154,6 +154,7 @@ def test_a_tree_of_seven_clusters_on_emulated_hosts_carries_only_what_is_wanted_
             time.sleep(1.0)  # (the outage itself)
             subprocess.run(["ip", "link", "set", veth["l1"], "up"], check=True)
             leaf.until({b"root.flap": PER_SITE * (flap + 1)}, f"l1 to hear the root after flap {flap + 1}", 90)
+        top.until({b"root.flap": PER_SITE * FLAPS}, "the root's own subscriber to hear every flap's records", 90)
         leaf.take()
         top.take()
         assert leaf.keys == {b"root.c": PER_SITE, b"b1.c": PER_SITE, b"l1.c": PER_SITE, b"b1.fence": 1,
