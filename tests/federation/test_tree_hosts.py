@@ -21,7 +21,8 @@ import pytest
 import client
 from roq.process import spawn
 from roqcli.emulation import Emulation, HostBudget
-from tests.integration.sites import DurableQueue
+from tests.integration.sites import DurableQueue, stop_tree
+from tests.integration.zkhelp import wait_until
 
 PARENTS = {"b1": "root", "b2": "root", "l1": "b1", "l2": "b1", "l3": "b2", "l4": "b2"}
 NAMES = ("root", "b1", "b2", "l1", "l2", "l3", "l4")
@@ -29,13 +30,6 @@ RATE = "200mbit"
 PER_SITE = 300
 FLAPS = int(os.environ.get("ROQ_TREE_FLAPS", "3"))
 
-
-def wait_until(done: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := done()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def _bytes(device: str) -> int:
@@ -163,12 +157,7 @@ def test_a_tree_of_seven_clusters_on_emulated_hosts_carries_only_what_is_wanted_
                             b"root.flap": PER_SITE * FLAPS}, top.keys
         assert leaf.twice == top.twice == 0
     finally:
-        for link in links:
-            link.stop()
-        for conn in conns.values():
-            conn.close()
-        for site in sites.values():
-            site.stop()
+        stop_tree(links, conns, sites)
     for name, site in sites.items():  # each journal: each publisher's records once and in order
         for publisher, seqs in site.journaled().items():
             assert seqs == sorted(set(seqs)), f"{name}: a publisher's records twice or out of order"

@@ -9,7 +9,7 @@ from roq.process import spawn
 from roq.wire import batch
 from roqcli.zkserver import free_port
 
-__all__ = ["DurableQueue"]
+__all__ = ["DurableQueue", "stop_tree"]
 
 
 class DurableQueue:
@@ -79,3 +79,13 @@ class DurableQueue:
     def stop(self) -> None:
         for child in reversed(self.children):
             child.stop()
+
+
+def stop_tree(links: list[Any], conns: dict[str, Any], sites: dict[str, DurableQueue]) -> None:
+    """Stop a tree of sites: its link processes first, then the test's connections, then the sites' processes."""
+    for link in links:
+        link.stop()
+    for conn in conns.values():
+        conn.close()
+    for site in sites.values():
+        site.stop()

@@ -12,9 +12,10 @@ import signal
 import socket
 import time
 import urllib.request
-from typing import Callable
 
 import psutil
+
+from tests.integration.zkhelp import wait_until
 
 
 PER_SIDE = 2000
@@ -31,13 +32,6 @@ def _link_pid(cluster) -> int:
                 continue
     return 0
 
-
-def _wait(done: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := done()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def _received(sub, counts: collections.Counter, seen: set, dup: list) -> None:
@@ -66,12 +60,12 @@ def test_a_childs_gcm_places_the_link_its_host_manager_restarts_it_and_records_c
     store.manager.create("orders", exchanges=1)
     assert store.manager.set_rules("orders", {"durability": "always", "link": "parent"})["link"] == "parent"
     # the child's GCM placed the link, its host manager started it, and it said hello to the parent
-    _wait(lambda: [c["Name"] for c in hq.manager.federation()["Children"]] == ["store-1"], 60,
+    wait_until(lambda: [c["Name"] for c in hq.manager.federation()["Children"]] == ["store-1"], 60,
           "the link's hello at the parent")
     placed = [e for e in store.manager.events("orders", 200) if e["kind"] == "link_placed"]
     assert [e["host"] for e in placed] == ["127.0.0.32"], placed
     # and the parent's queue has it among its events: the child's link carries into it
-    ups = _wait(lambda: [e for e in hq.manager.events("orders", 200) if e["kind"] == "link_up"], 30,
+    ups = wait_until(lambda: [e for e in hq.manager.events("orders", 200) if e["kind"] == "link_up"], 30,
                 "the link_up event at the parent")
     assert [e["child"] for e in ups] == ["store-1"]
     first_pid = _link_pid(store)
@@ -116,7 +110,7 @@ def test_a_childs_gcm_places_the_link_its_host_manager_restarts_it_and_records_c
             assert time.monotonic() < deadline, f"crossed: {dict(counts)}"
             _received(up, counts, seen, dup)
             _received(down, counts, seen, dup)
-        second_pid = _wait(lambda: _link_pid(store), 30, "the link started again")
+        second_pid = wait_until(lambda: _link_pid(store), 30, "the link started again")
         assert second_pid != first_pid
         assert (counts[b"s.k"], counts[b"h.k"], dup) == (PER_SIDE, PER_SIDE, [])
 
@@ -141,6 +135,6 @@ def test_a_childs_gcm_places_the_link_its_host_manager_restarts_it_and_records_c
 
     # the queue no longer linked: the GCM takes the link away, and the host manager stops it
     store.manager.set_rules("orders", {"link": None})
-    _wait(lambda: not _link_pid(store), 30, "the link stopped")
+    wait_until(lambda: not _link_pid(store), 30, "the link stopped")
     assert [e["kind"] for e in store.manager.events("orders", 200) if e["kind"].startswith("link_")][-1] == \
         "link_removed"

@@ -6,23 +6,16 @@ sideways to a sibling, each once; every interest message is counted where it is 
 from __future__ import annotations
 
 import collections
-import time
 from typing import Callable
 
 import client
 from roq.process import spawn
-from tests.integration.sites import DurableQueue
+from tests.integration.sites import DurableQueue, stop_tree
+from tests.integration.zkhelp import wait_until
 
 PER_SITE = 300
 ADDRESSES = {"root": "127.0.0.20", "branch": "127.0.0.19", "leaf-1": "127.0.0.18", "leaf-2": "127.0.0.28"}
 PARENTS = {"branch": "root", "leaf-1": "branch", "leaf-2": "branch"}
-
-
-def wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 class Listener:
@@ -114,12 +107,7 @@ def test_a_tree_carries_records_up_and_down_on_demand_never_sideways_each_once(t
                    "the withdrawal at both leaves")
         assert adverts() == {"root": 2, "branch": 5, "leaf-1": 1, "leaf-2": 0}
     finally:
-        for link in links:
-            link.stop()
-        for conn in conns.values():
-            conn.close()
-        for site in sites.values():
-            site.stop()
+        stop_tree(links, conns, sites)
     # each journal: its own records and exactly those that some subscriber beyond it wanted, each once
     own = {name: {f"{name}.{p}".encode(): PER_SITE for p in "abc"} for name in ADDRESSES}
     own["branch"][b"branch.fence"] = 1
