@@ -41,6 +41,11 @@ class MonitorLocator:
         self.endpoint = endpoint  # a user's endpoint is checked where it is given (``connect``)
         self._session: Session | None = None
 
+    @classmethod
+    def of(cls, where: str | MonitorLocator) -> MonitorLocator:
+        """``where`` if it is a locator already, else a locator of that fixed endpoint."""
+        return where if isinstance(where, MonitorLocator) else cls(where)
+
     def follow(self, zk: str, root: str, queue: str, *, timeout: float = 10.0) -> None:
         """Watch the queue's monitor node; an endpoint written there replaces :attr:`endpoint`.
 

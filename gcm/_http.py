@@ -328,7 +328,7 @@ class HttpApi:
         return self._ask(m.GetAudit(Limit=limit), later, lambda r: HttpResponse.json(200, {"entries": r.data["Entries"]}))
 
     def federation(self, req: HttpRequest, later: Later) -> HttpResponse | None:
-        return self._ask(m.FederationStatus(), later, lambda r: HttpResponse.json(200, federation_document(r.data)))
+        return self._ask(m.FederationStatus(), later, lambda r: HttpResponse.json(200, snake(r.data)))
 
     # ------------------------------------------------------------------ the live feed
 
@@ -517,24 +517,14 @@ def _time(query: Mapping[str, str], name: str) -> float | None:
     return when.timestamp()
 
 
-def federation_document(status: dict[str, Any]) -> dict[str, Any]:
-    """A cluster's place in its tree (:meth:`gcm._federation.Federation.status`), in the HTTP API's snake case."""
-    def crossing(c: dict[str, Any]) -> dict[str, Any]:
-        return {"target": c["Target"], "records": c["Records"], "bytes": c["Bytes"], "backlog": c["Backlog"],
-                "moves": c["Moves"], "rate_limit": c["RateLimit"], "carrying": c["Carrying"], "refused": c["Refused"]}
-    return {"name": status["Name"], "role": status["Role"], "path": status["Path"], "refusals": status["Refusals"],
-            "children": [{"name": c["Name"], "key": c["Key"], "incarnation": c["Incarnation"], "below": c["Below"],
-                          "heard_s": c["HeardS"], "links": [crossing(x) for x in c["Links"]]}
-                         for c in status["Children"]]}
-
-
 def feed_tree(status: dict[str, Any]) -> dict[str, Any] | None:
-    """What the page draws of the cluster's place in its tree (anyone may read the feed: no keys, no monitors' endpoints,
-    no prefixes); None outside a tree."""
+    """What the page draws of the cluster's place in its tree (:meth:`gcm._federation.Federation.status`; anyone may
+    read the feed: no keys, no monitors' endpoints, no prefixes); None outside a tree."""
     if not status["Name"]:
         return None
-    return {"name": status["Name"], "role": status["Role"], "path": status["Path"],
-            "children": [{"name": c["Name"], "below": len(c["Below"]), "heard_s": c["HeardS"],
-                          "links": [{"records": x["Records"], "bytes": x["Bytes"], "backlog": x["Backlog"],
-                                     "rate_limit": x["RateLimit"], "refused": bool(x["Refused"])} for x in c["Links"]]}
-                         for c in status["Children"]]}
+    place = snake(status)
+    shown = ("records", "bytes", "backlog", "rate_limit")
+    return {"name": place["name"], "role": place["role"], "path": place["path"],
+            "children": [{"name": c["name"], "below": len(c["below"]), "heard_s": c["heard_s"],
+                          "links": [{**{k: x[k] for k in shown}, "refused": bool(x["refused"])} for x in c["links"]]}
+                         for c in place["children"]]}

@@ -73,7 +73,8 @@ class Supervised:
         """What :func:`~hostmanager._converge.converge` needs of this child."""
         return ChildState(self.assignment, running=self.child is not None,
                           stopping=self.stopping_since is not None, not_before=self.not_before,
-                          monitor=_monitor_of(self.config), tellable=self.tellable and not isinstance(self.config, LinkConfig))
+                          monitor=_monitor_of(self.config),
+                          tellable=self.tellable and not isinstance(self.config, LinkConfig))  # (a link is started again)
 
     def start(self, config: MonitorConfig | ExchangeConfig | JournalConfig | LinkConfig, ports: list[int],
               stderr: IO[Any] | None) -> None:
@@ -93,7 +94,6 @@ class Supervised:
         """Tell the exchange or journal its monitor moved; False if it could not be told (then it is not
         tellable)."""
         if self.child is None or not isinstance(self.config, (ExchangeConfig, JournalConfig)):
-            self.tellable = False  # (a link: started again instead)
             return False
         try:
             told = self.child.send(control.Retarget(monitor=monitor))

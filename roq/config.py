@@ -367,10 +367,9 @@ class LinkConfig:
             raise ConfigError(f"LinkConfig.connect_timeout must be above 0, got {self.connect_timeout!r}")
         if self.down and not self.cluster:
             raise ConfigError("LinkConfig.down carries records down a tree's edge: name the child cluster (cluster)")
-        if self.cluster:
+        if self.cluster or self.parent_zk:  # (a link that says hello to a parent names its child cluster)
             check_name(self.cluster)
         if self.parent_zk:
-            check_name(self.cluster)
             check_hosts(self.parent_zk)
             Paths(self.parent_root)
             if self.role not in ("leaf", "branch"):

@@ -39,7 +39,7 @@ class Crossing:
                  on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None,
                  wait_for_interest: bool = False) -> None:
         self.relay = relay
-        self._monitor = monitor
+        self._monitor = MonitorLocator.of(monitor)
         self.commit_interval = commit_interval
         self.held = False  # told to carry nothing for now (the parent refused the link)
         # on demand, nothing is read before the far side said what it wants: what is read meanwhile would pass as
@@ -47,14 +47,14 @@ class Crossing:
         self.waiting_interest = wait_for_interest
         self._on_interest = on_interest
         self.source = JournalSource(context, source, name, self._entries, curve=curve_here, keys=self._keys)
-        self.outlet = Outlet(context, monitor, relay, identity, curve=curve_there, who=who, interest=interest,
+        self.outlet = Outlet(context, self._monitor, relay, identity, curve=curve_there, who=who, interest=interest,
                              on_interest=self._interest if on_interest is not None else None, pace=pace)
         self._pace()
 
     @property
     def target(self) -> str:
         """The endpoint of the far queue's monitor, now."""
-        return self._monitor if isinstance(self._monitor, str) else self._monitor.endpoint
+        return self._monitor.endpoint
 
     def attach(self, loop: Loop) -> None:
         self.source.attach(loop)

@@ -74,7 +74,7 @@ class Link:
         self.here = _own_keys(config)
         self.there = CurveClient.load(config.target_credentials) if config.target_credentials else None
         # the parent's queue: where it was said to be, or followed in the parent's ZooKeeper by its name
-        self.target: str | MonitorLocator = config.target or MonitorLocator("")
+        self.target = MonitorLocator(config.target)
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.loop = Loop("link", DropCounter(log, "link"))
         self.journal = ""
@@ -114,7 +114,7 @@ class Link:
         for c in self.crossings:
             down = c.relay.way == "down"
             log.info("link %s: %s%s (from offset %d) into %s, keys %s%s, first epoch %d", config.name,
-                     f"{c.relay.way}: " if c.relay.way else "", self._target() if down else config.source,
+                     f"{c.relay.way}: " if c.relay.way else "", self.target.endpoint if down else config.source,
                      c.relay.position(), c.target,
                      ", ".join(config.prefix) or "all",
                      " (on demand: those the far side wants)" if config.on_demand else "", self.epoch)
@@ -127,8 +127,8 @@ class Link:
                 ``connect_timeout``.
         """
         config, target = self.config, self.target
-        if isinstance(target, str):
-            return target
+        if config.target:
+            return target.endpoint
         target.follow(config.parent_zk, config.parent_root, config.queue, timeout=config.connect_timeout)
         deadline = time.monotonic() + config.connect_timeout
         while not target.endpoint:
@@ -162,9 +162,6 @@ class Link:
         crossing.attach(self.loop)
         self.wants.append(wants)
         self.crossings.append(crossing)
-
-    def _target(self) -> str:
-        return self.target if isinstance(self.target, str) else self.target.endpoint
 
     def _hello(self) -> LinkHello:
         config = self.config
@@ -221,8 +218,7 @@ class Link:
             crossing.close()
         for wants in self.wants:
             wants.close()
-        if isinstance(self.target, MonitorLocator):
-            self.target.close()
+        self.target.close()  # (a fixed endpoint has nothing to close)
         if self.parent is not None:
             self.parent.close()
         self.context.destroy(linger=0)

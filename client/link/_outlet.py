@@ -80,7 +80,7 @@ class Outlet:
         self.refused = ""  # why the monitor refuses the link ("": it does not)
         self._context = context
         self._curve = curve
-        locator = MonitorLocator(monitor) if isinstance(monitor, str) else monitor
+        locator = MonitorLocator.of(monitor)
         self._channel = MonitorChannel(context, locator, who, curve)
         self._waiting: collections.deque[list[bytes]] = collections.deque()  # taken, not yet on the socket
         self._last_ack = time.monotonic()

@@ -50,8 +50,7 @@ class Wants:
         self.far: Prefixes | None = None  # what the far queue wants (None: not told yet)
         self.refused = ""  # why the source queue's monitor refuses what the link says ("": it does not)
         self.who = who
-        locator = MonitorLocator(source) if isinstance(source, str) else source
-        self._channel = MonitorChannel(context, locator, f"{who} (its wants)", curve)
+        self._channel = MonitorChannel(context, MonitorLocator.of(source), f"{who} (its wants)", curve)
         relay.want(Prefixes() if on_demand else prefixes)
 
     def attach(self, loop: Loop) -> None:

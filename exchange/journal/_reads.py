@@ -98,8 +98,8 @@ class Reads:
         elif offset == -2:
             offset = store.end_offset
         offset = max(offset, store.first_offset)
-        wants_some = msg.prefixes or not msg.filtered  # (one that wants no key is answered at once: it paces itself)
-        if offset >= store.end_offset and msg.wait_ms and wants_some and len(self.parked) < MAX_PARKED:
+        # (one that wants no key is answered at once: it paces itself)
+        if offset >= store.end_offset and msg.wait_ms and not _no_key(msg) and len(self.parked) < MAX_PARKED:
             self.parked.append(_Parked(identity, msg, offset, now + msg.wait_ms / 1000))
             return None
         return self._answer(identity, msg, offset)
@@ -111,7 +111,7 @@ class Reads:
         error = ""
         next_offset = offset
         wanted = tuple(msg.prefixes) if msg.filtered else msg.prefix  # (a tuple: any of them; none when empty)
-        nothing = msg.filtered and not msg.prefixes  # no key wanted: on past everything there, nothing read
+        nothing = _no_key(msg)  # on past everything there, nothing read
         if nothing:
             next_offset = max(offset, store.end_offset)
         try:
@@ -212,3 +212,8 @@ class Positions:
         except OSError as exc:
             raise JournalError(f"cannot write {self.path}: {exc.strerror}") from exc
         self.offsets = new
+
+
+def _no_key(msg: control.Fetch) -> bool:
+    """Whether a fetch wants no key at all (filtered by an empty list of prefixes)."""
+    return msg.filtered and not msg.prefixes
