@@ -16,6 +16,7 @@ from roq import defaults
 from roq.wire import control
 from roq.config import CurveClient, PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
+from roq.federation import split_address
 from roq.sockets import PLAINTEXT_HINT, RefusalWatch, check_endpoint, poll_ms
 from roq.wire.status import QueueStatus, decode
 
@@ -113,6 +114,9 @@ class Connection:
             ValueError: a ``start`` of none of those kinds.
             BrokerConnectionError: the monitor did not answer; a ``start`` on a queue that is not durable.
         """
+        if self.publisher_config.to:
+            raise ConfigError(f"this connection sends to the queue of cluster {self.publisher_config.to}: its "
+                              f"records are heard there (subscribe at {self.publisher_config.to})")
         config = replace(self.subscriber_config, **options) if options else self.subscriber_config
         return self._adopt(lambda: Subscriber(context=self._ctx, monitor=self._locator, prefix=prefix, config=config,
                                               start=start, durable=durable))
@@ -192,6 +196,9 @@ def connect(
     """Connect to a logical queue: through its monitor's endpoint (``monitor="tcp://127.0.0.11:5500"``), or
     by name through ZooKeeper (``zk="127.0.0.1:2181", queue="q"``): the GCM leader found there looks the
     queue's monitor up, and the connection follows that monitor if it moves to another host (its host died).
+    In a tree of clusters, ``queue="store-417/orders"`` is the queue ``orders`` of the cluster ``store-417``:
+    the connection's publishers send there (through this cluster's ``orders``, then the links on the way), and
+    it has no subscribers (subscribe at ``store-417``).
     ``credentials``: a directory with the client's secret key (``NAME.key_secret``, from ``roq keys new``) and
     the cluster's public key (``cluster.key``): the look-up, its requests to the monitor, its publishers and
     its subscribers then speak CURVE to the cluster, whose keyring must hold the client's public key.
@@ -207,15 +214,19 @@ def connect(
     if (monitor is None) == (zk is None):
         raise ConfigError("give either monitor=ENDPOINT or zk=SERVERS with queue=NAME")
     curve = CurveClient.load(credentials) if credentials is not None else None
+    to = ""
     if zk is not None:
         if queue is None:
             raise ConfigError("connecting by ZooKeeper needs queue=NAME")
         with QueueManager(zk, root=root, credentials=curve) as manager:
-            monitor = manager.lookup(queue, timeout=max(timeout, 10.0))
+            monitor, to = manager.route(queue, timeout=max(timeout, 10.0))
+        queue = split_address(queue)[1]
     if not isinstance(monitor, str):
         raise ConfigError(f"monitor must be an endpoint string, got {type(monitor).__name__}")
+    if curve is not None or to:
+        publisher_config = replace(publisher_config or PublisherConfig(), **({"curve": curve} if curve else {}),
+                                   **({"to": to} if to else {}))
     if curve is not None:
-        publisher_config = replace(publisher_config or PublisherConfig(), curve=curve)
         subscriber_config = replace(subscriber_config or SubscriberConfig(), curve=curve)
     conn = Connection(monitor, publisher_config=publisher_config, subscriber_config=subscriber_config)
     try:

@@ -14,6 +14,7 @@ API (:data:`client.__all__`).
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import zmq
 
@@ -24,7 +25,7 @@ from roq.zk import Paths, Session
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MonitorLocator"]
+__all__ = ["MonitorLocator", "watch"]
 
 #: ZooKeeper session timeout of a watching client, seconds (it owns no ephemeral node).
 SESSION_TIMEOUT = 10.0
@@ -53,18 +54,7 @@ class MonitorLocator:
             ConfigError: a malformed ZooKeeper address or root.
             BrokerConnectionError: ZooKeeper could not be reached within ``timeout``.
         """
-        path = Paths(root).monitor(queue)
-        session = Session(zk, timeout=SESSION_TIMEOUT)
-        try:
-            session.start(timeout=timeout)
-            session.watch_data(path, self.update)
-        except ZooKeeperError as exc:
-            session.close()
-            raise BrokerConnectionError(f"cannot watch {path} in ZooKeeper at {zk}: {exc}") from exc
-        except BaseException:
-            session.close()
-            raise
-        self._session = session
+        self._session = watch(zk, Paths(root).monitor(queue), self.update, timeout)
 
     def update(self, data: bytes | None) -> None:
         """The monitor's node now holds ``data`` (None: the node is gone).
@@ -99,3 +89,24 @@ class MonitorLocator:
         if self._session is not None:
             self._session.close()
             self._session = None
+
+
+def watch(zk: str, path: str, on_data: Callable[[bytes | None], None], timeout: float) -> Session:
+    """A session of its own that calls ``on_data`` with what ``path`` holds now and after each change (on the
+    ZooKeeper client's thread; None: no node).
+
+    Raises:
+        ConfigError: a malformed ZooKeeper address.
+        BrokerConnectionError: ZooKeeper could not be reached within ``timeout``.
+    """
+    session = Session(zk, timeout=SESSION_TIMEOUT)
+    try:
+        session.start(timeout=timeout)
+        session.watch_data(path, on_data)
+    except ZooKeeperError as exc:
+        session.close()
+        raise BrokerConnectionError(f"cannot watch {path} in ZooKeeper at {zk}: {exc}") from exc
+    except BaseException:
+        session.close()
+        raise
+    return session

@@ -17,6 +17,7 @@ from roq.wire import management as m
 from roq.config import CurveClient
 from roq.wire.control import Message
 from roq.errors import BrokerTimeoutError, NotFoundError, UnavailableError, error_for
+from roq.federation import split_address
 from roq.wire.status import JournalStatus, QueueStatus, of_stats
 from roq.zk import Paths, check_queue_name
 
@@ -289,12 +290,26 @@ class QueueManager:
 
     def lookup(self, queue: str, *, timeout: float = 10.0) -> str:
         """The endpoint of ``queue``'s monitor (waits while the queue is starting)."""
+        return self.route(queue, timeout=timeout)[0]
+
+    def route(self, address: str, *, timeout: float = 10.0) -> tuple[str, str]:
+        """Where records for ``address`` go: a queue's name, or a cluster of the tree and its queue
+        (``store-417/orders``). The endpoint of the monitor of this cluster's queue of that name, and the cluster
+        the records are addressed to ("" when it is this one); waits while the queue is starting.
+
+        Raises:
+            ConfigError: a malformed address.
+            BadRequestError: a cluster's queue asked of a cluster in no tree.
+            NotFoundError: no such queue here, or (at the root) no such cluster in the tree.
+        """
+        cluster, queue = split_address(address)
+        msg = m.Lookup(QName=check_queue_name(queue), Cluster=cluster or "")
         deadline = time.monotonic() + timeout
         unavailable: UnavailableError | None = None
         while True:
             try:
-                return str(self._call(m.Lookup(QName=check_queue_name(queue)), deadline - time.monotonic(),
-                                      port="lookup")["Monitor"])
+                data = self._call(msg, deadline - time.monotonic(), port="lookup")
+                return str(data["Monitor"]), str(data.get("To", ""))
             except UnavailableError as exc:  # starting, or its monitor restarting
                 if time.monotonic() + 0.1 >= deadline:
                     raise

@@ -17,6 +17,7 @@ from client._sender import Sender
 from client._locator import MonitorLocator
 from client._outbox import Outbox, failure
 from roq.config import PublisherConfig
+from roq.federation import address
 from roq.security.zap import identity_for
 from roq.errors import BrokerConnectionError, NoExchangeError
 
@@ -45,6 +46,9 @@ class Publisher:
         # send() runs for every record: on an instance it is the outbox's put itself, one call instead of two
         # (about 7% of a publisher's CPU at full speed); the method below documents it
         self.send = self._outbox.put  # type: ignore[method-assign]
+        self._address = address(config.to) if config.to else b""
+        if self._address:  # records for another cluster: each key addressed to it
+            self.send = self._send_addressed  # type: ignore[method-assign]
         locator = monitor if isinstance(monitor, MonitorLocator) else MonitorLocator(monitor)
         endpoint = locator.endpoint
         self._sender = Sender(self._outbox, context, locator, self.id, config)
@@ -80,7 +84,15 @@ class Publisher:
         Raises:
             As :meth:`send`.
         """
-        self._outbox.put_many(key, payloads)
+        self._outbox.put_many(self._addressed(key) if self._address else key, payloads)
+
+    def _send_addressed(self, key: bytes, payload: bytes) -> None:
+        self._outbox.put(self._addressed(key), payload)
+
+    def _addressed(self, key: bytes) -> bytes:
+        if not isinstance(key, bytes):
+            raise TypeError(f"a key is bytes, got {type(key).__name__}")
+        return self._address + key
 
     def flush(self, timeout: float | None = 10.0) -> None:
         """Send what is open and wait until an exchange acknowledged every record sent so far.

@@ -337,7 +337,11 @@ class Forwarder:
 
     def _send_out(self, frames: list[bytes], key: bytes) -> list[Subscriber] | None:
         """Send a batch (``frames[0]`` replaced by each subscriber's id in turn) to every subscriber whose
-        prefix its key starts with; the subscribers whose full pipe it waits for (None: none)."""
+        prefix its key starts with; the subscribers whose full pipe it waits for (None: none). A record for
+        another cluster on its way there (:data:`roq.wire.batch.ADDRESSED`) goes to none: its journal keeps it
+        for the link toward it."""
+        if key[:2] == batch.ADDRESSED:
+            return None
         send = self.backend.send_multipart
         waiting = None
         for sub in self.subscribers.all:

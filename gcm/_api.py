@@ -97,7 +97,7 @@ class Api:
     def handlers(self, port: str) -> dict[type[Message], Handler]:
         """The handlers of ``port`` ("lookup" or "management")."""
         if port == "lookup":
-            return {m.Lookup: self._led(port, self._read(_reads.lookup))}
+            return {m.Lookup: self._led(port, self._lookup)}
         table: dict[type[Message], Handler] = {t: self._read(read) for t, read in READS.items()}
         table[m.GetThresholds] = lambda msg, _: _reads.get_thresholds(self.shell.view, msg, self.shell.read)
         table[m.GetEvents] = lambda msg, _: _reads.get_events(self.shell.view, msg, self.shell.read)
@@ -137,6 +137,14 @@ class Api:
         """Put a change, a refusal for want of permission or a child cluster's link refused, in the audit trail."""
         if type(msg) in DECISIONS or code == Result.FORBIDDEN or (type(msg) is LinkHello and code == Result.CONFLICT):
             self.audit.record(entry(msg, request.principal, via, code, comment, self.clock()))
+
+    def _lookup(self, msg: m.Lookup, request: Request) -> Reply:
+        """Where the queue's monitor is; for a named cluster's queue, this cluster's queue that its records enter,
+        and where they go (:meth:`gcm._federation.Federation.route`)."""
+        reply = _reads.lookup(self.shell.view, msg)
+        if msg.Cluster:
+            reply.data["To"] = self.shell.federation.route(msg.Cluster, msg.QName)
+        return reply
 
     def _read(self, read: Callable[[View, Any], Reply]) -> Handler:
         return lambda msg, _: read(self.shell.view, msg)

@@ -22,8 +22,8 @@ import logging
 import dataclasses
 from typing import Any
 
-from roq.errors import ConflictError
-from roq.federation import Tree
+from roq.errors import BadRequestError, ConfigError, ConflictError, NotFoundError
+from roq.federation import Tree, check_name
 from roq.wire.control import Reply
 from roq.wire.control.links import LinkHello, LinkStats
 
@@ -52,8 +52,9 @@ class Federation:
         self.tree: Tree | None = Tree(name, role) if name else None
         self.refusals: dict[str, int] = {}
         self._heard: dict[str, float] = {}  # child -> when its last hello came (monotonic)
-        self._stats: dict[str, list[LinkStats]] = {}  # child -> what its link's crossings carried, as last said
-        self._carried: dict[str, set[str]] = {}  # child -> the monitors its link carries into, as last said
+        # child -> each of its links (one per queue it links) -> when it said, and what its crossings carried
+        self._stats: dict[str, dict[str, tuple[float, list[LinkStats]]]] = {}
+        self._carried: dict[str, set[str]] = {}  # child -> the monitors its links carry into, as last said
         self._changes: list[tuple[str, str, str, str]] = []  # (kind, child, monitor, why) not yet taken
 
     def reset(self) -> None:
@@ -82,9 +83,13 @@ class Federation:
             log.info("cluster %s: child %s linked (%s, incarnation %d, %d cluster(s) below it)", self.name,
                      msg.cluster, msg.role, msg.incarnation, len(msg.names))
         self._heard[msg.cluster] = now
-        self._stats[msg.cluster] = stats = [dataclasses.replace(s, carrying=s.carrying[:MAX_CARRYING])
-                                            for s in msg.stats[:MAX_CROSSINGS]]
-        targets = {s.target for s in stats}
+        links = self._stats.setdefault(msg.cluster, {})
+        links.pop(msg.link, None)
+        links[msg.link] = (now, [dataclasses.replace(s, carrying=s.carrying[:MAX_CARRYING])
+                                 for s in msg.stats[:MAX_CROSSINGS]])
+        while links and (len(links) > MAX_CROSSINGS or now - next(iter(links.values()))[0] > CHILD_TIMEOUT):
+            del links[next(iter(links))]  # (the oldest said first: beyond the bound, or not heard for long)
+        targets = {s.target for _, stats in links.values() for s in stats}
         if not targets:  # (a link process that has not begun carrying yet, a new incarnation's first hellos)
             return Reply(data={"Path": [tree.name, *tree.path], "Interest": []})
         before = self._carried.get(msg.cluster, set())
@@ -93,6 +98,26 @@ class Federation:
                           for t in sorted(before - targets)]
         self._carried[msg.cluster] = targets
         return Reply(data={"Path": [tree.name, *tree.path], "Interest": []})
+
+    def route(self, cluster: str, queue: str) -> str:
+        """Where records published here to ``cluster``'s ``queue`` go: "" when that is this cluster (they are its
+        own), else ``cluster``: they enter this cluster's queue addressed to it, and the links carry them there.
+
+        Raises:
+            BadRequestError: this cluster is in no tree, or ``cluster`` is not a cluster's name.
+            NotFoundError: the root knows no cluster of that name.
+        """
+        tree = self.tree
+        if tree is None:
+            raise BadRequestError(f"this cluster is in no tree (it has no name): {cluster[:64]}/{queue} has no way there")
+        try:
+            check_name(cluster)
+        except ConfigError as exc:
+            raise BadRequestError(str(exc)) from None
+        try:
+            return "" if tree.route(cluster) is None else cluster
+        except ConfigError as exc:
+            raise (NotFoundError if tree.role == "root" else BadRequestError)(str(exc)) from None
 
     def expire(self, now: float) -> list[str]:
         """Forget the children not heard for :data:`CHILD_TIMEOUT`; their names."""
@@ -117,7 +142,8 @@ class Federation:
 
     def links(self, now: float) -> list[tuple[str, float, list[LinkStats]]]:
         """Each child's link: its name, seconds since its last hello, and what its crossings carried."""
-        return [(child, max(0.0, now - at), self._stats.get(child, [])) for child, at in sorted(self._heard.items())]
+        return [(child, max(0.0, now - at), [s for _, stats in self._stats.get(child, {}).values() for s in stats])
+                for child, at in sorted(self._heard.items())]
 
     def status(self, now: float) -> dict[str, Any]:
         """This cluster's place: name, role, path to the root, children (each with the clusters below it, and its

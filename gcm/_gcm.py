@@ -62,6 +62,7 @@ _MAX_ZMQ_MESSAGE = 128 << 20  # beyond this ZeroMQ drops the peer; below it a to
 _RETRY = 0.1  # seconds before reading ZooKeeper again after a failed read
 STANDBY_WAKE = 0.25  # the longest poll (a standby has no timer of its own)
 INF = float("inf")
+MAX_KNOWN = 100_000  # clusters ever below this one, kept in its place at most
 _STALE = (NodeExistsError, NodeMissingError, VersionConflictError)  # the transaction was decided on a stale view
 
 
@@ -325,9 +326,14 @@ class Gcm:
         """Write the cluster's place in its tree (``/federation``) for the host managers that start links, when the
         view holds another (a ZooKeeper error: tried again next turn)."""
         c = self.config
+        tree = self.federation.tree
+        subtree = tree.whole_names().add if tree is not None else []
+        known = set(self.view.federation.known) if self.view.federation is not None else set()
+        known.update(n.name for n in subtree[1:])
         doc = FederationDoc(name=c.cluster_name, role=c.cluster_role if c.cluster_name else "",
                             parent_zk=c.parent_zk, parent_root=c.parent_root if c.parent_zk else "",
-                            parent_credentials=os.path.abspath(c.parent_credentials) if c.parent_credentials else "")
+                            parent_credentials=os.path.abspath(c.parent_credentials) if c.parent_credentials else "",
+                            subtree=subtree if c.cluster_name else [], known=sorted(known)[:MAX_KNOWN])
         if self.view.federation != doc and not self._dirty:
             self.session.put(self.paths.federation, doc.encode())
             self._dirty = True

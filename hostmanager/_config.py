@@ -166,7 +166,7 @@ class ChildSettings:
         return LinkConfig(name=name, source=monitor, queue=queue, cluster=federation.name, role=federation.role,
                           parent_zk=federation.parent_zk, parent_root=federation.parent_root,
                           target_credentials=federation.parent_credentials, on_demand=True, down=True,
-                          cluster_key=self._curve.get("secret_key", ""))
+                          cluster_key=self._curve.get("secret_key", ""), zk=self.config.zk, root=self.config.root)
 
     def exchange(self, monitor: str, frontend_port: int, backend_port: int, name: str) -> ExchangeConfig:
         """The settings of an exchange named ``name`` reporting to ``monitor``, taking commands on stdin."""

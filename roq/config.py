@@ -317,6 +317,9 @@ class LinkConfig:
         parent_root: the parent cluster's ZooKeeper root.
         down: on a tree's edge (``cluster`` set): also carry the target queue's records (the parent's) into the
             source queue (down the tree), for the same prefixes; the target queue must be durable too.
+        zk, root: the child cluster's own ZooKeeper and root ("" = not followed): the link follows the cluster's
+            place there (the clusters of its subtree, as its GCM writes them), announces them to the parent, and
+            carries the records addressed to them (down) or to any other cluster (up).
     """
 
     name: str
@@ -336,6 +339,8 @@ class LinkConfig:
     parent_zk: str = ""
     parent_root: str = defaults.ROOT
     down: bool = False
+    zk: str = ""
+    root: str = defaults.ROOT
 
     def __post_init__(self) -> None:
         from roq.federation import check_name
@@ -369,6 +374,11 @@ class LinkConfig:
             raise ConfigError("LinkConfig.down carries records down a tree's edge: name the child cluster (cluster)")
         if self.cluster or self.parent_zk:  # (a link that says hello to a parent names its child cluster)
             check_name(self.cluster)
+        if self.zk:
+            if not self.cluster:
+                raise ConfigError("LinkConfig.zk follows the child cluster's place in its tree: name it (cluster)")
+            check_hosts(self.zk)
+            Paths(self.root)
         if self.parent_zk:
             check_hosts(self.parent_zk)
             Paths(self.parent_root)
@@ -483,6 +493,9 @@ class PublisherConfig:
         heartbeat_interval: seconds between hellos to the monitor.
         max_pending_batches: batches handed to the sender thread and not yet sent, before ``send`` waits.
         curve: CURVE keys for the exchanges' sockets (None = plaintext).
+        to: the cluster of a tree of clusters the records are for ("" = this one): each record's key is
+            addressed to it (:func:`roq.federation.address`), and the queue of that name there receives it,
+            carried by the links between (:func:`client.connect` with ``queue="store-417/orders"`` sets it).
     """
 
     linger: float = 0.0005
@@ -497,9 +510,13 @@ class PublisherConfig:
     heartbeat_interval: float = 1.0
     max_pending_batches: int = 8
     curve: CurveClient | None = None
+    to: str = ""
 
     def __post_init__(self) -> None:
         _curve(self)
+        if self.to:
+            from roq.federation import check_name  # (roq.federation reads the wire, which reads this module)
+            check_name(self.to)
         _positive(self, "linger", allow_zero=True)
         _positive(
             self,

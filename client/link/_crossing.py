@@ -89,9 +89,12 @@ class Crossing:
             self._pace()
 
     def _keys(self) -> list[bytes] | None:
-        """What the journal is asked for: the keys the relay lets cross (None: every key)."""
-        wanted = self.relay.wanted.items
-        return None if b"" in wanted else list(wanted[:control.MAX_PREFIXES])
+        """What the journal is asked for: the keys the relay lets cross and the addresses it carries (None: every
+        key, and no address)."""
+        wanted, addresses = self.relay.wanted.items, self.relay.addresses.items
+        if b"" in wanted and not addresses:
+            return None
+        return [*addresses, *wanted][:control.MAX_PREFIXES]
 
     def _interest(self, msg: control.Interest) -> None:
         """The far queue's monitor said what it wants (the relay now lets that cross): reading may begin."""

@@ -37,10 +37,12 @@ from client._connection import connect
 from client._locator import MonitorLocator
 from client.link._crossing import Crossing
 from client.link._parent import Parent
+from client.link._place import Place
 from client.link._wants import Wants
 from roq.config import CurveClient, LinkConfig, PublisherConfig, SubscriberConfig
 from roq.errors import BrokerConnectionError, ConfigError, RoQError
-from roq.federation import Pace, Prefixes, Relay
+from roq.federation import Pace, Prefixes, Relay, address
+from roq.wire import batch
 from roq.wire.control.links import ClusterName, LinkHello, LinkStats
 from roq.loop import Loop
 from roq.runtime import DropCounter, SignalWakeup, run_main
@@ -82,6 +84,10 @@ class Link:
         self.wants: list[Wants] = []
         self.epoch = first_epoch(time.time())
         self.parent: Parent | None = None
+        # the cluster's subtree, as its GCM writes it: said to the parent, and the addresses carried
+        self.place = Place(config.cluster) if config.zk else None
+        self._announced = [ClusterName(config.cluster, "")]  # the names the hellos say
+        self._routed_at = 0.0  # when what the crossings carry by address last changed (monotonic)
         if config.parent_zk:
             self.parent = Parent(self.context, config.parent_zk, config.parent_root, self._hello,
                                  on_change=self._follow_parent, curve=self.there, who=f"link {config.name}")
@@ -95,6 +101,8 @@ class Link:
             ConfigError: a queue is not durable, or credentials that cannot be used.
         """
         config = self.config
+        if self.place is not None:
+            self.place.follow(config.zk, config.root, config.connect_timeout)
         if self.parent is not None:
             self._welcome()
         target = self._find_target()
@@ -105,6 +113,7 @@ class Link:
             journal = self._find_journal(target, self.there)
             self._cross("down", self.target, journal, config.source, f"link.{config.name}.down", self.there,
                         self.here)
+        self._route()
         deadline = time.monotonic() + config.connect_timeout
         while any(c.relay.position() < 0 for c in self.crossings):  # ready once each knows where it reads from
             if time.monotonic() >= deadline:
@@ -166,7 +175,36 @@ class Link:
     def _hello(self) -> LinkHello:
         config = self.config
         return LinkHello(cluster=config.cluster, role=config.role, incarnation=self.epoch,
-                         names=[ClusterName(config.cluster, "")], interest=[], stats=self.stats())
+                         names=self._names(), interest=[], stats=self.stats(), link=config.name)
+
+    def _names(self) -> list[ClusterName]:
+        """The clusters of the subtree to say to the parent: those whose records the crossings down carry already.
+        A name is said once every fetch of the parent's journal on its way asks for its address, and once the way
+        down reads: from then on, what the parent's queue takes for it comes down."""
+        if self.place is None:
+            return self._announced
+        self._route()
+        down = [c for c in self.crossings if c.relay.way == "down"]
+        if all(c.relay.position() >= 0 and c.source.asked_since(self._routed_at) for c in down):
+            self._announced = self.place.subtree
+        return self._announced
+
+    def _route(self) -> None:
+        """Carry the records addressed by name (:func:`roq.federation.address`): down, those for a cluster of this
+        subtree (every one ever in it: one away waits for it in the journal here); up, those for any other, and
+        each loses its address in the cluster it was for."""
+        place, parent = self.place, self.parent
+        if place is None:
+            return
+        here = Prefixes.of(address(n) for n in place.known)
+        for c in self.crossings:
+            if c.relay.way == "down":
+                changed = c.relay.route(here, arrival=address(self.config.cluster))
+            else:
+                there = address(parent.path[0]) if parent is not None and parent.path else b""
+                changed = c.relay.route(Prefixes.of([batch.ADDRESSED]), here, there)
+            if changed:
+                self._routed_at = time.monotonic()
 
     def stats(self) -> list[LinkStats]:
         """What each crossing carried so far (none before it started)."""
@@ -221,6 +259,8 @@ class Link:
         self.target.close()  # (a fixed endpoint has nothing to close)
         if self.parent is not None:
             self.parent.close()
+        if self.place is not None:
+            self.place.close()
         self.context.destroy(linger=0)
 
     def ready_info(self) -> LinkReady:

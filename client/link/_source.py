@@ -11,6 +11,7 @@ relay has on its way is at its bound): an outage of the far side costs disk here
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from typing import Callable
@@ -70,6 +71,7 @@ class JournalSource:
         self._fetch_bytes = fetch_bytes
         self._wait_ms = wait_ms
         self._in_flight = 0  # fetches asked for and not answered
+        self._asked: collections.deque[float] = collections.deque()  # when each of them was asked (monotonic)
         self._end = -1  # the journal's end, as its last answer said
         self._asked_commit = -1
         self.socket = context.socket(zmq.DEALER)
@@ -110,6 +112,15 @@ class JournalSource:
     def close(self) -> None:
         self.socket.close(linger=0)
 
+    def asked_since(self, when: float) -> bool:
+        """Whether every fetch still on its way was asked at ``when`` (monotonic) or later: what it reads, it
+        reads with the keys said since."""
+        return not self._asked or self._asked[0] >= when
+
+    def _answered(self) -> None:
+        if self._asked:
+            self._asked.popleft()
+
     def poke(self, now: float) -> None:
         """Time passed: a reader that wants no key asks again now and then (its fetches are answered at once)."""
         self._fetch()
@@ -137,6 +148,7 @@ class JournalSource:
             except zmq.Again:
                 return
             self._in_flight += 1
+            self._asked.append(time.monotonic())
 
     def _answer(self, frames: list[bytes]) -> None:
         msg = control.decode(frames[0])
@@ -144,6 +156,7 @@ class JournalSource:
             self._reply(msg)
             return
         self._in_flight = max(0, self._in_flight - 1)  # (a bad answer too: the next fetch asks again from where it was)
+        self._answered()
         if (not isinstance(msg, control.Fetched) or len(frames) != 1 + 3 * msg.count
                 or len(msg.offsets) != msg.count):
             raise ProtocolError(f"not an answer to a fetch: {len(frames)} frames")
@@ -169,7 +182,9 @@ class JournalSource:
     def _reply(self, msg: control.Reply) -> None:
         if msg.result != control.Result.OK:
             self.error = msg.comment
-            self._in_flight -= msg.request == control.Fetch.CMD and self._in_flight > 0
+            if msg.request == control.Fetch.CMD and self._in_flight > 0:
+                self._in_flight -= 1
+                self._answered()
             log.error("link: the journal at %s refused: %s", self.endpoint, msg.comment)
             return
         offset = msg.data.get("offset")

@@ -104,13 +104,18 @@ class Reads:
             return None
         return self._answer(identity, msg, offset)
 
-    def _answer(self, identity: bytes, msg: control.Fetch, offset: int) -> list[bytes]:
+    def _answer(self, identity: bytes, msg: control.Fetch, offset: int, parked: _Parked | None = None) -> list[bytes] | None:
+        """The answer to ``msg`` from ``offset``; None when ``parked`` found nothing it wants in what was written
+        (it waits on, from past it)."""
         store = self.store
         frames: list[bytes] = []
         offsets: list[int] = []
         error = ""
         next_offset = offset
         wanted = tuple(msg.prefixes) if msg.filtered else msg.prefix  # (a tuple: any of them; none when empty)
+        # a record for another cluster goes only to a fetch that names its address (a link toward it)
+        addresses = tuple(p for p in msg.prefixes if batch.is_addressed(p)) if msg.filtered else (
+            (msg.prefix,) if batch.is_addressed(msg.prefix) else ())
         nothing = _no_key(msg)  # on past everything there, nothing read
         if nothing:
             next_offset = max(offset, store.end_offset)
@@ -118,15 +123,22 @@ class Reads:
             for entry in store.read(offset, msg.max_bytes) if not nothing else ():
                 h = batch.parse_header(entry.header)
                 next_offset = entry.offset + h.count
-                if not entry.key.startswith(wanted):
+                key = entry.key
+                if not key.startswith(addresses if key[:2] == batch.ADDRESSED else wanted):
                     continue
                 offsets.append(entry.offset)
-                frames += (entry.key, entry.header, entry.body)
+                frames += (key, entry.header, entry.body)
                 self.records_read += h.count
         except (CorruptJournalError, JournalError) as exc:
             self.errors += 1
             error = str(exc)[:500]
             log.error("a read at offset %d stopped: %s", next_offset, exc)
+        if parked is not None and msg.filtered and not offsets and not error and next_offset >= store.end_offset:
+            # a link's fetch that wants none of what was written: no empty answer (to cross the network for
+            # nothing at every write of a busy queue), it waits on past it
+            parked.offset = next_offset
+            self.parked.append(parked)
+            return None
         cursors = self.cursors
         cursors.pop(identity, None)
         cursors[identity] = next_offset
@@ -145,7 +157,8 @@ class Reads:
         if not ready:
             return []
         self.parked = [p for p in self.parked if p.offset >= end]
-        return [(p.identity, self._answer(p.identity, p.fetch, p.offset)) for p in ready]
+        answers = [(p.identity, self._answer(p.identity, p.fetch, p.offset, p)) for p in ready]
+        return [(identity, frames) for identity, frames in answers if frames is not None]
 
     def expire(self, now: float) -> list[tuple[bytes, list[bytes]]]:
         """The parked fetches whose wait ran out, answered (with nothing new, and the seams known)."""
@@ -153,7 +166,8 @@ class Reads:
         if not done:
             return []
         self.parked = [p for p in self.parked if now < p.until]
-        return [(p.identity, self._answer(p.identity, p.fetch, p.offset)) for p in done]
+        return [(p.identity, frames) for p in done
+                if (frames := self._answer(p.identity, p.fetch, p.offset)) is not None]
 
     # ------------------------------------------------------------------ seams
 

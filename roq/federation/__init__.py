@@ -12,8 +12,8 @@ are :mod:`roq.wire.control.links`.
 from roq.federation.interest import PARENT, Advert, InterestTable, Prefixes, Route, minimal
 from roq.federation.pace import Pace
 from roq.federation.relay import Entry, Relay, relay_id
-from roq.federation.tree import SEPARATOR, Outcome, Refusal, Tree, check_name, split_address
+from roq.federation.tree import SEPARATOR, Outcome, Refusal, Tree, address, check_name, split_address
 
 __all__ = ["PARENT", "Advert", "InterestTable", "Prefixes", "Route", "minimal",
            "Entry", "Pace", "Relay", "relay_id",
-           "SEPARATOR", "Outcome", "Refusal", "Tree", "check_name", "split_address"]
+           "SEPARATOR", "Outcome", "Refusal", "Tree", "address", "check_name", "split_address"]

@@ -20,6 +20,12 @@ back up), and a relay down lets no relayed record cross that did not descend (it
 down to another child, nor back to its own). So a record goes up from where it was published, and down from
 each cluster it reached, never sideways.
 
+**Records for a named cluster** (keys beginning with :data:`roq.wire.batch.ADDRESSED`, then the cluster's name:
+:func:`roq.federation.address`) follow their address, not interest: a relay carries the addresses it was given
+(:meth:`Relay.route`: up, every address but those of its own subtree, and never one that came down; down, those
+of the child's subtree, whichever way they came), and on the last link of the way the key loses its address and the record gains
+:data:`roq.wire.batch.FLAG_ADDRESSED`: it arrived, and no relay carries it further.
+
 The seqs, each key's chain (``key_prev``), the timestamps and the payloads cross untouched. So the far side
 removes duplicates as it removes a failed-over publisher's (its journal and its subscribers drop a seq they
 have), and keeps each publisher's order: the source journal holds each publisher's records in order and the
@@ -104,6 +110,9 @@ class Relay:
         self.grace = grace
         self._kept: collections.deque[tuple[float, Sent]] = collections.deque()  # acknowledged, within the grace
         self.wanted = Prefixes()  # what the far side wants of this queue
+        self.addresses = Prefixes()  # the addresses it carries (records for named clusters that way)
+        self._stays = Prefixes()  # addresses that stay (its own subtree's, on the way up)
+        self._arrival = b""  # the far cluster's own address: a key beginning with it arrives there
         self._ids: dict[bytes, bytes] = {}  # origin -> relayed id
         self._order: collections.deque[Sent] = collections.deque()  # taken and not yet done, in offset order
         self._waiting: dict[bytes, collections.deque[Sent]] = {}  # relayed id -> its entries on their way
@@ -125,6 +134,14 @@ class Relay:
         self.wanted = prefixes
         return True
 
+    def route(self, addresses: Prefixes, kept: Prefixes = Prefixes(), arrival: bytes = b"") -> bool:
+        """From now on carry the records for named clusters whose keys ``addresses`` match and ``kept`` does not;
+        a key beginning with ``arrival`` (the far cluster's own address) loses it there; True if that changed."""
+        if (addresses, kept, arrival) == (self.addresses, self._stays, self._arrival):
+            return False
+        self.addresses, self._stays, self._arrival = addresses, kept, arrival
+        return True
+
     def start(self, position: int) -> None:
         """Go on from ``position`` (the one committed, or where the source begins)."""
         self._position = self._frontier = position
@@ -133,19 +150,27 @@ class Relay:
         """The frames to send for ``entry`` (its key wanted, its origin not excluded), or None: it is done."""
         header = batch.parse_header(entry.header)
         end = entry.offset + max(header.count, 1)
-        if (header.kind != batch.DATA or not self.wanted.match(entry.key)
-                or header.publisher[:TAG_BYTES] in self.excluded or not self._goes_on(header.flags)):
+        key = entry.key
+        if batch.is_addressed(key):  # for a named cluster: its address decides (and one that came down goes on down)
+            goes = (self.addresses.match(key) and not self._stays.match(key)
+                    and not (self.way == "up" and header.flags & batch.FLAG_DESCENDED))
+        else:
+            goes = self.wanted.match(key) and self._goes_on(header.flags)
+        if header.kind != batch.DATA or not goes or header.publisher[:TAG_BYTES] in self.excluded:
             self._passed(end)
             return None
         relayed = self._ids.get(header.publisher)
         if relayed is None:
             relayed = self._ids[header.publisher] = relay_id(self.tag, header.publisher)
             self._forget()
-        frames = [entry.key, self._header(header, relayed), entry.body]
+        arrived = 0
+        if self._arrival and key.startswith(self._arrival):  # it arrives: delivered there, carried no further
+            key, arrived = key[len(self._arrival):], batch.FLAG_ADDRESSED
+        frames = [key, self._header(header, relayed, arrived=arrived), entry.body]
         if self._acked.get(relayed, 0) >= header.last_seq:  # acknowledged already (read again after a reconnect)
             self._passed(end)
             return None
-        sent = Sent(entry.offset, end, relayed, header.last_seq, len(entry.key) + len(entry.body), frames)
+        sent = Sent(entry.offset, end, relayed, header.last_seq, len(key) + len(entry.body), frames)
         self._frontier = max(self._frontier, end)
         self._order.append(sent)
         self._waiting.setdefault(relayed, collections.deque()).append(sent)
@@ -154,7 +179,10 @@ class Relay:
         return frames
 
     def _goes_on(self, flags: int) -> bool:
-        """Whether a record of ``flags`` may cross this way: up, unless it came down; down, unless it came up."""
+        """Whether a record of ``flags`` may cross this way: up, unless it came down; down, unless it came up;
+        never, once it arrived where it was addressed."""
+        if flags & batch.FLAG_ADDRESSED:
+            return False
         if self.way == "up":
             return not flags & batch.FLAG_DESCENDED
         if self.way == "down":
@@ -241,7 +269,8 @@ class Relay:
         if not self._order:
             self._position = max(self._position, end)
 
-    def _header(self, header: batch.Header, relayed: bytes, flags: int | None = None) -> bytes:
-        flags = (header.flags & batch.FLAG_RETRANSMIT if flags is None else flags) | batch.FLAG_RELAYED | self._way_flag
+    def _header(self, header: batch.Header, relayed: bytes, flags: int | None = None, arrived: int = 0) -> bytes:
+        flags = ((header.flags & batch.FLAG_RETRANSMIT if flags is None else flags) | batch.FLAG_RELAYED | self._way_flag
+                 | arrived)
         return batch.pack_header(batch.DATA, relayed, header.first_seq, header.count, epoch=self.epoch,
                                  key_prev=header.key_prev, timestamp_ns=header.timestamp_ns, flags=flags)

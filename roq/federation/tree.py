@@ -31,9 +31,10 @@ import dataclasses
 import re
 
 from roq.errors import ConfigError
+from roq.wire import batch
 from roq.wire.control.links import ClusterName, LinkHello, LinkRefused, Names, NamesRefused
 
-__all__ = ["SEPARATOR", "check_name", "split_address", "Refusal", "Outcome", "Tree"]
+__all__ = ["SEPARATOR", "check_name", "split_address", "address", "Refusal", "Outcome", "Tree"]
 
 #: between a cluster's name and its queue's in an address: ``store-417/orders``
 SEPARATOR = "/"
@@ -63,6 +64,16 @@ def split_address(address: str) -> tuple[str | None, str]:
     return check_name(cluster), queue
 
 
+def address(cluster: str) -> bytes:
+    """How the key of a record for ``cluster`` begins on its way there (:data:`roq.wire.batch.ADDRESSED`, the
+    name, ``/``): the prefix the links toward it carry.
+
+    Raises:
+        ConfigError: not a cluster's name.
+    """
+    return batch.ADDRESSED + check_name(cluster).encode() + SEPARATOR.encode()
+
+
 @dataclasses.dataclass(frozen=True)
 class Refusal:
     """Why a link or a name is refused: ``reason`` one of :data:`roq.wire.control.links.REFUSALS`, ``detail``
@@ -75,11 +86,19 @@ class Refusal:
         return LinkRefused(self.reason, self.detail)
 
 
+#: links of one child whose incarnations are kept, at most (a child has one per queue it links)
+MAX_LINKS = 4096
+
+
 @dataclasses.dataclass
 class _Child:
     key: str
-    incarnation: int
+    incarnations: dict[str, int]  # each of its links (by name) -> its newest incarnation admitted
     names: dict[str, ClusterName]  # the child's subtree by name, the child first
+
+    @property
+    def incarnation(self) -> int:
+        return max(self.incarnations.values(), default=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,9 +167,11 @@ class Tree:
             return Outcome(Refusal("not_a_parent", f"{hello.cluster} says it is the {hello.role[:16]}: only a "
                                                    f"branch or a leaf has a parent ({self.name} refused it)"))
         known = self._children.get(hello.cluster)
-        if known is not None and known.key == key and hello.incarnation < known.incarnation:
-            return Outcome(Refusal("stale", f"{hello.cluster}'s link of incarnation {hello.incarnation} is older "
-                                            f"than the one {self.name} admitted ({known.incarnation})"))
+        admitted = known.incarnations.get(hello.link, -1) if known is not None else -1
+        if known is not None and known.key == key and hello.incarnation < admitted:
+            return Outcome(Refusal("stale", f"{hello.cluster}'s link {hello.link or ''}{' ' if hello.link else ''}of "
+                                            f"incarnation {hello.incarnation} is older than the one {self.name} "
+                                            f"admitted ({admitted})"))
         if known is not None and known.key != key:
             return Outcome(Refusal("duplicate_name", f"{self.name} already has a child named {hello.cluster} "
                                                      f"(key {known.key[:16]}); the one with key {key[:16]} is refused"))
@@ -160,7 +181,12 @@ class Tree:
         before = self._subtree()
         if known is not None:
             self._forget(hello.cluster)
-        self._children[hello.cluster] = _Child(key, hello.incarnation, names)
+        incarnations = dict(known.incarnations) if known is not None and known.key == key else {}
+        incarnations.pop(hello.link, None)
+        incarnations[hello.link] = hello.incarnation  # (the newest last: the oldest go first beyond the bound)
+        while len(incarnations) > MAX_LINKS:
+            del incarnations[next(iter(incarnations))]
+        self._children[hello.cluster] = _Child(key, incarnations, names)
         self._below.update((n, hello.cluster) for n in names)
         return Outcome(up=self._announce(before))
 

@@ -44,6 +44,9 @@ __all__ = [
     "FLAG_REPLAY",
     "FLAG_RELAYED",
     "FLAG_DESCENDED",
+    "FLAG_ADDRESSED",
+    "ADDRESSED",
+    "is_addressed",
     "pack_seam",
     "pack_beacon",
     "pack_cut",
@@ -99,6 +102,9 @@ FLAG_RELAYED = 0x8
 #: relayed *down* a tree of clusters, from a parent (with :data:`FLAG_RELAYED`): it goes on down to the children
 #: that want it and never back up; a relayed record without it came up from a child, and never goes down again
 FLAG_DESCENDED = 0x10
+#: arrived, by a link, at the cluster its record was addressed to (its key's address taken off,
+#: :data:`ADDRESSED`): it is delivered there and no link carries it further
+FLAG_ADDRESSED = 0x20
 
 #: Sequence numbers stay below this (they are u64 on the wire).
 SEQ_LIMIT = 1 << 64
@@ -108,6 +114,17 @@ MAX_KEY = 1 << 16
 
 #: Key of markers, beacons and subscriptions. Every subscriber gets it besides its own prefix.
 CONTROL_TOPIC = b"\x00roq"
+
+#: How the key of a record *addressed* to another cluster of a tree begins (then the cluster's name and ``/``:
+#: :func:`roq.federation.address`). Such a record passes through the queues on its way as it is, heard by no
+#: subscriber there (an exchange sends it to none, a journal hands it only to a fetch that names an address);
+#: links carry it toward its cluster, where its key loses the address (:data:`FLAG_ADDRESSED`).
+ADDRESSED = b"\x00@"
+
+
+def is_addressed(key: bytes) -> bool:
+    """Whether ``key`` is a record's addressed to another cluster (:data:`ADDRESSED`)."""
+    return key[:2] == ADDRESSED
 
 #: version u8, kind u8, flags u16, count u32, publisher 16s, epoch u32, first_seq u64,
 #: key_prev u64 (seq of the publisher's previous record with the same key, 0 = none/unknown),

@@ -33,6 +33,7 @@ import re
 from typing import Any, ClassVar, TypeVar
 
 from roq.wire import shape
+from roq.wire.control.links import ClusterName
 from roq.security.acl import Rule
 from roq.errors import ConfigError, ProtocolError
 from roq.zk import check_queue_name
@@ -272,13 +273,19 @@ class FederationDoc(Document):
     """The cluster's place in a tree of clusters, written by the GCM leader from its settings (``/federation``):
     its name and role, and its parent (ZooKeeper, root, and the directory of this cluster's credentials there,
     the same path on every host; "" when the parent is plaintext). A host manager reads it to start a queue's
-    link (``<queue>@link``); with no parent, the GCM places no link."""
+    link (``<queue>@link``); with no parent, the GCM places no link. ``subtree``: the clusters of its subtree as
+    its children's hellos said, itself first: what its links announce to the parent (names climb the tree so);
+    ``known``: every cluster ever below it (a new leader, or a child away for long, forgets none), whose addresses
+    its links carry down (records for a named cluster, :func:`roq.federation.address`: one for a cluster that is
+    away waits in this cluster's journal)."""
 
     name: str = ""
     role: str = ""
     parent_zk: str = ""
     parent_root: str = ""
     parent_credentials: str = ""
+    subtree: list[ClusterName] = dataclasses.field(default_factory=list)
+    known: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

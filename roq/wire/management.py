@@ -69,9 +69,12 @@ MAX_REQUEST_BYTES = 1 << 20  # larger requests are answered BAD_REQUEST without 
 
 @message(2000)
 class Lookup(Message):
-    """Client -> GCM look-up port: where is the monitor of ``QName``?"""
+    """Client -> GCM look-up port: where is the monitor of ``QName``? With ``Cluster``, the queue of that cluster
+    of the tree: the answer names this cluster's queue of that name, and ``To`` the cluster its records go to
+    ("" when it is this one)."""
 
     QName: str
+    Cluster: str = ""
 
 
 @message(2001)

@@ -53,3 +53,48 @@ def test_a_fetch_that_wants_no_key_goes_on_past_everything_at_once_and_is_never_
         assert reads.fetch(b"r", control.Fetch(offset=4, wait_ms=1000), 0.0) is None  # (a fetch of keys waits there)
     finally:
         store.close()
+
+
+def _append(store: Store, key: bytes, seq: int) -> None:
+    store.append(key, batch.pack_header(batch.DATA, b"P" * 16, seq, 1, timestamp_ns=1), batch.encode_body([b"x"]),
+                 b"P" * 16, 1, seq, 0)
+    store.write()
+
+
+def test_a_record_for_another_cluster_goes_only_to_a_fetch_that_names_its_address(tmp_path):
+    store = _journal(tmp_path)
+    try:
+        _append(store, b"\x00@store-417/a.9", 5)
+        reads = Reads(store)
+        _, keys = _keys(reads.fetch(b"r", control.Fetch(offset=0), 0.0))  # every key: not the addressed one
+        assert keys == [b"a.1", b"b.1", b"c.1", b"a.2"]
+        _, keys = _keys(reads.fetch(b"r", control.Fetch(offset=0, prefixes=[b""], filtered=True), 0.0))
+        assert keys == [b"a.1", b"b.1", b"c.1", b"a.2"]
+        _, keys = _keys(reads.fetch(b"r", control.Fetch(offset=0, prefixes=[b"a.", b"\x00@store-417/"], filtered=True),
+                                    0.0))
+        assert keys == [b"a.1", b"a.2", b"\x00@store-417/a.9"]
+        _, keys = _keys(reads.fetch(b"r", control.Fetch(offset=0, prefixes=[b"\x00@store-5/"], filtered=True), 0.0))
+        assert keys == []
+    finally:
+        store.close()
+
+
+def test_a_parked_link_fetch_is_not_answered_for_what_it_does_not_want_but_waits_on_past_it(tmp_path):
+    store = _journal(tmp_path)
+    try:
+        reads = Reads(store)
+        assert reads.fetch(b"r", control.Fetch(offset=4, wait_ms=1000, prefixes=[b"c."], filtered=True), 0.0) is None
+        _append(store, b"a.3", 5)
+        assert reads.written() == []  # nothing it wants: no empty answer, it waits on past it
+        assert [p.offset for p in reads.parked] == [5]
+        _append(store, b"c.2", 6)
+        [(identity, frames)] = reads.written()
+        meta, keys = _keys(frames)
+        assert identity == b"r" and keys == [b"c.2"] and meta.next_offset == 6
+        # a subscriber's fetch (unfiltered) is answered at once, as before: it may be waiting for its seam
+        assert reads.fetch(b"s", control.Fetch(offset=6, wait_ms=1000, prefix=b"c."), 0.0) is None
+        _append(store, b"a.4", 7)
+        [(identity, frames)] = reads.written()
+        assert identity == b"s" and _keys(frames)[1] == []
+    finally:
+        store.close()

@@ -14,6 +14,7 @@ import bson
 import pytest
 from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 
+from gcm._federation import Federation
 from gcm._api import Api
 from gcm._outcome import Outcome
 from gcm._view import HostView, QueueView, View
@@ -28,7 +29,7 @@ from roq.zk import Create, Delete, Paths, SetData
 
 COMMANDS = sorted((c for c in (getattr(m, n) for n in m.__all__) if isinstance(c, type) and issubclass(c, Message)),
                   key=lambda c: c.CMD)
-BASE = {"QName": "q1", "Host": "h1", "Exchanges": 1, "Exchange": "x1", "Reason": "", "Limit": 10, "Rules": {},
+BASE = {"QName": "q1", "Cluster": "", "Host": "h1", "Exchanges": 1, "Exchange": "x1", "Reason": "", "Limit": 10, "Rules": {},
         "Thresholds": {}, "Evidence": {}, "Rule": {"principal": "bob", "permission": "publish"}}
 WRONG: dict[str, object] = {
     "int": 7, "int64": Int64(7), "float": 1.5, "bool": True, "none": None, "text": "q1", "bytes": b"\x00\xff",
@@ -53,6 +54,7 @@ class Shell:
         self.view = view
         self.leading = leading
         self.leader: GcmDoc | None = GcmDoc(id="gcm1", lookup="tcp://l:5000", management="tcp://l:5003")
+        self.federation = Federation("", "")  # in no tree: a look-up of a cluster's queue is refused
         self.applied: list[Outcome] = []
         self.fail: Exception | None = None
 

@@ -95,3 +95,28 @@ def test_a_childs_crossing_that_begins_or_stops_carrying_into_a_queue_is_a_chang
     hq.hello(_hello("eu", incarnation=3, stats=(other,)), "eu-key", now=30.0)
     hq.reset()  # a new leader: nothing left to record, and it learns the links again
     assert hq.take_changes() == []
+
+
+def test_records_for_a_named_cluster_go_where_the_tree_knows_it_and_an_unknown_one_is_refused_at_the_root():
+    from roq.errors import BadRequestError, NotFoundError
+    hq = Federation("hq", "root")
+    hq.hello(_hello("eu", "branch", below=("store-1",)), "eu-key", now=0.0)
+    assert hq.route("store-1", "orders") == "store-1" and hq.route("eu", "orders") == "eu"
+    assert hq.route("hq", "orders") == ""  # its own: a plain record of its queue
+    with pytest.raises(NotFoundError, match="no cluster named 'store-9' in the tree of hq"):
+        hq.route("store-9", "orders")
+    with pytest.raises(BadRequestError, match="cluster's name"):
+        hq.route("bad name!", "orders")
+    assert Federation("eu", "branch").route("store-9", "orders") == "store-9"  # unknown below a branch: up
+    with pytest.raises(BadRequestError, match="in no tree"):
+        Federation("", "").route("store-1", "orders")
+
+
+def test_a_childs_links_each_say_what_they_carried():
+    hq = Federation("hq", "root")
+    other = LinkStats("tcp://127.0.0.11:5600", records_sent=5, bytes_sent=500, backlog=0, moves=0, rate_limit=0,
+                      carrying=[])
+    for at in (0.0, 1.0):
+        hq.hello(LinkHello("eu", "leaf", 7, [ClusterName("eu", "")], [], [CARRIED], link="eu@orders"), "k", now=at)
+        hq.hello(LinkHello("eu", "leaf", 9, [ClusterName("eu", "")], [], [other], link="eu@stock"), "k", now=at)
+    assert hq.links(1.0) == [("eu", 0.0, [CARRIED, other])] and hq.refusals == {}

@@ -91,7 +91,8 @@ def test_a_link_gets_the_clusters_place_and_its_parent_and_speaks_as_the_cluster
     config = settings().link("orders", "tcp://127.0.0.12:5500", tree)
     assert config == LinkConfig(name="store-1@orders", source="tcp://127.0.0.12:5500", queue="orders",
                                 cluster="store-1", role="leaf", parent_zk="127.0.0.1:2181", parent_root="/hq",
-                                target_credentials="/etc/roq/hq-creds", on_demand=True, down=True)
+                                target_credentials="/etc/roq/hq-creds", on_demand=True, down=True,
+                                zk=settings().config.zk, root=settings().config.root)  # (its own cluster's place)
     assert rebuilt(LinkConfig, config) == config
     long = settings().link("q" * 64, "tcp://127.0.0.12:5500", FederationDoc(name="s" * 60, role="leaf",
                                                                             parent_zk="127.0.0.1:2181", parent_root="/hq"))

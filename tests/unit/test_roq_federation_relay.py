@@ -279,3 +279,34 @@ def test_on_a_trees_edge_what_came_down_never_goes_back_up_and_what_came_up_neve
     assert Relay(LINK, way="down").way == "down"
     with pytest.raises(ValueError):
         Relay(LINK, way="sideways")
+
+
+def test_records_for_a_named_cluster_follow_their_address_and_lose_it_where_they_arrive():
+    from roq.federation import address
+    origin = b"o" * 16
+    # a branch's link: up into the root, down from it; its subtree is the branch and its two stores
+    subtree = Prefixes.of(address(n) for n in ("eu", "store-1", "store-2"))
+    up, down = Relay(LINK, way="up"), Relay(LINK, way="down")
+    assert up.route(Prefixes.of([batch.ADDRESSED]), subtree, address("hq"))
+    assert not up.route(Prefixes.of([batch.ADDRESSED]), subtree, address("hq"))  # (the same again: no change)
+    down.route(subtree, arrival=address("eu"))
+    # nothing wanted by interest: addresses alone decide
+    assert up.take(entry(0, origin, 1, address("store-9") + b"k")) is not None  # for another subtree: up
+    assert up.take(entry(1, origin, 2, address("store-1") + b"k")) is None  # for its own: it stays
+    frames = up.take(entry(2, origin, 3, address("hq") + b"k"))  # for the root: it arrives there
+    assert frames is not None and frames[0] == b"k"
+    assert batch.parse_header(frames[1]).flags & batch.FLAG_ADDRESSED
+    came_down = batch.FLAG_RELAYED | batch.FLAG_DESCENDED
+    h = batch.pack_header(batch.DATA, origin, 4, 1, flags=came_down)
+    assert up.take(Entry(3, address("store-9") + b"k", h, batch.encode_body([b"x"]))) is None  # never back up
+    # down: those for its subtree, whichever way they came (a store's record for its sibling came up)
+    came_up = batch.pack_header(batch.DATA, origin, 5, 1, flags=batch.FLAG_RELAYED)
+    assert down.take(Entry(4, address("store-2") + b"k", came_up, batch.encode_body([b"x"]))) is not None
+    assert down.take(entry(5, origin, 6, address("store-9") + b"k")) is None  # not below
+    frames = down.take(entry(6, origin, 7, address("eu") + b"k"))
+    assert frames is not None and frames[0] == b"k"  # it arrives at the branch
+    # arrived: no relay carries it further, whatever is wanted
+    arrived = batch.pack_header(batch.DATA, origin, 8, 1, flags=batch.FLAG_RELAYED | batch.FLAG_ADDRESSED)
+    for relay in (up, down, Relay(LINK)):
+        relay.want(Prefixes.of([b""]))
+        assert relay.take(Entry(7, b"k", arrived, batch.encode_body([b"x"]))) is None

@@ -150,6 +150,21 @@ def test_reconnects_are_never_refused_and_an_older_link_is_stale():
     assert refusal is not None and refusal.reason == "stale"
 
 
+def test_each_link_of_a_child_keeps_its_own_incarnations():
+    """A child links several queues, a link each, each started at its own time: none is stale for another's."""
+    hq = Tree("hq", "root")
+    uk = [ClusterName("uk", "")]
+
+    def hello(link: str, incarnation: int):
+        return hq.hello(LinkHello("uk", "leaf", incarnation, uk, [], link=link), "key-uk").refusal
+
+    for _ in range(3):
+        assert hello("uk@orders", 100) is None and hello("uk@stock", 200) is None
+    refusal = hello("uk@orders", 99)  # an older incarnation of that link
+    assert refusal is not None and refusal.reason == "stale" and "uk@orders" in refusal.detail
+    assert hq.children()["uk"][1] == 200
+
+
 def test_a_child_gone_is_taken_out_of_every_ancestors_names():
     f = seven()
     outcome = f.trees["uk"].child_gone("leeds")

@@ -118,6 +118,7 @@ class LinkHello(Message):
     names: list[ClusterName]
     interest: list[QueueInterest]
     stats: list[LinkStats] = dataclasses.field(default_factory=list)
+    link: str = ""  # the link's name: a child has a link per queue it links, each with its own incarnations
 
 
 @message(64)
