@@ -13,7 +13,9 @@ forgotten, and its names with it. Refusals are counted per reason (:attr:`Federa
 hello also says what the link's crossings carried (:class:`~roq.wire.control.links.LinkStats`): kept as the
 last one said, shown by :meth:`Federation.status` and in ``/metrics`` (:meth:`Federation.links`); a crossing that
 begins carrying into one of this cluster's queues, or stops (its child forgotten, or its hello says it no more), is
-an event of that queue (``link_up``, ``link_down``: :meth:`Federation.take_changes`, recorded by the GCM).
+an event of that queue (``link_up``, ``link_down``: :meth:`Federation.take_changes`, recorded by the GCM), and so is
+one that the queue's monitor refuses (``link_refused``: the parent's permissions do not let the child publish into
+it; counted as a ``forbidden`` refusal and put in the audit trail).
 """
 
 from __future__ import annotations
@@ -84,6 +86,13 @@ class Federation:
                      msg.cluster, msg.role, msg.incarnation, len(msg.names))
         self._heard[msg.cluster] = now
         links = self._stats.setdefault(msg.cluster, {})
+        was_refused = {s.target: s.refused for s in links.get(msg.link, (0.0, []))[1]}
+        for s in msg.stats[:MAX_CROSSINGS]:  # a crossing the queue's monitor newly refuses: counted, recorded
+            if s.refused and was_refused.get(s.target) != s.refused[:500]:
+                self.refusals["forbidden"] = self.refusals.get("forbidden", 0) + 1
+                self._changes.append(("link_refused", msg.cluster, s.target, s.refused[:500]))
+                log.warning("cluster %s: the link %s of child %s is refused by the queue at %s: %s", self.name,
+                            msg.link, msg.cluster, s.target, s.refused[:200])
         links.pop(msg.link, None)
         links[msg.link] = (now, [dataclasses.replace(s, carrying=s.carrying[:MAX_CARRYING])
                                  for s in msg.stats[:MAX_CROSSINGS]])

@@ -15,6 +15,7 @@ an exception out of the loop.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -349,9 +350,14 @@ class Gcm:
             queue = queues.get(target)
             if queue is None:
                 continue
-            text = (f"the link of child cluster {child} carries into this queue" if kind == "link_up" else
-                    f"the link of child cluster {child} carries into this queue no more ({why})")
+            text = {"link_up": f"the link of child cluster {child} carries into this queue",
+                    "link_down": f"the link of child cluster {child} carries into this queue no more ({why})",
+                    "link_refused": f"the link of child cluster {child} may not carry into this queue: {why}"}[kind]
             self.events.record(Event(queue, kind, text, {"child": child}), time.time())
+            if kind == "link_refused":  # (what the queue's permissions refused a child: in the audit trail too)
+                self.audit.record({"time": time.time(), "principal": child, "via": "link", "action": "LinkCarry",
+                                   "queue": queue, "detail": json.dumps({"cluster": child}), "result": "FORBIDDEN",
+                                   "comment": why[:200]})
 
     def _maintain(self, now: float) -> None:
         """The leader's own decisions: slots moved off lost hosts, removed queues deleted once quiet, links placed

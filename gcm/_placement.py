@@ -149,6 +149,14 @@ class Placer:
                 best = key
         return best[-1] if best else None
 
+    def choose_link(self, queue: QueueView, links: Mapping[str, int]) -> str | None:
+        """A live host for ``queue``'s link to the parent cluster (``links``: how many each host runs already):
+        within the queue's CPU, memory and network limits if any host is, then the fewest links, the most headroom
+        (tenths of a core), the least busy network (tenths), the least memory, the lowest address."""
+        ranked = [(bool(self.overloaded(h, queue.rules)), links.get(h.address, 0), -round(h.headroom, 1),
+                   round(h.net_percent, -1), h.memory_percent, h.address) for h in self.view.hosts.values()]
+        return min(ranked)[-1] if ranked else None
+
     def place(self, queue: str, host: str, source: str | None = None) -> None:
         """Count an exchange of ``queue`` placed on ``host`` (moved off ``source``, if given)."""
         self.assigned[host] = self.assigned.get(host, 0) + 1

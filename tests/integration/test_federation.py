@@ -12,6 +12,7 @@ import urllib.request
 import client
 from roq.process import spawn
 from roq.runtime import ExitCode
+from tests.integration.zkhelp import wait_until
 from tests.integration.sites import DurableQueue
 
 
@@ -129,6 +130,13 @@ def test_a_link_whose_key_may_not_publish_into_the_parents_queue_is_refused_said
         shown = subprocess.run([sys.executable, "-m", "roqcli", "federation", "links", "--zk", hq.zk, "--root",
                                 hq.root, "--credentials", hq.credentials], capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0 and "REFUSED there" in shown.stdout, shown.stdout + shown.stderr
+        # counted once however many hellos say it, an event of the queue, and in the audit trail
+        assert admin.federation()["Refusals"] == {"forbidden": 1}
+        refused = wait_until(lambda: [e for e in admin.audit() if e["action"] == "LinkCarry"], 30,
+                             "the refusal in the audit trail")
+        assert [(e["result"], e["queue"], e["principal"], "publish" in e["comment"]) for e in refused] == [
+            ("FORBIDDEN", "orders", "store-1", True)], refused
+        assert [e["child"] for e in admin.events("orders", 200) if e["kind"] == "link_refused"] == ["store-1"]
         admin.grant("store-1", "publish", "orders")
         pub = conn.publisher()
         deadline = time.monotonic() + 30

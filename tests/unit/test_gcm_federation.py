@@ -120,3 +120,13 @@ def test_a_childs_links_each_say_what_they_carried():
         hq.hello(LinkHello("eu", "leaf", 7, [ClusterName("eu", "")], [], [CARRIED], link="eu@orders"), "k", now=at)
         hq.hello(LinkHello("eu", "leaf", 9, [ClusterName("eu", "")], [], [other], link="eu@stock"), "k", now=at)
     assert hq.links(1.0) == [("eu", 0.0, [CARRIED, other])] and hq.refusals == {}
+
+
+def test_a_crossing_the_parents_permissions_refuse_is_counted_once_and_told_as_a_change():
+    hq = Federation("hq", "root")
+    refused = LinkStats("tcp://127.0.0.11:5500", records_sent=0, bytes_sent=0, backlog=0, moves=0, rate_limit=0,
+                        carrying=[], refused="publish to orders: not allowed for eu")
+    for at in (0.0, 1.0, 2.0):  # said again with each hello: counted once
+        hq.hello(LinkHello("eu", "leaf", 7, [ClusterName("eu", "")], [], [refused], link="eu@orders"), "k", now=at)
+    assert hq.refusals == {"forbidden": 1}
+    assert ("link_refused", "eu", "tcp://127.0.0.11:5500", "publish to orders: not allowed for eu") in hq.take_changes()
