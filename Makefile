@@ -35,12 +35,13 @@ fuzz: $(STAMP)
 crash: $(STAMP)
 	ROQ_CRASH_TRIALS=200 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_journal_crash.py
 
-# the link process SIGKILLed 100 times under load instead of make test's 2, down for 60 s instead of 2, and a tree of
-# seven clusters on emulated hosts (network namespaces, tc tbf) with its links flapped by ip link (a few minutes)
+# the link process SIGKILLed 100 times under load instead of make test's 2, down for 60 s instead of 2, a tree of
+# seven clusters on emulated hosts (network namespaces, tc tbf) with its links flapped by ip link, and a link between
+# two emulated hosts flapped 100 times (ip link and SIGKILL in turn) under 5,000 records/s each way (ten minutes)
 federation: $(STAMP)
 	ROQ_LINK_FLAPS=100 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 900 -s tests/integration/test_link.py -k killed_and_started
 	ROQ_LINK_OUTAGE_S=60 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 900 -s tests/integration/test_link_rate.py -k outage
-	ROQ_TREE_FLAPS=30 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 900 -s tests/federation
+	ROQ_TREE_FLAPS=30 ROQ_LINK_FLAPS=100 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 900 -s tests/federation
 
 # flow control for 60 s instead of make test's 6, with 100 B and with 4 KiB records (about four minutes)
 flow: $(STAMP)

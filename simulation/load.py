@@ -18,7 +18,7 @@ import random
 import signal
 import sys
 import time
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import client
 from roq import defaults
@@ -81,9 +81,10 @@ class Loads:
         self.children: list[Child] = []
         self._files: list[Any] = []
 
-    def start(self, role: str, monitor: str, *args: str) -> Child:
+    def start(self, role: str, monitor: str, *args: str, enter: Callable[[], None] | None = None) -> Child:
         """Start ``python -m simulation.load ROLE --monitor MONITOR ARGS`` and wait for its READY (``monitor``
-        "": ARGS say how to connect, e.g. ``--zk SERVERS --queue NAME``).
+        "": ARGS say how to connect, e.g. ``--zk SERVERS --queue NAME``; ``enter``: called in the child before
+        it runs, such as an emulated host's network namespace).
 
         Raises:
             RoQError: it did not become ready in time (it is stopped on :meth:`close`).
@@ -91,7 +92,7 @@ class Loads:
         log_file = open(os.path.join(self.log_dir, f"{role}-{len(self.children)}.log"), "ab")
         self._files.append(log_file)
         where = ["--monitor", monitor] if monitor else []
-        child = spawn(role, "simulation.load", [role, *where, *args], stderr=log_file)
+        child = spawn(role, "simulation.load", [role, *where, *args], stderr=log_file, enter=enter)
         self.children.append(child)
         child.wait_ready(self.ready_timeout)
         return child
