@@ -11,12 +11,16 @@ from roq.errors import ProtocolError
 from roq.wire import batch, control
 
 
+def _append(store: Store, key: bytes, seq: int) -> None:
+    store.append(key, batch.pack_header(batch.DATA, b"P" * 16, seq, 1, timestamp_ns=1), batch.encode_body([b"x"]),
+                 b"P" * 16, 1, seq, 0)
+    store.write()
+
+
 def _journal(tmp_path) -> Store:
     store, _ = Store.open(str(tmp_path), "q")
     for i, key in enumerate([b"a.1", b"b.1", b"c.1", b"a.2"]):
-        header = batch.pack_header(batch.DATA, b"P" * 16, i + 1, 1, timestamp_ns=1)
-        store.append(key, header, batch.encode_body([b"x"]), b"P" * 16, 1, i + 1, 0)
-    store.write()
+        _append(store, key, i + 1)
     return store
 
 
@@ -53,12 +57,6 @@ def test_a_fetch_that_wants_no_key_goes_on_past_everything_at_once_and_is_never_
         assert reads.fetch(b"r", control.Fetch(offset=4, wait_ms=1000), 0.0) is None  # (a fetch of keys waits there)
     finally:
         store.close()
-
-
-def _append(store: Store, key: bytes, seq: int) -> None:
-    store.append(key, batch.pack_header(batch.DATA, b"P" * 16, seq, 1, timestamp_ns=1), batch.encode_body([b"x"]),
-                 b"P" * 16, 1, seq, 0)
-    store.write()
 
 
 def test_a_record_for_another_cluster_goes_only_to_a_fetch_that_names_its_address(tmp_path):
