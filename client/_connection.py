@@ -223,9 +223,9 @@ def connect(
         queue = split_address(queue)[1]
     if not isinstance(monitor, str):
         raise ConfigError(f"monitor must be an endpoint string, got {type(monitor).__name__}")
-    if curve is not None or to:
-        publisher_config = replace(publisher_config or PublisherConfig(), **({"curve": curve} if curve else {}),
-                                   **({"to": to} if to else {}))
+    given = {name: value for name, value in (("curve", curve), ("to", to)) if value}
+    if given:
+        publisher_config = replace(publisher_config or PublisherConfig(), **given)
     if curve is not None:
         subscriber_config = replace(subscriber_config or SubscriberConfig(), curve=curve)
     conn = Connection(monitor, publisher_config=publisher_config, subscriber_config=subscriber_config)

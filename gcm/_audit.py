@@ -27,7 +27,7 @@ from roq.wire.documents import AuditDoc
 from roq.errors import BadRequestError, Result, ZooKeeperError
 from roq.zk import Create, Paths, SetData
 
-__all__ = ["AuditTrail", "entry", "MAX_ENTRIES", "MAX_PENDING", "FLUSH_S"]
+__all__ = ["AuditTrail", "entry", "action_entry", "MAX_ENTRIES", "MAX_PENDING", "FLUSH_S"]
 
 log = logging.getLogger("gcm")
 
@@ -49,10 +49,16 @@ def _result(code: int | None) -> str:
 def entry(msg: Message, principal: str | None, via: str, code: int | None, comment: str, now: float) -> dict[str, Any]:
     """The audit entry of ``msg`` (``code``: its reply's RESULT, None while it waits for the cluster)."""
     fields = {k: v for k, v in vars(msg).items() if k != "QName"}
+    return action_entry(type(msg).__name__, str(getattr(msg, "QName", "")), fields, principal, via, code, comment, now)
+
+
+def action_entry(action: str, queue: str, fields: dict[str, Any], principal: str | None, via: str, code: int | None,
+                 comment: str, now: float) -> dict[str, Any]:
+    """The audit entry of ``action`` on ``queue`` ("" none) with ``fields`` (its detail), as :func:`entry`; for what
+    the cluster refused without a request, such as a child's link its permissions refuse."""
     detail = json.dumps(fields, sort_keys=True, default=str)[:_TEXT] if fields else ""
-    return {"time": now, "principal": principal or "", "via": via, "action": type(msg).__name__,
-            "queue": str(getattr(msg, "QName", "")), "detail": detail, "result": _result(code),
-            "comment": comment[:_TEXT]}
+    return {"time": now, "principal": principal or "", "via": via, "action": action, "queue": queue,
+            "detail": detail, "result": _result(code), "comment": comment[:_TEXT]}
 
 
 class AuditTrail:

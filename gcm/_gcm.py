@@ -15,7 +15,6 @@ an exception out of the loop.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import time
@@ -28,7 +27,7 @@ from gcm._acl import bootstrap
 from gcm._federation import Federation
 from gcm._links import place_links
 from gcm._api import Api
-from gcm._audit import AuditTrail
+from gcm._audit import AuditTrail, action_entry
 from gcm._broadcast import Broadcaster
 from gcm._config import GcmConfig
 from gcm._election import Election, Endpoints
@@ -355,9 +354,8 @@ class Gcm:
                     "link_refused": f"the link of child cluster {child} may not carry into this queue: {why}"}[kind]
             self.events.record(Event(queue, kind, text, {"child": child}), time.time())
             if kind == "link_refused":  # (what the queue's permissions refused a child: in the audit trail too)
-                self.audit.record({"time": time.time(), "principal": child, "via": "link", "action": "LinkCarry",
-                                   "queue": queue, "detail": json.dumps({"cluster": child}), "result": "FORBIDDEN",
-                                   "comment": why[:200]})
+                self.audit.record(action_entry("LinkCarry", queue, {"cluster": child}, child, "link", Result.FORBIDDEN,
+                                               why, time.time()))
 
     def _maintain(self, now: float) -> None:
         """The leader's own decisions: slots moved off lost hosts, removed queues deleted once quiet, links placed
