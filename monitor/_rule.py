@@ -11,7 +11,12 @@ Evaluated every KPI period on smoothed loads (records/s):
   its own mark; if the most productive one does not fit, the next one down is tried; at most one move per
   hot exchange per evaluation (the next evaluation sees the effect);
 * a publisher whose own rate is above its exchange's mark cannot be helped by moving it: it is reported
-  as a *limit case* and left where it is.
+  as a *limit case* and left where it is;
+* when no exchange has room but the hot one and some other are both saturated, their publishers' rates
+  are what the exchanges leave them, not what they would send: a publisher moves to the saturated exchange
+  where its share (mark / publishers) would be largest, if that is at least :data:`FAIR_GAIN` times the
+  share it has now. Publishers end spread so that no move improves anyone's share by that much, whatever
+  the order in which they came (a lone publisher may fill a small exchange by itself).
 """
 
 from __future__ import annotations
@@ -19,11 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-__all__ = ["Ewma", "ExchangeLoad", "Move", "LimitCase", "evaluate", "saturation_mark", "MIN_BUSY"]
+__all__ = ["Ewma", "ExchangeLoad", "Move", "LimitCase", "evaluate", "saturation_mark", "MIN_BUSY", "FAIR_GAIN"]
 
 #: Below this busy fraction an exchange's capacity is not estimated: fixed costs (heartbeats,
 #: acknowledgements) dominate, and load / busy would say little.
 MIN_BUSY = 0.1
+
+#: Between saturated exchanges, a publisher moves only for a share this many times larger than its own: the
+#: marks are estimates, and a smaller gain would not be worth a move.
+FAIR_GAIN = 1.2
 
 
 def saturation_mark(high: float, load: float, busy: float, limit: float) -> float:
@@ -89,13 +98,14 @@ class Move:
     target_load: float
     high: float  # the source's mark
     saturated: bool = False  # the source's mark is below the queue's: it is saturated
+    shares: tuple[float, float] | None = None  # between saturated exchanges: the share per publisher, now and there
 
     def describe(self) -> str:
-        return (
-            f"publisher {self.publisher[:8]} ({self.publisher_rate:,.0f} rec/s) from {self.source} "
-            f"({self.source_load:,.0f} rec/s > {_mark(self.high, self.saturated)}) to {self.target} "
-            f"({self.target_load:,.0f} -> {self.target_load + self.publisher_rate:,.0f} rec/s)"
-        )
+        where = (f"publisher {self.publisher[:8]} ({self.publisher_rate:,.0f} rec/s) from {self.source} "
+                 f"({self.source_load:,.0f} rec/s > {_mark(self.high, self.saturated)}) to {self.target} ")
+        if self.shares is not None:
+            return where + (f"(saturated too: {self.shares[0]:,.0f} -> {self.shares[1]:,.0f} rec/s per publisher)")
+        return where + f"({self.target_load:,.0f} -> {self.target_load + self.publisher_rate:,.0f} rec/s)"
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,7 @@ def evaluate(
         The moves to make (at most one per hot exchange) and the limit cases seen.
     """
     loads = {x.exchange: x.load for x in exchanges}
+    counts = {x.exchange: len(x.publishers) for x in exchanges}
     marks = {x.exchange: min(x.mark, high) if x.mark > 0 else high for x in exchanges}
     moves: list[Move] = []
     limits: list[LimitCase] = []
@@ -169,13 +180,43 @@ def evaluate(
         target = min(targets, key=lambda y: (loads[y.exchange] / marks[y.exchange], loads[y.exchange]))
         for pub, rate in movable:
             if loads[target.exchange] + rate < marks[target.exchange]:
-                moves.append(Move(pub, x.exchange, target.exchange, rate, loads[x.exchange], loads[target.exchange],
-                                  mark, saturated))
-                loads[x.exchange] -= rate
-                loads[target.exchange] += rate
-                moving.add(pub)
+                move = Move(pub, x.exchange, target.exchange, rate, loads[x.exchange], loads[target.exchange], mark,
+                            saturated)
+                moves.append(_booked(move, loads, counts, moving))
                 break
         else:
             if movable and stuck is not None:
-                stuck.append(x.exchange)
+                stuck.append(x.exchange)  # a new exchange would help it, even if a move evens out the shares
+            if movable and saturated:
+                fair = _fairer(x, movable[0], targets, marks, counts, high, loads)
+                if fair is not None:
+                    moves.append(_booked(fair, loads, counts, moving))
     return moves, limits
+
+
+def _booked(move: Move, loads: dict[str, float], counts: dict[str, int], moving: set[str]) -> Move:
+    """``move``, with the loads and publisher counts of the rest of the evaluation updated by it."""
+    loads[move.source] -= move.publisher_rate
+    loads[move.target] += move.publisher_rate
+    counts[move.source] -= 1
+    counts[move.target] += 1
+    moving.add(move.publisher)
+    return move
+
+
+def _fairer(source: ExchangeLoad, candidate: tuple[str, float], targets: Sequence[ExchangeLoad],
+            marks: Mapping[str, float], counts: Mapping[str, int], high: float,
+            loads: Mapping[str, float]) -> Move | None:
+    """The move of ``candidate`` off saturated ``source`` to the saturated target where its share would be
+    largest, if that is :data:`FAIR_GAIN` times its share now; None otherwise."""
+    share = marks[source.exchange] / max(1, counts[source.exchange])
+    saturated = [y for y in targets if marks[y.exchange] < high]
+    if not saturated:
+        return None
+    target = max(saturated, key=lambda y: marks[y.exchange] / (counts[y.exchange] + 1))
+    there = marks[target.exchange] / (counts[target.exchange] + 1)
+    if there < FAIR_GAIN * share:
+        return None
+    pub, rate = candidate
+    return Move(pub, source.exchange, target.exchange, rate, loads[source.exchange], loads[target.exchange],
+                marks[source.exchange], True, (share, there))

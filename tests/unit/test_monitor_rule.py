@@ -80,6 +80,31 @@ def test_a_lone_publisher_that_saturates_its_exchange_is_a_limit_case_and_a_full
     assert moves == [] and stuck == ["a"]  # saturated everywhere: the scaling rule asks for an exchange
 
 
+def saturated(name, counts, mark=50.0, load=60.0):
+    rate = load / counts
+    return ExchangeLoad(name, load, hot_since=0.0, publishers={f"{name}{i}": rate for i in range(counts)}, mark=mark)
+
+
+def test_between_saturated_exchanges_a_publisher_moves_where_its_share_would_be_larger():
+    # a lone publisher fills "b" by itself: no exchange has room, yet a's five publishers get a fifth of a's
+    # mark each and would get half of b's
+    stuck: list[str] = []
+    moves, limits = evaluate([saturated("a", 5), saturated("b", 1)], now=10.0, high=HIGH, sustain=2.0, cooldown=5.0,
+                             moved_at={}, stuck=stuck)
+    assert [c.publisher for c in limits] == ["b0"] and stuck == ["a"]  # a new exchange would still help a
+    assert [(m.source, m.target) for m in moves] == [("a", "b")]
+    assert "saturated too: 10 -> 25 rec/s per publisher" in moves[0].describe()
+
+
+def test_saturated_exchanges_even_out_and_then_stay():
+    assert [(m.source, m.target) for m in run([saturated("a", 4), saturated("b", 2)])[0]] == [("a", "b")]
+    assert run([saturated("a", 3), saturated("b", 3)])[0] == []
+    # unequal marks: 556 / 4 against 404 / 3 is no gain worth a move
+    assert run([saturated("a", 4, mark=556, load=600), saturated("b", 2, mark=404, load=420)])[0] == []
+    # the least loaded target that is not saturated is not where shares are evened out
+    assert run([saturated("a", 4), ExchangeLoad("b", 99, publishers={"r": 99})])[0] == []
+
+
 def test_saturation_mark_estimates_what_an_exchange_forwards_at_the_busy_limit():
     assert saturation_mark(1000.0, 400.0, 0.5, 0.85) == 680.0  # 800 rec/s at busy 1, 85% of it
     assert saturation_mark(1000.0, 400.0, 0.2, 0.85) == 1000.0  # room beyond the queue's mark
