@@ -152,12 +152,10 @@ def evaluate(
     Returns:
         The moves to make (at most one per hot exchange) and the limit cases seen.
     """
-    loads = {x.exchange: x.load for x in exchanges}
-    counts = {x.exchange: len(x.publishers) for x in exchanges}
-    marks = {x.exchange: min(x.mark, high) if x.mark > 0 else high for x in exchanges}
+    books = _Books(exchanges, high)
+    loads, marks, moving = books.loads, books.marks, books.moving
     moves: list[Move] = []
     limits: list[LimitCase] = []
-    moving: set[str] = set()
     hot = [x for x in exchanges
            if x.hot_since is not None and now - x.hot_since >= sustain and x.load > marks[x.exchange]]
     for x in sorted(hot, key=lambda e: e.load, reverse=True):
@@ -172,51 +170,57 @@ def evaluate(
             for pub, rate in ranked
             if rate <= mark and pub not in moving and now - moved_at.get(pub, float("-inf")) >= cooldown
         ]
-        targets = [y for y in exchanges if y.exchange != x.exchange and y.accepts]
+        targets = [y.exchange for y in exchanges if y.exchange != x.exchange and y.accepts]
         if not targets:
             if movable and stuck is not None:
                 stuck.append(x.exchange)
             continue
-        target = min(targets, key=lambda y: (loads[y.exchange] / marks[y.exchange], loads[y.exchange]))
+        target = min(targets, key=lambda y: (loads[y] / marks[y], loads[y]))
         for pub, rate in movable:
-            if loads[target.exchange] + rate < marks[target.exchange]:
-                move = Move(pub, x.exchange, target.exchange, rate, loads[x.exchange], loads[target.exchange], mark,
-                            saturated)
-                moves.append(_booked(move, loads, counts, moving))
+            if loads[target] + rate < marks[target]:
+                moves.append(books.book(Move(pub, x.exchange, target, rate, loads[x.exchange], loads[target], mark,
+                                             saturated)))
                 break
         else:
             if movable and stuck is not None:
                 stuck.append(x.exchange)  # a new exchange would help it, even if a move evens out the shares
-            if movable and saturated:
-                fair = _fairer(x, movable[0], targets, marks, counts, high, loads)
-                if fair is not None:
-                    moves.append(_booked(fair, loads, counts, moving))
+            fair = books.fairer(x.exchange, movable[0], targets) if movable and saturated else None
+            if fair is not None:
+                moves.append(books.book(fair))
     return moves, limits
 
 
-def _booked(move: Move, loads: dict[str, float], counts: dict[str, int], moving: set[str]) -> Move:
-    """``move``, with the loads and publisher counts of the rest of the evaluation updated by it."""
-    loads[move.source] -= move.publisher_rate
-    loads[move.target] += move.publisher_rate
-    counts[move.source] -= 1
-    counts[move.target] += 1
-    moving.add(move.publisher)
-    return move
+class _Books:
+    """The loads, marks and publisher counts of one evaluation, updated by each move it decides."""
 
+    def __init__(self, exchanges: Sequence[ExchangeLoad], high: float) -> None:
+        self.high = high
+        self.loads = {x.exchange: x.load for x in exchanges}
+        self.counts = {x.exchange: len(x.publishers) for x in exchanges}
+        self.marks = {x.exchange: min(x.mark, high) if x.mark > 0 else high for x in exchanges}
+        self.moving: set[str] = set()
 
-def _fairer(source: ExchangeLoad, candidate: tuple[str, float], targets: Sequence[ExchangeLoad],
-            marks: Mapping[str, float], counts: Mapping[str, int], high: float,
-            loads: Mapping[str, float]) -> Move | None:
-    """The move of ``candidate`` off saturated ``source`` to the saturated target where its share would be
-    largest, if that is :data:`FAIR_GAIN` times its share now; None otherwise."""
-    share = marks[source.exchange] / max(1, counts[source.exchange])
-    saturated = [y for y in targets if marks[y.exchange] < high]
-    if not saturated:
-        return None
-    target = max(saturated, key=lambda y: marks[y.exchange] / (counts[y.exchange] + 1))
-    there = marks[target.exchange] / (counts[target.exchange] + 1)
-    if there < FAIR_GAIN * share:
-        return None
-    pub, rate = candidate
-    return Move(pub, source.exchange, target.exchange, rate, loads[source.exchange], loads[target.exchange],
-                marks[source.exchange], True, (share, there))
+    def book(self, move: Move) -> Move:
+        """``move``, booked for the rest of the evaluation."""
+        self.loads[move.source] -= move.publisher_rate
+        self.loads[move.target] += move.publisher_rate
+        self.counts[move.source] -= 1
+        self.counts[move.target] += 1
+        self.moving.add(move.publisher)
+        return move
+
+    def fairer(self, source: str, candidate: tuple[str, float], targets: Sequence[str]) -> Move | None:
+        """The move of ``candidate`` off saturated ``source`` to the saturated target where its share would be
+        largest, if that is :data:`FAIR_GAIN` times its share now; None otherwise."""
+        marks, counts = self.marks, self.counts
+        share = marks[source] / max(1, counts[source])
+        saturated = [y for y in targets if marks[y] < self.high]
+        if not saturated:
+            return None
+        target = max(saturated, key=lambda y: marks[y] / (counts[y] + 1))
+        there = marks[target] / (counts[target] + 1)
+        if there < FAIR_GAIN * share:
+            return None
+        pub, rate = candidate
+        return Move(pub, source, target, rate, self.loads[source], self.loads[target], marks[source], True,
+                    (share, there))
