@@ -10,7 +10,9 @@ runs the loop, talks to the monitor and carries out its moves:
   until A has acknowledged up to m; then switch to B with epoch e+1 and send them there. Holding them until
   A's acknowledgement means B never gets a batch older than one it already has, even if A dies mid-move.
   A saturated A acknowledges slowly, and the move waits for at most the ``max_in_flight`` batches A was
-  sent; only an A that acknowledges nothing for ``max(2 * ack_timeout, 2 s)`` is failed over from.
+  sent; an A that holds its publishers back for a slow reader repeats its latest acknowledgement while it does
+  (:mod:`exchange._acks`), and the move waits for it too, telling the monitor in every hello that it is still
+  under way; only an A that says nothing at all for ``max(2 * ack_timeout, 2 s)`` is failed over from.
 * ``failover``: the old exchange is dead. Switch to B with a new epoch and resend the whole window
   (every batch its exchange did not say was delivered), then continue.
 
@@ -138,8 +140,9 @@ class Sender(threading.Thread):
                 self._next_hello = now
             if now >= self._next_hello:
                 self._next_hello = now + self._cfg.heartbeat_interval
+                moving = self._moving.relocation if self._moving is not None else 0
                 channel.send(control.PublisherHello(publisher=self._hex, exchange=self.exchange, epoch=stream.epoch,
-                                                    pressure=round(stream.pressure.fraction(now), 3)))
+                                                    pressure=round(stream.pressure.fraction(now), 3), moving=moving))
             for sock, _ in self._wait(now):
                 if isinstance(sock, zmq.Socket) and sock.closed:
                     continue  # closed by a failover handled earlier in this round
@@ -215,10 +218,12 @@ class Sender(threading.Thread):
             self._outbox.forget(freed)
         stalled = stream.window.stalled_for(now)
         move = self._moving
-        if move is not None and stalled > max(2 * self._cfg.ack_timeout, 2.0):
-            # a saturated exchange still acknowledges, slowly, and the move waits for it; a silent one is dead
-            log.warning("%s: old exchange %s acknowledged nothing for %.1fs; failing over to %s",
-                        self._who, self.exchange, stalled, move.target.exchange)
+        silent = stream.window.silent_for(now)
+        if move is not None and silent > max(2 * self._cfg.ack_timeout, 2.0):
+            # a saturated exchange still acknowledges, slowly, and one that holds us back for a slow reader says
+            # it is alive: the move waits for them; a silent one is dead
+            log.warning("%s: old exchange %s said nothing for %.1fs; failing over to %s",
+                        self._who, self.exchange, silent, move.target.exchange)
             self._failover(move.target.exchange, move.target.frontend, move.relocation, now)
             return
         if stream.link is not None and move is None and stalled > self._cfg.ack_timeout and now >= self._next_panic:

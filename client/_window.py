@@ -46,6 +46,8 @@ class Window:
         delivered: the highest seq delivered (0: none); the window keeps every batch after it.
         progress_at: when the exchange last acknowledged something new, or when a batch was sent while
             nothing was waiting (the start of the current wait).
+        heard_at: when the exchange last acknowledged anything, something new or not (an exchange that holds
+            its publishers back says it is alive by repeating its latest acknowledgement).
     """
 
     def __init__(self) -> None:
@@ -53,6 +55,7 @@ class Window:
         self.acked = 0
         self.delivered = 0
         self.progress_at = 0.0
+        self.heard_at = 0.0
         self._waiting: collections.deque[int] = collections.deque()  # last seq of each batch not acknowledged
 
     def add(self, entry: Sent) -> None:
@@ -63,6 +66,7 @@ class Window:
 
     def ack(self, seq: int, now: float) -> bool:
         """Record an acknowledgement; True if it acknowledged something new."""
+        self.heard_at = now
         if seq <= self.acked:
             return False
         self.acked = seq
@@ -83,6 +87,11 @@ class Window:
         A saturated exchange still acknowledges, slowly: only a silent one stalls.
         """
         return now - self.progress_at if self._waiting else 0.0
+
+    def silent_for(self, now: float) -> float:
+        """Seconds the exchange has said nothing at all while batches wait for it (0: none waits): a dead
+        exchange, not one that holds its publishers back."""
+        return now - max(self.progress_at, self.heard_at) if self._waiting else 0.0
 
     def deliver(self, seq: int) -> None:
         """The exchange says every subscriber that reads took the records up to ``seq``."""

@@ -8,6 +8,12 @@ publishers are owed one (the table is keyed by an identity a peer chooses: bound
 be read, they are coalesced and go out ``ack_interval`` after the data that made them due.
 They are sent without blocking: a publisher gone, or whose pipe is full, resends or fails over.
 
+While the forward loop reads no publisher (it holds a batch for a subscriber that reads slowly, or the journal is
+behind), the acknowledgements stop advancing, yet the exchange is alive: every :data:`REMIND_S` it tells the
+publishers it acknowledged last (:data:`MAX_PENDING_ACKS` of them at most) so, by sending each its latest
+acknowledgement again (:meth:`Acks.remind`). A publisher tells a slow exchange from a dead one that way, and
+does not leave one that holds it back (:mod:`client._sender`).
+
 A link relays many publishers on one connection (:data:`roq.wire.batch.FLAG_RELAYED`): what a relayed
 publisher is owed is kept under ``(connection, publisher)`` (:func:`owed_to`) and goes out as an
 acknowledgement that names it (:func:`roq.wire.batch.encode_relayed_ack`).
@@ -22,12 +28,14 @@ import zmq
 from roq.wire import batch
 from roq.errors import ProtocolError
 
-__all__ = ["Acks", "MAX_PENDING_ACKS", "owed_to"]
+__all__ = ["Acks", "MAX_PENDING_ACKS", "REMIND_S", "owed_to"]
 
 #: Publishers owed an acknowledgement at most; beyond, acknowledgements go out at once.
 MAX_PENDING_ACKS = 1024
 #: Publishers whose connection is remembered for the journal's acknowledgements, at most.
 MAX_ROUTES = 16384
+#: While the forward loop reads no publisher, how often the publishers acknowledged last hear it is alive, seconds.
+REMIND_S = 0.5
 
 
 Owed = bytes | tuple[bytes, bytes]  # a connection, or a connection and the relayed publisher on it
@@ -50,6 +58,7 @@ class Acks:
         self.due = float("inf")  # when what is owed goes out
         self._routes: dict[bytes, Owed] = {}  # publisher id -> the connection its latest batch came on
         self.given: dict[Owed, int] = {}  # acknowledged since exchange._delivery last took them
+        self.latest: dict[Owed, int] = {}  # the last acknowledgement of the connections acknowledged last
 
     def via(self, publisher: bytes, conn: Owed) -> None:
         """``publisher``'s latest batch came on ``conn``: what :meth:`relay` owes it goes there (the oldest
@@ -83,8 +92,25 @@ class Acks:
 
     def send(self) -> None:
         """Acknowledge every publisher owed one, without blocking."""
-        reply = self.frontend.send_multipart
+        self._send(self.owed)
+        self.given.update(self.owed)
+        latest = self.latest
         for ident, seq in self.owed.items():
+            latest.pop(ident, None)  # the most recent last
+            latest[ident] = seq
+        while len(latest) > self.limit:
+            del latest[next(iter(latest))]
+        self.owed.clear()
+        self.due = float("inf")
+
+    def remind(self) -> None:
+        """Send the publishers acknowledged last their latest acknowledgement again: the exchange is alive,
+        and holds them back (nothing new is acknowledged)."""
+        self._send(self.latest)
+
+    def _send(self, acks: dict[Owed, int]) -> None:
+        reply = self.frontend.send_multipart
+        for ident, seq in acks.items():
             try:
                 if isinstance(ident, tuple):  # a relayed publisher's
                     reply((ident[0], batch.encode_relayed_ack(ident[1], seq)), zmq.NOBLOCK)
@@ -92,6 +118,3 @@ class Acks:
                     reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
             except (zmq.ZMQError, ProtocolError):  # peer gone or its pipe full: it resends or fails over
                 pass
-        self.given.update(self.owed)
-        self.owed.clear()
-        self.due = float("inf")

@@ -72,7 +72,7 @@ from typing import Callable
 import zmq
 
 from exchange._accounting import Accounting
-from exchange._acks import Acks, owed_to
+from exchange._acks import REMIND_S, Acks, owed_to
 from exchange._delivery import Delivery
 from exchange._admission import Admission
 from exchange._journaling import JournalFeed
@@ -149,6 +149,7 @@ class Forwarder:
         self._admitted = False  # publishers and subscribers may be read
         self._retrying_at_poll = False
         self._next_retry = 0.0  # a held batch or the journal's backlog is tried again then
+        self._remind_at = float("inf")  # while publishers are held back, when they next hear the exchange is alive
 
         self.frontend = context.socket(zmq.ROUTER)  # no handover: a second connection never takes an id
         # room for a body over the bound, so that an oversized batch is counted rather than cut off unseen
@@ -214,6 +215,7 @@ class Forwarder:
         loop.deadline(lambda: self._next_retry if self.retrying else float("inf"), self._retry_due,
                       "a held batch, the journal's backlog")
         loop.deadline(lambda: self.acks.due, lambda now: self.acks.send(), "the acknowledgements")
+        loop.deadline(lambda: self._remind_at, self._remind, "the publishers held back")
         loop.deadline(lambda: self.delivery.due, self.delivery.tick, "the delivery marks")
         loop.every(heartbeat_interval, self._beat, "the beacons")
         loop.before_poll(self._before_poll, "the traffic's accounting")
@@ -252,7 +254,17 @@ class Forwarder:
         self.acct.spent(now - (loop.polled if self._retrying_at_poll else loop.woke))
         # a full pipe or the journal holds the publishers back, or lets them go: whatever changed it (a held batch
         # out, the monitor naming a journal or none), the frontend is polled exactly while it may be read
-        loop.want(self.frontend, zmq.POLLIN if self._admitted and not self.blocked else 0)
+        blocked = self.blocked
+        loop.want(self.frontend, zmq.POLLIN if self._admitted and not blocked else 0)
+        if not blocked:
+            self._remind_at = float("inf")
+        elif self._remind_at == float("inf"):
+            self._remind_at = now + REMIND_S
+
+    def _remind(self, now: float) -> None:
+        """Publishers held back this long hear that the exchange is alive (:meth:`Acks.remind`)."""
+        self.acks.remind()
+        self._remind_at = now + REMIND_S
 
     def _beat(self, now: float) -> None:
         self.subscriptions.beacon()

@@ -173,6 +173,13 @@ class Mover:
             ),
         )
 
+    def still_moving(self, relocation: int, now: float) -> None:
+        """The publisher says it is still carrying out ``relocation`` (its old exchange holds it back): the move's
+        timeout counts from now."""
+        rel = self.relocations.get(relocation)
+        if rel is not None and rel.phase == "moving":
+            rel.moving_since = now
+
     def cancel(self, rel: Relocation, why: str, now: float) -> None:
         self.relocations.pop(rel.id, None)
         p = self.topology.publishers.get(rel.publisher)

@@ -54,6 +54,8 @@ class Publishers:
         p.identity, p.last_seen, p.epoch = identity, now, hello.epoch
         p.pressure = min(max(hello.pressure, 0.0), 1.0)
         if p.relocation is not None:
+            if hello.moving == p.relocation:
+                self.mover.still_moving(p.relocation, now)
             return
         if hello.exchange:
             p.exchange = hello.exchange  # the publisher knows best where it sends

@@ -165,7 +165,7 @@ class Relocation:
     started: float
     waiting: set[str]
     phase: str = "preparing"
-    moving_since: float = 0.0
+    moving_since: float = 0.0  # since the Relocate, or since the publisher last said it is still moving
     detail: str = ""
 
     @property

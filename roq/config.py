@@ -401,7 +401,8 @@ class MonitorConfig:
         cooldown: seconds a moved publisher stays put; moving it back sooner counts a flap.
         smoothing: weight of the newest KPI sample in the exponentially weighted moving average.
         prepare_timeout: seconds to wait for subscribers to confirm a relocation target.
-        move_timeout: seconds to wait for a publisher to report a relocation done.
+        move_timeout: seconds to wait for a publisher to report a relocation done, counted from its last hello
+            that says it is still carrying it out (its old exchange holds it back).
         subscriber_timeout: a subscriber silent for this long is no longer waited for.
         publisher_timeout: a publisher silent for this long is forgotten.
         relocation_rule: whether the rule moves publishers by itself (forced moves always work).

@@ -67,6 +67,18 @@ def test_in_flight_counts_unacknowledged_batches_and_a_slow_exchange_is_not_a_st
     assert w.in_flight == 0
 
 
+def test_an_exchange_that_repeats_its_acknowledgement_is_stalled_but_not_silent():
+    w = Window()
+    w.add(sent(1, 10, at=10.0))
+    w.ack(10, now=11.0)
+    w.add(sent(11, 10, at=12.0))
+    assert w.silent_for(14.0) == w.stalled_for(14.0) == 2.0
+    assert not w.ack(10, now=14.0)  # the same acknowledgement again: it holds us back, alive
+    assert w.stalled_for(15.0) == 3.0 and w.silent_for(15.0) == 1.0
+    w.ack(20, now=16.0)
+    assert w.silent_for(30.0) == 0.0  # nothing waits
+
+
 def test_pressure_is_the_share_of_the_time_batches_waited_for_the_exchange():
     p = Pressure()
     assert p.fraction(10.0) == 0.0  # the first call starts the measure

@@ -40,3 +40,36 @@ def test_a_journals_acknowledgements_reach_each_publisher_on_its_connection_rela
         dealer.close(0)
         router.close(0)
         ctx.term()
+
+
+def test_publishers_held_back_hear_their_latest_acknowledgement_again_from_the_last_ones_acknowledged():
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    dealers = []
+    try:
+        for _ in range(3):
+            d = ctx.socket(zmq.DEALER)
+            d.setsockopt(zmq.ROUTING_ID, os.urandom(16))
+            d.connect(f"tcp://127.0.0.1:{port}")
+            d.send(b"hello")
+            assert router.poll(5000)
+            router.recv_multipart()
+            dealers.append(d)
+        acks = Acks(router, interval=0.0, limit=2)  # remembers the last two connections acknowledged
+        ids = [d.getsockopt(zmq.ROUTING_ID) for d in dealers]
+        for seq, ident in enumerate(ids, start=1):
+            acks.owed[ident] = 10 * seq
+            acks.send()
+        for d, seq in zip(dealers, (10, 20, 30)):
+            assert d.poll(2000) and d.recv() == batch.encode_ack(seq)
+        acks.remind()
+        assert dealers[0].poll(300) == 0  # the oldest is forgotten
+        for d, seq in zip(dealers[1:], (20, 30)):
+            assert d.poll(2000) and d.recv() == batch.encode_ack(seq)
+        assert acks.owed == {} and acks.latest == {ids[1]: 20, ids[2]: 30}
+    finally:
+        for d in dealers:
+            d.close(0)
+        router.close(0)
+        ctx.term()

@@ -7,6 +7,7 @@ import pytest
 from monitor._events import EventLog
 from monitor._moves import Mover
 from monitor._outbox import Outbox
+from monitor._publishers import Publishers
 from monitor._rule import Ewma
 from monitor._rules import Rules
 from monitor._topology import ExchangeEntry, PublisherEntry, SubscriberEntry, Topology
@@ -102,6 +103,24 @@ def test_a_silent_subscriber_does_not_block_a_move_for_ever():
     w.mover.tick(rel.moving_since + 6)  # the publisher never answers
     assert p.relocation is None and w.log.counters["relocations_failed"] == 1
     assert w.event_kinds() == ["relocation_failed"]
+
+
+def test_a_publisher_that_says_it_is_still_moving_is_waited_for():
+    # its old exchange holds it back for a slow reader: its hellos say the move is under way, and the timeout
+    # counts from the last of them; once they stop saying so, the move is abandoned 5 s later
+    w = World(subscribers=())
+    p = w.publisher("p", "x1")
+    hellos = Publishers(w.topology, w.mover, w.outbox, publisher_timeout=30)
+    rel = w.mover.start(p, w.topology.exchanges["x2"], "forced", "test", T0)
+    assert w.to(b"p", control.Relocate) and rel.phase == "moving"
+    for t in range(1, 9):
+        hellos.hello(control.PublisherHello("p", "x1", moving=rel.id), b"p", T0 + t)
+        w.mover.tick(T0 + t + 0.5)
+    hellos.hello(control.PublisherHello("p", "x1", moving=rel.id + 1), b"p", T0 + 9)  # not this move
+    w.mover.tick(T0 + 12)
+    assert p.relocation == rel.id and w.log.counters["relocations_failed"] == 0
+    w.mover.tick(T0 + 13.1)
+    assert p.relocation is None and w.log.counters["relocations_failed"] == 1
 
 
 def test_moving_back_by_the_rule_within_two_cooldowns_is_a_flap():

@@ -20,12 +20,16 @@ class PublisherHello(Message):
     ``pressure``: the fraction of the time since the previous hello (0..1) that its batches waited for the
     exchange (its pipe full, or every batch it may have in flight unacknowledged): the demand the exchange
     does not serve, which its forwarded records/s cannot show.
+
+    ``moving``: the relocation it is carrying out (0: none): its old exchange has not acknowledged the end of
+    its epoch yet (one that holds its publishers back for a slow reader may take long), and the monitor waits.
     """
 
     publisher: str
     exchange: str = ""
     epoch: int = 0
     pressure: float = 0.0
+    moving: int = 0
 
 
 @message(1)
