@@ -9,6 +9,8 @@ needed. Limit cases are reported at most once per cool-down. The hot exchanges t
 
 from __future__ import annotations
 
+import collections
+
 from monitor._events import EventLog
 from monitor._moves import Mover
 from monitor._outbox import Outbox
@@ -45,6 +47,7 @@ class Balancer:
         rules = self.rules
         publishers = self.topology.publishers
         alive, heard = self.topology.accepting(set(), now)
+        arriving = collections.Counter(rel.target for rel in self.mover.relocations.values())
         views = []
         for x in alive:
             rates = {
@@ -52,7 +55,8 @@ class Balancer:
                 for pub, ewma in x.rates.items()
                 if (p := publishers.get(pub)) is not None and p.exchange == x.id and p.relocation is None
             }
-            views.append(ExchangeLoad(x.id, x.load.value, x.hot_since, rates, accepts=x.id in heard, mark=x.mark))
+            views.append(ExchangeLoad(x.id, x.load.value, x.hot_since, rates, accepts=x.id in heard, mark=x.mark,
+                                      arriving=arriving[x.id]))
         moved_at = {p.id: p.moved_at for p in publishers.values()}
         stuck: list[str] = []
         moves, limits = evaluate(views, now=now, high=rules.high, sustain=rules.sustain, cooldown=rules.cooldown,

@@ -78,6 +78,7 @@ class ExchangeLoad:
         publishers: smoothed records/s of each publisher that sends through it (and is not moving).
         accepts: whether it may receive publishers (alive, not draining, heard by every subscriber).
         mark: its own mark, records/s (0: the queue's ``high``; see :func:`saturation_mark`).
+        arriving: publishers moving onto it (counted where they go when shares are evened out).
     """
 
     exchange: str
@@ -86,6 +87,7 @@ class ExchangeLoad:
     publishers: Mapping[str, float] = field(default_factory=dict)
     accepts: bool = True
     mark: float = 0.0
+    arriving: int = 0
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,7 @@ class _Books:
     def __init__(self, exchanges: Sequence[ExchangeLoad], high: float) -> None:
         self.high = high
         self.loads = {x.exchange: x.load for x in exchanges}
-        self.counts = {x.exchange: len(x.publishers) for x in exchanges}
+        self.counts = {x.exchange: len(x.publishers) + x.arriving for x in exchanges}
         self.marks = {x.exchange: min(x.mark, high) if x.mark > 0 else high for x in exchanges}
         self.moving: set[str] = set()
 

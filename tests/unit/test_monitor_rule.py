@@ -99,6 +99,12 @@ def test_between_saturated_exchanges_a_publisher_moves_where_its_share_would_be_
 def test_saturated_exchanges_even_out_and_then_stay():
     assert [(m.source, m.target) for m in run([saturated("a", 4), saturated("b", 2)])[0]] == [("a", "b")]
     assert run([saturated("a", 3), saturated("b", 3)])[0] == []
+    # a publisher on its way counts where it goes: four left on a, one on b and one moving there is 4 against 2
+    b = saturated("b", 1)
+    b.arriving = 1
+    assert [(m.source, m.target) for m in run([saturated("a", 4), b])[0]] == [("a", "b")]
+    b.arriving = 2
+    assert run([saturated("a", 3), b])[0] == []  # 3 against 3
     # unequal marks: 556 / 4 against 404 / 3 is no gain worth a move
     assert run([saturated("a", 4, mark=556, load=600), saturated("b", 2, mark=404, load=420)])[0] == []
     # the least loaded target that is not saturated is not where shares are evened out
