@@ -12,16 +12,18 @@ FAST = ["--kpi-period", "0.5"]
 
 def test_twenty_relocations_under_load_lose_nothing(make_cluster, loads):
     # One exchange first: the publishers all land on it; then two more join and the rule
-    # (mark 6,000 records/s, sustained 1 s) moves publishers onto them. Forced moves follow.
+    # (mark 4,000 records/s, sustained 1 s) moves publishers onto them. Forced moves follow. (At 10,000 records/s
+    # in all, a busy slow machine left the subscriber of everything behind: it held the exchanges back, and a move
+    # off one waits for it, 5-10 s.)
     cluster = make_cluster(
         exchanges=1,
-        monitor_args=[*FAST, "--high-records-per-s", "6000", "--sustain", "1", "--cooldown", "1.5"],
+        monitor_args=[*FAST, "--high-records-per-s", "4000", "--sustain", "1", "--cooldown", "1.5"],
         exchange_args=FAST,
     )
     m = cluster.monitor_endpoint
     subs = [loads.start("subscribe", m, "--prefix", p, "--idle-exit", "5") for p in ("", "orders.", "stock.eu")]
     pubs = [
-        loads.start("publish", m, "--rate", "2500", "--duration", "120", "--keys", keys, "--key-run", "20")
+        loads.start("publish", m, "--rate", "1500", "--duration", "180", "--keys", keys, "--key-run", "20")
         for keys in ("orders.eu,stock.eu", "orders.us", "stock.eu,stock.us", "orders.asia,orders.eu")
     ]
     cluster.wait_for(lambda s: len(s.publishers) == 4, 10, "4 publishers registered")
@@ -31,14 +33,14 @@ def test_twenty_relocations_under_load_lose_nothing(make_cluster, loads):
         lambda s: any(e["kind"] == "relocated" and e["reason"] == "rule" for e in s.events), 30,
         "a relocation decided by the rule",
     )
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 120
     while status.count("relocations") < 24:
         assert time.monotonic() < deadline, f"only {status.count('relocations')} relocations"
         try:
             cluster.relocate()
         except (UnavailableError, NotFoundError):  # the chosen publisher is already moving, or none can move: ask again
             pass
-        status = cluster.wait_for(lambda s: s.relocations_in_flight == 0, 10, "the move to finish")
+        status = cluster.wait_for(lambda s: s.relocations_in_flight == 0, 30, "the move to finish")
     sent = {}
     for pub in pubs:
         report = loads.report(pub, stop=True)
