@@ -264,6 +264,10 @@ class Runner:
             if self.stop_requested():
                 self.progress(f"stopped at {t:.1f} s; collecting what there is")
                 return True
+            # the faults due go in before the run may end: a turn that came late (a sample on a busy machine waits
+            # for the monitors' answers) must not skip them
+            while faults and t >= faults[0].at_s and not waiting:
+                self._inject(faults.pop(0), t)
             if t >= s.info.duration_s:
                 return False
             for p in pending:
@@ -279,8 +283,6 @@ class Runner:
                 elif p.child is not None and p.report is None and t >= p.leave and not p.told_to_leave:
                     p.child.signal(signal.SIGTERM)  # (not waited for here: the clock and the others go on)
                     p.told_to_leave = True
-            while faults and t >= faults[0].at_s and not waiting:
-                self._inject(faults.pop(0), t)
             self._finish_faults()
             if now >= next_sample:
                 next_sample = now + SAMPLE_INTERVAL

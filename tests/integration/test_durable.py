@@ -52,8 +52,7 @@ def durable(tmp_path):
     port = free_port(ADDRESS)
     journal_dir = str(tmp_path / "journal")
     # these tests are about the journal, not failure detection: on a busy machine, a second without a heartbeat
-    # from a starved exchange was taken for its death, and what it had on its way was lost (design.md, "Failure
-    # detection": the known weakness)
+    # from a starved exchange was taken for its death, and the failovers it set off made the test about them
     monitor = spawn("monitor", "monitor", ["--address", ADDRESS, "--port", "0", "--queue", "q",
                                            "--durability", "always", "--heartbeat-timeout", "3"])
     children = [monitor]
@@ -124,8 +123,7 @@ def test_an_exchange_that_joined_before_the_journal_reads_its_publishers_once_th
     """The exchange joins a durable queue whose journal is not up yet: told "durable, no journal", it reads no
     publisher; once the monitor names the journal it reads them again, and a flush returns."""
     # these tests are about the journal, not failure detection: on a busy machine, a second without a heartbeat
-    # from a starved exchange was taken for its death, and what it had on its way was lost (design.md, "Failure
-    # detection": the known weakness)
+    # from a starved exchange was taken for its death, and the failovers it set off made the test about them
     monitor = spawn("monitor", "monitor", ["--address", ADDRESS, "--port", "0", "--queue", "q",
                                            "--durability", "always", "--heartbeat-timeout", "3"])
     children = [monitor]

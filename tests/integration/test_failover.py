@@ -96,3 +96,33 @@ def test_a_subscriber_behind_when_its_exchange_is_killed_loses_nothing(make_clus
     audit = compare(report["audit"], sent, b"")
     assert audit["expected"] > 5_000, audit
     assert (audit["lost"], audit["duplicated"], audit["reordered"]) == (0, 0, 0), audit
+
+
+def test_an_exchange_taken_for_dead_while_it_was_only_stopped_loses_nothing(make_cluster, loads):
+    # A starved exchange looks dead: it is stopped (SIGSTOP) for longer than the monitor's heartbeat timeout, under
+    # load, with no other exchange to fail over to, and then goes on. Its subscriber keeps its connection to it,
+    # so what it forwards once it runs again still arrives; its publisher, told there is no exchange, kept its
+    # link and is acknowledged again (until 2026-11-28 the subscriber closed its connection to an exchange
+    # declared dead, the exchange found no subscriber and told the publisher everything was delivered: lost).
+    cluster = make_cluster(exchanges=1)
+    m = cluster.monitor_endpoint
+    sub = loads.start("subscribe", m, "--idle-exit", "5")
+    pub = loads.start("publish", m, "--rate", "2000", "--duration", "120", "--keys", "a,b")
+    cluster.wait_for(lambda s: s.publishers and sum(x.records_per_s for x in s.exchanges) > 1000, 30,
+                     "the publisher sending")
+    pid = cluster.exchanges["x1"].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        cluster.wait_for(lambda s: any(e["kind"] == "exchange_lost" for e in s.events), 10,
+                         "the monitor to take it for dead")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    cluster.wait_for(lambda s: len(s.exchanges) == 1 and s.exchanges[0].records_per_s > 1000, 30,
+                     "the exchange back, forwarding")
+    report = loads.report(pub, stop=True)
+    assert report["error"] == "", report
+    loads.publishers_done(sub)
+    got = loads.report(sub)
+    audit = compare(got["audit"], {report["publisher"]: report["keys"]})
+    print(f"published {report['sent']:,}; subscriber {audit}; its counts {got['stats']}")
+    assert audit["expected"] > 5_000 and (audit["lost"], audit["duplicated"], audit["reordered"]) == (0, 0, 0), audit

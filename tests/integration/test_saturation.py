@@ -37,8 +37,8 @@ def test_saturated_exchanges_shed_load_to_a_second_without_failing_over_or_losin
     # The exchanges' default pipes (512 batches per subscriber): a saturated exchange holds its batches back
     # rather than drop them for a subscriber that keeps up (until 2026-11-25 it lost 11 to 399 records here).
     # A tenth of a core each: the monitor and the first exchange share one. At a twentieth, on a slow machine with
-    # a busy core beside it, the monitor heard nothing from its exchange for over its heartbeat timeout, took it
-    # for dead, and its subscriber lost what was on the way to it (2026-11-28: 256 records).
+    # a busy core beside it, the monitor heard nothing from its exchange for over its heartbeat timeout and took
+    # it for dead (which then lost 256 records: test_failover.py shows that a false death now costs nothing).
     cluster = make_embedded(hosts=2, budgets=[HostBudget(0.1)])
     first, second = cluster.addresses
     q = Queue(cluster, loads, "sat", first, min_exchanges=1, max_exchanges=1, **RULES)
