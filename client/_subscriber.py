@@ -311,10 +311,10 @@ class Subscriber:
             self._journal = self._replay.connect(msg.journal) if self._replay is not None else msg.journal
             return
         listed = {x.exchange: x.backend for x in msg.exchanges}
-        gone = set(msg.lost)
+        dead = set(msg.lost)
         feeds = self._feeds
         for feed in feeds.feeds():
-            if feed.exchange in gone and feed.exchange not in listed:
+            if feed.exchange in dead and feed.exchange not in listed:
                 # declared dead just now: its connection stays until the next list, for the monitor may have taken
                 # a starved exchange for a dead one; then what it has on the way still arrives (its epochs count
                 # as ended all the same, and copies resent elsewhere are dropped), and it comes back as it was

@@ -125,4 +125,4 @@ def test_an_exchange_taken_for_dead_while_it_was_only_stopped_loses_nothing(make
     got = loads.report(sub)
     audit = compare(got["audit"], {report["publisher"]: report["keys"]})
     print(f"published {report['sent']:,}; subscriber {audit}; its counts {got['stats']}")
-    assert audit["expected"] > 5_000 and (audit["lost"], audit["duplicated"], audit["reordered"]) == (0, 0, 0), audit
+    assert audit["expected"] > 1_000 and (audit["lost"], audit["duplicated"], audit["reordered"]) == (0, 0, 0), audit
