@@ -42,9 +42,6 @@ SILENT_S = 0.75  # three missed exchange heartbeats
 DRAIN_S = 3.0  # after the last publisher flushed, subscribers get this long before they report
 
 
-#: Seconds a publisher that leaves waits for its last acknowledgements: a subscriber that reads slowly holds the
-#: publishers back to its pace (it is not sent past while it reads), and what they buffered meanwhile drains at it.
-FLUSH_TIMEOUT_S = 90.0
 #: faults only the runner's own cluster can take: it must own the host managers, the GCMs and ZooKeeper
 OWN_CLUSTER_FAULTS = ("kill_host", "kill_gcm_leader", "restart_zookeeper")
 
@@ -280,7 +277,7 @@ class Runner:
                         "publish", "", *self._where(p.queue), "--rate", str(group.rate),
                         "--duration", str(max(0.1, p.leave - t) + SCALE_OUT_WAIT_S), "--size", str(group.size),
                         "--size-max", str(group.size_max), "--keys", ",".join(group.keys),
-                        "--key-run", str(group.key_run), "--flush-timeout", str(FLUSH_TIMEOUT_S))
+                        "--key-run", str(group.key_run))
                 elif p.child is not None and p.report is None and not p.child.alive():
                     p.report = self._report(loads, p.child)
                 elif p.child is not None and p.report is None and t >= p.leave and not p.told_to_leave:

@@ -17,7 +17,9 @@ def test_twenty_relocations_under_load_lose_nothing(make_cluster, loads):
     # off one waits for it, 5-10 s.)
     cluster = make_cluster(
         exchanges=1,
-        monitor_args=[*FAST, "--high-records-per-s", "4000", "--sustain", "1", "--cooldown", "1.5"],
+        # (moves, not failure detection: on a busy machine a second without a heartbeat was taken for a death)
+        monitor_args=[*FAST, "--high-records-per-s", "4000", "--sustain", "1", "--cooldown", "1.5",
+                      "--heartbeat-timeout", "3"],
         exchange_args=FAST,
     )
     m = cluster.monitor_endpoint
