@@ -100,8 +100,10 @@ def test_a_short_scenario_runs_and_reports(tmp_path):
     # Loopback sockets buffer megabytes, so its backlog is mostly in flight, not in a pipe an exchange finds full:
     # what it misses is mostly what the exchange killed had on its way to it, when it had any (a missing head, the
     # first records of a publisher, is no gap to a live subscriber, which cannot know where a stream began)
-    assert not slow["keeps_up"] and 0 < slow["audit"]["received"] < slow["audit"]["expected"]
-    assert slow["audit"]["lost"] > 0 and slow["audit"]["duplicated"] == 0  # and nothing delivered twice
+    # (what loopback buffers took in of its 3 s pause it reads afterwards: it may miss nothing)
+    assert not slow["keeps_up"] and 0 < slow["audit"]["received"] <= slow["audit"]["expected"]
+    assert slow["audit"]["received"] + slow["audit"]["lost"] == slow["audit"]["expected"]
+    assert slow["audit"]["duplicated"] == 0  # and nothing delivered twice
     assert (slow["gaps"] > 0) == (slow["gap_records"] > 0), slow
     assert everything["gaps"] == only_a["gaps"] == 0
     assert [f["kind"] for f in summary["faults"]] == ["pause_monitor", "kill_exchange", "kill_gcm_leader",
