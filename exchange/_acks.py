@@ -9,10 +9,10 @@ be read, they are coalesced and go out ``ack_interval`` after the data that made
 They are sent without blocking: a publisher gone, or whose pipe is full, resends or fails over.
 
 While the forward loop reads no publisher (it holds a batch for a subscriber that reads slowly, or the journal is
-behind), the acknowledgements stop advancing, yet the exchange is alive: every :data:`REMIND_S` it tells the
-publishers it acknowledged last (:data:`MAX_PENDING_ACKS` of them at most) so, by sending each its latest
-acknowledgement again (:meth:`Acks.remind`). A publisher tells a slow exchange from a dead one that way, and
-does not leave one that holds it back (:mod:`client._sender`).
+behind), the acknowledgements stop advancing, yet the exchange is alive. Every :data:`REMIND_S` it says so to
+the publishers it acknowledged last (:data:`MAX_PENDING_ACKS` of them at most) by sending each its latest
+acknowledgement again (:meth:`Acks.remind`): a publisher tells a slow exchange from a dead one that way, and
+does not fail over from one that holds it back (:mod:`client._sender`).
 
 A link relays many publishers on one connection (:data:`roq.wire.batch.FLAG_RELAYED`): what a relayed
 publisher is owed is kept under ``(connection, publisher)`` (:func:`owed_to`) and goes out as an
