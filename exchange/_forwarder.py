@@ -285,7 +285,7 @@ class Forwarder:
         events = self.backend.getsockopt
         check = batch.check_incoming
         data_kind = batch.DATA
-        ack_now, relayed = batch.FLAG_ACK_NOW, batch.FLAG_RELAYED
+        ack_now, relayed, compressed = batch.FLAG_ACK_NOW, batch.FLAG_RELAYED, batch.FLAG_COMPRESSED
         max_body = self.config.max_batch_bytes
         acct = self.acct
         publishers = acct.publishers
@@ -310,6 +310,9 @@ class Forwarder:
             ident, key, header, body = frames
             try:
                 h = check(key, header, body, max_body)
+                if h.flags & compressed:  # a link's: what it was, before anything else sees it
+                    header, body, h = batch.inflate(key, header, body, max_body)
+                    frames = [ident, key, header, body]
             except BatchError as exc:
                 self.drops.drop(exc.reason, str(exc))
                 continue

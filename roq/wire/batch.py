@@ -6,7 +6,8 @@ A batch is one ZeroMQ message of three frames ``[key, header, body]``:
 * ``header``: :data:`HEADER`, a fixed little-endian ``struct`` (see :class:`Header`).
 * ``body``: ``count`` little-endian uint32 record lengths, then the record payloads back to back.
 
-Exchanges read the header only and forward the three frames untouched. Markers and beacons use the same
+Exchanges read the header only and forward the three frames untouched (but for a body a link compressed,
+:data:`FLAG_COMPRESSED`: the exchange takes it back, :func:`inflate`, and forwards what it was). Markers and beacons use the same
 three-frame shape with the key :data:`CONTROL_TOPIC`, so that they travel in order with the data on the same
 ZeroMQ pipes. So does a subscription, the one frame a subscriber sends an exchange: the header names the
 subscriber, the body is the key prefix it wants (:func:`pack_subscription`, :func:`check_subscription`); and
@@ -29,6 +30,7 @@ from itertools import accumulate
 from typing import NamedTuple, Sequence
 
 from roq.errors import ProtocolError
+from roq.wire import compression
 
 __all__ = [
     "BatchError",
@@ -43,6 +45,9 @@ __all__ = [
     "CUT",
     "FLAG_REPLAY",
     "FLAG_RELAYED",
+    "FLAG_COMPRESSED",
+    "compress",
+    "inflate",
     "FLAG_DESCENDED",
     "FLAG_ADDRESSED",
     "ADDRESSED",
@@ -105,6 +110,9 @@ FLAG_DESCENDED = 0x10
 #: arrived, by a link, at the cluster its record was addressed to (its key's address taken off,
 #: :data:`ADDRESSED`): it is delivered there and no link carries it further
 FLAG_ADDRESSED = 0x20
+#: the body is compressed (:mod:`roq.wire.compression`), as a link with ``--compress`` sends it into the far
+#: cluster's exchanges; an exchange takes it back (:func:`inflate`) before anything else sees the batch
+FLAG_COMPRESSED = 0x40
 
 #: Sequence numbers stay below this (they are u64 on the wire).
 SEQ_LIMIT = 1 << 64
@@ -154,6 +162,10 @@ JOURNAL_ACK_KIND = 6
 MAX_JOURNAL_ACKS = 4096
 
 _KIND_AT = 1  # the kind's byte in HEADER: a message's kind, before it is known to be a header at all
+_FLAGS_AT = 2  # the flags' u16 in HEADER
+_FLAGS = struct.Struct("<H")
+#: a body shorter than this is sent as it is (zstd's frame costs more than it could save)
+_WORTH_COMPRESSING = 64
 _LITTLE = sys.byteorder == "little"
 _unpack = HEADER.unpack
 _new_tuple = tuple.__new__
@@ -250,7 +262,7 @@ def check_incoming(key: bytes, header: bytes, body: bytes, max_body: int) -> Hea
     h = parse_header(header)
     if h.kind == DATA:
         size = len(body)
-        if size < 4 * h.count:
+        if size < 4 * h.count and not h.flags & FLAG_COMPRESSED:
             raise BatchError("bad batch", f"body of {size} bytes cannot hold {h.count} record lengths")
         if size > max_body:
             raise BatchError("oversized batch", f"body {size} bytes > {max_body}")
@@ -262,6 +274,35 @@ def check_incoming(key: bytes, header: bytes, body: bytes, max_body: int) -> Hea
     else:
         raise BatchError("bad header", f"frame kind {h.kind} not accepted from publishers")
     return h
+
+
+def compress(frames: list[bytes]) -> list[bytes]:
+    """A data batch's frames (``[key, header, body]``) with the body compressed and :data:`FLAG_COMPRESSED` set;
+    the frames as they are when that would not make them smaller (or they are not a data batch)."""
+    key, header, body = frames
+    if len(header) != HEADER_SIZE or header[_KIND_AT] != DATA or len(body) < _WORTH_COMPRESSING:
+        return frames
+    squeezed = compression.compress(body)
+    if len(squeezed) >= len(body):
+        return frames
+    flags = _FLAGS.unpack_from(header, _FLAGS_AT)[0] | FLAG_COMPRESSED
+    return [key, header[:_FLAGS_AT] + _FLAGS.pack(flags) + header[_FLAGS_AT + 2:], squeezed]
+
+
+def inflate(key: bytes, header: bytes, body: bytes, max_body: int) -> tuple[bytes, bytes, Header]:
+    """A batch with :data:`FLAG_COMPRESSED` (its header checked by :func:`check_incoming`) as it was before
+    :func:`compress`: its header without the flag, its body, the header parsed and checked again.
+
+    Raises:
+        BatchError: the body does not decompress to at most ``max_body`` bytes, or what it holds is no batch.
+    """
+    try:
+        body = compression.decompress(body, max_body)
+    except ProtocolError as exc:
+        raise BatchError("bad compressed batch", str(exc)) from None
+    flags = _FLAGS.unpack_from(header, _FLAGS_AT)[0] & ~FLAG_COMPRESSED
+    header = header[:_FLAGS_AT] + _FLAGS.pack(flags) + header[_FLAGS_AT + 2:]
+    return header, body, check_incoming(key, header, body, max_body)
 
 
 def pack_subscription(subscriber: bytes, prefix: bytes, replay: bool = False, rejoin: int = 0) -> list[bytes]:

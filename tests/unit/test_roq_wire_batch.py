@@ -94,7 +94,8 @@ def test_the_header_check_takes_any_bytes_and_lets_through_only_what_holds_its_i
             frame = rng.randbytes(rng.choice((0, 1, batch.HEADER_SIZE - 1, batch.HEADER_SIZE, batch.HEADER_SIZE + 1, 200)))
         else:
             frame = batch.HEADER.pack(
-                rng.choice((batch.VERSION, batch.VERSION, 0, 2, 255)), rng.choice(kinds), rng.getrandbits(16),
+                rng.choice((batch.VERSION, batch.VERSION, 0, 2, 255)), rng.choice(kinds),
+                rng.getrandbits(16) & ~(batch.FLAG_COMPRESSED if i % 4 else 0),  # (a compressed one: a quarter)
                 rng.choice((0, 1, 2, rng.getrandbits(32))), rng.randbytes(16), rng.getrandbits(32),
                 rng.choice((0, 1, 2**64 - 1, rng.getrandbits(64))), rng.getrandbits(64), rng.getrandbits(63))
         key = rng.choice((b"k", batch.CONTROL_TOPIC, b"x" * (batch.MAX_KEY + 1)))
@@ -105,6 +106,14 @@ def test_the_header_check_takes_any_bytes_and_lets_through_only_what_holds_its_i
             assert exc.reason in ("bad header", "bad batch", "bad marker", "oversized batch", "oversized key")
             refused += 1
             continue
+        if h.flags & batch.FLAG_COMPRESSED:  # the exchange takes it back first, and checks what it was
+            try:
+                _header, body, h = batch.inflate(key, frame, body, 1 << 20)
+            except batch.BatchError as exc:
+                assert exc.reason in ("bad compressed batch", "bad batch")
+                refused += 1
+                continue
+            assert not h.flags & batch.FLAG_COMPRESSED
         accepted += 1
         assert h.version == batch.VERSION and h.kind in (batch.DATA, batch.MARKER)
         if h.kind == batch.DATA:
