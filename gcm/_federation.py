@@ -177,4 +177,4 @@ class Federation:
 def _crossing(s: LinkStats) -> dict[str, Any]:
     return {"Target": s.target, "Records": s.records_sent, "Bytes": s.bytes_sent, "Backlog": s.backlog, "Moves": s.moves,
             "RateLimit": s.rate_limit, "Carrying": [p.decode("utf-8", "backslashreplace") for p in s.carrying],
-            "Refused": s.refused}
+            "Refused": s.refused, "BytesRead": s.bytes_read, "Compressed": s.compressed}

@@ -90,6 +90,8 @@ def _links(links: Links) -> Iterator[Metric]:
          lambda s: s.records_sent),
         (CounterMetricFamily, "roq_link_bytes_sent", "bytes of batches the link sent into the parent's queue",
          lambda s: s.bytes_sent),
+        (CounterMetricFamily, "roq_link_bytes_read", "bytes of the source journal's answers, as they came",
+         lambda s: s.bytes_read),
         (GaugeMetricFamily, "roq_link_backlog_bytes", "bytes on their way, not acknowledged yet", lambda s: s.backlog),
         (CounterMetricFamily, "roq_link_moves", "moves and fail-overs of the link in the parent's queue",
          lambda s: s.moves),

@@ -180,7 +180,8 @@ SCHEMAS: dict[str, Any] = {
     "EventPage": _obj({"events": {"type": "array", "items": _ref("Event")}, "total": _INT, "offset": _INT,
                        "limit": _INT, "counters": {"type": "object", "additionalProperties": _INT}}),
     "Crossing": _obj({"target": _STR, "records": _INT, "bytes": _INT, "backlog": _INT, "moves": _INT,
-                      "rate_limit": _INT, "carrying": {"type": "array", "items": _STR}, "refused": _STR}),
+                      "rate_limit": _INT, "carrying": {"type": "array", "items": _STR}, "refused": _STR,
+                      "bytes_read": _INT, "compressed": _BOOL}),
     "Federation": _obj({"name": _STR, "role": _STR, "path": {"type": "array", "items": _STR},
                         "children": {"type": "array", "items": _obj({
                             "name": _STR, "key": _STR, "incarnation": _INT,

@@ -308,6 +308,9 @@ class LinkConfig:
         target_credentials: the link's credentials in the target cluster ("" = plaintext).
         max_bytes: bytes of records on their way, unacknowledged, before the link stops reading the journal.
         rate_limit: bytes a second the link sends at most (0: no limit); 250000 is 2 Mbit/s.
+        compress: squeeze what crosses to the far side's host (zstd's fastest level, where it makes a batch or an
+            answer smaller): into the target queue's exchanges, and with ``down`` the answers of the target's journal.
+            Worth it on a link slower than what one core compresses (about 450 MB/s of text here).
         connect_timeout: seconds to find the source queue's journal, and to be welcomed by the parent, at the start.
         cluster: the child cluster's name in its tree: the link is an edge of the tree, its records go by the
             tree's rules (up from the child, down with ``down``, never sideways); with ``parent_zk``, the link says
@@ -333,6 +336,7 @@ class LinkConfig:
     target_credentials: str = ""
     max_bytes: int = 16 << 20
     rate_limit: int = 0
+    compress: bool = False
     connect_timeout: float = 30.0
     cluster: str = ""
     role: str = "leaf"

@@ -175,7 +175,9 @@ def _links_lines(f: dict[str, Any]) -> str:
         lines.append(f"{c['Name']}: hello {c.get('HeardS', 0.0):.1f} s ago, {len(c.get('Links', []))} crossing(s)")
         for x in c.get("Links", []):
             limit = f"{x['RateLimit'] * 8 / 1e6:g} Mbit/s" if x["RateLimit"] else "none"
-            lines.append(f"  into {x['Target']}: {x['Records']:,} records, {x['Bytes'] / 1e6:.1f} MB sent; backlog "
+            lines.append(f"  into {x['Target']}: {x['Records']:,} records, {x['Bytes'] / 1e6:.1f} MB sent"
+                         + (" compressed" if x.get("Compressed") else "")
+                         + f", {x.get('BytesRead', 0) / 1e6:.1f} MB read; backlog "
                          f"{x['Backlog'] / 1e3:.1f} kB; {x['Moves']} move(s); rate limit {limit}; carries "
                          + (", ".join(repr(p) for p in x["Carrying"]) or "nothing")
                          + (f"; REFUSED there: {x['Refused']}" if x.get("Refused") else ""))

@@ -29,7 +29,9 @@ COMMIT_INTERVAL = 0.2
 
 class Crossing:
     """The journal at ``source`` (read as ``name``) into the queue whose monitor is ``monitor``, through
-    ``relay``; ``identity``: the outlet's publisher id on the far side."""
+    ``relay``; ``identity``: the outlet's publisher id on the far side. ``compress_out``: batches go compressed into
+    the far queue's exchanges; ``compress_in``: the source journal answers compressed (whichever is across the
+    network)."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], source: str, name: str, monitor: str | MonitorLocator,
                  relay: Relay,
@@ -37,7 +39,7 @@ class Crossing:
                  commit_interval: float = COMMIT_INTERVAL, who: str = "link",
                  interest: Callable[[], control.Interest] | None = None,
                  on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None,
-                 wait_for_interest: bool = False) -> None:
+                 wait_for_interest: bool = False, compress_out: bool = False, compress_in: bool = False) -> None:
         self.relay = relay
         self._monitor = MonitorLocator.of(monitor)
         self.commit_interval = commit_interval
@@ -46,9 +48,11 @@ class Crossing:
         # unwanted, skipped for good (a link started again after an outage would lose what came meanwhile)
         self.waiting_interest = wait_for_interest
         self._on_interest = on_interest
-        self.source = JournalSource(context, source, name, self._entries, curve=curve_here, keys=self._keys)
+        self.source = JournalSource(context, source, name, self._entries, curve=curve_here, keys=self._keys,
+                                    compressed=compress_in)
         self.outlet = Outlet(context, self._monitor, relay, identity, curve=curve_there, who=who, interest=interest,
-                             on_interest=self._interest if on_interest is not None else None, pace=pace)
+                             on_interest=self._interest if on_interest is not None else None, pace=pace,
+                             compress=compress_out)
         self._pace()
 
     @property

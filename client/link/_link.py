@@ -167,7 +167,10 @@ class Link:
         crossing = Crossing(self.context, journal, reader, target, relay, identity, curve_here=curve_read,
                             curve_there=curve_write, who=who, interest=wants.hello, on_interest=wants.told,
                             pace=Pace(config.rate_limit, time.monotonic()) if config.rate_limit else None,
-                            wait_for_interest=config.on_demand)
+                            wait_for_interest=config.on_demand,
+                            # the far side's host: the target's exchanges, or down, the target's journal
+                            compress_out=config.compress and way != "down",
+                            compress_in=config.compress and way == "down")
         crossing.attach(self.loop)
         self.wants.append(wants)
         self.crossings.append(crossing)
@@ -210,7 +213,8 @@ class Link:
         """What each crossing carried so far (none before it started)."""
         return [LinkStats(target=c.target, records_sent=c.outlet.sent_records, bytes_sent=c.outlet.sent_bytes,
                           backlog=c.relay.in_flight_bytes, moves=c.outlet.moves, rate_limit=self.config.rate_limit,
-                          carrying=list(c.relay.wanted.items), refused=c.outlet.refused[:500])
+                          carrying=list(c.relay.wanted.items), refused=c.outlet.refused[:500],
+                          bytes_read=c.source.read_bytes, compressed=self.config.compress)
                 for c in self.crossings]
 
     def _welcome(self) -> None:

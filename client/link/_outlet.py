@@ -14,7 +14,8 @@ refusal is said once and kept (:attr:`Outlet.refused`) until the monitor assigns
 Everything runs in the link's one loop (:meth:`Outlet.attach`); nothing blocks: a batch the exchange's pipe
 cannot take now waits here, in order, and the relay's bound on what is on its way bounds it. So does a batch
 the link's rate limit holds back (:class:`~roq.federation.pace.Pace`): it goes when the limit lets it, and the
-relay, full, stops the link reading its source meanwhile.
+relay, full, stops the link reading its source meanwhile. With ``compress`` each batch's body goes compressed
+where that makes it smaller; the rate limit and the figures count what goes on the wire.
 """
 
 from __future__ import annotations
@@ -57,13 +58,16 @@ class Outlet:
         interest: makes what the link tells the monitor with each hello of what it wants of the queue (None:
             nothing), and ``on_interest`` takes what the monitor says the queue wants (:mod:`client.link._wants`).
         pace: the link's rate limit (None: none).
+        compress: each batch's body goes compressed where that makes it smaller (:func:`roq.wire.batch.compress`;
+            the exchange takes it back).
     """
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], monitor: str | MonitorLocator, relay: Relay,
                  identity: bytes, *, curve: CurveClient | None = None, hello_interval: float = 0.5,
                  ack_timeout: float = 2.0, who: str = "link",
                  interest: Callable[[], control.Interest] | None = None,
-                 on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None) -> None:
+                 on_interest: Callable[[control.Interest], None] | None = None, pace: Pace | None = None,
+                 compress: bool = False) -> None:
         if len(identity) != 16:
             raise ValueError("an outlet's id is 16 bytes")
         self.relay = relay
@@ -88,6 +92,7 @@ class Outlet:
         self._interest = interest
         self._on_interest = on_interest
         self.pace = pace
+        self.compress = compress
         self._resume_at = float("inf")  # when the rate limit lets the next batch go (inf: nothing waits for it)
 
     # ------------------------------------------------------------------ the loop's registrations
@@ -101,7 +106,7 @@ class Outlet:
 
     def send(self, frames: list[bytes]) -> None:
         """A batch the relay took: out now, after what waits before it."""
-        self._waiting.append(frames)
+        self._waiting.append(batch.compress(frames) if self.compress else frames)
         self._push()
 
     def hello(self, now: float) -> None:
@@ -179,8 +184,9 @@ class Outlet:
         self._connect(msg.frontend)
         self.exchange = msg.exchange
         self._waiting.clear()
-        if had or self.relay.on_the_way():  # everything not acknowledged, in order, under a new epoch; after a
-            self._waiting.extend(self.relay.moved(failover=msg.reason != "relocate"))  # fail-over, and the grace's
+        if had or self.relay.on_the_way():  # everything not acknowledged, in order, under a new epoch (after a
+            again = self.relay.moved(failover=msg.reason != "relocate")  # fail-over, with the grace's too)
+            self._waiting.extend(map(batch.compress, again) if self.compress else again)
             self.moves += had
         self._last_ack = time.monotonic()
         self._channel.send(control.Moved(self.identity.hex(), msg.exchange, msg.relocation, self.relay.epoch))

@@ -6,7 +6,9 @@ published from then on), keeps two fetches asked for (:data:`IN_FLIGHT`: the fir
 next from where the one before ends, so the journal reads the next while the link relays the last), one at
 the end of the journal (``wait_ms``: what is journaled is answered at once), hands every entry over whole, as it
 was journaled, with its offset, and commits what the relay says is done (:class:`~roq.wire.control.Commit`). A fetch is not asked while the reader is paused (what the
-relay has on its way is at its bound): an outage of the far side costs disk here, not memory.
+relay has on its way is at its bound): an outage of the far side costs disk here, not memory. With
+``compressed`` (the journal is across a slow network) its answers come packed in one compressed frame where that
+is smaller; :attr:`JournalSource.read_bytes` counts what came, as it came.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from roq.config import CurveClient
 from roq.errors import ProtocolError
 from roq.federation import Entry
 from roq.loop import Loop
-from roq.wire import control
+from roq.wire import compression, control
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ IN_FLIGHT = 2
 IDLE_FETCH_S = 0.2
 #: the offset of a fetch that goes on from where this reader's previous one ended
 CONTINUE = -3
+#: a packed answer holds at most this much more than the fetch asked for (its last entry goes past what was asked)
+PACKED_SLACK = 64 << 20
 
 
 class JournalSource:
@@ -55,7 +59,7 @@ class JournalSource:
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], endpoint: str, name: str,
                  on_entries: Callable[[list[Entry], int, int], None], *, curve: CurveClient | None = None,
                  fetch_bytes: int = FETCH_BYTES, wait_ms: int = WAIT_MS,
-                 keys: Callable[[], list[bytes] | None] | None = None) -> None:
+                 keys: Callable[[], list[bytes] | None] | None = None, compressed: bool = False) -> None:
         if not control.DURABLE_NAME.match(name):
             raise ValueError(f"not a durable reader's name: {name!r}")
         self.name = name
@@ -64,6 +68,8 @@ class JournalSource:
         self.committed = -1  # the position the journal confirmed
         self.paused = False
         self.error = ""  # why the journal could not be read ("" none)
+        self.compressed = compressed
+        self.read_bytes = 0  # the answers' bytes, as they came
         self._on_entries = on_entries
         self._keys = keys
         self._next_idle = 0.0  # no key wanted: no fetch before this
@@ -142,7 +148,7 @@ class JournalSource:
                 offset = self.offset = END
             self._idle = keys == []
             msg = control.Fetch(offset=offset, max_bytes=self._fetch_bytes, wait_ms=self._wait_ms,
-                                prefixes=keys or [], filtered=keys is not None)
+                                prefixes=keys or [], filtered=keys is not None, compressed=self.compressed)
             try:
                 self.socket.send(control.encode(msg), zmq.NOBLOCK)
             except zmq.Again:
@@ -157,6 +163,9 @@ class JournalSource:
             return
         self._in_flight = max(0, self._in_flight - 1)  # (a bad answer too: the next fetch asks again from where it was)
         self._answered()
+        self.read_bytes += sum(map(len, frames))
+        if isinstance(msg, control.Fetched) and msg.packed and len(frames) == 2:
+            frames = [frames[0], *compression.unpack_frames(frames[1], self._fetch_bytes + PACKED_SLACK)]
         if (not isinstance(msg, control.Fetched) or len(frames) != 1 + 3 * msg.count
                 or len(msg.offsets) != msg.count):
             raise ProtocolError(f"not an answer to a fetch: {len(frames)} frames")

@@ -5,6 +5,8 @@ A fetch (:class:`~roq.wire.control.Fetch`) is answered with :class:`~roq.wire.co
 (:meth:`Reads.fetch`). One at the end of the journal with ``wait_ms`` waits (*parks*, at most
 :data:`MAX_PARKED`) until something is written (:meth:`Reads.written`) or its wait runs out
 (:meth:`Reads.expire`): a reader that follows the journal is answered as soon as there is something to read.
+A fetch that asks for it (``compressed``: a link across a slow network) gets the entries' frames packed in one
+compressed frame, where that is smaller.
 
 A **seam** is where the live stream takes over from the journal for one subscriber at one exchange: the
 exchange sends it (:data:`roq.wire.batch.SEAM`) once that subscriber's subscription is live there, after every
@@ -26,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 from exchange.journal._store import POSITIONS, Store
-from roq.wire import batch, control
+from roq.wire import batch, compression, control
 from roq.errors import CorruptJournalError, JournalError, ProtocolError
 
 log = logging.getLogger(__name__)
@@ -145,10 +147,13 @@ class Reads:
         if len(cursors) > MAX_CURSORS:
             del cursors[next(iter(cursors))]
         seams = self.seams.get(msg.subscriber, (0.0, {}))[1] if msg.subscriber else {}
+        packed = compression.pack_frames(frames) if msg.compressed and frames else b""
+        if packed and len(packed) >= sum(map(len, frames)):
+            packed = b""  # (it would not be smaller)
         meta = control.Fetched(next_offset=next_offset, end_offset=store.end_offset, first_offset=store.first_offset,
                                count=len(offsets), offsets=offsets, seams=dict(seams), error=error,
-                               start_offset=offset)
-        return [control.encode(meta), *frames]
+                               start_offset=offset, packed=bool(packed))
+        return [control.encode(meta), packed] if packed else [control.encode(meta), *frames]
 
     def written(self) -> list[tuple[bytes, list[bytes]]]:
         """The parked fetches that can be answered now that more is written: (identity, frames) each."""

@@ -149,3 +149,61 @@ def test_a_link_whose_key_may_not_publish_into_the_parents_queue_is_refused_said
         link.stop()
         conn.close()
         store.stop()
+
+
+def test_a_compressing_link_carries_each_record_both_ways_once_in_a_fraction_of_the_bytes(make_embedded, tmp_path):
+    """``--compress``: up, the batches go compressed into the parent's exchanges (which take them back); down, the
+    parent's journal answers the link's fetches compressed. Every record arrives once, as it was sent, and what
+    crossed to the parent's host, as the parent's status shows it, is a fraction of the payloads' bytes."""
+    hq = make_embedded(hosts=1, gcm_args=["--cluster-name", "hq"])
+    hq.manager.create("orders", exchanges=1)
+    hq.manager.set_rules("orders", {"durability": "interval"})
+    target = hq.manager.lookup("orders")
+    store = DurableQueue("127.0.0.29", str(tmp_path / "store"), exchanges=1)
+    link = spawn("link", "client.link", _link("--source", store.monitor, "--target", target, "--cluster", "store-1",
+                                              "--parent-zk", hq.zk, "--parent-root", hq.root, "--down", "--compress"))
+    conns = {"store": client.connect(store.monitor), "hq": client.connect(target)}
+    per_side = 3000
+
+    def record(side: str, i: int) -> bytes:  # JSON-like text, as orders are: it compresses
+        return b'{"side": "%s", "n": %d, "store": "store-%d", "sku": "SKU-%06d", "qty": %d, "note": "restock"}' % (
+            side.encode(), i, i % 40, i * 7 % 1000, i % 9)
+
+    try:
+        link.wait_ready(60)
+        subs = {side: conn.subscriber(b"") for side, conn in conns.items()}
+        heard: dict[str, list[bytes]] = {side: [] for side in conns}
+
+        def crossings() -> dict[str, dict]:
+            children = hq.manager.federation()["Children"]
+            return {x["Target"]: x for x in children[0]["Links"]} if children else {}
+
+        wait_until(lambda: len(crossings()) == 2, 60, "both crossings in the parent's status")
+        pubs = {side: conn.publisher() for side, conn in conns.items()}
+        key = {"store": b"eu.up", "hq": b"hq.down"}
+        for i in range(per_side):
+            for side, pub in pubs.items():
+                pub.send(key[side], record(side, i))
+        for pub in pubs.values():
+            pub.flush(30)
+
+        def arrived() -> bool:
+            for side, sub in subs.items():
+                heard[side] += [p for b in sub.recv_many(timeout=0.05) for p in b.payloads]
+            return all(len(h) >= 2 * per_side for h in heard.values())
+        wait_until(arrived, 60, "every record on both sides")
+        for side in conns:  # its own and the other side's, each once and as sent
+            assert sorted(heard[side]) == sorted(record(s, i) for s in conns for i in range(per_side)), side
+
+        payload = sum(len(record("store", i)) for i in range(per_side))
+        wait_until(lambda: all(x["Records"] >= per_side for x in crossings().values()), 30, "the links' figures")
+        up, down = crossings()[target], crossings()[store.monitor]
+        assert up["Compressed"] and down["Compressed"]
+        # up: what went into the parent's exchanges; down: what the parent's journal answered
+        assert 0 < up["Bytes"] < payload / 3, (up, payload)
+        assert 0 < down["BytesRead"] < payload / 3, (down, payload)
+    finally:
+        for conn in conns.values():
+            conn.close()
+        link.stop()
+        store.stop()

@@ -32,7 +32,8 @@ def test_what_a_childs_link_carried_is_kept_as_its_last_hello_said_and_shown():
     hq.hello(_hello("eu", stats=(CARRIED,)), "eu-key", now=0.0)
     assert hq.status(2.0)["Children"][0]["Links"] == [{
         "Target": "tcp://127.0.0.11:5500", "Records": 1200, "Bytes": 150_000, "Backlog": 4096, "Moves": 1,
-        "RateLimit": 250_000, "Carrying": ["eu.", "\\xff"], "Refused": ""}]
+        "RateLimit": 250_000, "Carrying": ["eu.", "\\xff"], "Refused": "",
+        "BytesRead": 0, "Compressed": False}]
     assert hq.links(2.0) == [("eu", 2.0, [CARRIED])]
     hq.hello(_hello("eu"), "eu-key", now=3.0)  # a new incarnation that has carried nothing yet says so
     assert hq.links(3.0) == [("eu", 0.0, [])]

@@ -258,7 +258,7 @@ def test_the_clusters_place_in_its_tree_is_read_as_the_bson_api_says_and_the_fee
     status = {"Name": "hq", "Role": "root", "Path": [], "Refusals": {"cycle": 1}, "Children": [
         {"Name": "eu", "Key": "eu-key", "Incarnation": 4, "Below": ["store-1"], "HeardS": 0.5, "Links": [
             {"Target": "tcp://127.0.0.11:5500", "Records": 10, "Bytes": 1000, "Backlog": 0, "Moves": 1,
-             "RateLimit": 0, "Carrying": ["eu."], "Refused": ""}]}]}
+             "RateLimit": 0, "Carrying": ["eu."], "Refused": "", "BytesRead": 2000, "Compressed": True}]}]}
     drops = DropCounter(logging.getLogger("test"), "test")
     a = HttpApi(Shell(), Dispatcher("test", {m.FederationStatus: lambda msg, request: Reply(data=status)}, drops),
                 token=TOKEN, top=2)
@@ -267,7 +267,7 @@ def test_the_clusters_place_in_its_tree_is_read_as_the_bson_api_says_and_the_fee
     assert json.loads(answer.body) == {"name": "hq", "role": "root", "path": [], "refusals": {"cycle": 1}, "children": [
         {"name": "eu", "key": "eu-key", "incarnation": 4, "below": ["store-1"], "heard_s": 0.5, "links": [
             {"target": "tcp://127.0.0.11:5500", "records": 10, "bytes": 1000, "backlog": 0, "moves": 1,
-             "rate_limit": 0, "carrying": ["eu."], "refused": ""}]}]}
+             "rate_limit": 0, "carrying": ["eu."], "refused": "", "bytes_read": 2000, "compressed": True}]}]}
     assert feed_tree(status) == {"name": "hq", "role": "root", "path": [], "children": [
         {"name": "eu", "below": 1, "heard_s": 0.5,
          "links": [{"records": 10, "bytes": 1000, "backlog": 0, "rate_limit": 0, "refused": False}]}]}

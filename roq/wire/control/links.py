@@ -53,7 +53,8 @@ class LinkStats:
     """What one crossing of a link carried since the link process started, said with each hello: the monitor of
     the queue it carries into (``target``), the records and bytes it sent there (resent ones too), the bytes on
     their way not acknowledged yet (``backlog``), its moves and fail-overs there, its rate limit (bytes a second,
-    0: none), the key prefixes it carries now, and why the far queue's monitor refuses it ("": it does not)."""
+    0: none), the key prefixes it carries now, why the far queue's monitor refuses it ("": it does not), the bytes
+    of its source journal's answers as they came (``bytes_read``), and whether it compresses what crosses."""
 
     target: str
     records_sent: int = 0
@@ -63,6 +64,8 @@ class LinkStats:
     rate_limit: int = 0
     carrying: list[bytes] = dataclasses.field(default_factory=list)
     refused: str = ""
+    bytes_read: int = 0
+    compressed: bool = False
 
 
 @message(60)

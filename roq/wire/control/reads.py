@@ -24,7 +24,8 @@ class Fetch(Message):
     (its id, hex) names the seams the exchanges marked for it (see :data:`roq.wire.batch.SEAM`). With ``filtered``
     the entries are those whose key starts with one of ``prefixes`` instead (none when it is empty: the journal
     answers only where the next fetch goes on; a link that wants nothing of the queue reads nothing of it), at
-    most :data:`MAX_PREFIXES` of them."""
+    most :data:`MAX_PREFIXES` of them. With ``compressed`` (a link across a slow network) the entries may come
+    packed in one compressed frame (:attr:`Fetched.packed`)."""
 
     offset: int
     prefix: bytes = b""
@@ -34,6 +35,7 @@ class Fetch(Message):
     subscriber: str = ""
     prefixes: list[bytes] = dataclasses.field(default_factory=list)
     filtered: bool = False
+    compressed: bool = False
 
 
 #: the prefixes one filtered fetch may name, at most
@@ -51,7 +53,9 @@ class Fetched(Message):
     record's offset. ``next_offset``: where the next fetch goes on (past entries the prefix skipped too);
     ``end_offset``, ``first_offset``: the journal's extent now; ``seams``: exchange -> the offset before which
     the journal holds everything that exchange forwarded before this subscriber's subscription to it went
-    live; ``error``: why nothing could be read (a corrupt entry at ``next_offset``...), "" none."""
+    live; ``error``: why nothing could be read (a corrupt entry at ``next_offset``...), "" none. With ``packed``
+    (asked for by :attr:`Fetch.compressed`, where it is smaller) one frame follows instead of the entries': their
+    frames packed and compressed (:func:`roq.wire.compression.pack_frames`)."""
 
     next_offset: int
     end_offset: int
@@ -61,6 +65,7 @@ class Fetched(Message):
     offsets: list[int] = dataclasses.field(default_factory=list)
     seams: dict[str, int] = dataclasses.field(default_factory=dict)
     error: str = ""
+    packed: bool = False
 
 
 #: a durable subscriber's name (its position in a journal is kept under it)
