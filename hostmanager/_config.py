@@ -3,8 +3,8 @@
 A child is started as ``python -m <module>`` with the flags of its config object
 (:func:`roq.settings.to_args`): a :class:`~roq.config.MonitorConfig`, an :class:`~roq.config.ExchangeConfig`
 or a :class:`~roq.config.JournalConfig` made from what the host manager knows (its address, ZooKeeper, the
-ports it allocated, the monitor's endpoint) and the operator's ``exchange_options`` / ``monitor_options``
-(``KEY=VALUE``, checked when the host manager starts, so that a bad one stops it with a clear message
+ports it allocated, the monitor's endpoint) and the operator's ``exchange_options`` / ``monitor_options`` /
+``link_options`` (``KEY=VALUE``, checked when the host manager starts, so that a bad one stops it with a clear message
 instead of making every child die at start). The module comes from :data:`MODULES`, never from ZooKeeper.
 """
 
@@ -31,6 +31,8 @@ _OWN_MONITOR_FIELDS = ("address", "port", "queue", "zk", "root", "session_timeou
                        "keyring", "zk_auth")
 _OWN_EXCHANGE_FIELDS = ("monitor", "address", "frontend_port", "backend_port", "exchange_id", "commands",
                         "secret_key", "keyring")
+_OWN_LINK_FIELDS = ("name", "source", "target", "queue", "cluster", "role", "parent_zk", "parent_root",
+                    "target_credentials", "source_credentials", "on_demand", "down", "cluster_key", "zk", "root")
 #: a syntactically valid endpoint to check exchange options against, before any monitor is known
 _ANY_MONITOR = "tcp://127.0.0.1:1"
 
@@ -57,6 +59,8 @@ class HostManagerConfig:
             config, e.g. backend_hwm=100; repeatable).
         monitor_options: settings of every monitor started, KEY=VALUE each (fields of the monitor's config,
             e.g. sustain=1; repeatable).
+        link_options: settings of every link to the parent cluster started, KEY=VALUE each (fields of the
+            link's config, e.g. compress=true or rate_limit=250000; repeatable).
         kpi_archive: KPI archive directory: its host KPIs go there, and its monitors archive their queues'
             ("" = none).
         http_address: address of its health checks over HTTP (its own and its processes')
@@ -84,6 +88,7 @@ class HostManagerConfig:
     log_dir: str = ""
     exchange_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--exchange-option"})
     monitor_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--monitor-option"})
+    link_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--link-option"})
     kpi_archive: str = ""
     http_address: str = "127.0.0.1"
     http_port: int = -1
@@ -136,8 +141,11 @@ class ChildSettings:
                                         _OWN_MONITOR_FIELDS)
         self.exchange_options = _options(ExchangeConfig, config.exchange_options, "--exchange-option",
                                          _OWN_EXCHANGE_FIELDS)
+        self.link_options = _options(LinkConfig, config.link_options, "--link-option", _OWN_LINK_FIELDS)
         # the values, not only their types: what a child would refuse at start
         _check("--monitor-option", lambda: self.monitor("q", 1))
+        _check("--link-option", lambda: LinkConfig(name="c@q", source=_ANY_MONITOR, queue="q", cluster="c",
+                                                   parent_zk="127.0.0.1:2181", **self.link_options))
         _check("--exchange-option", lambda: self.exchange(_ANY_MONITOR, 1, 2, "x1"))
 
     def monitor(self, queue: str, port: int) -> MonitorConfig:
@@ -166,7 +174,8 @@ class ChildSettings:
         return LinkConfig(name=name, source=monitor, queue=queue, cluster=federation.name, role=federation.role,
                           parent_zk=federation.parent_zk, parent_root=federation.parent_root,
                           target_credentials=federation.parent_credentials, on_demand=True, down=True,
-                          cluster_key=self._curve.get("secret_key", ""), zk=self.config.zk, root=self.config.root)
+                          cluster_key=self._curve.get("secret_key", ""), zk=self.config.zk, root=self.config.root,
+                          **self.link_options)
 
     def exchange(self, monitor: str, frontend_port: int, backend_port: int, name: str) -> ExchangeConfig:
         """The settings of an exchange named ``name`` reporting to ``monitor``, taking commands on stdin."""

@@ -120,8 +120,9 @@ class HostManager:
         except ZooKeeperError as exc:
             raise BrokerConnectionError(f"cannot register in ZooKeeper: {exc}") from exc
         settings = self.children.settings
-        log.info("host manager %s: exchange options %s, monitor options %s", self.address,
-                 settings.exchange_options or "none", settings.monitor_options or "none")
+        log.info("host manager %s: exchange options %s, monitor options %s, link options %s", self.address,
+                 settings.exchange_options or "none", settings.monitor_options or "none",
+                 settings.link_options or "none")
 
     def ready_info(self) -> HostManagerReady:
         """The ready line."""

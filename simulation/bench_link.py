@@ -24,7 +24,7 @@ from roq.wire.ready import MonitorReady
 from simulation.bench_common import Check, Result, percentiles
 from simulation.bench_dataplane import bench_roq
 
-__all__ = ["run", "checks"]
+__all__ = ["run", "checks", "render", "site"]
 
 SITES = ("127.0.0.18", "127.0.0.19", "127.0.0.20")
 #: subscribers joined at the root, one after the other, for the join-to-first-record figure
@@ -33,7 +33,7 @@ JOINS = 20
 JOIN_RATE = 2000
 
 
-def _site(address: str, directory: str, durable: bool, children: list[Child]) -> str:
+def site(address: str, directory: str, durable: bool, children: list[Child]) -> str:
     """A queue at ``address`` (with a journal in ``directory`` if ``durable``): its monitor's endpoint."""
     monitor = spawn("monitor", "monitor", ["--address", address, "--port", "0", "--queue", "bench", "--durability",
                                            "interval" if durable else "none", "--no-relocation-rule",
@@ -57,9 +57,9 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
     n, size = args.records, args.size
     children: list[Child] = []
     try:
-        leaf = _site(SITES[0], tempfile.mkdtemp(prefix="roq-bench-link-"), True, children)
-        branch = _site(SITES[1], tempfile.mkdtemp(prefix="roq-bench-link-"), True, children)
-        root = _site(SITES[2], "", False, children)
+        leaf = site(SITES[0], tempfile.mkdtemp(prefix="roq-bench-link-"), True, children)
+        branch = site(SITES[1], tempfile.mkdtemp(prefix="roq-bench-link-"), True, children)
+        root = site(SITES[2], "", False, children)
         for name, here, there in (("leaf", leaf, branch), ("branch", branch, root)):
             link = spawn("link", "client.link", ["--name", name, "--source", here, "--target", there,
                                                  "--on-demand", "--log-level", "WARNING"])

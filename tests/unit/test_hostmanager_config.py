@@ -61,6 +61,9 @@ def test_the_module_of_a_role_comes_from_a_fixed_table():
     ({"monitor_options": ("smoothing=2",)}, "smoothing"),
     ({"monitor_options": ("zk=127.0.0.1:1",)}, "set by the host manager"),
     ({"monitor_options": ("sustain=[1]",)}, "sustain"),
+    ({"link_options": ("compress=maybe",)}, "compress"),
+    ({"link_options": ("rate_limit=-1",)}, "rate_limit"),
+    ({"link_options": ("down=false",)}, "set by the host manager"),
 ])
 def test_a_bad_option_stops_the_host_manager_with_its_name(options, named):
     with pytest.raises(ConfigError, match=named):
@@ -100,3 +103,14 @@ def test_a_link_gets_the_clusters_place_and_its_parent_and_speaks_as_the_cluster
     (tmp_path / "keyring").mkdir()
     secure = settings(secret_key=str(tmp_path / "c.key_secret"), keyring=str(tmp_path / "keyring"))
     assert secure.link("orders", "tcp://127.0.0.12:5500", tree).cluster_key == str(tmp_path / "c.key_secret")
+
+
+def test_a_placed_link_takes_the_link_options_compress_and_rate_limit():
+    from roq.config import LinkConfig
+    from roq.wire.documents import FederationDoc
+
+    tree = FederationDoc(name="store-1", role="leaf", parent_zk="127.0.0.1:2181", parent_root="/hq")
+    config = settings(link_options=("compress=true", "rate_limit=250000")).link("orders", "tcp://127.0.0.12:5500",
+                                                                                tree)
+    assert config.compress and config.rate_limit == 250_000 and config.down and config.on_demand
+    assert rebuilt(LinkConfig, config) == config and "--compress" in to_args(config)
