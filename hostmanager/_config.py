@@ -145,7 +145,7 @@ class ChildSettings:
         # the values, not only their types: what a child would refuse at start
         _check("--monitor-option", lambda: self.monitor("q", 1))
         _check("--link-option", lambda: LinkConfig(name="c@q", source=_ANY_MONITOR, queue="q", cluster="c",
-                                                   parent_zk="127.0.0.1:2181", **self.link_options))
+                                                   parent_zk=defaults.ZK, **self.link_options))
         _check("--exchange-option", lambda: self.exchange(_ANY_MONITOR, 1, 2, "x1"))
 
     def monitor(self, queue: str, port: int) -> MonitorConfig:
