@@ -79,6 +79,7 @@ class JournalSource:
         self._in_flight = 0  # fetches asked for and not answered
         self._asked: collections.deque[float] = collections.deque()  # when each of them was asked (monotonic)
         self._end = -1  # the journal's end, as its last answer said
+        self._asked_keys: list[bytes] | None = None  # the keys of the last fetch asked for
         self._asked_commit = -1
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -133,9 +134,11 @@ class JournalSource:
 
     def _fetch(self) -> None:
         while self._in_flight < IN_FLIGHT and not self.paused and self.offset != -1 and not self.error:
-            if self._in_flight and (self.offset == END or self.offset >= self._end):
-                return  # at the end: one fetch waits there
             keys = self._keys() if self._keys is not None else None
+            at_end = bool(self._in_flight) and (self.offset == END or self.offset >= self._end)
+            if at_end and keys == self._asked_keys:
+                return  # at the end: one fetch waits there
+            # (at the end with other keys: the one waiting there is answered now, and this one goes on from it)
             if keys == []:  # no key wanted: one fetch at a time, every IDLE_FETCH_S, only to go on past what is there
                 now = time.monotonic()
                 if self._in_flight or now < self._next_idle:
@@ -148,13 +151,15 @@ class JournalSource:
                 offset = self.offset = END
             self._idle = keys == []
             msg = control.Fetch(offset=offset, max_bytes=self._fetch_bytes, wait_ms=self._wait_ms,
-                                prefixes=keys or [], filtered=keys is not None, compressed=self.compressed)
+                                prefixes=keys or [], filtered=keys is not None, compressed=self.compressed,
+                                release=at_end)
             try:
                 self.socket.send(control.encode(msg), zmq.NOBLOCK)
             except zmq.Again:
                 return
             self._in_flight += 1
             self._asked.append(time.monotonic())
+            self._asked_keys = keys
 
     def _answer(self, frames: list[bytes]) -> None:
         msg = control.decode(frames[0])

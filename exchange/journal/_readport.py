@@ -93,6 +93,8 @@ class ReadPort:
     def _on_fetch(self, msg: control.Fetch, request: Request) -> Reply | None:
         for prefix in msg.prefixes[:control.MAX_PREFIXES] if msg.filtered else [msg.prefix]:
             self._check(request, prefix)
+        if msg.release:  # its fetch waiting at the end is answered first: this one asks for other keys
+            self._send([(request.identity, frames) for frames in self.reads.release(request.identity)])
         frames = self.reads.fetch(request.identity, msg, self._now)  # ProtocolError: answered BAD_REQUEST
         if frames is not None:
             self._send([(request.identity, frames)])

@@ -51,8 +51,9 @@ MAX_POSITIONS = 10_000
 class _Parked:
     identity: bytes
     fetch: control.Fetch
-    offset: int
+    offset: int  # where it reads on from (past what was written since that it did not want)
     until: float
+    start: int  # where it asked to read from: its answer's start (nothing it wanted lies between)
 
 
 class Reads:
@@ -102,13 +103,24 @@ class Reads:
         offset = max(offset, store.first_offset)
         # (one that wants no key is answered at once: it paces itself)
         if offset >= store.end_offset and msg.wait_ms and not _no_key(msg) and len(self.parked) < MAX_PARKED:
-            self.parked.append(_Parked(identity, msg, offset, now + msg.wait_ms / 1000))
+            self.parked.append(_Parked(identity, msg, offset, now + msg.wait_ms / 1000, offset))
             return None
         return self._answer(identity, msg, offset)
 
-    def _answer(self, identity: bytes, msg: control.Fetch, offset: int, parked: _Parked | None = None) -> list[bytes] | None:
-        """The answer to ``msg`` from ``offset``; None when ``parked`` found nothing it wants in what was written
-        (it waits on, from past it)."""
+    def release(self, identity: bytes) -> list[list[bytes]]:
+        """The fetches ``identity`` has waiting at the end, answered now (:attr:`~roq.wire.control.Fetch.release`:
+        it asks for other keys from here on)."""
+        mine = [p for p in self.parked if p.identity == identity]
+        if not mine:
+            return []
+        self.parked = [p for p in self.parked if p.identity != identity]
+        return [frames for p in mine if (frames := self._answer(identity, p.fetch, p.offset, start=p.start))]
+
+    def _answer(self, identity: bytes, msg: control.Fetch, offset: int, parked: _Parked | None = None,
+                start: int = -1) -> list[bytes] | None:
+        """The answer to ``msg`` from ``offset`` (which it asked for from ``start``, when it waited: -1, from
+        ``offset``); None when ``parked`` found nothing it wants in what was written (it waits on, from past
+        it)."""
         store = self.store
         frames: list[bytes] = []
         offsets: list[int] = []
@@ -152,7 +164,7 @@ class Reads:
             packed = b""  # (it would not be smaller)
         meta = control.Fetched(next_offset=next_offset, end_offset=store.end_offset, first_offset=store.first_offset,
                                count=len(offsets), offsets=offsets, seams=dict(seams), error=error,
-                               start_offset=offset, packed=bool(packed))
+                               start_offset=start if start >= 0 else offset, packed=bool(packed))
         return [control.encode(meta), packed] if packed else [control.encode(meta), *frames]
 
     def written(self) -> list[tuple[bytes, list[bytes]]]:
@@ -162,7 +174,7 @@ class Reads:
         if not ready:
             return []
         self.parked = [p for p in self.parked if p.offset >= end]
-        answers = [(p.identity, self._answer(p.identity, p.fetch, p.offset, p)) for p in ready]
+        answers = [(p.identity, self._answer(p.identity, p.fetch, p.offset, p, p.start)) for p in ready]
         return [(identity, frames) for identity, frames in answers if frames is not None]
 
     def expire(self, now: float) -> list[tuple[bytes, list[bytes]]]:
@@ -172,7 +184,7 @@ class Reads:
             return []
         self.parked = [p for p in self.parked if now < p.until]
         return [(p.identity, frames) for p in done
-                if (frames := self._answer(p.identity, p.fetch, p.offset)) is not None]
+                if (frames := self._answer(p.identity, p.fetch, p.offset, start=p.start)) is not None]
 
     # ------------------------------------------------------------------ seams
 

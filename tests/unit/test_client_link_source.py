@@ -102,3 +102,43 @@ def test_a_reader_that_wants_no_key_asks_for_none_one_fetch_at_a_time_and_only_n
         source.close()
         journal.close(0)
         ctx.term()
+
+
+def test_a_reader_waiting_at_the_end_that_comes_to_want_other_keys_asks_for_them_at_once_releasing_the_wait():
+    ctx = zmq.Context()
+    journal = ctx.socket(zmq.ROUTER)
+    port = journal.bind_to_random_port("tcp://127.0.0.1")
+    wanted: list[bytes] | None = [b"\x00@l1/"]
+    source = JournalSource(ctx, f"tcp://127.0.0.1:{port}", "link.x", lambda e, n, s: None, keys=lambda: wanted)
+    loop = Loop("test", DropCounter(None, "test"), idle=0.01)
+    try:
+        source.attach(loop)
+
+        def asked(within: float = 5.0) -> tuple[bytes, control.Message] | None:
+            deadline = time.monotonic() + within
+            while not journal.poll(10):
+                if time.monotonic() >= deadline:
+                    return None
+                loop.turn()
+            ident, body = journal.recv_multipart()
+            return ident, control.decode(body)
+
+        ident, msg = asked()
+        journal.send_multipart([ident, control.encode(control.Reply(request=control.Position.CMD, result=Result.OK,
+                                                                    comment="", data={"offset": 5}))])
+        ident, msg = asked()
+        assert isinstance(msg, control.Fetch) and msg.offset == 5 and not msg.release
+        journal.send_multipart([ident, control.encode(control.Fetched(
+            next_offset=9, end_offset=9, first_offset=0, count=0, start_offset=5, offsets=[]))])
+        ident, msg = asked()
+        assert isinstance(msg, control.Fetch) and msg.offset == 9  # at the end: it waits there, one alone
+        assert asked(0.1) is None
+        wanted = [b"\x00@l1/", b""]  # the far side wants every key now
+        source.pause(False)  # (what the crossing does when told)
+        ident, msg = asked()
+        assert isinstance(msg, control.Fetch) and msg.release and msg.prefixes == wanted and msg.offset == -3
+        assert asked(0.1) is None  # two asked for: no more
+    finally:
+        source.close()
+        journal.close(0)
+        ctx.term()

@@ -89,10 +89,35 @@ def test_a_parked_link_fetch_is_not_answered_for_what_it_does_not_want_but_waits
         [(identity, frames)] = reads.written()
         meta, keys = _keys(frames)
         assert identity == b"r" and keys == [b"c.2"] and meta.next_offset == 6
+        assert meta.start_offset == 4  # where it asked from: nothing it wanted lay between (the reader takes it)
         # a subscriber's fetch (unfiltered) is answered at once, as before: it may be waiting for its seam
         assert reads.fetch(b"s", control.Fetch(offset=6, wait_ms=1000, prefix=b"c."), 0.0) is None
         _append(store, b"a.4", 7)
         [(identity, frames)] = reads.written()
         assert identity == b"s" and _keys(frames)[1] == []
+    finally:
+        store.close()
+
+
+def test_a_fetch_that_releases_has_the_readers_waiting_fetch_answered_first_and_goes_on_from_it(tmp_path):
+    """A link whose far side came to want other keys: its fetch waiting at the end (for the old keys) is answered
+    at once with where it got to, and the new one reads on from there: what came while the old keys were asked
+    for is not read again for the new ones."""
+    store = _journal(tmp_path)
+    try:
+        reads = Reads(store)
+        assert reads.fetch(b"r", control.Fetch(offset=4, wait_ms=1000, prefixes=[b"c."], filtered=True), 0.0) is None
+        assert reads.fetch(b"o", control.Fetch(offset=4, wait_ms=1000, prefixes=[b"c."], filtered=True), 0.0) is None
+        _append(store, b"a.3", 5)
+        assert reads.written() == []
+        assert reads.release(b"nobody") == []
+        [frames] = reads.release(b"r")
+        meta, keys = _keys(frames)
+        assert (meta.start_offset, meta.next_offset, keys) == (4, 5, [])
+        assert [p.identity for p in reads.parked] == [b"o"]  # another reader's waits on
+        _append(store, b"a.4", 6)
+        frames = reads.fetch(b"r", control.Fetch(offset=-3, wait_ms=1000, prefixes=[b"a."], filtered=True), 0.0)
+        meta, keys = _keys(frames)
+        assert (meta.start_offset, keys) == (5, [b"a.4"])  # on from the released one: a.3 came before it was wanted
     finally:
         store.close()

@@ -24,7 +24,9 @@ class Fetch(Message):
     (its id, hex) names the seams the exchanges marked for it (see :data:`roq.wire.batch.SEAM`). With ``filtered``
     the entries are those whose key starts with one of ``prefixes`` instead (none when it is empty: the journal
     answers only where the next fetch goes on; a link that wants nothing of the queue reads nothing of it), at
-    most :data:`MAX_PREFIXES` of them. With ``compressed`` (a link across a slow network) the entries may come
+    most :data:`MAX_PREFIXES` of them. With ``release``, a fetch of this reader waiting at the end is answered
+    first, with what it read (a link whose far side came to want other keys asks for them from there on, without
+    waiting out ``wait_ms``). With ``compressed`` (a link across a slow network) the entries may come
     packed in one compressed frame (:attr:`Fetched.packed`)."""
 
     offset: int
@@ -35,6 +37,7 @@ class Fetch(Message):
     subscriber: str = ""
     prefixes: list[bytes] = dataclasses.field(default_factory=list)
     filtered: bool = False
+    release: bool = False
     compressed: bool = False
 
 
@@ -61,7 +64,7 @@ class Fetched(Message):
     end_offset: int
     first_offset: int
     count: int = 0
-    start_offset: int = -1  # where this answer began
+    start_offset: int = -1  # where the fetch read from (one that waited skipped, from there, what it did not want)
     offsets: list[int] = dataclasses.field(default_factory=list)
     seams: dict[str, int] = dataclasses.field(default_factory=dict)
     error: str = ""
