@@ -89,6 +89,9 @@ class EmbeddedCluster:
         keys: with ``secure``, the directory of the cluster's keys (:class:`roq.security.keys.ClusterKeys`; what is
             missing is made); None = a temporary one, removed on stop.
         journal_dir: the host managers' ``--journal-dir`` (None = ``<log_dir>/journals``, or their default).
+        emulation: emulated hosts started by the caller and shared with other clusters (e.g. the sites of a tree of
+            clusters, on one bridge): this cluster's hosts are those of its addresses there; it neither starts nor
+            stops them, and ``zk`` must listen on the emulation's bridge (its gateway).
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class EmbeddedCluster:
         secure: bool = False,
         keys: str | None = None,
         journal_dir: str | None = None,
+        emulation: Emulation | None = None,
     ) -> None:
         self.secure = secure
         self._keys_dir = keys or ""
@@ -125,7 +129,12 @@ class EmbeddedCluster:
         if budgets is not None and len(budgets) not in (1, hosts):
             raise ConfigError(f"{len(budgets)} host budgets for {hosts} hosts (give one, or one per host)")
         each = list(budgets or []) * (hosts if budgets is not None and len(budgets) == 1 else 1)
-        self.emulation = Emulation(dict(zip(self.addresses, each))) if any(b.cpus or b.bandwidth for b in each) else None
+        if emulation is not None and (budgets is not None or not zk):
+            raise ConfigError("a cluster on a shared emulation takes its hosts' budgets from it, and a ZooKeeper (zk) "
+                              "that listens on its bridge")
+        self._shared = emulation is not None  # started and stopped by the caller
+        self.emulation = emulation or (Emulation(dict(zip(self.addresses, each)))
+                                       if any(b.cpus or b.bandwidth for b in each) else None)
         self.bind = "127.0.0.1"  # where ZooKeeper and the GCMs listen
         self.zk = zk or ""
         self.zk_port = zk_port
@@ -160,6 +169,9 @@ class EmbeddedCluster:
         try:
             if self.emulation is None:
                 sweep()  # what a cluster killed before its stop left (an emulation's start sweeps too)
+            elif self._shared:
+                self.addresses = [self.emulation.addresses[a] for a in self.addresses]
+                self.bind = self.emulation.gateway or self.bind
             else:
                 if self.emulation.networked and self.zk:
                     raise ConfigError("hosts with links of their own need the cluster's own ZooKeeper (no zk given): "
@@ -207,7 +219,7 @@ class EmbeddedCluster:
         for f in self._logs:
             f.close()
         self._logs.clear()
-        if self.emulation is not None:
+        if self.emulation is not None and not self._shared:
             self.emulation.stop()
         if self._token_dir:
             shutil.rmtree(self._token_dir, ignore_errors=True)
