@@ -29,7 +29,7 @@ from simulation.load import Loads
 
 #: Modules whose tests make emulated hosts (CPU quotas in cgroups, network namespaces) and check what is left of
 #: them machine-wide: one after another, so that none sees another's.
-EMULATED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_hosts.py"}
+EMULATED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_hosts.py", "test_tree_clusters.py"}
 #: Modules whose tests load the machine heavily: Spark, a browser with Prometheus, crash loops, fuzzing, busy loops,
 #: gigabytes pushed through. A test elsewhere says so with ``@pytest.mark.measured``. They assert outcomes, not
 #: figures (the figures are the benchmark's: ``make bench-check``), so they may run beside anything; one after
