@@ -4,6 +4,7 @@ child's durable queue; the link process)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ import urllib.request
 
 import client
 from roq.process import spawn
+from roq.errors import Result
 from roq.runtime import ExitCode
 from tests.integration.zkhelp import wait_until
 from tests.integration.sites import DurableQueue
@@ -207,3 +209,52 @@ def test_a_compressing_link_carries_each_record_both_ways_once_in_a_fraction_of_
             conn.close()
         link.stop()
         store.stop()
+
+
+def test_a_thousand_fast_reconnects_of_childrens_links_raise_no_false_refusal(make_embedded):
+    """Each hello from a new connection, as a link that reconnects sends it: the same link again (its process kept
+    its incarnation), the same link restarted (a newer incarnation), and a second link of the same child (another
+    queue, with its own incarnations) in between. Every one is welcomed and the parent counts no refusal; an older
+    incarnation than one admitted is still refused as stale."""
+    import zmq
+
+    from client._leader import GcmLeader
+    from roq.wire.control import Reply, encode
+    from roq.wire.control.links import ClusterName, LinkHello
+    from roq.zk import Paths
+
+    hq = make_embedded(hosts=1, gcm_args=["--cluster-name", "hq"])
+    leader = GcmLeader(hq.zk, Paths(hq.root))
+    endpoint = leader.find(time.monotonic() + 30, "management")[0].endpoint("management")
+    leader.close()
+    ctx = zmq.Context()
+
+    def hello(link: str, incarnation: int) -> Reply:
+        sock = ctx.socket(zmq.DEALER)  # a new connection each time: a reconnect
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        try:
+            sock.send(encode(LinkHello("store-1", "leaf", incarnation, [ClusterName("store-1", "")], [], link=link)))
+            assert sock.poll(10_000), "no answer to a hello"
+            return Reply.parse(sock.recv())
+        finally:
+            sock.close()
+
+    try:
+        refused = []
+        incarnation = 1_000
+        for i in range(1_000):
+            if i % 3 == 1:
+                incarnation += 1  # the link's process started again
+            link = "store-1@orders" if i % 5 else "store-1@stock"
+            reply = hello(link, incarnation if link.endswith("orders") else 7)
+            if reply.result != Result.OK:
+                refused.append((i, reply.result, reply.comment))
+        assert not refused, refused[:5]
+        status = hq.manager.federation()
+        assert status["Refusals"] == {} and [c["Name"] for c in status["Children"]] == ["store-1"], status
+        stale = hello("store-1@orders", incarnation - 1)
+        assert stale.result != Result.OK and "stale" in json.dumps(stale.data), stale
+        assert hq.manager.federation()["Refusals"] == {"stale": 1}
+    finally:
+        ctx.destroy(linger=0)
