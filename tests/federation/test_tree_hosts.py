@@ -9,19 +9,16 @@ It runs in ``make federation`` (about a minute and 27 processes: too heavy besid
 
 from __future__ import annotations
 
-import collections
 import os
-import json
 import subprocess
 import time
-from typing import Callable
 
 import pytest
 
 import client
 from roq.process import spawn
 from roqcli.emulation import Emulation, HostBudget
-from tests.integration.sites import DurableQueue, stop_tree
+from tests.integration.sites import DurableQueue, Listener, Tree, interface_bytes, publish_paced, stop_tree
 from tests.integration.zkhelp import wait_until
 
 PARENTS = {"b1": "root", "b2": "root", "l1": "b1", "l2": "b1", "l3": "b2", "l4": "b2"}
@@ -30,37 +27,6 @@ RATE = "200mbit"
 PER_SITE = 300
 FLAPS = int(os.environ.get("ROQ_TREE_FLAPS", "3"))
 
-
-
-def _bytes(device: str) -> int:
-    """Bytes the host's interface (the bridge's end of its veth) sent and received so far (``ip -s link``)."""
-    shown = json.loads(subprocess.run(["ip", "-s", "-j", "link", "show", "dev", device], check=True,
-                                      capture_output=True, text=True).stdout)[0]["stats64"]
-    return shown["rx"]["bytes"] + shown["tx"]["bytes"]
-
-
-class Listener:
-    """A subscriber, every record it took counted by key, and each (publisher, seq) it took."""
-
-    def __init__(self, conn: client.Connection, prefix: bytes) -> None:
-        self.sub = conn.subscriber(prefix)
-        self.keys: collections.Counter[bytes] = collections.Counter()
-        self.seen: set[tuple[str, int]] = set()
-        self.twice = 0
-
-    def take(self) -> None:
-        for b in self.sub.recv_many(timeout=0.05):
-            self.keys[b.key] += len(b.payloads)
-            for i in range(len(b.payloads)):
-                mark = (b.publisher, b.first_seq + i)
-                self.twice += mark in self.seen
-                self.seen.add(mark)
-
-    def until(self, want: dict[bytes, int], what: str, timeout: float = 60) -> None:
-        def done() -> bool:
-            self.take()
-            return all(self.keys[k] >= n for k, n in want.items())
-        wait_until(done, timeout, f"{what} (heard {dict(self.keys)})")
 
 
 @pytest.fixture
@@ -87,36 +53,14 @@ def test_a_tree_of_seven_clusters_on_emulated_hosts_carries_only_what_is_wanted_
                 enter=hosts.enter(child)))
         for link in links:
             link.wait_ready(60)
-        pubs = {name: conn.publisher() for name, conn in conns.items()}
-
-        def adverts() -> dict[str, int]:
-            return {name: conn.status().count("interest_adverts") for name, conn in conns.items()}
-
-        def reads(name: str, side: str, way: str, wants: list[str]) -> Callable[[], bool]:
-            return lambda: any(x.side == side and x.way == way and x.reads and x.wants == wants
-                               for x in conns[name].status().links or [])
-
-        def publish(phase: str, names=NAMES, count: int = PER_SITE) -> None:
-            for name in names:
-                for i in range(count):
-                    pubs[name].send(f"{name}.{phase}".encode(), b"%d" % i)
-                pubs[name].flush(30)
+        view = Tree(conns, PER_SITE)
+        pubs, adverts, reads, publish = view.pubs, view.adverts, view.reads, view.publish
 
         # demand: nobody wants anything; the root's queue takes 10 MB/s for 3 s and no other host's interface
         # carries more than heartbeats (every link's hellos, the monitors' answers, this test's own status calls)
-        before = {name: _bytes(veth[name]) for name in NAMES}
-        payload = b"x" * 1000
-        started = time.monotonic()
-        sent = 0
-        while time.monotonic() < started + 3.0:
-            due = int((time.monotonic() - started) * 10_000) - sent
-            for _ in range(max(0, due)):
-                pubs["root"].send(b"root.a", payload)
-            sent += max(0, due)
-            time.sleep(0.005)
-        pubs["root"].flush(30)
-        took = time.monotonic() - started
-        moved = {name: _bytes(veth[name]) - before[name] for name in NAMES}
+        before = {name: interface_bytes(veth[name]) for name in NAMES}
+        sent, took = publish_paced(pubs["root"], b"root.a", b"x" * 1000, 10_000, 3.0)
+        moved = {name: interface_bytes(veth[name]) - before[name] for name in NAMES}
         print(f"no interest: the root took {sent * 1024 / took / 1e6:.1f} MB/s for {took:.1f} s; bytes through each "
               f"host's interface meanwhile: {moved}")
         assert moved["root"] >= sent * 1000  # (the records went through the root's link)

@@ -1,15 +1,23 @@
-"""A durable queue's processes on one loopback "site", without a GCM: its monitor, its journal, its exchanges."""
+"""A durable queue's processes on one loopback "site", without a GCM: its monitor, its journal, its exchanges; and
+what the tests of trees of sites look at: a subscriber that counts what it hears, an emulated host's interface."""
 
 from __future__ import annotations
 
+import collections
+import json
+import subprocess
+import time
 from typing import Any, Callable
+
+import client
+from tests.integration.zkhelp import wait_until
 
 from exchange.journal import Store
 from roq.process import spawn
 from roq.wire import batch
 from roqcli.zkserver import free_port
 
-__all__ = ["DurableQueue", "stop_tree"]
+__all__ = ["DurableQueue", "stop_tree", "Listener", "Tree", "interface_bytes", "publish_paced"]
 
 
 class DurableQueue:
@@ -89,3 +97,75 @@ def stop_tree(links: list[Any], conns: dict[str, Any], sites: dict[str, DurableQ
         conn.close()
     for site in sites.values():
         site.stop()
+
+
+class Listener:
+    """A subscriber, every record it took counted by key, and how many it took twice (by publisher and seq)."""
+
+    def __init__(self, conn: client.Connection, prefix: bytes) -> None:
+        self.sub = conn.subscriber(prefix)
+        self.keys: collections.Counter[bytes] = collections.Counter()
+        self.seen: set[tuple[str, int]] = set()
+        self.twice = 0
+
+    def take(self) -> None:
+        for b in self.sub.recv_many(timeout=0.05):
+            self.keys[b.key] += len(b.payloads)
+            for i in range(len(b.payloads)):
+                mark = (b.publisher, b.first_seq + i)
+                self.twice += mark in self.seen
+                self.seen.add(mark)
+
+    def until(self, want: dict[bytes, int], what: str, timeout: float = 60) -> None:
+        def done() -> bool:
+            self.take()
+            return all(self.keys[k] >= n for k, n in want.items())
+        wait_until(done, timeout, f"{what} (heard {dict(self.keys)})")
+
+
+def interface_bytes(device: str) -> int:
+    """Bytes an emulated host's interface (the bridge's end of its veth) sent and received so far (``ip -s link``)."""
+    shown = json.loads(subprocess.run(["ip", "-s", "-j", "link", "show", "dev", device], check=True,
+                                      capture_output=True, text=True).stdout)[0]["stats64"]
+    return shown["rx"]["bytes"] + shown["tx"]["bytes"]
+
+
+def publish_paced(pub: client.Publisher, key: bytes, payload: bytes, rate: float, seconds: float) -> tuple[int, float]:
+    """Publish ``rate`` records a second under ``key`` for ``seconds``, then flush: (records sent, seconds taken)."""
+    started, sent = time.monotonic(), 0
+    while time.monotonic() < started + seconds:
+        due = int((time.monotonic() - started) * rate) - sent
+        for _ in range(max(0, due)):
+            pub.send(key, payload)
+        sent += max(0, due)
+        time.sleep(0.005)
+    pub.flush(30)
+    return sent, time.monotonic() - started
+
+
+class Tree:
+    """A tree of queues seen from their clients, by site name: a publisher at each site, what each monitor counted
+    of its interest messages, and the links each monitor hears."""
+
+    def __init__(self, conns: dict[str, client.Connection], per_site: int) -> None:
+        self.conns = conns
+        self.per_site = per_site
+        self.pubs = {name: conn.publisher() for name, conn in conns.items()}
+
+    def publish(self, phase: str, names: Any = None, count: int | None = None) -> None:
+        """``count`` records (default: ``per_site``) at each of ``names`` (default: every site), keyed
+        ``<site>.<phase>``, each site's flushed."""
+        for name in names if names is not None else self.conns:
+            pub = self.pubs[name]
+            for i in range(self.per_site if count is None else count):
+                pub.send(f"{name}.{phase}".encode(), b"%d" % i)
+            pub.flush(30)
+
+    def adverts(self) -> dict[str, int]:
+        """Interest messages each site's monitor sent a link because what it wants changed."""
+        return {name: conn.status().count("interest_adverts") for name, conn in self.conns.items()}
+
+    def reads(self, name: str, side: str, way: str, wants: list[str]) -> Callable[[], bool]:
+        """Whether the monitor of ``name`` hears the link of ``side`` read its queue ``way``, wanting ``wants``."""
+        return lambda: any(x.side == side and x.way == way and x.reads and x.wants == wants
+                           for x in self.conns[name].status().links or [])

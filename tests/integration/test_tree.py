@@ -6,34 +6,15 @@ sideways to a sibling, each once; every interest message is counted where it is 
 from __future__ import annotations
 
 import collections
-from typing import Callable
 
 import client
 from roq.process import spawn
-from tests.integration.sites import DurableQueue, stop_tree
+from tests.integration.sites import DurableQueue, Listener, Tree, stop_tree
 from tests.integration.zkhelp import wait_until
 
 PER_SITE = 300
 ADDRESSES = {"root": "127.0.0.20", "branch": "127.0.0.19", "leaf-1": "127.0.0.18", "leaf-2": "127.0.0.28"}
 PARENTS = {"branch": "root", "leaf-1": "branch", "leaf-2": "branch"}
-
-
-class Listener:
-    """A subscriber and every record it took, counted by key."""
-
-    def __init__(self, conn: client.Connection, prefix: bytes) -> None:
-        self.sub = conn.subscriber(prefix)
-        self.keys: collections.Counter[bytes] = collections.Counter()
-
-    def take(self) -> None:
-        for b in self.sub.recv_many(timeout=0.05):
-            self.keys[b.key] += len(b.payloads)
-
-    def until(self, want: dict[bytes, int], what: str) -> None:
-        def done() -> bool:
-            self.take()
-            return all(self.keys[k] >= n for k, n in want.items())
-        wait_until(done, 60, what)
 
 
 def test_a_tree_carries_records_up_and_down_on_demand_never_sideways_each_once(tmp_path):
@@ -47,22 +28,8 @@ def test_a_tree_carries_records_up_and_down_on_demand_never_sideways_each_once(t
                 "--source", sites[child].monitor, "--target", sites[parent].monitor, "--on-demand", "--down"]))
         for link in links:
             link.wait_ready(60)
-        pubs = {name: conn.publisher() for name, conn in conns.items()}
-
-        def publish(phase: str, names=ADDRESSES, count: int = PER_SITE) -> None:
-            for name in names:
-                for i in range(count):
-                    pubs[name].send(f"{name}.{phase}".encode(), b"%d" % i)
-                pubs[name].flush()
-
-        def adverts() -> dict[str, int]:
-            """Interest messages each cluster's monitor sent a link because what it wants changed."""
-            return {name: conn.status().count("interest_adverts") for name, conn in conns.items()}
-
-        def reads(name: str, side: str, way: str, wants: list[str]) -> Callable[[], bool]:
-            """Whether the monitor of ``name`` hears the link of ``side`` read its queue ``way``, wanting ``wants``."""
-            return lambda: any(x.side == side and x.way == way and x.reads and x.wants == wants
-                               for x in conns[name].status().links or [])
+        view = Tree(conns, PER_SITE)
+        pubs, adverts, reads, publish = view.pubs, view.adverts, view.reads, view.publish
 
         # nobody wants anything: what is published stays where it was published (and never crosses later: a link
         # that comes to want something reads on from its journal's end)

@@ -14,11 +14,6 @@ configured anywhere but each cluster's parent.
 
 from __future__ import annotations
 
-import collections
-import json
-import subprocess
-import time
-from typing import Callable
 
 import pytest
 
@@ -26,6 +21,7 @@ import client
 from roqcli.embedded import EmbeddedCluster
 from roqcli.emulation import Emulation, HostBudget
 from roqcli.zkserver import ZooKeeperServer
+from tests.integration.sites import Listener, Tree, interface_bytes, publish_paced
 from tests.integration.zkhelp import wait_until
 
 PARENTS = {"b1": "root", "b2": "root", "l1": "b1", "l2": "b1", "l3": "b2", "l4": "b2"}
@@ -33,37 +29,6 @@ NAMES = ("root", "b1", "b2", "l1", "l2", "l3", "l4")
 HOSTS = {name: f"127.0.0.{41 + i}" for i, name in enumerate(NAMES)}  # each site's host, by the name it goes by
 RATE = "200mbit"
 PER_SITE = 200
-
-
-def _bytes(device: str) -> int:
-    """Bytes a site's interface (the bridge's end of its veth) sent and received so far (``ip -s link``)."""
-    shown = json.loads(subprocess.run(["ip", "-s", "-j", "link", "show", "dev", device], check=True,
-                                      capture_output=True, text=True).stdout)[0]["stats64"]
-    return shown["rx"]["bytes"] + shown["tx"]["bytes"]
-
-
-class Listener:
-    """A subscriber, every record it took counted by key, and how many it took twice."""
-
-    def __init__(self, conn: client.Connection, prefix: bytes) -> None:
-        self.sub = conn.subscriber(prefix)
-        self.keys: collections.Counter[bytes] = collections.Counter()
-        self.seen: set[tuple[str, int]] = set()
-        self.twice = 0
-
-    def take(self) -> None:
-        for b in self.sub.recv_many(timeout=0.05):
-            self.keys[b.key] += len(b.payloads)
-            for i in range(len(b.payloads)):
-                mark = (b.publisher, b.first_seq + i)
-                self.twice += mark in self.seen
-                self.seen.add(mark)
-
-    def until(self, want: dict[bytes, int], what: str, timeout: float = 60) -> None:
-        def done() -> bool:
-            self.take()
-            return all(self.keys[k] >= n for k, n in want.items())
-        wait_until(done, timeout, f"{what} (heard {dict(self.keys)})")
 
 
 @pytest.fixture
@@ -107,37 +72,16 @@ def test_seven_real_clusters_carry_only_what_is_wanted_never_sideways_each_once_
                 child for child, p in PARENTS.items() if p == parent) for parent in ("root", "b1", "b2"))
         wait_until(linked, 120, "every child's link welcomed by its parent")
         conns = {name: clusters[name].connect("orders") for name in NAMES}
-
-        def reads(name: str, side: str, way: str, wants: list[str]) -> Callable[[], bool]:
-            return lambda: any(x.side == side and x.way == way and x.reads and x.wants == wants
-                               for x in conns[name].status().links or [])
         wait_until(lambda: all(any(x.way == "up" for x in conns[PARENTS[c]].status().links or []) for c in PARENTS),
                    90, "every link carrying into its parent's queue")
-        pubs = {name: conn.publisher() for name, conn in conns.items()}
-
-        def adverts() -> dict[str, int]:
-            return {name: conn.status().count("interest_adverts") for name, conn in conns.items()}
-
-        def publish(phase: str, names=NAMES, count: int = PER_SITE) -> None:
-            for name in names:
-                for i in range(count):
-                    pubs[name].send(f"{name}.{phase}".encode(), b"%d" % i)
-                pubs[name].flush(30)
+        view = Tree(conns, PER_SITE)
+        pubs, adverts, reads, publish = view.pubs, view.adverts, view.reads, view.publish
 
         # demand: nobody wants anything; the root's queue takes about 2 MB/s and no other site's interface carries
         # more than heartbeats (hellos, interest, the monitors' answers, this test's own status calls)
-        before = {name: _bytes(veth[name]) for name in NAMES}
-        payload = b"x" * 1000
-        started, sent = time.monotonic(), 0
-        while time.monotonic() < started + 2.0:
-            due = int((time.monotonic() - started) * 2000) - sent
-            for _ in range(max(0, due)):
-                pubs["root"].send(b"root.a", payload)
-            sent += max(0, due)
-            time.sleep(0.005)
-        pubs["root"].flush(30)
-        took = time.monotonic() - started
-        moved = {name: _bytes(veth[name]) - before[name] for name in NAMES}
+        before = {name: interface_bytes(veth[name]) for name in NAMES}
+        sent, took = publish_paced(pubs["root"], b"root.a", b"x" * 1000, 2000, 2.0)
+        moved = {name: interface_bytes(veth[name]) - before[name] for name in NAMES}
         print(f"no interest: the root took {sent * 1000 / took / 1e6:.1f} MB/s for {took:.1f} s; bytes through each "
               f"site's interface meanwhile: {moved}")
         assert moved["root"] >= sent * 1000  # (the records went through the root's interface)

@@ -54,91 +54,86 @@ def test_a_malformed_answer_is_refused_and_the_fetch_asked_again():
         ctx.term()
 
 
+class _Reader:
+    """A link's source against a ROUTER that plays its journal: what the source asks, the keys it wants now, and
+    its kept position already answered (``position``)."""
+
+    def __init__(self, wanted: list[bytes] | None, position: int) -> None:
+        self.wanted = wanted
+        self.ctx = zmq.Context()
+        self.journal = self.ctx.socket(zmq.ROUTER)
+        port = self.journal.bind_to_random_port("tcp://127.0.0.1")
+        self.source = JournalSource(self.ctx, f"tcp://127.0.0.1:{port}", "link.x", lambda e, n, s: None,
+                                    keys=lambda: self.wanted)
+        self.loop = Loop("test", DropCounter(None, "test"), idle=0.01)
+        self.source.attach(self.loop)
+        ident, _ = self.asked()
+        self.answer(ident, control.Reply(request=control.Position.CMD, result=Result.OK, comment="",
+                                         data={"offset": position}))
+
+    def asked(self, within: float = 5.0) -> tuple[bytes, control.Message] | None:
+        """The next request the source sends (its loop turned meanwhile), or None within ``within``."""
+        deadline = time.monotonic() + within
+        while not self.journal.poll(10):
+            if time.monotonic() >= deadline:
+                return None
+            self.loop.turn()
+            self.source.poke(time.monotonic())
+        ident, body = self.journal.recv_multipart()
+        return ident, control.decode(body)
+
+    def answer(self, ident: bytes, msg: control.Message) -> None:
+        self.journal.send_multipart([ident, control.encode(msg)])
+
+    def fetched(self, ident: bytes, start: int, end: int) -> None:
+        """An answer with nothing read from ``start``, the journal's end at ``end``."""
+        self.answer(ident, control.Fetched(next_offset=end, end_offset=end, first_offset=0, count=0,
+                                           start_offset=start, offsets=[]))
+
+    def close(self) -> None:
+        self.source.close()
+        self.journal.close(0)
+        self.ctx.term()
+
+
 def test_a_reader_that_wants_no_key_asks_for_none_one_fetch_at_a_time_and_only_now_and_then():
     from client.link._source import IDLE_FETCH_S
 
-    ctx = zmq.Context()
-    journal = ctx.socket(zmq.ROUTER)
-    port = journal.bind_to_random_port("tcp://127.0.0.1")
-    wanted: list[bytes] | None = []
-    source = JournalSource(ctx, f"tcp://127.0.0.1:{port}", "link.x", lambda e, n, s: None, keys=lambda: wanted)
-    loop = Loop("test", DropCounter(None, "test"), idle=0.01)
+    r = _Reader([], position=5)
     try:
-        source.attach(loop)
-
-        def asked(within: float = 5.0) -> tuple[bytes, control.Message] | None:
-            deadline = time.monotonic() + within
-            while not journal.poll(10):
-                if time.monotonic() >= deadline:
-                    return None
-                loop.turn()
-                source.poke(time.monotonic())
-            ident, body = journal.recv_multipart()
-            return ident, control.decode(body)
-
-        ident, msg = asked()
-        journal.send_multipart([ident, control.encode(control.Reply(request=control.Position.CMD, result=Result.OK,
-                                                                    comment="", data={"offset": 5}))])
-        ident, msg = asked()
+        ident, msg = r.asked()
         first = time.monotonic()
         assert isinstance(msg, control.Fetch) and (msg.offset, msg.filtered, msg.prefixes) == (5, True, [])
-        assert asked(0.05) is None  # one at a time: none more before the answer
-        journal.send_multipart([ident, control.encode(control.Fetched(
-            next_offset=90, end_offset=90, first_offset=0, count=0, start_offset=5, offsets=[]))])
-        ident, msg = asked()
+        assert r.asked(0.05) is None  # one at a time: none more before the answer
+        r.fetched(ident, 5, 90)
+        ident, msg = r.asked()
         assert time.monotonic() - first >= IDLE_FETCH_S * 0.9  # and only every IDLE_FETCH_S
         assert isinstance(msg, control.Fetch) and msg.offset == 90 and msg.filtered
-        wanted = [b"eu."]  # it wants keys now: they are asked for, from the journal's end (what came meanwhile
-        journal.send_multipart([ident, control.encode(control.Fetched(  # passed while nobody wanted it)
-            next_offset=95, end_offset=95, first_offset=0, count=0, start_offset=90, offsets=[]))])
-        ident, msg = asked()
+        r.wanted = [b"eu."]  # it wants keys now: they are asked for, from the journal's end (what came meanwhile
+        r.fetched(ident, 90, 95)  # passed while nobody wanted it)
+        ident, msg = r.asked()
         assert isinstance(msg, control.Fetch) and (msg.offset, msg.prefixes) == (END, [b"eu."])
-        wanted = None
-        journal.send_multipart([ident, control.encode(control.Fetched(
-            next_offset=99, end_offset=99, first_offset=0, count=0, start_offset=97, offsets=[]))])
-        ident, msg = asked()
+        r.wanted = None
+        r.fetched(ident, 97, 99)
+        ident, msg = r.asked()
         assert isinstance(msg, control.Fetch) and not msg.filtered and msg.offset == 99  # every key, on from there
     finally:
-        source.close()
-        journal.close(0)
-        ctx.term()
+        r.close()
 
 
 def test_a_reader_waiting_at_the_end_that_comes_to_want_other_keys_asks_for_them_at_once_releasing_the_wait():
-    ctx = zmq.Context()
-    journal = ctx.socket(zmq.ROUTER)
-    port = journal.bind_to_random_port("tcp://127.0.0.1")
-    wanted: list[bytes] | None = [b"\x00@l1/"]
-    source = JournalSource(ctx, f"tcp://127.0.0.1:{port}", "link.x", lambda e, n, s: None, keys=lambda: wanted)
-    loop = Loop("test", DropCounter(None, "test"), idle=0.01)
+    r = _Reader([b"\x00@l1/"], position=5)
     try:
-        source.attach(loop)
-
-        def asked(within: float = 5.0) -> tuple[bytes, control.Message] | None:
-            deadline = time.monotonic() + within
-            while not journal.poll(10):
-                if time.monotonic() >= deadline:
-                    return None
-                loop.turn()
-            ident, body = journal.recv_multipart()
-            return ident, control.decode(body)
-
-        ident, msg = asked()
-        journal.send_multipart([ident, control.encode(control.Reply(request=control.Position.CMD, result=Result.OK,
-                                                                    comment="", data={"offset": 5}))])
-        ident, msg = asked()
+        ident, msg = r.asked()
         assert isinstance(msg, control.Fetch) and msg.offset == 5 and not msg.release
-        journal.send_multipart([ident, control.encode(control.Fetched(
-            next_offset=9, end_offset=9, first_offset=0, count=0, start_offset=5, offsets=[]))])
-        ident, msg = asked()
+        r.fetched(ident, 5, 9)
+        ident, msg = r.asked()
         assert isinstance(msg, control.Fetch) and msg.offset == 9  # at the end: it waits there, one alone
-        assert asked(0.1) is None
-        wanted = [b"\x00@l1/", b""]  # the far side wants every key now
-        source.pause(False)  # (what the crossing does when told)
-        ident, msg = asked()
-        assert isinstance(msg, control.Fetch) and msg.release and msg.prefixes == wanted and msg.offset == -3
-        assert asked(0.1) is None  # two asked for: no more
+        assert r.asked(0.1) is None
+        r.wanted = [b"\x00@l1/", b""]  # the far side wants every key now
+        r.source.pause(False)  # (what the crossing does when told)
+        ident, msg = r.asked()
+        assert isinstance(msg, control.Fetch) and msg.release and msg.prefixes == r.wanted and msg.offset == -3
+        assert r.asked(0.1) is None  # two asked for: no more
     finally:
-        source.close()
-        journal.close(0)
-        ctx.term()
+        r.close()
