@@ -3,7 +3,9 @@
 Recorded are the requests that change something (the GCM's decisions: create, remove, stop, start, scale,
 rules, thresholds, grants and revokes), whether carried out or refused, every request refused for want of
 permission, and every hello of a child cluster's link that was refused (a cycle, a duplicate name, a second
-parent, a stale incarnation: ``result`` CONFLICT, the comment naming both ends). Each entry: ``seq``, ``time`` (wall clock), ``principal`` (the key's, the bearer token's,
+parent, a stale incarnation: ``result`` CONFLICT, the comment naming both ends), and every key refused at the
+CURVE handshake (a child cluster's link, or any client, with a key the keyring does not admit: action ``Connect``,
+``result`` FORBIDDEN, the key and the peer's address in ``detail``; :class:`KeyRefusals`). Each entry: ``seq``, ``time`` (wall clock), ``principal`` (the key's, the bearer token's,
 ``anonymous``, or "" in a plaintext cluster), ``via`` (``management``, ``lookup`` or ``http``), ``action``
 (the request's name), ``queue``, ``detail`` (the rule granted, the rules set...), ``result`` (``OK``,
 ``ACCEPTED`` when the answer waits for the cluster, or the refusal's code name) and ``comment``.
@@ -27,13 +29,18 @@ from roq.wire.documents import AuditDoc
 from roq.errors import BadRequestError, Result, ZooKeeperError
 from roq.zk import Create, Paths, SetData
 
-__all__ = ["AuditTrail", "entry", "action_entry", "MAX_ENTRIES", "MAX_PENDING", "FLUSH_S"]
+__all__ = ["AuditTrail", "KeyRefusals", "entry", "action_entry", "MAX_ENTRIES", "MAX_PENDING", "FLUSH_S",
+           "KEY_REFUSAL_EVERY_S"]
 
 log = logging.getLogger("gcm")
 
 MAX_ENTRIES = 1000  # entries kept in ZooKeeper (about 300 bytes each: well under a node's 1 MB)
 MAX_PENDING = 1000  # entries waiting for a flush
 FLUSH_S = 1.0
+#: a key refused at the handshake goes into the trail at most this often (its client tries again every 0.1 s)
+KEY_REFUSAL_EVERY_S = 60.0
+#: keys whose last entry is remembered, at most
+MAX_REFUSED_KEYS = 1024
 _TEXT = 200  # characters of a detail or a comment kept
 
 
@@ -119,3 +126,37 @@ class AuditTrail:
         doc, _ = self.session.read(self.paths.audit, AuditDoc.decode) if self.session is not None else (None, -1)
         written = list(doc.entries) if doc is not None else []
         return (written + [{**e, "seq": None} for e in self.pending])[-limit:]
+
+
+class KeyRefusals:
+    """Keys the GCM's CURVE refused at the handshake, into the audit trail: each key's first refusal, then at most
+    every :data:`KEY_REFUSAL_EVERY_S` with how many came since (a client retries its handshake ten times a
+    second). ``refused`` counts them all.
+
+    Args:
+        audit: the trail.
+        clock: monotonic time; ``wall``: the entries' time.
+    """
+
+    def __init__(self, audit: AuditTrail, *, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.audit = audit
+        self.refused = 0
+        self._clock, self._wall = clock, wall
+        self._last: collections.OrderedDict[str, tuple[float, int]] = collections.OrderedDict()  # key -> (when, since)
+
+    def refuse(self, key: str, address: str, reason: str) -> None:
+        """The key ``key`` (Z85) was refused from ``address`` for ``reason``."""
+        self.refused += 1
+        now = self._clock()
+        when, since = self._last.pop(key, (float("-inf"), 0))
+        if now - when < KEY_REFUSAL_EVERY_S:
+            self._last[key] = (when, since + 1)
+            return
+        self._last[key] = (now, 0)
+        while len(self._last) > MAX_REFUSED_KEYS:
+            self._last.popitem(last=False)
+        more = f" ({since} more since the last entry)" if since else ""
+        self.audit.record(action_entry("Connect", "", {"key": key, "address": address}, None, "curve",
+                                       Result.FORBIDDEN, f"refused at the CURVE handshake: {reason}{more}",
+                                       self._wall()))

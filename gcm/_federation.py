@@ -168,6 +168,10 @@ class Federation:
         return {"Name": tree.name, "Role": tree.role, "Path": list(tree.path), "Children": children,
                 "Refusals": dict(self.refusals)}
 
+    def count(self, reason: str) -> None:
+        """A refusal decided elsewhere (``unknown_key``: at the CURVE handshake), counted with the others."""
+        self.refusals[reason] = self.refusals.get(reason, 0) + 1
+
     def _refuse(self, reason: str, detail: str) -> None:
         self.refusals[reason] = self.refusals.get(reason, 0) + 1
         log.warning("cluster %s: link refused (%s): %s", self.name or "(no name)", reason, detail)

@@ -22,12 +22,13 @@ import uuid
 from typing import Any, Callable
 
 import zmq
+import zmq.utils.z85
 
 from gcm._acl import bootstrap
 from gcm._federation import Federation
 from gcm._links import place_links
 from gcm._api import Api
-from gcm._audit import AuditTrail, action_entry
+from gcm._audit import AuditTrail, KeyRefusals, action_entry
 from gcm._broadcast import Broadcaster
 from gcm._config import GcmConfig
 from gcm._election import Election, Endpoints
@@ -43,6 +44,7 @@ from gcm._view import QueueView, View, read_view
 from roq.wire import management as m
 from roq.wire.control import Reply
 from roq.security.curve import Curve
+from roq.security.zap import Decision, ZapRequest
 from roq.wire.documents import FederationDoc, GcmDoc
 from roq.errors import (BrokerConnectionError, NodeExistsError, NodeMissingError, Result, VersionConflictError,
                         ZooKeeperError)
@@ -84,13 +86,14 @@ class Gcm:
         self._ctx = zmq.Context()
         self.drops = DropCounter(log, "gcm")
         try:  # ConfigError: an unsafe or unreadable key file, an unreadable keyring
-            self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops)
+            self.curve = Curve.of(self._ctx, config.secret_key, config.keyring, self.drops, self._key_refused)
         except BaseException:
             self._ctx.term()
             raise
         keyring = self.curve.keyring if self.curve is not None else None
         self.audit = AuditTrail(self.session, self.paths)
         self.federation = Federation(config.cluster_name, config.cluster_role)
+        self.key_refusals = KeyRefusals(self.audit)
         self._led = False  # whether it led at the end of the last turn (a new leader forgets the tree's children)
         api = Api(self, audit=self.audit)
         self.lookup, self.management = (
@@ -356,6 +359,14 @@ class Gcm:
             if kind == "link_refused":  # (what the queue's permissions refused a child: in the audit trail too)
                 self.audit.record(action_entry("LinkCarry", queue, {"cluster": child}, child, "link", Result.FORBIDDEN,
                                                why, time.time()))
+
+    def _key_refused(self, request: ZapRequest, decision: Decision) -> None:
+        """A key refused at the CURVE handshake: in the audit trail, and counted as a refused link
+        (``unknown_key``: a child cluster's link says hello with the cluster's key)."""
+        raw = request.credentials[0] if request.credentials else b""
+        key = zmq.utils.z85.encode(raw).decode() if len(raw) == 32 else f"({len(raw)} bytes)"
+        self.key_refusals.refuse(key, request.address, decision.reason)
+        self.federation.count("unknown_key")
 
     def _maintain(self, now: float) -> None:
         """The leader's own decisions: slots moved off lost hosts, removed queues deleted once quiet, links placed

@@ -5,8 +5,9 @@ parent cluster (found in the parent's ZooKeeper, :class:`client._leader.GcmLeade
 :data:`HELLO_INTERVAL`: whole each time, so that a new leader, which knows no child, learns it again, and a
 child silent for long is forgotten there. The answer is the welcome (the parent's path to the root) or a
 refusal (its reason and the detail naming both ends); a standby's NOT_LEADER sends the next hello to the leader
-it names, found again. Nothing here blocks the loop longer than a read of ZooKeeper when the leader is looked
-up.
+it names, found again. With CURVE, a parent whose keyring does not admit the link's key refuses it at the
+handshake (ZAP's status; no hello ever arrives): that is a refusal too (``unknown_key``), said once and kept until
+a hello is answered. Nothing here blocks the loop longer than a read of ZooKeeper when the leader is looked up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from client._leader import GcmLeader
 from roq.config import CurveClient
 from roq.errors import ProtocolError, RoQError, Result
 from roq.loop import Loop
+from roq.sockets import RefusalWatch
 from roq.wire.control import Reply, encode
 from roq.wire.control.links import LinkHello
 from roq.zk import Paths
@@ -61,6 +63,8 @@ class Parent:
         self._curve = curve
         self._who = who
         self._socket: zmq.Socket[bytes] | None = None
+        self._watch: RefusalWatch | None = None  # with CURVE: whether the parent refuses the key at the handshake
+        self._endpoint = ""
         self._answered = 0.0  # when the leader last answered (monotonic)
         self._loop: Loop | None = None
 
@@ -126,14 +130,38 @@ class Parent:
         sock.setsockopt(zmq.SNDHWM, 16)
         if self._curve is not None:
             self._curve.apply(sock)
-        sock.connect(leader.endpoint("management"))
+        self._watch = RefusalWatch(sock) if self._curve is not None else None
+        self._endpoint = leader.endpoint("management")
+        sock.connect(self._endpoint)
         self._socket = sock
         self._answered = time.monotonic()
         if self._loop is not None:
             self._loop.add(sock, self.readable, f"{self._who}: the parent's GCM")
+            if self._watch is not None:
+                self._loop.add(self._watch.socket, self._handshake, f"{self._who}: the parent's handshake")
         return True
 
+    def _handshake(self) -> None:
+        """The parent's GCM refused the link's key at the CURVE handshake: a refusal, said once."""
+        assert self._watch is not None
+        status = self._watch.refused()
+        if status is None:
+            return
+        refused = ("unknown_key", f"the parent cluster's GCM at {self._endpoint} refused the key of {self._who} at "
+                                  f"the CURVE handshake (ZAP status {status}): its keyring does not admit this "
+                                  "cluster's key (the parent's operator admits it with the cluster's public key)")
+        if refused != self.refused:
+            log.error("%s: the parent refused the link (%s): %s", self._who, *refused)
+        was_refused, self.path, self.refused = self.refused is not None, None, refused
+        if not was_refused:
+            self._on_change()
+
     def _disconnect(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            if self._loop is not None and self._loop.has(watch.socket):
+                self._loop.remove(watch.socket)
+            watch.close()
         sock, self._socket = self._socket, None
         if sock is not None:
             if self._loop is not None and self._loop.has(sock):

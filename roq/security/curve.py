@@ -24,7 +24,7 @@ from roq.security.keys import load_secret
 from roq.loop import Loop
 from roq.runtime import DropCounter
 from roq.sockets import HandshakeWatch
-from roq.security.zap import CLUSTER, Authenticator, Keyring, ZapServer
+from roq.security.zap import CLUSTER, Authenticator, Decision, Keyring, ZapRequest, ZapServer
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +44,25 @@ class Curve:
         secret_key: the cluster's secret key file.
         keyring: the directory of the public keys that may connect.
         drops: where refusals are counted.
+        on_refused: told of every key refused at the handshake (after it is counted).
 
     Raises:
         ConfigError: the key file is unsafe or unreadable, or the keyring cannot be read.
     """
 
-    def __init__(self, context: zmq.Context, secret_key: str, keyring: str, drops: DropCounter) -> None:
+    def __init__(self, context: zmq.Context, secret_key: str, keyring: str, drops: DropCounter,
+                 on_refused: Callable[[ZapRequest, Decision], None] | None = None) -> None:
         pair = load_secret(secret_key)
         self.public = pair.public
         self._secret = pair.secret or b""
         self.keyring = Keyring(keyring, keys=[(CLUSTER, pair.public)])
-        self.zap = ZapServer(context, Authenticator(self.keyring), drops)
+        self.zap = ZapServer(context, Authenticator(self.keyring), drops, on_refused)
         self._drops = drops
         self._watches: list[HandshakeWatch] = []
 
     @classmethod
-    def of(cls, context: zmq.Context, secret_key: str, keyring: str, drops: DropCounter) -> Curve | None:
+    def of(cls, context: zmq.Context, secret_key: str, keyring: str, drops: DropCounter,
+           on_refused: Callable[[ZapRequest, Decision], None] | None = None) -> Curve | None:
         """A process's CURVE from its settings; None (plaintext) when ``secret_key`` is empty.
 
         Raises:
@@ -70,7 +73,7 @@ class Curve:
         if not keyring:
             raise ConfigError("secret_key and keyring go together (CURVE needs the server's key and the keys "
                               "that may connect)")
-        return cls(context, secret_key, keyring, drops)
+        return cls(context, secret_key, keyring, drops, on_refused)
 
     def start(self) -> None:
         """Answer ZAP for the context: before any CURVE socket of it is bound (nobody gets in without it).

@@ -318,11 +318,15 @@ class ZapServer:
         context: the context whose CURVE sockets it answers for.
         authenticator: the decisions.
         drops: where refusals and unreadable requests are counted, under their reasons.
+
+        on_refused: told of every refusal, ``(request, decision)``, after it is counted (e.g. for an audit trail).
     """
 
-    def __init__(self, context: zmq.Context, authenticator: Authenticator, drops: DropCounter) -> None:
+    def __init__(self, context: zmq.Context, authenticator: Authenticator, drops: DropCounter,
+                 on_refused: Callable[[ZapRequest, Decision], None] | None = None) -> None:
         self.authenticator = authenticator
         self.drops = drops
+        self.on_refused = on_refused
         self.accepted = 0
         self.refused: dict[str, int] = {}
         self.socket = context.socket(zmq.ROUTER)
@@ -360,6 +364,8 @@ class ZapServer:
             else:
                 self.refused[decision.reason] = self.refused.get(decision.reason, 0) + 1
                 self.drops.drop(f"refused: {decision.reason}", f"{request.address} ({request.domain or 'no domain'})")
+                if self.on_refused is not None:
+                    self.on_refused(request, decision)
             try:
                 send(encode_reply(request, decision.status, decision.reason or "OK", decision.principal), zmq.NOBLOCK)
             except zmq.ZMQError:  # the handshake gave up meanwhile

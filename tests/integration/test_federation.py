@@ -5,6 +5,7 @@ child's durable queue; the link process)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -218,15 +219,13 @@ def test_a_thousand_fast_reconnects_of_childrens_links_raise_no_false_refusal(ma
     incarnation than one admitted is still refused as stale."""
     import zmq
 
-    from client._leader import GcmLeader
     from roq.wire.control import Reply, encode
     from roq.wire.control.links import ClusterName, LinkHello
-    from roq.zk import Paths
+    from roq.wire.ready import GcmReady
 
     hq = make_embedded(hosts=1, gcm_args=["--cluster-name", "hq"])
-    leader = GcmLeader(hq.zk, Paths(hq.root))
-    endpoint = leader.find(time.monotonic() + 30, "management")[0].endpoint("management")
-    leader.close()
+    [gcm] = hq.gcms.values()
+    endpoint = gcm.ready_as(GcmReady).management
     ctx = zmq.Context()
 
     def hello(link: str, incarnation: int) -> Reply:
@@ -258,3 +257,29 @@ def test_a_thousand_fast_reconnects_of_childrens_links_raise_no_false_refusal(ma
         assert hq.manager.federation()["Refusals"] == {"stale": 1}
     finally:
         ctx.destroy(linger=0)
+
+
+def test_a_child_whose_key_the_parent_does_not_know_is_refused_clearly_counted_and_audited(make_embedded, tmp_path):
+    """A secure parent whose keyring does not admit the child's key: the handshake fails before any hello. The link
+    stops at its start naming the refusal and both ends; the parent counts it (``unknown_key``) and its audit trail
+    has it, once for a burst of retries."""
+    hq = make_embedded(hosts=1, secure=True, gcm_args=["--cluster-name", "hq"])
+    hq.manager.create("orders", exchanges=1)
+    creds = hq.keys.client("stranger")
+    assert hq.keys.revoke("stranger")  # (its credentials stay; the parent no longer knows its key)
+    store = DurableQueue("127.0.0.30", str(tmp_path / "store"), exchanges=1)
+    try:
+        refused = subprocess.run([sys.executable, "-m", "client.link", *_link(
+            "--source", store.monitor, "--target", hq.manager.lookup("orders"), "--cluster", "store-1",
+            "--parent-zk", hq.zk, "--parent-root", hq.root, "--target-credentials", creds, "--connect-timeout", "20")],
+            capture_output=True, text=True, timeout=60)
+        assert refused.returncode == ExitCode.CONFIG, refused.stderr[-2000:]
+        assert "(unknown_key)" in refused.stderr and "refused the key" in refused.stderr, refused.stderr[-2000:]
+        assert hq.manager.federation()["Refusals"].get("unknown_key", 0) >= 1
+        entries = wait_until(lambda: [e for e in hq.manager.audit() if e["action"] == "Connect"], 30,
+                             "the refused key in the audit trail")
+        key = open(os.path.join(creds, "stranger.key")).read()
+        assert [(e["result"], "unknown key" in e["comment"]) for e in entries] == [("FORBIDDEN", True)], entries
+        assert json.loads(entries[0]["detail"])["key"] in key
+    finally:
+        store.stop()

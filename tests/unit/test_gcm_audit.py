@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -61,3 +62,24 @@ def test_the_api_records_changes_and_refusals_for_want_of_permission_not_reads()
     reply = ask(m.GetAudit(Limit=2), "ops")
     assert reply is not None and [e["action"] for e in reply.data["Entries"]] == ["RemoveQueue", "Revoke"]
     assert ask(m.GetAudit(Limit=2), "mallory").result == control.Result.FORBIDDEN
+
+
+def test_a_key_refused_at_the_handshake_is_recorded_once_a_minute_with_how_many_came_since():
+    from gcm._audit import KEY_REFUSAL_EVERY_S, KeyRefusals
+
+    now = [100.0]
+    trail = AuditTrail(None, Paths())
+    refusals = KeyRefusals(trail, clock=lambda: now[0], wall=lambda: 1.0e9 + now[0])
+    for _ in range(50):  # a client retrying its handshake ten times a second
+        refusals.refuse("KEY-A", "127.0.0.30", "unknown key")
+        now[0] += 0.1
+    refusals.refuse("KEY-B", "127.0.0.31", "unknown key")
+    now[0] += KEY_REFUSAL_EVERY_S
+    refusals.refuse("KEY-A", "127.0.0.30", "unknown key")
+    entries = list(trail.pending)
+    assert refusals.refused == 52
+    assert [(e["action"], e["result"], e["via"], json.loads(e["detail"])["key"]) for e in entries] == [
+        ("Connect", "FORBIDDEN", "curve", "KEY-A"), ("Connect", "FORBIDDEN", "curve", "KEY-B"),
+        ("Connect", "FORBIDDEN", "curve", "KEY-A")]
+    assert entries[0]["comment"] == "refused at the CURVE handshake: unknown key"
+    assert entries[2]["comment"].endswith("(49 more since the last entry)")
