@@ -76,6 +76,7 @@ class Subscriber:
         self._names: dict[bytes, str] = {}
         self._latency = Latency(config.latency_samples)
         self._listed = False
+        self._suspect: set[str] = set()  # exchanges declared dead whose connection is kept until the next list
         self._forbidden: ForbiddenError | None = None  # the monitor refused this subscriber's principal
         self._next_hello = 0.0
         self._poller = zmq.Poller()
@@ -313,16 +314,22 @@ class Subscriber:
         listed = {x.exchange: x.backend for x in msg.exchanges}
         dead = set(msg.lost)
         feeds = self._feeds
+        suspect, self._suspect = self._suspect, set()
         for feed in feeds.feeds():
             if feed.exchange in dead and feed.exchange not in listed:
                 # declared dead just now: its connection stays until the next list, for the monitor may have taken
-                # a starved exchange for a dead one; then what it has on the way still arrives (its epochs count
-                # as ended all the same, and copies resent elsewhere are dropped), and it comes back as it was
+                # a starved exchange for a dead one. Its epochs end only when it goes: what it has on the way still
+                # arrives, in order before what its publishers resent elsewhere from what it had said was delivered
+                # (a subscriber behind is not waited for: ended at once, the resent records came first and what
+                # was on the way then passed for copies, lost); and it comes back as it was
+                self._suspect.add(feed.exchange)
                 continue
             if listed.get(feed.exchange) != feed.backend:
                 feeds.remove(feed)
-        for gone in msg.lost:
-            self._feeds.lost(gone)
+                if feed.exchange in suspect:  # it was dead after all: none of its epochs will send a marker
+                    feeds.lost(feed.exchange)
+        for gone in dead - self._suspect:
+            feeds.lost(gone)
         self._journal = self._replay.connect(msg.journal) if self._replay is not None else msg.journal
         for exchange, backend in listed.items():
             if feeds.get(exchange) is None:

