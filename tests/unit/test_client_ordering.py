@@ -239,3 +239,23 @@ def test_a_journal_delivers_in_order_past_what_was_delivered_and_first_what_wait
     assert seqs(journal(r, 10, 2, epoch=1)) == [7, 8, 10, 11]
     assert (r.held, r.gaps, r.lost) == (0, 0, 0)
     assert seqs(journal(r, 9, 3, epoch=1)) == [] and r.delivered() == {P: 11}
+
+
+def test_a_starved_exchange_taken_for_dead_loses_nothing_if_its_epochs_end_only_when_it_goes():
+    """Exchange A was declared dead while a subscriber was behind it (A had 801..900 on the way): the publisher
+    resent from what A said was delivered (901 on, under a new epoch, through B), and those came first. Ended at
+    once (the subscriber's rule until 2026-11-28), A's late records pass for copies and 100 are lost; kept open until
+    A goes, B's records wait for them and nothing is lost."""
+    def run(end_at_once: bool):
+        r = make()
+        data(r, "A", 1, 1, 800)
+        if end_at_once:
+            r.source_lost("A", 0.0)
+        early = seqs(data(r, "B", 2, 901, 100, now=0.1))  # the resend, first
+        late = seqs(data(r, "A", 1, 801, 100, now=0.2))  # what A had on the way
+        return early + late, r
+
+    delivered, r = run(end_at_once=True)
+    assert delivered == list(range(901, 1001)) and (r.lost, r.duplicates) == (100, 100)
+    delivered, r = run(end_at_once=False)
+    assert delivered == list(range(801, 1001)) and (r.lost, r.duplicates, r.gaps) == (0, 0, 0)
