@@ -47,7 +47,7 @@ from typing import Any
 import bson
 import zmq
 
-from roq.wire import batch, control, management  # noqa: F401  (management registers the GCM's commands)
+from roq.wire import batch, compression, control, management  # noqa: F401  (management registers the GCM's commands)
 from roq.config import CurveClient
 from roq.security.zap import identity_for
 
@@ -250,8 +250,10 @@ def broken_batches(rng: random.Random) -> list[tuple[str, list[bytes]]]:
     good = batch.encode_body([b"x", b"yy"])
 
     def header(kind: int = batch.DATA, count: int = 2, first: int = 1, version: int = batch.VERSION,
-               publisher: bytes = me) -> bytes:
-        return batch.HEADER.pack(version, kind, 0, count, publisher, 0, first, 0, 0)
+               publisher: bytes = me, flags: int = 0) -> bytes:
+        return batch.HEADER.pack(version, kind, flags, count, publisher, 0, first, 0, 0)
+
+    squeezed = batch.FLAG_COMPRESSED
 
     out = [
         ("one frame", [b"k"]), ("two frames", [b"k", header()]), ("five frames", [b"k", header(), good, b"", b""]),
@@ -265,6 +267,9 @@ def broken_batches(rng: random.Random) -> list[tuple[str, list[bytes]]]:
         ("beacon", [batch.CONTROL_TOPIC, header(kind=batch.BEACON, count=0), b"x1"]),
         ("huge key", [b"k" * (1 << 17), header(), good]), ("empty", [b"", b"", b""]),
         ("someone else's id", [b"k", header(publisher=b"\x01" * 16), good]),
+        ("compressed, not zstd", [b"k", header(flags=squeezed), good]),
+        ("compressed bomb", [b"k", header(flags=squeezed), compression.compress(bytes(64 << 20))]),
+        ("compressed, no batch inside", [b"k", header(flags=squeezed), compression.compress(b"\xff")]),
     ]
     for i in range(8):
         frames = [os.urandom(rng.choice((0, 1, 52, 200, 5000))) for _ in range(rng.randint(1, 5))]
