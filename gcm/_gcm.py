@@ -22,7 +22,6 @@ import uuid
 from typing import Any, Callable
 
 import zmq
-import zmq.utils.z85
 
 from gcm._acl import bootstrap
 from gcm._federation import Federation
@@ -44,7 +43,7 @@ from gcm._view import QueueView, View, read_view
 from roq.wire import management as m
 from roq.wire.control import Reply
 from roq.security.curve import Curve
-from roq.security.zap import Decision, ZapRequest
+from roq.security.zap import Decision, ZapRequest, public_key
 from roq.wire.documents import FederationDoc, GcmDoc
 from roq.errors import (BrokerConnectionError, NodeExistsError, NodeMissingError, Result, VersionConflictError,
                         ZooKeeperError)
@@ -363,9 +362,8 @@ class Gcm:
     def _key_refused(self, request: ZapRequest, decision: Decision) -> None:
         """A key refused at the CURVE handshake: in the audit trail, and counted as a refused link
         (``unknown_key``: a child cluster's link says hello with the cluster's key)."""
-        raw = request.credentials[0] if request.credentials else b""
-        key = zmq.utils.z85.encode(raw).decode() if len(raw) == 32 else f"({len(raw)} bytes)"
-        self.key_refusals.refuse(key, request.address, decision.reason)
+        self.key_refusals.refuse(public_key(request.credentials) or "(no CURVE key)", request.address,
+                                 decision.reason)
         self.federation.count("unknown_key")
 
     def _maintain(self, now: float) -> None:

@@ -39,7 +39,7 @@ from roq.runtime import DropCounter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "identity_for", "owns", "Keyring", "Decision",
+__all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "public_key", "identity_for", "owns", "Keyring", "Decision",
            "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from",
            "KEY_REMOVED"]
 
@@ -90,6 +90,13 @@ class ZapRequest:
                        tuple(credentials))
         except UnicodeDecodeError as exc:
             raise ProtocolError(f"a ZAP request with text that is not UTF-8: {exc}") from exc
+
+
+def public_key(credentials: tuple[bytes, ...]) -> str:
+    """The CURVE public key a handshake presented (Z85), or "" when ``credentials`` are not one 32-byte key."""
+    if len(credentials) != 1 or len(credentials[0]) != 32:
+        return ""
+    return zmq.utils.z85.encode(credentials[0]).decode()
 
 
 def encode_reply(request: ZapRequest, status: int, text: str, user_id: str = "") -> list[bytes]:
@@ -292,9 +299,9 @@ class Authenticator:
     def decide(self, request: ZapRequest) -> Decision:
         if request.mechanism != "CURVE":
             return Decision(400, f"mechanism {request.mechanism[:20]} refused")
-        if len(request.credentials) != 1 or len(request.credentials[0]) != 32:
+        public = public_key(request.credentials).encode()
+        if not public:
             return Decision(400, "bad CURVE credentials")
-        public = zmq.utils.z85.encode(request.credentials[0])
         principal = self.keyring.principal(public)
         if principal is None and self.keyring.directory is not None and self._clock() >= self._next_recheck:
             self._next_recheck = self._clock() + RECHECK_S

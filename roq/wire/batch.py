@@ -285,8 +285,7 @@ def compress(frames: list[bytes]) -> list[bytes]:
     squeezed = compression.compress(body)
     if len(squeezed) >= len(body):
         return frames
-    flags = _FLAGS.unpack_from(header, _FLAGS_AT)[0] | FLAG_COMPRESSED
-    return [key, header[:_FLAGS_AT] + _FLAGS.pack(flags) + header[_FLAGS_AT + 2:], squeezed]
+    return [key, _with_flags(header, _FLAGS.unpack_from(header, _FLAGS_AT)[0] | FLAG_COMPRESSED), squeezed]
 
 
 def inflate(key: bytes, header: bytes, body: bytes, max_body: int) -> tuple[bytes, bytes, Header]:
@@ -300,9 +299,13 @@ def inflate(key: bytes, header: bytes, body: bytes, max_body: int) -> tuple[byte
         body = compression.decompress(body, max_body)
     except ProtocolError as exc:
         raise BatchError("bad compressed batch", str(exc)) from None
-    flags = _FLAGS.unpack_from(header, _FLAGS_AT)[0] & ~FLAG_COMPRESSED
-    header = header[:_FLAGS_AT] + _FLAGS.pack(flags) + header[_FLAGS_AT + 2:]
+    header = _with_flags(header, _FLAGS.unpack_from(header, _FLAGS_AT)[0] & ~FLAG_COMPRESSED)
     return header, body, check_incoming(key, header, body, max_body)
+
+
+def _with_flags(header: bytes, flags: int) -> bytes:
+    """``header`` (checked to be one) with its flags replaced."""
+    return header[:_FLAGS_AT] + _FLAGS.pack(flags) + header[_FLAGS_AT + 2:]
 
 
 def pack_subscription(subscriber: bytes, prefix: bytes, replay: bool = False, rejoin: int = 0) -> list[bytes]:
