@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import os
 import random
 import socket
@@ -244,6 +245,12 @@ def huge_documents() -> Iterator[tuple[str, bytes]]:
 # ---------------------------------------------------------------------- broken data-plane frames
 
 
+@functools.cache
+def _bomb() -> bytes:
+    """A compressed body of a few kilobytes that says it holds 64 MiB (made once: compressing it takes a while)."""
+    return compression.compress(bytes(64 << 20))
+
+
 def broken_batches(rng: random.Random) -> list[tuple[str, list[bytes]]]:
     """Frames an exchange's frontend must drop: a batch broken in each way, and random frames."""
     me = os.urandom(16)  # not the identity the batches are sent with: that alone is a reason to drop them
@@ -268,7 +275,7 @@ def broken_batches(rng: random.Random) -> list[tuple[str, list[bytes]]]:
         ("huge key", [b"k" * (1 << 17), header(), good]), ("empty", [b"", b"", b""]),
         ("someone else's id", [b"k", header(publisher=b"\x01" * 16), good]),
         ("compressed, not zstd", [b"k", header(flags=squeezed), good]),
-        ("compressed bomb", [b"k", header(flags=squeezed), compression.compress(bytes(64 << 20))]),
+        ("compressed bomb", [b"k", header(flags=squeezed), _bomb()]),
         ("compressed, no batch inside", [b"k", header(flags=squeezed), compression.compress(b"\xff")]),
     ]
     for i in range(8):
