@@ -14,10 +14,15 @@ Once every subscriber counted took mark ``m``, what was acknowledged up to ``m``
 publisher concerned is told its highest seq.
 
 Counted is every subscriber in the table except one *behind* (batches go past it: it sees gaps anyway) and one
-that left a mark untaken for ``hold`` seconds (one that stopped reading, one that reads more than that far
-behind, a client that names no marks): such a subscriber costs publishers at most that long of their buffer
-(``buffer_bytes``), and loses what a killed exchange had on its way to it. A subscriber counts from the mark after
-it joined. A relayed
+that took no new mark for ``hold`` seconds while the mark after the one it took waited as long (one that stopped
+reading, a client that names no marks): such a subscriber costs publishers at most that long of their buffer
+(``buffer_bytes``), and loses what a killed exchange had on its way to it. One that keeps taking marks is waited
+for however far behind it reads (a busy machine, a burst in its socket buffers: seconds): it loses nothing when
+the exchange is killed. What publishers keep for it is bounded all the same: an exchange that finds its pipe full
+waits for it at its pace (:mod:`exchange._forwarder`), so it is never more than its pipe and socket buffers
+behind. (Until 2026-11-28 one that read more than ``hold`` behind was given up on too, however steadily it read.)
+A subscriber counts from the mark after it joined; one given up on, from when it took every mark delivered
+without it. A relayed
 publisher (a link's, :data:`roq.wire.batch.FLAG_RELAYED`) gets no delivered frames: its link resends by its own
 rules.
 """
@@ -118,8 +123,8 @@ class Delivery:
                 continue
             if took < first - 1 or sub.behind(now):  # given up on before, or batches go past it
                 continue
-            if now - marks[took + 1 - first][1] >= hold:  # the mark after the one it took waits too long
-                continue
+            if now - marks[took + 1 - first][1] >= hold and now - sub.marked >= hold:
+                continue  # the mark after the one it took waits too long, and it took none newer for as long
             floor = took
         return floor
 

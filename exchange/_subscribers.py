@@ -39,10 +39,11 @@ BEHIND_HOLD = 2.0
 class Subscriber:
     """One subscriber of the exchange: its connection's routing id (``ident``, what it is sent to), its id (the
     one its subscription names), the prefixes it gets (its own and the control topic's), until when it is behind,
-    how many batches went past it, whether its seam went to the journal, and when it last reported progress."""
+    how many batches went past it, whether its seam went to the journal, when it last reported progress, and the last
+    delivery mark it took and when."""
 
     __slots__ = ("ident", "id", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed", "progressed",
-                 "missed_at", "mark")
+                 "missed_at", "mark", "marked")
 
     def __init__(self, ident: bytes, prefix: bytes, principal: str = "", id: bytes = b"") -> None:
         self.ident = ident
@@ -56,6 +57,7 @@ class Subscriber:
         self.progressed = 0.0  # when it last reported it took batches (0: never; an older client does not)
         self.missed_at = 0.0  # when a batch last went past it
         self.mark = -1  # the last delivery mark it took (-1: it came after the last one sent; see exchange._delivery)
+        self.marked = 0.0  # when it last reported a mark newer than the one before
 
     def behind(self, now: float) -> bool:
         """Until ``behind_until``; and one that reports progress, until it reports again after it missed a batch
@@ -69,6 +71,7 @@ class Subscriber:
         self.behind_until = 0.0
         if mark > self.mark:
             self.mark = mark
+            self.marked = now
 
     def __repr__(self) -> str:
         return f"Subscriber({self.id.hex()[:8]}, {self.prefix[:40]!r})"

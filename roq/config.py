@@ -155,9 +155,9 @@ class ExchangeConfig:
         subscriber_grace: how long the exchange waits for a subscriber's full pipe (holding the batch, reading
             no publisher meanwhile) before it sends past that subscriber, which then misses batches.
         drain_timeout: on SIGTERM, how long to keep forwarding while the monitor moves publishers away.
-        delivery_hold: how long a subscriber may leave a delivery mark untaken and still be waited for before
-            publishers are told their records were delivered (see :mod:`exchange._delivery`): what a stalled
-            subscriber costs publishers of their buffer, at most.
+        delivery_hold: how long a subscriber may take no new delivery mark (leaving the next one untaken) and
+            still be waited for before publishers are told their records were delivered (see
+            :mod:`exchange._delivery`): what a stalled subscriber costs publishers of their buffer, at most.
         ack_interval: while publishers' batches wait to be read, their acknowledgements are coalesced over this
             many seconds (fewer of them save wake-ups on both sides); once the exchange has read everything
             waiting, they go out at once.

@@ -127,6 +127,23 @@ def test_a_subscriber_that_leaves_a_mark_untaken_for_the_hold_is_not_waited_for(
     assert told(pub, 1000) == 2  # given up on: not waited for again until it takes a mark
 
 
+def test_a_subscriber_that_reads_further_behind_than_the_hold_but_takes_marks_is_waited_for(rig):
+    fwd, pub, subscriber = rig
+    me = os.urandom(16)
+    sub, sub_id = subscriber()
+    publish(fwd, pub, me, 1)
+    fwd.delivery.tick(time.monotonic() - 2 * HOLD)  # mark 1, sent long ago...
+    report(fwd, sub, sub_id, 1)  # ...and taken now
+    fwd.delivery.tick(time.monotonic())
+    assert told(pub, 1000) == 1
+    publish(fwd, pub, me, 2)
+    fwd.delivery.tick(time.monotonic() - HOLD - 1)  # mark 2, sent longer ago than the hold...
+    fwd.delivery.tick(time.monotonic())  # ...behind mark 1, taken just now
+    assert told(pub, 100) is None  # it reads, however far behind: a killed exchange would lose what it has not read
+    fwd.delivery.tick(time.monotonic() + HOLD)  # no new mark for the hold either: it stopped
+    assert told(pub, 1000) == 2
+
+
 def test_with_no_subscriber_and_for_one_that_came_after_the_mark_nothing_waits(rig):
     fwd, pub, subscriber = rig
     me = os.urandom(16)
