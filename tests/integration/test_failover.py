@@ -26,13 +26,16 @@ def test_exchange_crash_under_load(make_cluster, loads):
     on_victim = {p.id for p in status.publishers if p.exchange == victim.id}
     killed_at = time.time()
     cluster.kill_exchange(victim.id)
-    status = cluster.wait_for(
-        lambda s: any(e["kind"] == "exchange_lost" for e in s.events), 5, "the monitor to notice"
-    )
-    lost = next(e for e in status.events if e["kind"] == "exchange_lost")
+
+    def victim_lost(events):
+        return next((e for e in events if e["kind"] == "exchange_lost" and e["exchange"] == victim.id
+                     and e["time"] >= killed_at), None)
+
+    status = cluster.wait_for(lambda s: victim_lost(s.events) is not None, 5, "the monitor to notice")
+    lost = victim_lost(status.events)
     detection = lost["time"] - killed_at
     print(f"exchange {victim.id} killed; declared lost after {detection:.3f}s")
-    assert lost["exchange"] == victim.id and detection <= 1.5
+    assert detection <= 1.5
     cluster.wait_for(
         lambda s: all(p.exchange != victim.id and not p.relocating for p in s.publishers), 10,
         "publishers to fail over",
@@ -41,15 +44,20 @@ def test_exchange_crash_under_load(make_cluster, loads):
         lambda s: all(p.records_per_s > 1000 for p in s.publishers if p.id in on_victim), 10,
         "the failed-over publishers to send through their new exchanges",
     )
-    sent, failovers = {}, 0
+    sent, failovers = {}, {}
     for pub in pubs:
         report = loads.report(pub, stop=True)
         assert report["error"] == ""
         sent[report["publisher"]] = report["keys"]
-        if report["publisher"] in on_victim:
-            assert report["stats"]["failovers"] == 1
-            failovers += 1
-    assert failovers == len(on_victim)
+        failovers[report["publisher"]] = report["stats"]["failovers"]
+    # a machine busy enough can keep a live exchange from beating for a second: taken for dead, its publishers fail
+    # over too (and lose nothing, as the audit below checks); with none taken for dead, exactly the victim's did
+    taken_for_dead = [e["text"] for e in cluster.status().events
+                      if e["kind"] == "exchange_lost" and e["seq"] != lost["seq"]]
+    print("taken for dead besides the victim:", taken_for_dead or "none")
+    assert all(failovers[p] >= 1 for p in on_victim)
+    if not taken_for_dead:
+        assert failovers == {p: int(p in on_victim) for p in failovers}
     loads.publishers_done(*subs)
     for sub in subs:
         report = loads.report(sub)
