@@ -243,6 +243,12 @@ class JournalConfig:
         commands: read the host manager's commands (control messages) on standard input.
         secret_key: the CURVE secret key file the intake serves with; "" = plaintext.
         keyring: with ``secret_key``, the directory of the public keys that may connect.
+        followers: the ids of the follower replicas of this journal, which leads (repeat the flag for each): it
+            acknowledges a round once a majority of the replicas, itself included, hold it, and serves readers
+            only that (see :mod:`exchange.journal._replication`).
+        follow: the reads endpoint of the journal this one follows as a replica (its ``--id`` is its name
+            there): it appends the leader's entries at the leader's offsets, synced under its durability, and
+            takes no batch from exchanges.
     """
 
     queue: str
@@ -263,9 +269,11 @@ class JournalConfig:
     commands: bool = field(default=False, metadata={"flag": "--commands-on-stdin"})
     secret_key: str = ""
     keyring: str = ""
+    followers: tuple[str, ...] = ()
+    follow: str = ""
 
     def __post_init__(self) -> None:
-        _text(self, "queue", "directory", "monitor", "address", "durability", "journal_id")
+        _text(self, "queue", "directory", "monitor", "address", "durability", "journal_id", "follow")
         check_curve_settings(self)
         if not self.queue:
             raise ConfigError("JournalConfig.queue must name the queue")
@@ -280,6 +288,19 @@ class JournalConfig:
         _positive(self, "retention_bytes", "retention", allow_zero=True)
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 4096:
             raise ConfigError(f"JournalConfig.segment_bytes must be at least 4096, got {self.segment_bytes!r}")
+        if self.follow:
+            _endpoint(self, "follow")
+            if self.followers:
+                raise ConfigError("JournalConfig: a journal either leads (followers) or follows (follow), not both")
+            if not self.journal_id:
+                raise ConfigError("JournalConfig.follow needs the journal's id (--id): its leader counts it by name")
+            if self.monitor:
+                raise ConfigError("JournalConfig: a follower replica does not report to a monitor yet (the monitor "
+                                  "would name it to the exchanges as the queue's journal)")
+        if len(self.followers) > 4 or len(set(self.followers)) != len(self.followers) or \
+                any(not f or f == self.journal_id for f in self.followers):
+            raise ConfigError(f"JournalConfig.followers must be at most 4 distinct ids, none this journal's own, got "
+                              f"{list(self.followers)}")
 
 
 #: a link's name: its durable readers ``link.<name>`` and ``link.<name>.down`` are durable names (128 at most)

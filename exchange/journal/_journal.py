@@ -49,6 +49,7 @@ from exchange.journal._intake import Intake
 from exchange.journal._meter import Meter
 from exchange.journal._readport import ReadPort
 from exchange.journal._reads import Positions
+from exchange.journal._replicas import Following, Leading
 from exchange.journal._store import Store
 from roq.wire import batch, control
 from roq.wire.batch import BatchError
@@ -102,6 +103,8 @@ class Journal:
         self.store: Store | None = None
         self.intake: Intake | None = None
         self.reads: ReadPort | None = None
+        self.leading: Leading | None = None  # with followers: acknowledged once on a majority of the replicas
+        self.following: Following | None = None  # a follower replica of another journal
         self.admission = Admission() if self.curve is not None else None  # who may read: the monitor says
         self.meter = Meter()
         self.sock = self._ctx.socket(zmq.ROUTER)
@@ -138,8 +141,14 @@ class Journal:
         """
         cfg = self.config
         self.store, rec = Store.open(cfg.directory, cfg.queue, segment_bytes=cfg.segment_bytes)
-        self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission)
+        self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission,
+                              on_replica=self._on_replica if cfg.followers else None)
         self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
+        if cfg.followers:
+            self.leading = Leading(self.id, cfg.followers, self.store, self.reads, self._acknowledge)
+        if cfg.follow:
+            self.following = Following(self._ctx, cfg.follow, self.id, self.store, self.reads,
+                                       lambda: not self.interval, self.curve)
         log.info("journal %s of queue %s in %s: %s", self.id, cfg.queue, cfg.directory, rec.describe())
         if self.monitor is not None:  # its monitor's first policy says where a new generation begins
             self._paused_until = float("inf")
@@ -157,6 +166,12 @@ class Journal:
         if self.monitor is not None:
             self.monitor.connect()
             self.monitor.send(self.heartbeat())
+        if self.leading is not None:
+            log.info("journal %s leads the replicas %s: a round is acknowledged once %d of the %d hold it", self.id,
+                     ", ".join(cfg.followers), self.leading.quorum.needed, len(cfg.followers) + 1)
+        if self.following is not None:
+            log.info("journal %s follows %s as a replica (it takes no batch from exchanges)", self.id, cfg.follow)
+            self.following.start(time.monotonic())
 
     def ready_info(self) -> JournalReady:
         """The ready line."""
@@ -171,6 +186,8 @@ class Journal:
         if self.curve is not None:
             self.curve.close()
         self.sock.close()
+        if self.following is not None:
+            self.following.close()
         if self.reads is not None:
             self.reads.close()
         if self.monitor is not None:
@@ -199,6 +216,10 @@ class Journal:
         loop.add(reads.socket, lambda: reads.readable(time.monotonic()), "the reads port")
         if self.monitor is not None:
             loop.add(self.monitor.socket, self.monitor.readable, "the monitor")
+        following = self.following
+        if following is not None:
+            loop.add(following.socket, lambda: following.readable(time.monotonic()), "the leader")
+            loop.every(0.5, following.tick, "the fetch from the leader")
         if self._commands is not None:
             self._commands.attach(loop, self.config.heartbeat_interval)
         self._follow_pause(time.monotonic())
@@ -223,7 +244,7 @@ class Journal:
         paused = now < self._paused_until
         reads = self.reads
         assert reads is not None
-        self.loop.want(self.sock, 0 if paused else zmq.POLLIN)
+        self.loop.want(self.sock, 0 if paused or self.following is not None else zmq.POLLIN)
         self.loop.want(reads.socket, 0 if paused and not self.told else zmq.POLLIN)
 
     def _on_sync_due(self, now: float) -> None:
@@ -283,17 +304,27 @@ class Journal:
                 log.error("journal %s: %s; nothing of the last round is acknowledged, the exchanges send it again "
                           "(intake paused for %.1fs; %d failures in all)", self.id, exc, PAUSE_S, failures)
             return
+        if self.leading is not None:  # acknowledged once a majority of the replicas hold it
+            self.leading.written(store.end_offset, intake.acks(), time.monotonic())
+        else:
+            self._acknowledge(intake.acks(), store.next_offset)
+        if self.reads is not None:
+            self.reads.written()  # readers waiting at the end (after the acknowledgements: publishers wait on them)
+
+    def _acknowledge(self, acks: dict[bytes, list[tuple[bytes, int]]], end: int) -> None:
+        """Tell each exchange its publishers' highest seqs journaled, and the journal's end ``end``."""
         send = self.sock.send_multipart
         most = batch.MAX_JOURNAL_ACKS
-        end = store.next_offset
-        for source, pairs in intake.acks().items():
+        for source, pairs in acks.items():
             for i in range(0, len(pairs), most):
                 try:
                     send([source, batch.encode_journal_ack(self.incarnation, pairs[i:i + most], end)], zmq.NOBLOCK)
                 except zmq.ZMQError:  # the exchange is gone or its pipe full: it sends again, and is answered
                     pass
-        if self.reads is not None:
-            self.reads.written()  # readers waiting at the end (after the acknowledgements: publishers wait on them)
+
+    def _on_replica(self, replica: str, offset: int, now: float) -> None:
+        if self.leading is not None:
+            self.leading.held(replica, offset, now)
 
     def _sync(self, raising: bool = False) -> None:
         store = self.store

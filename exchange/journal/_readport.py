@@ -11,6 +11,7 @@ and none is served before the rules are known.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import zmq
 
@@ -24,6 +25,7 @@ from roq.security.curve import Curve
 from roq.errors import ForbiddenError, JournalError, UnavailableError
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request, RouterServer
+from roq.security.zap import CLUSTER
 from roq.sockets import bind
 
 log = logging.getLogger(__name__)
@@ -41,11 +43,16 @@ class ReadPort:
         drops: counts what is refused.
         curve: with CURVE, the socket serves with the cluster's key and ``admission`` decides.
         admission: who may read (with CURVE).
+        on_replica: a leading journal's: a follower replica fetched from an offset (it holds everything before),
+            called with its id, that offset and the time; None: this journal has no followers (a replica's fetch is
+            answered all the same, and counts for nothing).
     """
 
     def __init__(self, context: zmq.Context, store: Store, directory: str, drops: DropCounter,
-                 curve: Curve | None = None, admission: Admission | None = None) -> None:
+                 curve: Curve | None = None, admission: Admission | None = None,
+                 on_replica: Callable[[str, int, float], None] | None = None) -> None:
         self.reads = Reads(store)
+        self.on_replica = on_replica
         self.positions = Positions(directory)
         self.admission = admission
         self.socket = context.socket(zmq.ROUTER)
@@ -73,6 +80,11 @@ class ReadPort:
         """Answer the fetches waiting at the end: more is written."""
         self._send(self.reads.written())
 
+    def commit(self, end: int) -> None:
+        """A replicated journal's commit end moved to ``end``: answer the readers waiting for it."""
+        self.reads.commit(end)
+        self.written()
+
     def expire(self, now: float) -> None:
         self._send(self.reads.expire(now))
 
@@ -93,6 +105,11 @@ class ReadPort:
     def _on_fetch(self, msg: control.Fetch, request: Request) -> Reply | None:
         for prefix in msg.prefixes[:control.MAX_PREFIXES] if msg.filtered else [msg.prefix]:
             self._check(request, prefix)
+        if msg.replica:
+            if request.principal is not None and request.principal != CLUSTER:
+                raise ForbiddenError(f"{request.principal} may not fetch as a replica: only the cluster's processes")
+            if self.on_replica is not None and msg.offset >= 0:
+                self.on_replica(msg.replica, msg.offset, self._now)
         if msg.release:  # its fetch waiting at the end is answered first: this one asks for other keys
             self._send([(request.identity, frames) for frames in self.reads.release(request.identity)])
         frames = self.reads.fetch(request.identity, msg, self._now)  # ProtocolError: answered BAD_REQUEST

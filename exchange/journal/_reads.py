@@ -6,7 +6,9 @@ A fetch (:class:`~roq.wire.control.Fetch`) is answered with :class:`~roq.wire.co
 :data:`MAX_PARKED`) until something is written (:meth:`Reads.written`) or its wait runs out
 (:meth:`Reads.expire`): a reader that follows the journal is answered as soon as there is something to read.
 A fetch that asks for it (``compressed``: a link across a slow network) gets the entries' frames packed in one
-compressed frame, where that is smaller.
+compressed frame, where that is smaller. In a replicated journal (:attr:`Reads.limit`) readers are served only
+what a majority of the replicas hold; a follower replica (:attr:`~roq.wire.control.Fetch.replica`) everything
+written, with the entries' append times.
 
 A **seam** is where the live stream takes over from the journal for one subscriber at one exchange: the
 exchange sends it (:data:`roq.wire.batch.SEAM`) once that subscriber's subscription is live there, after every
@@ -73,6 +75,16 @@ class Reads:
         self.fetches = 0
         self.records_read = 0
         self.errors = 0
+        self.limit: int | None = None  # a replicated journal's commit end: readers get nothing at or past it
+
+    def commit(self, end: int) -> None:
+        """A replicated journal's commit end is ``end`` now (:meth:`written` answers the readers it lets on)."""
+        self.limit = end if self.limit is None else max(self.limit, end)
+
+    def _end(self, msg: control.Fetch) -> int:
+        """Where ``msg``'s reading ends: what is written, or for a reader of a replicated journal, committed."""
+        end = self.store.end_offset
+        return end if self.limit is None or msg.replica else min(end, self.limit)
 
     # ------------------------------------------------------------------ fetches
 
@@ -99,10 +111,10 @@ class Reads:
         elif offset == -1:
             offset = store.offset_at(int(msg.since * 1e9))
         elif offset == -2:
-            offset = store.end_offset
+            offset = self._end(msg)
         offset = max(offset, store.first_offset)
         # (one that wants no key is answered at once: it paces itself)
-        if offset >= store.end_offset and msg.wait_ms and not _no_key(msg) and len(self.parked) < MAX_PARKED:
+        if offset >= self._end(msg) and msg.wait_ms and not _no_key(msg) and len(self.parked) < MAX_PARKED:
             self.parked.append(_Parked(identity, msg, offset, now + msg.wait_ms / 1000, offset))
             return None
         return self._answer(identity, msg, offset)
@@ -122,8 +134,10 @@ class Reads:
         ``offset``); None when ``parked`` found nothing it wants in what was written (it waits on, from past
         it)."""
         store = self.store
+        end = self._end(msg)
         frames: list[bytes] = []
         offsets: list[int] = []
+        times: list[int] = []
         error = ""
         next_offset = offset
         wanted = tuple(msg.prefixes) if msg.filtered else msg.prefix  # (a tuple: any of them; none when empty)
@@ -132,22 +146,25 @@ class Reads:
             (msg.prefix,) if batch.is_addressed(msg.prefix) else ())
         nothing = _no_key(msg)  # on past everything there, nothing read
         if nothing:
-            next_offset = max(offset, store.end_offset)
+            next_offset = max(offset, end)
         try:
             for entry in store.read(offset, msg.max_bytes) if not nothing else ():
+                if entry.offset >= end:
+                    break
                 h = batch.parse_header(entry.header)
                 next_offset = entry.offset + h.count
                 key = entry.key
                 if not key.startswith(addresses if key[:2] == batch.ADDRESSED else wanted):
                     continue
                 offsets.append(entry.offset)
+                times.append(entry.time_ns)
                 frames += (key, entry.header, entry.body)
                 self.records_read += h.count
         except (CorruptJournalError, JournalError) as exc:
             self.errors += 1
             error = str(exc)[:500]
             log.error("a read at offset %d stopped: %s", next_offset, exc)
-        if parked is not None and msg.filtered and not offsets and not error and next_offset >= store.end_offset:
+        if parked is not None and msg.filtered and not offsets and not error and next_offset >= end:
             # a link's fetch that wants none of what was written: no empty answer (to cross the network for
             # nothing at every write of a busy queue), it waits on past it
             parked.offset = next_offset
@@ -162,18 +179,20 @@ class Reads:
         packed = compression.pack_frames(frames) if msg.compressed and frames else b""
         if packed and len(packed) >= sum(map(len, frames)):
             packed = b""  # (it would not be smaller)
-        meta = control.Fetched(next_offset=next_offset, end_offset=store.end_offset, first_offset=store.first_offset,
+        meta = control.Fetched(next_offset=next_offset, end_offset=end, first_offset=store.first_offset,
                                count=len(offsets), offsets=offsets, seams=dict(seams), error=error,
-                               start_offset=start if start >= 0 else offset, packed=bool(packed))
+                               start_offset=start if start >= 0 else offset, packed=bool(packed),
+                               times=times if msg.replica else [],
+                               committed=self.limit if self.limit is not None and msg.replica else -1)
         return [control.encode(meta), packed] if packed else [control.encode(meta), *frames]
 
     def written(self) -> list[tuple[bytes, list[bytes]]]:
-        """The parked fetches that can be answered now that more is written: (identity, frames) each."""
-        end = self.store.end_offset
-        ready = [p for p in self.parked if p.offset < end]
+        """The parked fetches that can be answered now that more is written (or committed): (identity, frames)
+        each."""
+        ready = [p for p in self.parked if p.offset < self._end(p.fetch)]
         if not ready:
             return []
-        self.parked = [p for p in self.parked if p.offset >= end]
+        self.parked = [p for p in self.parked if p.offset >= self._end(p.fetch)]
         answers = [(p.identity, self._answer(p.identity, p.fetch, p.offset, p, p.start)) for p in ready]
         return [(identity, frames) for identity, frames in answers if frames is not None]
 

@@ -27,7 +27,9 @@ class Fetch(Message):
     most :data:`MAX_PREFIXES` of them. With ``release``, a fetch of this reader waiting at the end is answered
     first, with what it read (a link whose far side came to want other keys asks for them from there on, without
     waiting out ``wait_ms``). With ``compressed`` (a link across a slow network) the entries may come
-    packed in one compressed frame (:attr:`Fetched.packed`)."""
+    packed in one compressed frame (:attr:`Fetched.packed`). ``replica`` names a follower replica of the journal
+    (``replicas`` > 1): it is served what the leader wrote, not only what is committed, with each entry's append
+    time, and ``offset`` says that it holds everything before it."""
 
     offset: int
     prefix: bytes = b""
@@ -39,6 +41,7 @@ class Fetch(Message):
     filtered: bool = False
     release: bool = False
     compressed: bool = False
+    replica: str = ""
 
 
 #: the prefixes one filtered fetch may name, at most
@@ -58,7 +61,9 @@ class Fetched(Message):
     the journal holds everything that exchange forwarded before this subscriber's subscription to it went
     live; ``error``: why nothing could be read (a corrupt entry at ``next_offset``...), "" none. With ``packed``
     (asked for by :attr:`Fetch.compressed`, where it is smaller) one frame follows instead of the entries': their
-    frames packed and compressed (:func:`roq.wire.compression.pack_frames`)."""
+    frames packed and compressed (:func:`roq.wire.compression.pack_frames`). To a replica's fetch: ``times``, each
+    entry's append time (ns), and ``committed``, the end of what a majority of the replicas hold (-1: not
+    replicated)."""
 
     next_offset: int
     end_offset: int
@@ -69,6 +74,8 @@ class Fetched(Message):
     seams: dict[str, int] = dataclasses.field(default_factory=dict)
     error: str = ""
     packed: bool = False
+    times: list[int] = dataclasses.field(default_factory=list)
+    committed: int = -1
 
 
 #: a durable subscriber's name (its position in a journal is kept under it)

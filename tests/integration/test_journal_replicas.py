@@ -1,0 +1,121 @@
+"""A journal with two follower replicas (three real journal processes on loopback): a round is acknowledged once a
+majority holds it, the followers hold the leader's entries at its offsets byte for byte, readers are served only
+what is committed, and a follower killed with ``kill -9`` catches up when it comes back."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import zmq
+
+from exchange.journal import Store
+from roq.process import spawn
+from roq.wire import control
+from tests.integration.test_journal_crash import QUEUE, SEGMENT_BYTES, Driver
+from tests.integration.zkhelp import wait_until
+
+
+def _journal(directory: str, *args: str):
+    child = spawn("journal", "exchange.journal", [
+        "--queue", QUEUE, "--directory", directory, "--address", "127.0.0.1", "--durability", "always",
+        "--segment-bytes", str(SEGMENT_BYTES), "--log-level", "INFO", *args])
+    return child, child.wait_ready(30)
+
+
+def _entries(directory: str) -> list[tuple[int, int, bytes, bytes, bytes]]:
+    store, _ = Store.open(directory, QUEUE, segment_bytes=SEGMENT_BYTES)
+    try:
+        assert list(store.verify()) == []
+        out, offset = [], 0
+        while entries := store.read(offset, 1 << 20):
+            for e in entries:
+                out.append((e.offset, e.time_ns, e.key, e.header, e.body))
+                offset = e.offset + e.count
+        return out
+    finally:
+        store.close()
+
+
+def _reader_end(ctx: zmq.Context, reads: str) -> int:
+    """What a reader (not a replica) is told the journal's end is."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(reads)
+    try:
+        sock.send(control.encode(control.Fetch(offset=-2)))
+        assert sock.poll(5000), "the journal did not answer a fetch"
+        answer = control.decode(sock.recv_multipart()[0])
+        assert isinstance(answer, control.Fetched)
+        return answer.end_offset
+    finally:
+        sock.close()
+
+
+def test_a_round_is_acknowledged_once_on_a_majority_and_a_killed_follower_catches_up(tmp_path):
+    ctx = zmq.Context()
+    dirs = {name: str(tmp_path / name) for name in ("lead", "f1", "f2")}
+    leader, info = _journal(dirs["lead"], "--id", "lead", "--followers", "f1", "--followers", "f2")
+    children = [leader]
+    try:
+        followers = {}
+        for name in ("f1", "f2"):
+            followers[name] = _journal(dirs[name], "--id", name, "--follow", info.reads)[0]
+        children += followers.values()
+        driver = Driver(ctx, info.intake, random.Random(33))
+        driver.run(1.5)
+        driver.settle()
+
+        followers["f1"].kill()  # one of three down: the leader and f2 are a majority
+        before = dict(driver.acked)
+        driver.run(1.0)
+        driver.settle()
+        assert all(driver.acked[p] > before[p] for p in driver.publishers), "nothing acknowledged with f1 down"
+
+        followers["f2"].kill()  # two of three down: nothing more may be acknowledged, nor read
+        driver.drain()
+        stuck = dict(driver.acked)
+        end_then = _reader_end(ctx, info.reads)
+        for _ in range(20):
+            driver._step()  # batches go in; the leader writes them, and acknowledges none
+        driver._read_acks(1500)
+        assert driver.acked == stuck, "acknowledged with one replica of three"
+        assert _reader_end(ctx, info.reads) == end_then, "a reader was served what only the leader holds"
+
+        followers["f2"] = _journal(dirs["f2"], "--id", "f2", "--follow", info.reads)[0]  # back: it catches up
+        children.append(followers["f2"])
+        driver.settle(30)
+        driver.run(1.0)
+        driver.settle()
+        assert _reader_end(ctx, info.reads) > end_then
+
+        followers["f2"].stop()
+        leader.stop()
+        lead = _entries(dirs["lead"])
+        assert lead and _entries(dirs["f2"]) == lead  # f2 holds every entry at the leader's offset, byte for byte
+        f1 = _entries(dirs["f1"])
+        assert f1 and f1 == lead[:len(f1)]  # f1, killed early, holds a prefix of it
+    finally:
+        for child in children:
+            child.kill()
+        ctx.destroy(0)
+
+
+def test_a_follower_that_starts_empty_takes_the_leaders_journal_from_its_first_offset(tmp_path):
+    ctx = zmq.Context()
+    leader, info = _journal(str(tmp_path / "lead"), "--id", "lead", "--followers", "f1")
+    children = [leader]
+    try:
+        driver = Driver(ctx, info.intake, random.Random(34))
+        follower = _journal(str(tmp_path / "f1"), "--id", "f1", "--follow", info.reads)[0]
+        children.append(follower)
+        driver.run(1.0)
+        driver.settle()
+        wait_until(lambda: _reader_end(ctx, info.reads) > 0, 10, "a committed end")
+        follower.stop()
+        leader.stop()
+        assert _entries(str(tmp_path / "f1")) == _entries(str(tmp_path / "lead"))
+    finally:
+        for child in children:
+            child.kill()
+        ctx.destroy(0)
