@@ -294,6 +294,8 @@ class Journal:
         assert store is not None and intake is not None
         try:
             store.write()
+            if self.leading is not None and self.reads is not None:
+                self.reads.written()  # the followers take the round now, and sync it while we do
             if not self.interval:
                 self._sync(raising=True)
         except JournalError as exc:
