@@ -38,7 +38,10 @@ Configurations (100-byte payloads unless ``--size``):
     where on-demand link processes carry them, beside a subscriber at the queue's own site, in the same run; and
     the time from a subscriber's joining two links away to its first record;
 (p) a link that compresses beside one that does not (:mod:`simulation.bench_compression`), on JSON orders:
-    records/s across a link capped at 8 Mbit/s, and the CPU the link and the far exchange spend uncapped.
+    records/s across a link capped at 8 Mbit/s, and the CPU the link and the far exchange spend uncapped;
+(q) a replicated journal (:mod:`simulation.bench_replicas`): a leader and two followers beside one journal,
+    ``durability = always``: acknowledged records/s of 100 B and 1 KiB records, acknowledgement latency one record
+    at a time, and a replay from the start.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -56,7 +59,7 @@ import time
 from dataclasses import asdict
 
 from simulation import (bench_abuse, bench_capacity, bench_compression, bench_control, bench_dataplane, bench_durable,
-                        bench_elastic, bench_http, bench_kpi, bench_link, bench_page, bench_tuner)
+                        bench_elastic, bench_http, bench_kpi, bench_link, bench_page, bench_replicas, bench_tuner)
 from simulation.bench_common import STAMP, Check, Result
 
 
@@ -87,6 +90,8 @@ def run(args: argparse.Namespace) -> list[Result]:
         results += bench_link.run(args, progress)
     if "p" in args.only:
         results += bench_compression.run(args, progress)
+    if "q" in args.only:
+        results += bench_replicas.run(args, progress)
     return results
 
 
@@ -103,7 +108,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     ]
     for r in results:
         lat = r.latency_ms
-        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)", "(k)", "(l)", "(m)", "(n)", "(p)")):
+        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)", "(k)", "(l)", "(m)", "(n)", "(p)", "(q)")):
             continue
         lines.append(
             f"{r.name:62} {r.records_per_s:11,.0f} {r.mb_per_s:7.1f} {r.lost:6d} "
@@ -151,6 +156,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     lines += bench_abuse.render(results)
     lines += bench_link.render(results)
     lines += bench_compression.render(results)
+    lines += bench_replicas.render(results)
     return "\n".join(lines)
 
 
@@ -159,7 +165,7 @@ def checks(results: list[Result], args: argparse.Namespace) -> list[Check]:
     return (bench_dataplane.checks(results, args.rate) + bench_control.checks(results) + bench_elastic.checks(results)
             + bench_capacity.checks(results) + bench_http.checks(results) + bench_durable.checks(results)
             + bench_page.checks(results) + bench_tuner.checks(results) + bench_abuse.checks(results)
-            + bench_link.checks(results))
+            + bench_link.checks(results) + bench_replicas.checks(results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
     p.add_argument("--ack-rate", type=float, default=5_000,
                    help="records/s of (k)'s paced run, one record a send, every acknowledgement timed (default 5,000)")
-    p.add_argument("--only", default="abcdefghijklmnop", help="which configurations to run (default abcdefghijklmnop)")
+    p.add_argument("--only", default="abcdefghijklmnopq", help="which configurations to run (default abcdefghijklmnopq)")
     p.add_argument("--observed-rounds", type=int, default=2,
                    help="runs each of (i)'s data plane unwatched and watched, alternating (default 2)")
     p.add_argument("--kpi-records", type=int, default=1_000_000,
