@@ -30,12 +30,14 @@ from roq.wire import batch, control
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Leading", "Following", "FETCH_BYTES", "WAIT_MS"]
+__all__ = ["Leading", "Following", "FETCH_BYTES", "WAIT_MS", "RECENT_BYTES"]
 
 #: what a follower asks for in one fetch, at most
 FETCH_BYTES = 4 << 20
 #: how long a follower's fetch waits at the leader's end
 WAIT_MS = 1000
+#: what a leader keeps of its newest entries in memory, for its followers (:meth:`Store.keep_recent`)
+RECENT_BYTES = 32 << 20
 
 Acks = dict[bytes, list[tuple[bytes, int]]]
 
@@ -61,6 +63,7 @@ class Leading:
         self.acknowledge = acknowledge
         self.pending: collections.deque[tuple[int, Acks]] = collections.deque()  # (round's end, its acks)
         reads.commit(end)
+        store.keep_recent(RECENT_BYTES)
 
     def written(self, end: int, acks: Acks, now: float) -> None:
         """The leader wrote (and with ``always`` synced) a round ending at ``end``."""

@@ -23,6 +23,8 @@ meets bytes that do not check raises :class:`~roq.errors.CorruptJournalError` ra
 from __future__ import annotations
 
 import bisect
+import collections
+import itertools
 import json
 import logging
 import os
@@ -100,6 +102,15 @@ class Store:
         self._round_start = (0, 0)  # the active segment's next offset and last time when the round began
         self.appended = 0  # entries appended since open
         self.generation = 0  # which of the queue's journals this is (journal.json)
+        self._recent: collections.deque[Entry] | None = None  # the newest entries written, kept (keep_recent)
+        self._recent_bytes = self._recent_max = 0
+        self._pending: list[Entry] = []  # this round's, for the recent ones once written
+
+    def keep_recent(self, max_bytes: int) -> None:
+        """Keep about the newest ``max_bytes`` of entries written in memory too, and read them from there: a
+        leader's followers read what it just wrote, every round, and reading it back from the files cost the
+        leader more than writing it."""
+        self._recent, self._recent_max = collections.deque(), max_bytes
 
     # ------------------------------------------------------------------ opening
 
@@ -211,6 +222,9 @@ class Store:
             else:
                 old.close()  # its files are set aside
         self.segments, self._bases, self._highs, self._round = [], [], {}, {}
+        if self._recent is not None:
+            self._recent.clear()
+            self._recent_bytes = 0
         self._start(seg)
         self.generation = generation
         return moved
@@ -263,7 +277,10 @@ class Store:
             self._round_start = (seg.next_offset, seg.last_time_ns)
         offset = seg.next_offset
         time_ns = max(time_ns, seg.last_time_ns)
-        seg.append(encode_entry(offset, time_ns, key, header, body), entry_size(key, body), offset, count, time_ns)
+        size = entry_size(key, body)
+        seg.append(encode_entry(offset, time_ns, key, header, body), size, offset, count, time_ns)
+        if self._recent is not None:
+            self._pending.append(Entry(offset, time_ns, key, header, body, size))
         self._round[publisher] = last_seq
         self.appended += 1
         return offset
@@ -280,7 +297,15 @@ class Store:
         except JournalError:
             seg.rollback(*self._round_start)
             self._round.clear()
+            self._pending.clear()
             raise
+        recent = self._recent
+        if recent is not None:
+            recent.extend(self._pending)
+            self._recent_bytes += sum(e.size for e in self._pending)
+            self._pending.clear()
+            while self._recent_bytes > self._recent_max and len(recent) > 1:
+                self._recent_bytes -= recent.popleft().size
         highs = self._highs
         for publisher, seq in self._round.items():
             highs.pop(publisher, None)
@@ -320,6 +345,9 @@ class Store:
             CorruptJournalError: the bytes there do not check (nothing past them is read).
         """
         offset = max(offset, self.first_offset)
+        recent = self._recent
+        if recent and recent[0].offset <= offset:
+            return _from_recent(recent, offset, max_bytes)
         out: list[Entry] = []
         got = 0
         while got < max_bytes:
@@ -479,3 +507,24 @@ def verify(segments: list[Segment]) -> Iterator[str]:
         except CorruptJournalError as exc:
             yield str(exc)
             expected = seg.next_offset
+
+
+def _from_recent(recent: collections.deque[Entry], offset: int, max_bytes: int) -> list[Entry]:
+    """:meth:`Store.read` from the entries kept in memory (the first of them at or before ``offset``)."""
+    lo, hi = 0, len(recent)  # the last entry that begins at or before offset (a deque: bisect by hand)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if recent[mid].offset <= offset:
+            lo = mid
+        else:
+            hi = mid
+    out: list[Entry] = []
+    got = 0
+    for entry in itertools.islice(recent, lo, None):
+        if entry.offset + entry.count <= offset:
+            continue  # (the first: it ends before offset)
+        out.append(entry)
+        got += entry.size
+        if got >= max_bytes:
+            break
+    return out

@@ -286,3 +286,25 @@ def test_a_generation_that_cannot_be_written_leaves_the_journal_as_it_was(tmp_pa
     assert sorted(os.listdir(directory)) == sorted([segment_name(0, ".log"), segment_name(0, ".idx"), "journal.json",
                                                     "journal.json.new"]), os.listdir(directory)
     store.close()
+
+
+def test_the_newest_entries_kept_in_memory_read_as_the_files_do(tmp_path):
+    rng = random.Random(5)
+    kept, plain = (Store.open(str(tmp_path / name), "q", segment_bytes=64 << 10)[0] for name in ("kept", "plain"))
+    kept.keep_recent(20_000)  # a few rounds' worth: the older ones come from the files
+    seq = 1
+    for _ in range(40):  # rounds of a few batches, across segment rolls
+        for _ in range(rng.randint(1, 4)):
+            n, size = rng.randint(1, 9), rng.choice((10, 300, 1500))
+            for store in (kept, plain):
+                _put(store, PUB_A, seq, n, size=size, t=seq)
+            seq += n
+        for store in (kept, plain):
+            store.write()
+    assert kept._recent and kept._recent[0].offset > 0  # (the oldest entries were let go)
+    for offset in [0, 1, kept._recent[0].offset - 1, kept._recent[0].offset, kept._recent[0].offset + 1,
+                   kept.end_offset - 1, kept.end_offset, *rng.sample(range(kept.end_offset), 20)]:
+        for max_bytes in (1, 2_000, 1 << 20):
+            assert kept.read(offset, max_bytes) == plain.read(offset, max_bytes), (offset, max_bytes)
+    kept.close()
+    plain.close()
