@@ -27,6 +27,7 @@ import zmq
 
 from roq.process import Child, spawn
 from roq.wire import batch, control
+from roq.wire.ready import JournalReady
 from simulation.bench_common import Check, Result
 
 __all__ = ["run", "render", "checks"]
@@ -51,12 +52,15 @@ def _journals(directory: str, replicas: int, children: list[Child]) -> tuple[str
                                                    "lead", *[a for f in followers for a in ("--followers", f)]])
     children.append(leader)
     info = leader.wait_ready(30)
+    assert isinstance(info, JournalReady), info
     reads = []
     for f in followers:
         child = spawn("journal", "exchange.journal", [*common, "--directory", os.path.join(directory, f), "--id", f,
                                                       "--follow", info.reads])
         children.append(child)
-        reads.append(child.wait_ready(30).reads)
+        ready = child.wait_ready(30)
+        assert isinstance(ready, JournalReady), ready
+        reads.append(ready.reads)
     return info.intake, info.reads, reads
 
 
@@ -94,7 +98,7 @@ class _Feeder:
 def _throughput(ctx: zmq.Context, intake: str, size: int) -> float:
     feeder = _Feeder(ctx, intake, size, PUBLISHERS)
     try:
-        start = acked_start = 0
+        start, acked_start = 0.0, 0
         t0 = time.monotonic()
         warm = t0 + 0.5
         deadline = warm + SECONDS
