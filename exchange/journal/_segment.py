@@ -294,6 +294,25 @@ class Segment:
                 raise CorruptJournalError(f"{self.path}: {damage}")
             yield entry
 
+    def position_of_entry(self, offset: int) -> int:
+        """The byte at which the entry beginning at ``offset`` lies (the bytes written, when ``offset`` is where the
+        segment's entries end).
+
+        Raises:
+            JournalError: no entry begins there.
+            CorruptJournalError: the bytes on the way do not check.
+        """
+        if offset == self.written_offset:
+            return self.size
+        for at, entry, damage in self._walk(self.position_of(offset), self.size):
+            if entry is None:
+                raise CorruptJournalError(f"{self.path}: {damage}")
+            if entry.offset >= offset:
+                if entry.offset == offset:
+                    return at
+                break
+        raise JournalError(f"{self.path}: no entry begins at offset {offset}")
+
     def _walk(self, position: int, end: int) -> Iterator[tuple[int, Entry | None, str]]:
         return walk(self._read_fd(), position, end)
 

@@ -229,6 +229,42 @@ class Store:
         self.generation = generation
         return moved
 
+    def truncate(self, end: int) -> None:
+        """Cut the log back so that it ends at ``end``, where an entry begins (a follower replica's tail that the
+        leader's log does not have: see :mod:`exchange.journal._replication`): later segments are removed, the one
+        holding ``end`` is cut there and appended to from there on, the publishers' table is read again.
+
+        Raises:
+            JournalError: no entry begins at ``end``, a round is queued, or a file cannot be cut or opened.
+        """
+        if end >= self.end_offset:
+            return
+        if self.active.pending:
+            raise JournalError("a round is queued: write it before cutting the log back")
+        end = max(end, self.first_offset)
+        i = bisect.bisect_right(self._bases, end) - 1
+        keep = self.segments[i]
+        at = keep.position_of_entry(end)
+        for seg in self.segments[i + 1:]:
+            seg.remove()
+        keep.close()
+        try:
+            fd = os.open(keep.path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, at)
+                os.fsync(fd)  # what was cut away stays away after a crash
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise JournalError(f"cannot cut {keep.path} back to {at} bytes: {exc.strerror}") from exc
+        seg, _ = Segment.open(self.directory, keep.base, active=True)
+        del self.segments[i:], self._bases[i:]
+        self._start(seg)
+        self._highs = _recover_publishers(self.segments, Recovery())
+        if self._recent is not None:
+            while self._recent and self._recent[-1].offset >= end:
+                self._recent_bytes -= self._recent.pop().size
+
     # ------------------------------------------------------------------ the extent
 
     @property

@@ -308,3 +308,29 @@ def test_the_newest_entries_kept_in_memory_read_as_the_files_do(tmp_path):
             assert kept.read(offset, max_bytes) == plain.read(offset, max_bytes), (offset, max_bytes)
     kept.close()
     plain.close()
+
+
+def test_the_log_is_cut_back_to_an_entry_and_goes_on_from_there(tmp_path):
+    directory = str(tmp_path / "j")
+    store, _ = Store.open(directory, "q", segment_bytes=8 << 10)
+    store.keep_recent(4 << 10)
+    offsets, seqs = [], {PUB_A: 0, PUB_B: 0}
+    for i in range(60):  # entries of three records: the first 30 A's, then A's and B's in turn
+        publisher = PUB_A if i < 30 or i % 2 else PUB_B
+        offsets.append(_put(store, publisher, seqs[publisher] + 1, 3, size=150, t=i))
+        seqs[publisher] += 3
+        store.write()
+    assert len(store.segments) >= 4
+    cut = offsets[25]  # in an older segment: every later one goes
+    with pytest.raises(JournalError):
+        store.truncate(cut + 1)  # inside an entry: none begins there
+    store.truncate(cut)
+    assert store.end_offset == store.next_offset == cut and store.high(PUB_A) == 75 and store.high(PUB_B) is None
+    assert [p for p, _ in _records(store)] == [PUB_A] * 75
+    assert _put(store, PUB_B, 1, 2) == cut  # it goes on from there
+    store.write()
+    store.close()
+    store, rec = Store.open(directory, "q", segment_bytes=8 << 10)  # and so it is found again
+    assert rec.torn_bytes == 0 and list(store.verify()) == []
+    assert [p for p, _ in _records(store)] == [PUB_A] * 75 + [PUB_B] * 2 and store.high(PUB_B) == 2
+    store.close()
