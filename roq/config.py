@@ -249,6 +249,7 @@ class JournalConfig:
         follow: the reads endpoint of the journal this one follows as a replica (its ``--id`` is its name
             there): it appends the leader's entries at the leader's offsets, synced under its durability, and
             takes no batch from exchanges.
+        epoch: with ``followers``, the epoch this journal leads (its replica must not have promised a newer one).
     """
 
     queue: str
@@ -271,6 +272,7 @@ class JournalConfig:
     keyring: str = ""
     followers: tuple[str, ...] = ()
     follow: str = ""
+    epoch: int = 1
 
     def __post_init__(self) -> None:
         _text(self, "queue", "directory", "monitor", "address", "durability", "journal_id", "follow")
@@ -297,6 +299,8 @@ class JournalConfig:
             if self.monitor:
                 raise ConfigError("JournalConfig: a follower replica does not report to a monitor yet (the monitor "
                                   "would name it to the exchanges as the queue's journal)")
+        if not isinstance(self.epoch, int) or self.epoch < 1:
+            raise ConfigError(f"JournalConfig.epoch must be 1 or more, got {self.epoch!r}")
         if len(self.followers) > 4 or len(set(self.followers)) != len(self.followers) or \
                 any(not f or f == self.journal_id for f in self.followers):
             raise ConfigError(f"JournalConfig.followers must be at most 4 distinct ids, none this journal's own, got "

@@ -142,10 +142,11 @@ class Journal:
         cfg = self.config
         self.store, rec = Store.open(cfg.directory, cfg.queue, segment_bytes=cfg.segment_bytes)
         self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission,
-                              on_replica=self._on_replica if cfg.followers else None)
+                              on_replica=self._on_replica if cfg.followers else None,
+                              on_promise=self._on_promise if cfg.followers or cfg.follow else None)
         self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
         if cfg.followers:
-            self.leading = Leading(self.id, cfg.followers, self.store, self.reads, self._acknowledge)
+            self.leading = Leading(self.id, cfg.followers, cfg.epoch, self.store, self.reads, self._acknowledge)
         if cfg.follow:
             self.following = Following(self._ctx, cfg.follow, self.id, self.store, self.reads,
                                        lambda: not self.interval, self.curve)
@@ -167,8 +168,8 @@ class Journal:
             self.monitor.connect()
             self.monitor.send(self.heartbeat())
         if self.leading is not None:
-            log.info("journal %s leads the replicas %s: a round is acknowledged once %d of the %d hold it", self.id,
-                     ", ".join(cfg.followers), self.leading.quorum.needed, len(cfg.followers) + 1)
+            log.info("journal %s leads epoch %d of the replicas %s: a round is acknowledged once %d of the %d hold it",
+                     self.id, cfg.epoch, ", ".join(cfg.followers), self.leading.quorum.needed, len(cfg.followers) + 1)
         if self.following is not None:
             log.info("journal %s follows %s as a replica (it takes no batch from exchanges)", self.id, cfg.follow)
             self.following.start(time.monotonic())
@@ -324,9 +325,15 @@ class Journal:
                 except zmq.ZMQError:  # the exchange is gone or its pipe full: it sends again, and is answered
                     pass
 
-    def _on_replica(self, replica: str, offset: int, now: float) -> None:
+    def _on_replica(self, replica: str, offset: int, epoch: int, now: float) -> None:
         if self.leading is not None:
-            self.leading.held(replica, offset, now)
+            self.leading.fetched(replica, offset, epoch, now)
+
+    def _on_promise(self, epoch: int) -> dict[str, Any]:
+        if self.following is not None:
+            return self.following.promise(epoch)
+        assert self.leading is not None
+        return self.leading.promise(epoch)
 
     def _sync(self, raising: bool = False) -> None:
         store = self.store

@@ -11,7 +11,7 @@ and none is served before the rules are known.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 import zmq
 
@@ -22,7 +22,7 @@ from exchange.journal._store import Store
 from roq.wire import control
 from roq.wire.control import Reply
 from roq.security.curve import Curve
-from roq.errors import ForbiddenError, JournalError, UnavailableError
+from roq.errors import ForbiddenError, JournalError, ProtocolError, UnavailableError
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request, RouterServer
 from roq.security.zap import CLUSTER
@@ -44,15 +44,19 @@ class ReadPort:
         curve: with CURVE, the socket serves with the cluster's key and ``admission`` decides.
         admission: who may read (with CURVE).
         on_replica: a leading journal's: a follower replica fetched from an offset (it holds everything before),
-            called with its id, that offset and the time; None: this journal has no followers (a replica's fetch is
-            answered all the same, and counts for nothing).
+            called with its id, that offset, the epoch it promised and the time; None: this journal has no
+            followers (a replica's fetch is answered all the same, and counts for nothing).
+        on_promise: a replica's: a candidate asks it to promise an epoch; returns the answer's data (raises
+            ConflictError when it promised that epoch or a newer one); None: not a replica (refused).
     """
 
     def __init__(self, context: zmq.Context, store: Store, directory: str, drops: DropCounter,
                  curve: Curve | None = None, admission: Admission | None = None,
-                 on_replica: Callable[[str, int, float], None] | None = None) -> None:
+                 on_replica: Callable[[str, int, int, float], None] | None = None,
+                 on_promise: Callable[[int], dict[str, Any]] | None = None) -> None:
         self.reads = Reads(store)
         self.on_replica = on_replica
+        self.on_promise = on_promise
         self.positions = Positions(directory)
         self.admission = admission
         self.socket = context.socket(zmq.ROUTER)
@@ -64,7 +68,8 @@ class ReadPort:
         self.endpoint = ""
         dispatcher = Dispatcher("journal reads", {control.Fetch: self._on_fetch, control.Commit: self._on_commit,
                                                   control.Position: self._on_position,
-                                                  control.Verify: self._on_verify}, drops)
+                                                  control.Verify: self._on_verify,
+                                                  control.Promise: self._on_promise}, drops)
         self.server = RouterServer(self.socket, dispatcher, keyring=curve.keyring if curve is not None else None)
         self._now = 0.0
 
@@ -79,6 +84,10 @@ class ReadPort:
     def written(self) -> None:
         """Answer the fetches waiting at the end: more is written."""
         self._send(self.reads.written())
+
+    def lead(self, epoch: int, history: list[list[int]]) -> None:
+        """This journal leads ``epoch``, its log's epochs ``history``: named in every answer to a replica."""
+        self.reads.lead(epoch, history)
 
     def commit(self, end: int) -> None:
         """A replicated journal's commit end moved to ``end``: answer the readers waiting for it."""
@@ -109,13 +118,22 @@ class ReadPort:
             if request.principal is not None and request.principal != CLUSTER:
                 raise ForbiddenError(f"{request.principal} may not fetch as a replica: only the cluster's processes")
             if self.on_replica is not None and msg.offset >= 0:
-                self.on_replica(msg.replica, msg.offset, self._now)
+                self.on_replica(msg.replica, msg.offset, msg.epoch, self._now)
         if msg.release:  # its fetch waiting at the end is answered first: this one asks for other keys
             self._send([(request.identity, frames) for frames in self.reads.release(request.identity)])
         frames = self.reads.fetch(request.identity, msg, self._now)  # ProtocolError: answered BAD_REQUEST
         if frames is not None:
             self._send([(request.identity, frames)])
         return None
+
+    def _on_promise(self, msg: control.Promise, request: Request) -> Reply:
+        if request.principal is not None and request.principal != CLUSTER:
+            raise ForbiddenError(f"{request.principal} may not ask a replica's promise: only the cluster's processes")
+        if self.on_promise is None:
+            raise UnavailableError("this journal is not a replica of a replicated journal")
+        if msg.epoch < 1:
+            raise ProtocolError(f"an epoch is 1 or more, got {msg.epoch}")
+        return Reply(comment=f"promised epoch {msg.epoch} to {msg.candidate[:64]}", data=self.on_promise(msg.epoch))
 
     def _on_commit(self, msg: control.Commit, request: Request) -> Reply:
         self._check(request, b"")

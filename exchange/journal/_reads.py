@@ -76,6 +76,12 @@ class Reads:
         self.records_read = 0
         self.errors = 0
         self.limit: int | None = None  # a replicated journal's commit end: readers get nothing at or past it
+        self.epoch = 0  # a leader's epoch and its log's history, in each answer to a replica
+        self.history: list[list[int]] = []
+
+    def lead(self, epoch: int, history: list[list[int]]) -> None:
+        """This journal leads ``epoch``; its log's epochs are ``history`` (both named to its followers)."""
+        self.epoch, self.history = epoch, history
 
     def commit(self, end: int) -> None:
         """A replicated journal's commit end is ``end`` now (:meth:`written` answers the readers it lets on)."""
@@ -183,7 +189,8 @@ class Reads:
                                count=len(offsets), offsets=offsets, seams=dict(seams), error=error,
                                start_offset=start if start >= 0 else offset, packed=bool(packed),
                                times=times if msg.replica else [],
-                               committed=self.limit if self.limit is not None and msg.replica else -1)
+                               committed=self.limit if self.limit is not None and msg.replica else -1,
+                               epoch=self.epoch if msg.replica else 0, history=self.history if msg.replica else [])
         return [control.encode(meta), packed] if packed else [control.encode(meta), *frames]
 
     def written(self) -> list[tuple[bytes, list[bytes]]]:

@@ -9,28 +9,45 @@ everything before. The leader counts it (:class:`~exchange.journal._replication.
 majority (itself included, after its own write and sync), its acknowledgements go to the exchanges, naming the
 commit end, and readers may read it.
 
-What is not here yet: elections (the leader is the one started with ``--followers``, in epoch 1), a follower that
-holds entries the leader does not (it stops following and says so), promises kept on disk.
+**Epochs and promises in the process.** Every replica keeps its promised epoch and its log's epoch history in
+``replica.json`` beside its segments (:func:`load_replica`, :func:`save_replica`: replaced atomically and synced
+before anything depends on it), so a restart keeps the fence. A leader leads the epoch it was started with
+(``--epoch``) and refuses to start below one its replica promised. Each answer to a follower names the leader's
+epoch and history; the follower checks them (:meth:`~exchange.journal._replication.Replica.check`): it refuses
+the entries of an older epoch than it promised, cuts back a tail the leader's log does not have
+(:meth:`~exchange.journal._store.Store.truncate`), and names its promised epoch in its next fetch. A leader that
+sees a newer epoch in a follower's fetch, or is asked to promise one (:class:`~roq.wire.control.Promise`), is
+*fenced*: it acknowledges nothing more.
+
+What is not here yet: the candidate's side of an election in the process (asking the promises, taking the most
+advanced log, leading the new epoch), the epoch counter in ZooKeeper.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import logging
-from typing import Callable
+import os
+from typing import Any, Callable
 
 import zmq
 
 from exchange.journal._readport import ReadPort
-from exchange.journal._replication import Quorum
+from exchange.journal._replication import ACCEPT, STALE, TRUNCATE, EpochHistory, Quorum, Replica
 from exchange.journal._store import Store
-from roq.errors import JournalError, ProtocolError
+from roq.errors import ConflictError, JournalError, ProtocolError
+from roq.runtime import counted_log_due
 from roq.security.curve import Curve
 from roq.wire import batch, control
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Leading", "Following", "FETCH_BYTES", "WAIT_MS", "RECENT_BYTES"]
+__all__ = ["Leading", "Following", "load_replica", "save_replica", "REPLICA_FILE", "FETCH_BYTES", "WAIT_MS",
+           "RECENT_BYTES"]
+
+#: a replica's promised epoch and its log's epoch history, beside its segments
+REPLICA_FILE = "replica.json"
 
 #: what a follower asks for in one fetch, at most
 FETCH_BYTES = 4 << 20
@@ -42,26 +59,84 @@ RECENT_BYTES = 32 << 20
 Acks = dict[bytes, list[tuple[bytes, int]]]
 
 
+def load_replica(directory: str, name: str, store: Store) -> Replica:
+    """The replica ``name`` whose log is ``store``, as ``replica.json`` left it (a new one: no promise, no history).
+
+    Raises:
+        JournalError: the file does not read, or says the log goes further than it does (it was cut back by hand).
+    """
+    path = os.path.join(directory, REPLICA_FILE)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        promised, history = int(doc["promised"]), EpochHistory.from_list(doc["history"])
+    except FileNotFoundError:
+        return Replica(name, store.next_offset)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise JournalError(f"{path} does not read ({exc}): the replica's promise and history are unknown") from exc
+    if history.starts and history.starts[-1][1] > store.next_offset:
+        history.truncate(store.next_offset)  # an epoch begun and never written (a crash between the two)
+    return Replica(name, store.next_offset, history, promised)
+
+
+def save_replica(directory: str, replica: Replica) -> None:
+    """Keep ``replica``'s promise and history on disk before this returns.
+
+    Raises:
+        JournalError: the file cannot be written.
+    """
+    path = os.path.join(directory, REPLICA_FILE)
+    try:
+        with open(path + ".new", "w") as f:
+            json.dump({"promised": replica.promised, "history": replica.history.to_list()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".new", path)
+    except OSError as exc:
+        raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+def _answer(replica: Replica) -> dict[str, Any]:
+    """What a promise answers: the replica's log."""
+    return {"epoch": replica.promised, "last_epoch": replica.history.last_epoch, "end": replica.end,
+            "history": replica.history.to_list()}
+
+
 class Leading:
     """The leader's count of what its followers hold, and the acknowledgements waiting for it.
 
     Args:
         name: the leader's id.
         followers: the followers' ids.
-        store: the journal (what it holds when it starts counts as committed: epoch 1 begins past it).
+        epoch: the epoch it leads.
+        store: the journal (what it holds when it starts counts as committed: its epoch begins past it).
         reads: its readers, served up to the commit end.
         acknowledge: sends acknowledgements (exchange -> (publisher, seq) pairs) naming the commit end.
+
+    Raises:
+        JournalError: its replica promised a newer epoch (it would be fenced), or ``replica.json`` does not read or
+            cannot be written.
     """
 
-    def __init__(self, name: str, followers: tuple[str, ...], store: Store, reads: ReadPort,
+    def __init__(self, name: str, followers: tuple[str, ...], epoch: int, store: Store, reads: ReadPort,
                  acknowledge: Callable[[Acks, int], None]) -> None:
         end = store.end_offset
+        self.directory = store.directory
+        self.replica = load_replica(store.directory, name, store)
+        try:
+            self.replica.lead(epoch)
+        except ValueError as exc:
+            raise JournalError(str(exc)) from None
+        save_replica(self.directory, self.replica)
         self.name = name
-        self.quorum = Quorum(name, [name, *followers], epoch=1, base=end, committed=end)
+        self.epoch = epoch
+        self.fenced = 0  # a newer epoch heard of: nothing more is acknowledged
+        self.quorum = Quorum(name, [name, *followers], epoch=epoch, base=end, committed=end)
         self.committed = end
         self.reads = reads
         self.acknowledge = acknowledge
         self.pending: collections.deque[tuple[int, Acks]] = collections.deque()  # (round's end, its acks)
+        reads.lead(epoch, self.replica.history.to_list())
         reads.commit(end)
         store.keep_recent(RECENT_BYTES)
 
@@ -71,8 +146,35 @@ class Leading:
             self.pending.append((end, acks))
         self.held(self.name, end, now)
 
+    def fetched(self, replica: str, end: int, epoch: int, now: float) -> None:
+        """A follower's fetch: it holds the leader's log up to ``end`` and promised ``epoch``."""
+        if epoch > self.epoch:
+            self.fence(epoch, f"replica {replica} promised epoch {epoch}")
+        elif epoch == self.epoch:
+            self.held(replica, end, now)
+
+    def promise(self, epoch: int) -> dict[str, Any]:
+        """A candidate for ``epoch`` asks this replica too: it promises (fenced from then on), as a follower would.
+
+        Raises:
+            ConflictError: it promised that epoch or a newer one.
+        """
+        if self.replica.promise(epoch) is None:
+            raise ConflictError(f"replica {self.name} promised epoch {self.replica.promised} already")
+        save_replica(self.directory, self.replica)
+        self.fence(epoch, f"a candidate for epoch {epoch} asked")
+        return _answer(self.replica)
+
+    def fence(self, epoch: int, why: str) -> None:
+        if epoch <= self.fenced:
+            return
+        self.fenced = epoch
+        log.error("journal %s no longer leads epoch %d (%s): it acknowledges nothing more", self.name, self.epoch, why)
+
     def held(self, replica: str, end: int, now: float) -> None:
         """``replica`` holds the leader's log up to ``end``: acknowledge what is on a majority now."""
+        if self.fenced:
+            return
         committed = self.quorum.held(replica, end, now)
         if committed <= self.committed:
             return
@@ -109,6 +211,8 @@ class Following:
                  durable: Callable[[], bool], curve: Curve | None = None) -> None:
         self.endpoint = endpoint
         self.name = name
+        self.replica = load_replica(store.directory, name, store)  # JournalError: it does not read
+        self.stale = 0  # answers of a leader of an older epoch than we promised, refused
         self.store = store
         self.reads = reads
         self.durable = durable
@@ -129,7 +233,8 @@ class Following:
         if self.diverged:
             return
         self.asked_at = now
-        fetch = control.Fetch(offset=self.store.next_offset, max_bytes=FETCH_BYTES, wait_ms=WAIT_MS, replica=self.name)
+        fetch = control.Fetch(offset=self.store.next_offset, max_bytes=FETCH_BYTES, wait_ms=WAIT_MS, replica=self.name,
+                              epoch=self.replica.promised)
         try:
             self.socket.send(control.encode(fetch), zmq.NOBLOCK)
         except zmq.Again:  # the leader is away: asked again by tick
@@ -176,7 +281,31 @@ class Following:
         entries = frames[1:]
         if len(entries) != 3 * msg.count or len(msg.offsets) != msg.count or len(msg.times) != msg.count:
             raise ProtocolError(f"{msg.count} entries announced, {len(entries)} frames and {len(msg.times)} times")
-        store = self.store
+        try:
+            history = EpochHistory.from_list(msg.history)
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from exc
+        store, replica = self.store, self.replica
+        promised = replica.promised
+        verdict = replica.check(msg.epoch, store.next_offset, msg.offsets, history, msg.end_offset)
+        if replica.promised != promised:
+            save_replica(store.directory, replica)  # a leader of a newer epoch: promised to it
+        if verdict.action == STALE:
+            self.stale += 1
+            if counted_log_due(self.stale):
+                log.warning("replica %s refuses the entries of the leader of epoch %d at %s: it promised epoch %d "
+                            "(%d answers refused)", self.name, msg.epoch, self.endpoint, verdict.epoch, self.stale)
+            return
+        if verdict.action == TRUNCATE:
+            log.warning("replica %s cuts its log back from %d to %d: the leader of epoch %d does not have that tail",
+                        self.name, store.end_offset, verdict.at, msg.epoch)
+            store.truncate(verdict.at)
+            replica.truncated(verdict.at)
+            save_replica(store.directory, replica)
+            return
+        if verdict.action != ACCEPT:
+            return  # (it lacks entries before these: it asks again from its end)
+        epochs = len(replica.history.starts)
         taken = 0
         for i, offset in enumerate(msg.offsets):
             key, header, body = entries[3 * i:3 * i + 3]
@@ -192,16 +321,35 @@ class Following:
                     log.error("replica %s stops following %s: %s", self.name, self.endpoint, self.diverged)
                     break
             store.append(key, header, body, h.publisher, h.count, h.last_seq, msg.times[i])
+            replica.appended(history.epoch_at(offset), [offset], offset + h.count)
             taken += 1
         if taken:
-            store.write()
+            try:
+                store.write()
+            except JournalError:
+                replica.truncated(store.next_offset)  # (nothing of it was written)
+                raise
             if self.durable():
                 store.sync()
             self.appended += taken
+            if len(replica.history.starts) != epochs:
+                save_replica(store.directory, replica)
         if msg.committed >= 0:
             self.reads.commit(min(msg.committed, store.end_offset))
         elif taken:
             self.reads.written()
+
+    def promise(self, epoch: int) -> dict[str, Any]:
+        """A candidate for ``epoch`` asks: promise it, kept on disk before the answer.
+
+        Raises:
+            ConflictError: this replica promised that epoch or a newer one.
+        """
+        if self.replica.promise(epoch) is None:
+            raise ConflictError(f"replica {self.name} promised epoch {self.replica.promised} already")
+        save_replica(self.store.directory, self.replica)
+        log.warning("replica %s promised epoch %d: it takes no entry of an older one from now on", self.name, epoch)
+        return _answer(self.replica)
 
     def close(self) -> None:
         self.socket.close()

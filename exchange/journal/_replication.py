@@ -96,6 +96,30 @@ class EpochHistory:
     def copy(self) -> EpochHistory:
         return EpochHistory(list(self.starts), dict(self.ends))
 
+    def epoch_at(self, offset: int) -> int:
+        """The epoch of the entry at ``offset`` (0: before every epoch this history knows)."""
+        i = bisect.bisect_right(self.starts, (offset, float("inf")), key=lambda s: (s[1], 0)) - 1
+        return self.starts[i][0] if i >= 0 else 0
+
+    def to_list(self) -> list[list[int]]:
+        """``[epoch, first offset, end]`` each, the last one's end -1 (on the wire, on disk)."""
+        return [[epoch, start, self.ends.get(epoch, -1)] for epoch, start in self.starts]
+
+    @classmethod
+    def from_list(cls, items: list[list[int]]) -> EpochHistory:
+        """What :meth:`to_list` gave.
+
+        Raises:
+            ValueError: not a history (not triples of integers, epochs or starts that do not grow).
+        """
+        history = cls()
+        rows = [list(item) for item in items]
+        if not all(len(r) == 3 and all(type(v) is int for v in r) for r in rows):
+            raise ValueError(f"an epoch history is [epoch, start, end] triples of integers, got {items!r:.200}")
+        for i, (epoch, start, _end) in enumerate(rows):
+            history.begin(epoch, start, rows[i - 1][2] if i else start)
+        return history
+
     def shared_end(self, end: int, theirs: EpochHistory, their_end: int) -> int:
         """The end of the longest prefix this log (ending at ``end``) shares with another: both hold the newest epoch
         they have in common up to the shorter of its two ends (an epoch's entries are its leader's, and a replica
@@ -157,6 +181,17 @@ class Replica:
         self.promised = epoch
         self.leader_history = None
         return Promise(self.name, epoch, self.history.last_epoch, self.end)
+
+    def lead(self, epoch: int) -> None:
+        """This replica leads ``epoch`` (it won it): its entries of that epoch follow its log's end.
+
+        Raises:
+            ValueError: it promised a newer epoch.
+        """
+        if epoch < self.promised:
+            raise ValueError(f"replica {self.name} promised epoch {self.promised}: it cannot lead epoch {epoch}")
+        self.promised = epoch
+        self.history.begin(epoch, self.end, self.end)
 
     def check(self, epoch: int, prev: int, offsets: list[int], leader: EpochHistory, leader_end: int) -> Verdict:
         """The leader of ``epoch``, whose log's epochs are ``leader`` and whose log ends at ``leader_end``, sends

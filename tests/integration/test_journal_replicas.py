@@ -10,17 +10,21 @@ import time
 import zmq
 
 from exchange.journal import Store
-from roq.process import spawn
+from roq.process import Child, spawn
+from roq.errors import Result
 from roq.wire import control
+from roq.wire.ready import JournalReady
 from tests.integration.test_journal_crash import QUEUE, SEGMENT_BYTES, Driver
 from tests.integration.zkhelp import wait_until
 
 
-def _journal(directory: str, *args: str):
+def _journal(directory: str, *args: str) -> tuple[Child, JournalReady]:
     child = spawn("journal", "exchange.journal", [
         "--queue", QUEUE, "--directory", directory, "--address", "127.0.0.1", "--durability", "always",
         "--segment-bytes", str(SEGMENT_BYTES), "--log-level", "INFO", *args])
-    return child, child.wait_ready(30)
+    ready = child.wait_ready(30)
+    assert isinstance(ready, JournalReady), ready
+    return child, ready
 
 
 def _entries(directory: str) -> list[tuple[int, int, bytes, bytes, bytes]]:
@@ -37,31 +41,46 @@ def _entries(directory: str) -> list[tuple[int, int, bytes, bytes, bytes]]:
         store.close()
 
 
-def _reader_end(ctx: zmq.Context, reads: str) -> int:
-    """What a reader (not a replica) is told the journal's end is."""
+def _ask(ctx: zmq.Context, reads: str, msg: control.Message) -> control.Message:
+    """``msg`` to a journal's reads port, and the first frame of its answer."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(reads)
     try:
-        sock.send(control.encode(control.Fetch(offset=-2)))
-        assert sock.poll(5000), "the journal did not answer a fetch"
-        answer = control.decode(sock.recv_multipart()[0])
-        assert isinstance(answer, control.Fetched)
-        return answer.end_offset
+        sock.send(control.encode(msg))
+        assert sock.poll(5000), f"the journal did not answer {type(msg).__name__}"
+        return control.decode(sock.recv_multipart()[0])
     finally:
         sock.close()
 
 
-def test_a_round_is_acknowledged_once_on_a_majority_and_a_killed_follower_catches_up(tmp_path):
-    ctx = zmq.Context()
+def _reader_end(ctx: zmq.Context, reads: str) -> int:
+    """What a reader (not a replica) is told the journal's end is."""
+    answer = _ask(ctx, reads, control.Fetch(offset=-2))
+    assert isinstance(answer, control.Fetched)
+    return answer.end_offset
+
+
+def _three(tmp_path, children: list) -> tuple[dict, JournalReady, dict]:
+    """A leader and followers f1 and f2 (each started is added to ``children``): their directories, the leader's
+    ready line, each follower's (child, ready line)."""
     dirs = {name: str(tmp_path / name) for name in ("lead", "f1", "f2")}
     leader, info = _journal(dirs["lead"], "--id", "lead", "--followers", "f1", "--followers", "f2")
-    children = [leader]
+    children.append(leader)
+    followers = {}
+    for name in ("f1", "f2"):
+        followers[name] = _journal(dirs[name], "--id", name, "--follow", info.reads)
+        children.append(followers[name][0])
+    return dirs, info, followers
+
+
+def test_a_round_is_acknowledged_once_on_a_majority_and_a_killed_follower_catches_up(tmp_path):
+    ctx = zmq.Context()
+    children: list = []
     try:
-        followers = {}
-        for name in ("f1", "f2"):
-            followers[name] = _journal(dirs[name], "--id", name, "--follow", info.reads)[0]
-        children += followers.values()
+        dirs, info, started = _three(tmp_path, children)
+        leader = children[0]
+        followers = {name: child for name, (child, _) in started.items()}
         driver = Driver(ctx, info.intake, random.Random(33))
         driver.run(1.5)
         driver.settle()
@@ -115,6 +134,47 @@ def test_a_follower_that_starts_empty_takes_the_leaders_journal_from_its_first_o
         follower.stop()
         leader.stop()
         assert _entries(str(tmp_path / "f1")) == _entries(str(tmp_path / "lead"))
+    finally:
+        for child in children:
+            child.kill()
+        ctx.destroy(0)
+
+
+def _promise(ctx: zmq.Context, reads: str, epoch: int, candidate: str = "candidate") -> control.Reply:
+    reply = _ask(ctx, reads, control.Promise(epoch=epoch, candidate=candidate))
+    assert isinstance(reply, control.Reply)
+    return reply
+
+
+def test_followers_that_promised_a_newer_epoch_fence_the_old_leader_for_good(tmp_path):
+    ctx = zmq.Context()
+    children: list = []
+    try:
+        dirs, info, followers = _three(tmp_path, children)
+        driver = Driver(ctx, info.intake, random.Random(35))
+        driver.run(1.0)
+        driver.settle()
+        for name in ("f1", "f2"):  # a candidate for epoch 2 asks both followers
+            reply = _promise(ctx, followers[name][1].reads, 2)
+            assert reply.result == Result.OK and reply.data["epoch"] == 2 and reply.data["last_epoch"] == 1
+            assert reply.data["end"] > 0
+        assert _promise(ctx, followers["f1"][1].reads, 2, "another").result == Result.CONFLICT  # once per epoch
+        assert _promise(ctx, followers["f1"][1].reads, 1).result == Result.CONFLICT
+
+        driver.drain()
+        stuck, end_then = dict(driver.acked), _reader_end(ctx, info.reads)
+        for _ in range(20):
+            driver._step()  # the old leader writes these, and may acknowledge none
+        driver._read_acks(1500)
+        assert driver.acked == stuck, "a fenced leader got a round acknowledged"
+        assert _reader_end(ctx, info.reads) == end_then
+
+        followers["f1"][0].kill()  # the promise is on the follower's disk: started again, it still refuses epoch 1
+        followers["f1"] = _journal(dirs["f1"], "--id", "f1", "--follow", info.reads)
+        children.append(followers["f1"][0])
+        assert _promise(ctx, followers["f1"][1].reads, 2, "another").result == Result.CONFLICT
+        driver._read_acks(1500)
+        assert driver.acked == stuck, "a fenced leader got a round acknowledged after a follower restarted"
     finally:
         for child in children:
             child.kill()

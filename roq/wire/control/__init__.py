@@ -45,7 +45,7 @@ from roq.wire.control.links import (
 from roq.wire.control.operators import ForceRelocate, Ping, Status
 from roq.wire.control.permissions import AclRules
 from roq.wire.control.publishers import Moved, NoExchange, Panic, PublisherBye, PublisherHello, Relocate
-from roq.wire.control.reads import DURABLE_NAME, MAX_PREFIXES, NO_CURSOR, Commit, Fetch, Fetched, Position, Verify
+from roq.wire.control.reads import DURABLE_NAME, MAX_PREFIXES, NO_CURSOR, Commit, Fetch, Fetched, Position, Promise, Verify
 from roq.wire.control.reply import REPLY, Reply, refusal
 from roq.wire.control.subscribers import (
     LATENCY_BOUNDS_MS,
@@ -110,6 +110,7 @@ __all__ = [
     "DURABLE_NAME",
     "Position",
     "Verify",
+    "Promise",
     # anyone -> monitor
     "Ping",
     "Status",

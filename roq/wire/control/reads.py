@@ -12,7 +12,7 @@ import re
 
 from roq.wire.control.codec import Message, message
 
-__all__ = ["Fetch", "Fetched", "MAX_PREFIXES", "NO_CURSOR", "Commit", "DURABLE_NAME", "Position", "Verify"]
+__all__ = ["Fetch", "Fetched", "MAX_PREFIXES", "NO_CURSOR", "Commit", "DURABLE_NAME", "Position", "Verify", "Promise"]
 
 
 @message(50)
@@ -29,7 +29,8 @@ class Fetch(Message):
     waiting out ``wait_ms``). With ``compressed`` (a link across a slow network) the entries may come
     packed in one compressed frame (:attr:`Fetched.packed`). ``replica`` names a follower replica of the journal
     (``replicas`` > 1): it is served what the leader wrote, not only what is committed, with each entry's append
-    time, and ``offset`` says that it holds everything before it."""
+    time, and ``offset`` says that it holds everything before it; ``epoch`` is the newest epoch it promised (a
+    leader of an older one learns that it is fenced)."""
 
     offset: int
     prefix: bytes = b""
@@ -42,6 +43,7 @@ class Fetch(Message):
     release: bool = False
     compressed: bool = False
     replica: str = ""
+    epoch: int = 0
 
 
 #: the prefixes one filtered fetch may name, at most
@@ -62,8 +64,9 @@ class Fetched(Message):
     live; ``error``: why nothing could be read (a corrupt entry at ``next_offset``...), "" none. With ``packed``
     (asked for by :attr:`Fetch.compressed`, where it is smaller) one frame follows instead of the entries': their
     frames packed and compressed (:func:`roq.wire.compression.pack_frames`). To a replica's fetch: ``times``, each
-    entry's append time (ns), and ``committed``, the end of what a majority of the replicas hold (-1: not
-    replicated)."""
+    entry's append time (ns), ``committed``, the end of what a majority of the replicas hold (-1: not
+    replicated), the leader's ``epoch`` and the ``history`` of its log: ``[epoch, first offset, end]`` for each
+    epoch, the last one's end -1 (see :class:`exchange.journal._replication.EpochHistory`)."""
 
     next_offset: int
     end_offset: int
@@ -76,6 +79,8 @@ class Fetched(Message):
     packed: bool = False
     times: list[int] = dataclasses.field(default_factory=list)
     committed: int = -1
+    epoch: int = 0
+    history: list[list[int]] = dataclasses.field(default_factory=list)
 
 
 #: a durable subscriber's name (its position in a journal is kept under it)
@@ -104,3 +109,14 @@ class Verify(Message):
     """Operator -> journal (its reads port): read every segment whole and say what does not check; answered with a
     :class:`~roq.wire.control.Reply` whose data is ``{"problems": [...], "segments", "first_offset", "end_offset",
     "size_bytes"}`` (the journal serves nothing else meanwhile: seconds for gigabytes)."""
+
+
+@message(55)
+class Promise(Message):
+    """Candidate -> replica of a journal (its reads port): promise ``epoch``, and from now on take no entry of an
+    older one (see :mod:`exchange.journal._replication`); answered with a :class:`~roq.wire.control.Reply` whose data
+    is ``{"epoch", "last_epoch", "end", "history"}`` (the replica's log), or CONFLICT when it promised that epoch or
+    a newer one already."""
+
+    epoch: int
+    candidate: str
