@@ -335,7 +335,7 @@ class Segment:
     def remove(self) -> None:
         """Close and delete its files (retention)."""
         self.close()
-        for path in (self.path, self.index_path, self.path[:-4] + ".pub"):
+        for path in (self.path, self.index_path, self.path[:-4] + ".pub", self.path[:-4] + ".from"):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -132,7 +132,8 @@ class Store:
         else:
             for base, after in zip(bases, bases[1:]):
                 seg, _ = Segment.open(directory, base, active=False)
-                seg.next_offset = seg.written_offset = after  # a sealed segment ends where the next begins
+                # a sealed segment ends where the next begins, or where the next one's jump says it ended
+                seg.next_offset = seg.written_offset = _jumped_from(directory, after)
                 store._start(seg)
             seg, scan = Segment.open(directory, bases[-1], active=True)
             store._start(seg)
@@ -228,6 +229,40 @@ class Store:
         self._start(seg)
         self.generation = generation
         return moved
+
+    def jump(self, base: int) -> None:
+        """Give the next entries offsets from ``base`` on, past a gap (a new leader's epoch begins past every offset
+        an older one may have given: :mod:`exchange.journal._replication`). The next segment begins there, and a
+        ``<base>.from`` file beside it says where the one before ended, so that the gap reads as one and a sealed
+        segment that ends short still reads as damage.
+
+        Raises:
+            JournalError: ``base`` is before the next offset, a round is queued, or a file cannot be written.
+        """
+        old = self.active
+        if base == old.next_offset:
+            return
+        if base < old.next_offset or old.pending:
+            raise JournalError(f"cannot jump to offset {base}: the journal's next offset is {old.next_offset}"
+                               f"{' and a round is queued' if old.pending else ''}")
+        empty = not old.size
+        ended = self.segments[-2].written_offset if empty and len(self.segments) > 1 else old.written_offset
+        path = os.path.join(self.directory, segment_name(base, ".from"))
+        try:
+            with open(path, "w") as f:
+                f.write(str(ended))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
+        seg = _new_segment(self.directory, base, self._highs)
+        if empty:  # an empty segment goes: the new one follows the one before it, past the gap
+            old.remove()
+            self.segments.pop()
+            self._bases.pop()
+        else:
+            old.seal()
+        self._start(seg)
 
     def truncate(self, end: int) -> None:
         """Cut the log back so that it ends at ``end``, where an entry begins (a follower replica's tail that the
@@ -463,6 +498,17 @@ def _new_segment(directory: str, base: int, highs: dict[bytes, int]) -> Segment:
     return Segment.create(directory, base)
 
 
+def _jumped_from(directory: str, base: int) -> int:
+    """Where the segment before the one at ``base`` ended: ``base``, unless a jump's ``.from`` file says otherwise."""
+    try:
+        with open(os.path.join(directory, segment_name(base, ".from"))) as f:
+            return int(f.read().strip())
+    except FileNotFoundError:
+        return base
+    except (OSError, ValueError) as exc:
+        raise JournalError(f"{segment_name(base, '.from')} in {directory} does not read: {exc}") from exc
+
+
 def _move_files(source: str, target: str) -> None:
     """Move the segments' files and the positions from directory ``source`` into ``target`` (made if missing)."""
     try:
@@ -524,12 +570,17 @@ def _recover_publishers(segments: list[Segment], rec: Recovery) -> dict[bytes, i
 
 
 def verify(segments: list[Segment]) -> Iterator[str]:
-    """Read ``segments`` whole: a line per problem (a checksum that fails, offsets that do not follow on, time
-    that goes back); none for a sound journal."""
+    """Read ``segments`` whole: a line per problem (a checksum that fails, offsets that do not follow on, except past
+    a jump, time that goes back); none for a sound journal."""
     expected = segments[0].base if segments else 0
     last_time = 0
     for seg in segments:
-        if seg.base != expected:
+        try:
+            jumped = seg.base != expected and _jumped_from(seg.directory, seg.base) == expected  # past a gap
+        except JournalError as exc:
+            yield str(exc)
+            jumped = False
+        if seg.base != expected and not jumped:
             yield f"{seg.path}: begins at offset {seg.base}, expected {expected}"
         expected = seg.base
         try:

@@ -334,3 +334,30 @@ def test_the_log_is_cut_back_to_an_entry_and_goes_on_from_there(tmp_path):
     assert rec.torn_bytes == 0 and list(store.verify()) == []
     assert [p for p, _ in _records(store)] == [PUB_A] * 75 + [PUB_B] * 2 and store.high(PUB_B) == 2
     store.close()
+
+
+def test_offsets_jump_past_a_gap_that_reads_as_one_and_is_found_again(tmp_path):
+    directory = str(tmp_path / "j")
+    store, _ = Store.open(directory, "q", segment_bytes=8 << 10)
+    for seq in range(1, 4):
+        _put(store, PUB_A, seq, 1)
+        store.write()
+    end = store.end_offset
+    with pytest.raises(JournalError):
+        store.jump(end - 1)  # backwards
+    store.jump(1 << 30)
+    store.jump(1 << 31)  # twice, nothing between: the empty segment goes, the gap still reads as one
+    assert _put(store, PUB_A, 4, 2) == 1 << 31
+    store.write()
+    assert store.read(end, 1 << 20)[0].offset == 1 << 31  # a read in the gap goes on past it
+    assert [seq for _, seq in _records(store)] == [1, 2, 3, 4, 5]
+    store.close()
+    store, rec = Store.open(directory, "q", segment_bytes=8 << 10)
+    assert rec.torn_bytes == 0 and list(store.verify()) == [] and store.next_offset == (1 << 31) + 2
+    assert [seq for _, seq in _records(store)] == [1, 2, 3, 4, 5] and store.high(PUB_A) == 5
+    store.close()
+    os.truncate(os.path.join(directory, segment_name(0, ".log")), 200)  # a sealed segment that ends short...
+    store, _ = Store.open(directory, "q", segment_bytes=8 << 10)
+    with pytest.raises(CorruptJournalError):
+        _records(store)  # ...still reads as damage, not as a gap
+    store.close()
