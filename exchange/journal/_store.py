@@ -249,10 +249,7 @@ class Store:
         ended = self.segments[-2].written_offset if empty and len(self.segments) > 1 else old.written_offset
         path = os.path.join(self.directory, segment_name(base, ".from"))
         try:
-            with open(path, "w") as f:
-                f.write(str(ended))
-                f.flush()
-                os.fsync(f.fileno())
+            _write_synced(path, str(ended).encode())
         except OSError as exc:
             raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
         seg = _new_segment(self.directory, base, self._highs)
@@ -489,13 +486,18 @@ def _new_segment(directory: str, base: int, highs: dict[bytes, int]) -> Segment:
     """A new segment at ``base``, with the publishers' table ``highs`` beside it (recovery reads from there)."""
     pub = os.path.join(directory, segment_name(base, ".pub"))
     try:
-        with open(pub, "wb") as f:
-            f.write(encode_publishers(highs))
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(pub, encode_publishers(highs))
     except OSError as exc:
         log.warning("cannot write %s (%s): recovery will read older segments", pub, exc.strerror)
     return Segment.create(directory, base)
+
+
+def _write_synced(path: str, data: bytes) -> None:
+    """``data`` in the file ``path``, on the disk before this returns (OSError: it is not)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _jumped_from(directory: str, base: int) -> int:
