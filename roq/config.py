@@ -250,6 +250,9 @@ class JournalConfig:
             there): it appends the leader's entries at the leader's offsets, synced under its durability, and
             takes no batch from exchanges.
         epoch: with ``followers``, the epoch this journal leads (its replica must not have promised a newer one).
+        peers: ``name=reads endpoint`` of the other replicas (repeat the flag for each): with them this journal
+            stands for ``epoch`` before it leads (their promises, the most advanced log of a majority), as a new
+            leader does after the last one was lost.
     """
 
     queue: str
@@ -273,6 +276,7 @@ class JournalConfig:
     followers: tuple[str, ...] = ()
     follow: str = ""
     epoch: int = 1
+    peers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _text(self, "queue", "directory", "monitor", "address", "durability", "journal_id", "follow")
@@ -299,6 +303,11 @@ class JournalConfig:
             if self.monitor:
                 raise ConfigError("JournalConfig: a follower replica does not report to a monitor yet (the monitor "
                                   "would name it to the exchanges as the queue's journal)")
+        names = [p.partition("=")[0] for p in self.peers]
+        if self.peers and (sorted(names) != sorted(self.followers) or
+                           not all(p.partition("=")[2].startswith("tcp://") for p in self.peers)):
+            raise ConfigError(f"JournalConfig.peers must name each follower as name=tcp://host:port, got "
+                              f"{list(self.peers)} for followers {list(self.followers)}")
         if not isinstance(self.epoch, int) or self.epoch < 1:
             raise ConfigError(f"JournalConfig.epoch must be 1 or more, got {self.epoch!r}")
         if len(self.followers) > 4 or len(set(self.followers)) != len(self.followers) or \

@@ -45,11 +45,12 @@ import zmq
 
 from exchange._admission import Admission
 from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
+from exchange.journal._format import EPOCH_PUBLISHER, epoch_entry
 from exchange.journal._intake import Intake
 from exchange.journal._meter import Meter
 from exchange.journal._readport import ReadPort
 from exchange.journal._reads import Positions
-from exchange.journal._replicas import Following, Leading
+from exchange.journal._replicas import Following, Leading, elect
 from exchange.journal._store import Store
 from roq.wire import batch, control
 from roq.wire.batch import BatchError
@@ -140,13 +141,22 @@ class Journal:
             BrokerConnectionError: the address cannot be bound.
         """
         cfg = self.config
+        if self.curve is not None:
+            self.curve.start()  # before anyone can connect, and before an election asks the other replicas
         self.store, rec = Store.open(cfg.directory, cfg.queue, segment_bytes=cfg.segment_bytes)
         self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission,
                               on_replica=self._on_replica if cfg.followers else None,
                               on_promise=self._on_promise if cfg.followers or cfg.follow else None)
         self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
+        if cfg.peers:
+            elect(self._ctx, self.id, cfg.epoch, dict(p.split("=", 1) for p in cfg.peers), self.store, self.curve)
         if cfg.followers:
-            self.leading = Leading(self.id, cfg.followers, cfg.epoch, self.store, self.reads, self._acknowledge)
+            self.leading = Leading(self.id, cfg.followers, cfg.epoch, self.store, self.reads, self._acknowledge,
+                                   committed=0 if cfg.peers else None)
+        if cfg.peers:  # elected: the epoch's first entry commits the log taken over, once on a majority
+            key, header, body = epoch_entry(cfg.epoch)
+            self.store.append(key, header, body, EPOCH_PUBLISHER, 1, cfg.epoch, time.time_ns())
+            self._commit()
         if cfg.follow:
             self.following = Following(self._ctx, cfg.follow, self.id, self.store, self.reads,
                                        lambda: not self.interval, self.curve)
@@ -155,8 +165,6 @@ class Journal:
             self._paused_until = float("inf")
         for note in rec.notes:
             log.warning("journal %s: %s", self.id, note)
-        if self.curve is not None:
-            self.curve.start()
         self.endpoint = bind(self.sock, cfg.address, cfg.intake_port)
         self.reads.bind(cfg.address, cfg.reads_port)
         self._watch = HandshakeWatch(self.sock, "intake", self.drops)

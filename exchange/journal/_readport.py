@@ -85,9 +85,10 @@ class ReadPort:
         """Answer the fetches waiting at the end: more is written."""
         self._send(self.reads.written())
 
-    def lead(self, epoch: int, history: list[list[int]]) -> None:
-        """This journal leads ``epoch``, its log's epochs ``history``: named in every answer to a replica."""
-        self.reads.lead(epoch, history)
+    def epochs(self, epoch: int, history: list[list[int]]) -> None:
+        """The epoch this journal leads (or a follower, promised) and its log's epochs: named in every answer to a
+        replica."""
+        self.reads.epochs(epoch, history)
 
     def commit(self, end: int) -> None:
         """A replicated journal's commit end moved to ``end``: answer the readers waiting for it."""

@@ -29,6 +29,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from exchange.journal._format import EPOCH_KEY
 from exchange.journal._store import POSITIONS, Store
 from roq.wire import batch, compression, control
 from roq.errors import CorruptJournalError, JournalError, ProtocolError
@@ -79,8 +80,8 @@ class Reads:
         self.epoch = 0  # a leader's epoch and its log's history, in each answer to a replica
         self.history: list[list[int]] = []
 
-    def lead(self, epoch: int, history: list[list[int]]) -> None:
-        """This journal leads ``epoch``; its log's epochs are ``history`` (both named to its followers)."""
+    def epochs(self, epoch: int, history: list[list[int]]) -> None:
+        """The epoch this journal leads (a follower: promised) and its log's epochs (named to replicas)."""
         self.epoch, self.history = epoch, history
 
     def commit(self, end: int) -> None:
@@ -160,6 +161,8 @@ class Reads:
                 h = batch.parse_header(entry.header)
                 next_offset = entry.offset + h.count
                 key = entry.key
+                if key == EPOCH_KEY and not msg.replica:
+                    continue  # a new leader's first entry: the replicas' only
                 if not key.startswith(addresses if key[:2] == batch.ADDRESSED else wanted):
                     continue
                 offsets.append(entry.offset)

@@ -19,8 +19,14 @@ the entries of an older epoch than it promised, cuts back a tail the leader's lo
 sees a newer epoch in a follower's fetch, or is asked to promise one (:class:`~roq.wire.control.Promise`), is
 *fenced*: it acknowledges nothing more.
 
-What is not here yet: the candidate's side of an election in the process (asking the promises, taking the most
-advanced log, leading the new epoch), the epoch counter in ZooKeeper.
+**An election** (:func:`elect`, a journal started with ``--peers``): the candidate promises its epoch itself, asks
+the other replicas' promises, and with a majority takes the most advanced log of those that promised (cutting back
+its own tail where that log differs, fetching what it lacks), begins its epoch past a jump in offsets
+(:meth:`~exchange.journal._store.Store.jump`) and leads. Its first entry is the epoch's (:func:`~exchange.journal.
+_format.epoch_entry`, served to no reader): once it is on a majority, the log it took over is committed behind it.
+
+What is not here yet: who stands, and when (the monitor seeing the leader gone), the epoch counter in ZooKeeper,
+followers told where the new leader is.
 """
 
 from __future__ import annotations
@@ -29,25 +35,28 @@ import collections
 import json
 import logging
 import os
+import time
 from typing import Any, Callable
 
 import zmq
 
 from exchange.journal._readport import ReadPort
-from exchange.journal._replication import ACCEPT, STALE, TRUNCATE, EpochHistory, Quorum, Replica
+from exchange.journal._replication import ACCEPT, STALE, TRUNCATE, Election, EpochHistory, Promise, Quorum, Replica
 from exchange.journal._store import Store
-from roq.errors import ConflictError, JournalError, ProtocolError
+from roq.errors import ConflictError, JournalError, ProtocolError, Result
 from roq.runtime import counted_log_due
 from roq.security.curve import Curve
 from roq.wire import batch, control
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Leading", "Following", "load_replica", "save_replica", "REPLICA_FILE", "FETCH_BYTES", "WAIT_MS",
-           "RECENT_BYTES"]
+__all__ = ["Leading", "Following", "elect", "append_entries", "load_replica", "save_replica", "REPLICA_FILE",
+           "FETCH_BYTES", "WAIT_MS", "RECENT_BYTES", "PROMISE_TIMEOUT_S"]
 
 #: a replica's promised epoch and its log's epoch history, beside its segments
 REPLICA_FILE = "replica.json"
+#: how long a candidate waits for the other replicas' promises
+PROMISE_TIMEOUT_S = 2.0
 
 #: what a follower asks for in one fetch, at most
 FETCH_BYTES = 4 << 20
@@ -96,6 +105,152 @@ def save_replica(directory: str, replica: Replica) -> None:
         raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
 
 
+def append_entries(store: Store, replica: Replica, history: EpochHistory, offsets: list[int], times: list[int],
+                   entries: list[bytes], durable: bool) -> tuple[int, str]:
+    """Append another replica's entries (an answer's frames, three each) at its offsets and times, written (and
+    synced when ``durable``); past a jump where its ``history`` begins an epoch, so does this log. The entries
+    appended, and why it stopped before the end ("": it did not).
+
+    Raises:
+        JournalError: a write, a sync or a jump failed (nothing unwritten is counted as held).
+    """
+    taken, why = 0, ""
+    starts = {start for _, start in history.starts}
+    for i, offset in enumerate(offsets):
+        key, header, body = entries[3 * i:3 * i + 3]
+        h = batch.parse_header(header)
+        if offset + h.count <= store.next_offset:
+            continue  # held already (an answer to a fetch sent again)
+        if offset != store.next_offset:
+            if store.empty:
+                store.begin_generation(store.generation, offset)  # its journal begins past 0
+            elif offset in starts and offset > store.next_offset and \
+                    history.end_of(history.epoch_at(offset - 1), offset) == store.next_offset:
+                _write(store, replica, durable)
+                store.jump(offset)  # a new epoch begins past a gap: here too
+            else:
+                why = f"its entry at {offset} does not follow ours, which end at {store.next_offset}"
+                break
+        store.append(key, header, body, h.publisher, h.count, h.last_seq, times[i])
+        replica.appended(history.epoch_at(offset), [offset], offset + h.count)
+        taken += 1
+    _write(store, replica, durable)
+    return taken, why
+
+
+def _write(store: Store, replica: Replica, durable: bool) -> None:
+    try:
+        store.write()
+    except JournalError:
+        replica.truncated(store.next_offset)  # (nothing of it was written)
+        raise
+    if durable:
+        store.sync()
+
+
+def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], store: Store,
+          curve: Curve | None = None) -> None:
+    """Stand for ``epoch`` among this replica (``name``, its log ``store``) and ``peers`` (name -> reads endpoint):
+    ask every one's promise, and with a majority take the most advanced log of those that promised (cutting back
+    what this log has that it does not, fetching what it lacks), then begin the epoch's offsets past every end heard
+    and the wall clock's seconds times 2**21 (:meth:`~exchange.journal._replication.Election.base`). The replica's
+    promise and history are on disk before it returns; the caller then leads (:class:`Leading`).
+
+    Raises:
+        JournalError: this replica promised that epoch or a newer one, no majority promised within
+            :data:`PROMISE_TIMEOUT_S`, a replica promised a newer epoch, or the log could not be taken or written.
+    """
+    directory = store.directory
+    replica = load_replica(directory, name, store)
+    own = replica.promise(epoch)
+    if own is None:
+        raise JournalError(f"replica {name} promised epoch {replica.promised} already: it cannot stand for {epoch}")
+    save_replica(directory, replica)
+    election = Election(name, [name, *peers], epoch)
+    election.promised(own)
+    logs: dict[str, tuple[EpochHistory, int]] = {}
+    asked: dict[zmq.Socket, str] = {}
+    poller = zmq.Poller()
+    try:
+        for peer, endpoint in peers.items():
+            sock = context.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            if curve is not None:
+                curve.connect(sock)
+            sock.connect(endpoint)
+            sock.send(control.encode(control.Promise(epoch=epoch, candidate=name)))
+            asked[sock] = peer
+            poller.register(sock, zmq.POLLIN)
+        deadline = time.monotonic() + PROMISE_TIMEOUT_S
+        while len(logs) < len(peers) and not election.lost and time.monotonic() < deadline:
+            for sock, _ in poller.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+                peer = asked[sock]
+                reply = control.decode(sock.recv_multipart()[-1])
+                poller.unregister(sock)
+                if not isinstance(reply, control.Reply) or reply.result != Result.OK:
+                    election.refused(epoch)
+                    log.warning("replica %s, standing for epoch %d: %s refused (%s)", name, epoch, peer,
+                                getattr(reply, "comment", type(reply).__name__))
+                    continue
+                data = reply.data
+                history = EpochHistory.from_list(data["history"])
+                logs[peer] = (history, int(data["end"]))
+                election.promised(Promise(peer, int(data["epoch"]), history.last_epoch, int(data["end"])))
+        if not election.won:
+            raise JournalError(f"replica {name} did not win epoch {epoch}: {len(election.promises)} of "
+                               f"{len(peers) + 1} replicas promised it")
+        source = election.source()
+        if source.replica != name:
+            history, end = logs[source.replica]
+            keep = replica.history.shared_end(replica.end, history, end)
+            if keep < replica.end:
+                log.warning("replica %s cuts its log back from %d to %d: %s's is the most advanced", name,
+                            replica.end, keep, source.replica)
+                store.truncate(keep)
+                replica.truncated(keep)
+            _take_log(context, name, epoch, peers[source.replica], store, replica, history, end, curve)
+        base = election.base(time.time())
+        if base > store.next_offset:
+            store.jump(base)
+        replica.lead(epoch, store.next_offset)
+        save_replica(directory, replica)
+        log.warning("replica %s won epoch %d (%d of %d replicas promised; the most advanced log: %s's, ending at "
+                    "%d): it leads from offset %d", name, epoch, len(election.promises), len(peers) + 1,
+                    source.replica, source.end, base)
+    except (ProtocolError, ValueError, KeyError, TypeError) as exc:
+        raise JournalError(f"replica {name}, standing for epoch {epoch}: a bad answer: {exc}") from exc
+    finally:
+        for sock in asked:
+            sock.close()
+
+
+def _take_log(context: zmq.Context, name: str, epoch: int, endpoint: str, store: Store, replica: Replica,
+              history: EpochHistory, end: int, curve: Curve | None) -> None:
+    """Fetch from ``endpoint`` (the most advanced log) everything up to ``end`` that this log lacks."""
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        curve.connect(sock)
+    sock.connect(endpoint)
+    try:
+        while store.next_offset < end:
+            sock.send(control.encode(control.Fetch(offset=store.next_offset, max_bytes=FETCH_BYTES, replica=name,
+                                                   epoch=epoch)))
+            if not sock.poll(int(PROMISE_TIMEOUT_S * 1000)):
+                raise JournalError(f"the most advanced log, at {endpoint}, did not answer a fetch from "
+                                   f"{store.next_offset}")
+            frames = sock.recv_multipart()
+            msg = control.decode(frames[0])
+            if not isinstance(msg, control.Fetched) or msg.error or not msg.count:
+                raise JournalError(f"the most advanced log, at {endpoint}, gave nothing from {store.next_offset}: "
+                                   f"{getattr(msg, 'error', '') or type(msg).__name__}")
+            _, why = append_entries(store, replica, history, msg.offsets, msg.times, frames[1:], True)
+            if why:
+                raise JournalError(f"the most advanced log, at {endpoint}: {why}")
+    finally:
+        sock.close()
+
+
 def _answer(replica: Replica) -> dict[str, Any]:
     """What a promise answers: the replica's log."""
     return {"epoch": replica.promised, "last_epoch": replica.history.last_epoch, "end": replica.end,
@@ -109,9 +264,11 @@ class Leading:
         name: the leader's id.
         followers: the followers' ids.
         epoch: the epoch it leads.
-        store: the journal (what it holds when it starts counts as committed: its epoch begins past it).
+        store: the journal.
         reads: its readers, served up to the commit end.
         acknowledge: sends acknowledgements (exchange -> (publisher, seq) pairs) naming the commit end.
+        committed: what is known to be on a majority (None: everything the journal holds, for the first leader;
+            an elected one knows nothing: the tail it took over is committed behind its first entry on a majority).
 
     Raises:
         JournalError: its replica promised a newer epoch (it would be fenced), or ``replica.json`` does not read or
@@ -119,7 +276,7 @@ class Leading:
     """
 
     def __init__(self, name: str, followers: tuple[str, ...], epoch: int, store: Store, reads: ReadPort,
-                 acknowledge: Callable[[Acks, int], None]) -> None:
+                 acknowledge: Callable[[Acks, int], None], committed: int | None = None) -> None:
         end = store.end_offset
         self.directory = store.directory
         self.replica = load_replica(store.directory, name, store)
@@ -131,13 +288,14 @@ class Leading:
         self.name = name
         self.epoch = epoch
         self.fenced = 0  # a newer epoch heard of: nothing more is acknowledged
-        self.quorum = Quorum(name, [name, *followers], epoch=epoch, base=end, committed=end)
-        self.committed = end
+        known = end if committed is None else committed
+        self.quorum = Quorum(name, [name, *followers], epoch=epoch, base=end, committed=known)
+        self.committed = known
         self.reads = reads
         self.acknowledge = acknowledge
         self.pending: collections.deque[tuple[int, Acks]] = collections.deque()  # (round's end, its acks)
-        reads.lead(epoch, self.replica.history.to_list())
-        reads.commit(end)
+        reads.epochs(epoch, self.replica.history.to_list())
+        reads.commit(known)
         store.keep_recent(RECENT_BYTES)
 
     def written(self, end: int, acks: Acks, now: float) -> None:
@@ -212,6 +370,7 @@ class Following:
         self.endpoint = endpoint
         self.name = name
         self.replica = load_replica(store.directory, name, store)  # JournalError: it does not read
+        reads.epochs(self.replica.promised, self.replica.history.to_list())
         self.stale = 0  # answers of a leader of an older epoch than we promised, refused
         self.store = store
         self.reads = reads
@@ -306,34 +465,14 @@ class Following:
         if verdict.action != ACCEPT:
             return  # (it lacks entries before these: it asks again from its end)
         epochs = len(replica.history.starts)
-        taken = 0
-        for i, offset in enumerate(msg.offsets):
-            key, header, body = entries[3 * i:3 * i + 3]
-            h = batch.parse_header(header)
-            if offset + h.count <= store.next_offset:
-                continue  # held already (an answer to a fetch sent again)
-            if offset != store.next_offset:
-                if store.empty and not taken and not self.appended:
-                    store.begin_generation(store.generation, offset)  # the leader's journal begins past 0
-                else:
-                    self.diverged = (f"the leader's entry at {offset} does not follow ours, which end at "
-                                     f"{store.next_offset}")
-                    log.error("replica %s stops following %s: %s", self.name, self.endpoint, self.diverged)
-                    break
-            store.append(key, header, body, h.publisher, h.count, h.last_seq, msg.times[i])
-            replica.appended(history.epoch_at(offset), [offset], offset + h.count)
-            taken += 1
-        if taken:
-            try:
-                store.write()
-            except JournalError:
-                replica.truncated(store.next_offset)  # (nothing of it was written)
-                raise
-            if self.durable():
-                store.sync()
-            self.appended += taken
-            if len(replica.history.starts) != epochs:
-                save_replica(store.directory, replica)
+        taken, why = append_entries(store, replica, history, msg.offsets, msg.times, entries, self.durable())
+        self.appended += taken
+        if why:
+            self.diverged = why
+            log.error("replica %s stops following %s: %s", self.name, self.endpoint, why)
+        if len(replica.history.starts) != epochs:
+            save_replica(store.directory, replica)
+            self.reads.epochs(replica.promised, replica.history.to_list())
         if msg.committed >= 0:
             self.reads.commit(min(msg.committed, store.end_offset))
         elif taken:
@@ -348,6 +487,7 @@ class Following:
         if self.replica.promise(epoch) is None:
             raise ConflictError(f"replica {self.name} promised epoch {self.replica.promised} already")
         save_replica(self.store.directory, self.replica)
+        self.reads.epochs(self.replica.promised, self.replica.history.to_list())
         log.warning("replica %s promised epoch %d: it takes no entry of an older one from now on", self.name, epoch)
         return _answer(self.replica)
 

@@ -182,8 +182,9 @@ class Replica:
         self.leader_history = None
         return Promise(self.name, epoch, self.history.last_epoch, self.end)
 
-    def lead(self, epoch: int) -> None:
-        """This replica leads ``epoch`` (it won it): its entries of that epoch follow its log's end.
+    def lead(self, epoch: int, start: int | None = None) -> None:
+        """This replica leads ``epoch`` (it won it): its entries of that epoch begin at ``start``
+        (:meth:`Election.base`, past a jump), or follow its log's end.
 
         Raises:
             ValueError: it promised a newer epoch.
@@ -191,7 +192,9 @@ class Replica:
         if epoch < self.promised:
             raise ValueError(f"replica {self.name} promised epoch {self.promised}: it cannot lead epoch {epoch}")
         self.promised = epoch
-        self.history.begin(epoch, self.end, self.end)
+        start = self.end if start is None else start
+        self.history.begin(epoch, start, self.end)
+        self.end = max(self.end, start)
 
     def check(self, epoch: int, prev: int, offsets: list[int], leader: EpochHistory, leader_end: int) -> Verdict:
         """The leader of ``epoch``, whose log's epochs are ``leader`` and whose log ends at ``leader_end``, sends

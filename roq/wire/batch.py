@@ -58,6 +58,7 @@ __all__ = [
     "replays",
     "rejoins",
     "CONTROL_TOPIC",
+    "EPOCH_KEY",
     "HEADER",
     "HEADER_SIZE",
     "ACK",
@@ -122,6 +123,10 @@ MAX_KEY = 1 << 16
 
 #: Key of markers, beacons and subscriptions. Every subscriber gets it besides its own prefix.
 CONTROL_TOPIC = b"\x00roq"
+
+#: Key of the entry a replicated journal's new leader writes first in its epoch: it commits the log taken over once
+#: it is on a majority. The journal's replicas copy it; no reader is served it (``exchange/journal/_format.py``).
+EPOCH_KEY = CONTROL_TOPIC + b"/epoch"
 
 #: How the key of a record *addressed* to another cluster of a tree begins (then the cluster's name and ``/``:
 #: :func:`roq.federation.address`). Such a record passes through the queues on its way as it is, heard by no

@@ -12,9 +12,9 @@ import zmq
 from exchange.journal import Store
 from roq.process import Child, spawn
 from roq.errors import Result
-from roq.wire import control
+from roq.wire import batch, control
 from roq.wire.ready import JournalReady
-from tests.integration.test_journal_crash import QUEUE, SEGMENT_BYTES, Driver
+from tests.integration.test_journal_crash import QUEUE, SEGMENT_BYTES, Driver, _check
 from tests.integration.zkhelp import wait_until
 
 
@@ -175,6 +175,50 @@ def test_followers_that_promised_a_newer_epoch_fence_the_old_leader_for_good(tmp
         assert _promise(ctx, followers["f1"][1].reads, 2, "another").result == Result.CONFLICT
         driver._read_acks(1500)
         assert driver.acked == stuck, "a fenced leader got a round acknowledged after a follower restarted"
+    finally:
+        for child in children:
+            child.kill()
+        ctx.destroy(0)
+
+
+def test_a_follower_elected_after_the_leader_is_killed_holds_every_acknowledged_record(tmp_path):
+    ctx = zmq.Context()
+    children: list = []
+    try:
+        dirs, info, followers = _three(tmp_path, children)
+        driver = Driver(ctx, info.intake, random.Random(36))
+        driver.run(1.5)  # no settling: batches are on their way when the leader goes
+        children[0].kill()
+        driver.drain()
+        acked = dict(driver.acked)
+        assert all(acked.values())
+        followers["f1"][0].stop()  # f1 stands for epoch 2 in its own directory; the dead leader does not answer
+        candidate, elected = _journal(dirs["f1"], "--id", "f1", "--epoch", "2", "--followers", "lead", "--followers",
+                                      "f2", "--peer", f"lead={info.reads}", "--peer", f"f2={followers['f2'][1].reads}")
+        children.append(candidate)
+        assert elected.next_offset >= int(time.time() - 60) << 21  # its epoch begins past a jump: the clock's
+        followers["f2"][0].stop()  # f2 promised epoch 2: it follows the new leader (the monitor will say where)
+        f2, _ = _journal(dirs["f2"], "--id", "f2", "--follow", elected.reads)
+        children.append(f2)
+        probe = ctx.socket(zmq.DEALER)  # a batch the log has already: acknowledged once the epoch's first entry,
+        probe.setsockopt(zmq.LINGER, 0)  # which commits the log taken over, is on a majority (nothing new needed)
+        probe.connect(elected.intake)
+        publisher = driver.publishers[0]
+        last, frames = driver.sent[publisher][0]
+        probe.send_multipart(frames)
+        assert probe.poll(10_000), "a batch the new leader's log holds was not acknowledged"
+        assert any(p == publisher and seq >= last for p, seq in batch.decode_journal_ack(probe.recv())[2])
+        probe.close()
+        driver.reconnect(ctx, elected.intake)
+        driver.resend()  # what the lost leader had not acknowledged, as exchanges do
+        driver.settle(30)
+        driver.run(1.0)
+        driver.settle()
+        assert all(driver.acked[p] > acked[p] for p in driver.publishers)
+        f2.stop()
+        candidate.stop()
+        for name in ("f1", "f2"):  # every record once, in each publisher's order, at both replicas of epoch 2
+            _check(dirs[name], driver, acked)
     finally:
         for child in children:
             child.kill()
