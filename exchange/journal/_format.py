@@ -33,7 +33,7 @@ from roq.errors import CorruptJournalError
 
 __all__ = ["PREFIX", "PREFIX_SIZE", "MIN_SIZE", "MAX_SIZE", "INDEX", "INDEX_INTERVAL", "Entry", "encode_entry",
            "decode_entry", "entry_size", "encode_publishers", "decode_publishers", "segment_name", "segment_base",
-           "EPOCH_KEY", "EPOCH_PUBLISHER", "epoch_entry"]
+           "EPOCH_PUBLISHER", "epoch_entry"]
 
 #: size u32, crc u32, offset u64, time_ns i64
 PREFIX = struct.Struct("<IIQq")
@@ -49,10 +49,8 @@ INDEX = struct.Struct("<QQq")
 #: bytes of log between two index entries
 INDEX_INTERVAL = 4096
 
-#: The key of the entry a replicated journal's new leader writes first in its epoch (:func:`epoch_entry`): it
-#: commits the log it took over once it is on a majority. Replicas copy it; no reader is served it.
-EPOCH_KEY = batch.EPOCH_KEY
-#: The publisher id of that entry (its seq is the epoch).
+#: The publisher id of the entry a replicated journal's new leader writes first in its epoch (its seq is the epoch;
+#: its key :data:`roq.wire.batch.EPOCH_KEY`).
 EPOCH_PUBLISHER = bytes(16)
 _PUB = struct.Struct("<16sQ")
 _PUB_HEAD = struct.Struct("<II")  # crc, count
@@ -158,5 +156,6 @@ def segment_base(name: str) -> int | None:
 
 
 def epoch_entry(epoch: int) -> tuple[bytes, bytes, bytes]:
-    """The key, header and body of the entry that begins ``epoch`` (see :data:`EPOCH_KEY`)."""
-    return EPOCH_KEY, batch.pack_header(batch.DATA, EPOCH_PUBLISHER, epoch, 1), batch.encode_body([b"epoch %d" % epoch])
+    """The key, header and body of the entry that begins ``epoch`` (see :data:`roq.wire.batch.EPOCH_KEY`)."""
+    header = batch.pack_header(batch.DATA, EPOCH_PUBLISHER, epoch, 1)
+    return batch.EPOCH_KEY, header, batch.encode_body([b"epoch %d" % epoch])

@@ -29,7 +29,6 @@ import os
 import time
 from dataclasses import dataclass
 
-from exchange.journal._format import EPOCH_KEY
 from exchange.journal._store import POSITIONS, Store
 from roq.wire import batch, compression, control
 from roq.errors import CorruptJournalError, JournalError, ProtocolError
@@ -161,7 +160,7 @@ class Reads:
                 h = batch.parse_header(entry.header)
                 next_offset = entry.offset + h.count
                 key = entry.key
-                if key == EPOCH_KEY and not msg.replica:
+                if key == batch.EPOCH_KEY and not msg.replica:
                     continue  # a new leader's first entry: the replicas' only
                 if not key.startswith(addresses if key[:2] == batch.ADDRESSED else wanted):
                     continue

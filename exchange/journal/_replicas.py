@@ -345,12 +345,6 @@ class Leading:
         if ready:
             self.acknowledge(ready, committed)
 
-    def describe(self, leader_end: int, now: float) -> dict[str, dict[str, int | bool]]:
-        """Each replica's end, lag (offsets) and whether it is in sync (heard within 2 s, holding what is committed)."""
-        q = self.quorum
-        return {r: {"end": end, "lag": q.lag(r, leader_end), "in_sync": q.in_sync(r, now, leader_end, 2.0)}
-                for r, end in q.ends.items()}
-
 
 class Following:
     """A follower replica: one fetch waiting at the leader, what comes appended at the leader's offsets.
