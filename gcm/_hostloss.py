@@ -187,5 +187,6 @@ class HostLoss:
 
 
 def _journal_on_lost_host(q: QueueView, lost: set[str]) -> bool:
-    """Whether ``q`` is durable and its journal's host is ``lost``."""
-    return q.durable and q.doc.journal_host in lost
+    """Whether ``q`` is durable, its journal is not replicated (the replicas elect another leader) and its host is
+    ``lost``."""
+    return q.durable and not q.doc.journal_replicas and q.doc.journal_host in lost

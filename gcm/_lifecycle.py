@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from gcm._journals import journal_ops
+from gcm._journals import journal_hosts, journal_ops
 from gcm._outcome import READY, REMOVED, STOPPED as STOP_WAIT, Event, Outcome, Wait
 from gcm._placement import Placer, slot_order
 from gcm._view import QueueView, View, checked_name, echo
@@ -146,7 +146,7 @@ def start(view: View, msg: m.StartQueue, now: float) -> Outcome:
     where = ", ".join(f"{x}@{h}" for x, h in placement.items())
     event = Event(q.name, "queue_started", f"started: monitor on {host}, exchanges {where}",
                   {"host": host, "exchanges": len(placement)})
-    hosts = {host, *placement.values(), *([doc.journal_host] if journal and doc.journal_host else [])}
+    hosts = {host, *placement.values(), *(journal_hosts(doc) if journal else [])}
     return Outcome(ops=ops, ensure=tuple(paths.host_assignments(h) for h in sorted(hosts)),
                    events=(event,), wait=_ready(q.name, "running"))
 

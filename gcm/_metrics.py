@@ -175,6 +175,12 @@ QUEUE_FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("roq_journal_sync_max_seconds", "gauge", "longest fdatasync in the journal's last heartbeat period"),
     ("roq_journal_write_failures_total", "counter", "writes or syncs of the journal that failed (a full disk...)"),
     ("roq_journal_lag_bytes", "gauge", "bytes the exchanges sent the journal that it has not acknowledged yet"),
+    ("roq_journal_replica_up", "gauge", "1 while a replica of the queue's replicated journal reports to the monitor"),
+    ("roq_journal_replica_leader", "gauge", "1 for the replica that leads the newest epoch"),
+    ("roq_journal_replica_epoch", "gauge", "the newest epoch the replica promised"),
+    ("roq_journal_replica_lag", "gauge", "offsets of the leader's log the replica does not hold, as the leader counted"),
+    ("roq_journal_replica_in_sync", "gauge", "1 while the replica holds everything a majority acknowledged"),
+    ("roq_journal_elections_total", "counter", "elections the queue's monitor started for its replicated journal"),
 )
 _JOURNAL: tuple[tuple[str, Callable[[JournalStatus], float | None], float], ...] = (
     ("roq_journal_bytes", lambda j: j.size_bytes, 1), ("roq_journal_next_offset", lambda j: j.next_offset, 1),
@@ -257,6 +263,14 @@ def queue_lines(name: str, status: QueueStatus, top: int, label: Labels) -> dict
         add("roq_journal_records", f'roq_journal_records{{queue="{q}"}} {records!r}')
         for family, figure, scale in _JOURNAL:
             add(family, f'{family}{{queue="{q}"}} {float(figure(journal) or 0) * scale!r}')
+        for r in journal.replicas or []:
+            labels = f'queue="{q}",replica="{_label(r.replica)}"'
+            for family, value in (("roq_journal_replica_up", r.alive), ("roq_journal_replica_leader", r.role == "leader"),
+                                  ("roq_journal_replica_epoch", r.epoch), ("roq_journal_replica_lag", r.lag),
+                                  ("roq_journal_replica_in_sync", r.in_sync)):
+                add(family, f"{family}{{{labels}}} {float(value)!r}")
+        if journal.elections is not None:
+            add("roq_journal_elections_total", f'roq_journal_elections_total{{queue="{q}"}} {float(journal.elections)!r}')
     buckets, total = _histogram(status.latency_histogram)
     for le, count in buckets:
         add("roq_queue_latency_seconds", f'roq_queue_latency_seconds_bucket{{queue="{q}",le="{le}"}} {count!r}')

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcm._journals import journal_ops
+from gcm._journals import durable, journal_hosts, journal_ops, replica_count
 from gcm._outcome import Outcome
 from gcm._view import View, echo
 from roq.wire import management as m
 from roq.wire.control import Reply
-from roq.wire.documents import RulesDoc, TuningDoc
+from roq.wire.documents import RUNNING, RulesDoc, TuningDoc
 from roq.errors import BadRequestError, ConfigError
 from roq.rules import check_thresholds, effective_rules, update_rules
 from roq.zk import Create, Op, SetData
@@ -40,11 +40,15 @@ def set_rules(view: View, msg: m.SetRules, now: float) -> Outcome:
     except ConfigError as exc:
         raise BadRequestError(f"rules of {q.name!r} unchanged: {exc}") from exc
     rules = effective_rules(explicit, dict(q.thresholds))
+    if q.state == RUNNING and q.durable and durable(rules) and replica_count(rules) != replica_count(q.rules):
+        raise BadRequestError(f"rules of {q.name!r} unchanged: the replica count of a running durable queue cannot "
+                              f"change ({replica_count(q.rules)} to {replica_count(rules)}); stop the queue, set it, "
+                              f"start it again")
     ops = [_write(view.paths.rules(q.name), RulesDoc(explicit).encode(), q.rules_version)]
     doc, journal = journal_ops(view, q, q.doc, rules)
     if journal:  # the queue gets its journal, or loses it: in the same transaction, against the queue's version
         ops += [SetData(view.paths.queue(q.name), doc.encode(), q.version), *journal]
-    ensure = (view.paths.host_assignments(doc.journal_host),) if journal and doc.journal_host else ()
+    ensure = tuple(view.paths.host_assignments(h) for h in journal_hosts(doc)) if journal else ()
     return Outcome(ops=tuple(ops), ensure=ensure, notes=(f"queue {q.name}: rules set by the operator now {explicit}",),
                    reply=Reply(comment="rules set", data={"Rules": rules, "Explicit": explicit}))
 

@@ -112,7 +112,8 @@ class QueueView:
             and bool(self.placement)
             and all(x in self.exchanges and (self.exchanges[x].host or h) == h for x, h in self.placement.items())
             and (not self.durable or (self.journal is not None
-                                      and (self.journal.host or self.doc.journal_host) == self.doc.journal_host))
+                                      and ((self.journal.host or self.doc.journal_host) == self.doc.journal_host
+                                           or self.journal.host in self.doc.journal_replicas)))
         )
 
     @property

@@ -54,6 +54,7 @@ class Supervised:
         self.tellable = True
         self._second_signal_sent = False
         self.last_port = 0  # the monitor's port, kept across restarts
+        self.replicas = 1  # a journal's: how many replicas the queue's journal has
         self.restart_pending = False
 
     @property

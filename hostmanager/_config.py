@@ -155,13 +155,15 @@ class ChildSettings:
                              session_timeout=c.session_timeout, kpi_archive=c.kpi_archive, **self._curve,
                              zk_auth=os.path.abspath(c.zk_auth) if c.zk_auth else "", **self.monitor_options)
 
-    def journal(self, queue: str, monitor: str, port: int, generation: int = 0) -> JournalConfig:
+    def journal(self, queue: str, monitor: str, port: int, generation: int = 0, replicas: int = 1) -> JournalConfig:
         """The settings of the journal of ``queue`` on ``port``, reporting to ``monitor``, taking commands on
-        stdin, of the queue's journal ``generation``; its files in ``<journal_dir>/<address>/<queue>``."""
+        stdin, of the queue's journal ``generation``; its files in ``<journal_dir>/<address>/<queue>``; one of
+        ``replicas``, named by this host's address."""
         c = self.config
         base = os.path.abspath(os.path.expanduser(c.journal_dir or "~/.roq/journals"))
         return JournalConfig(queue=queue, directory=os.path.join(base, c.address, queue), monitor=monitor,
                              address=c.address, intake_port=port, generation=generation, commands=True,
+                             replicas=replicas, journal_id=c.address if replicas > 1 else "",
                              **self._curve)
 
     def link(self, queue: str, monitor: str, federation: FederationDoc) -> LinkConfig:

@@ -45,11 +45,12 @@ class ChildState:
 class Start:
     """Start a process for ``assignment`` (an exchange, a journal or a link of the queue whose monitor is
     ``monitor``; a journal of the queue's journal ``generation``; a link from the cluster's place in its tree,
-    ``federation``)."""
+    ``federation``; a journal one of ``replicas``)."""
 
     assignment: Assignment
     monitor: str = ""
     generation: int = 0
+    replicas: int = 1
     federation: FederationDoc | None = None
 
 
@@ -98,7 +99,7 @@ def wanted(names: Iterable[str], *, skipped: set[str] | None = None) -> dict[str
 
 def converge(assignments: Mapping[str, Assignment], children: Mapping[str, ChildState],
              monitors: Mapping[str, str], now: float, generations: Mapping[str, int] | None = None,
-             federation: FederationDoc | None = None) -> list[Action]:
+             federation: FederationDoc | None = None, replicas: Mapping[str, int] | None = None) -> list[Action]:
     """The actions that bring the children in line with ``assignments``.
 
     Args:
@@ -109,6 +110,7 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
         generations: queue -> its journal generation (how many times its journal was started anew after its
             host was lost: the queue's document says), for the journals started.
         federation: the cluster's place in its tree, for the links started (None, or no parent: a link waits).
+        replicas: queue -> how many replicas its journal has (missing: 1), for the journals started.
     """
     actions: list[Action] = []
     for name, unassigned in children.items():
@@ -132,5 +134,6 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
                 actions.append(Start(a, monitors[a.queue], federation=federation))
         elif monitors.get(a.queue):
             generation = (generations or {}).get(a.queue, 0) if a.role == JOURNAL else 0
-            actions.append(Start(a, monitors[a.queue], generation))
+            copies = (replicas or {}).get(a.queue, 1) if a.role == JOURNAL else 1
+            actions.append(Start(a, monitors[a.queue], generation, replicas=copies))
     return actions

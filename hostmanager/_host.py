@@ -141,10 +141,11 @@ class Registration:
         except ZooKeeperError as exc:
             log.debug("host KPI update failed: %s", exc)
 
-    def publish(self, assignment: Assignment, doc: Document) -> bool:
-        """Make a ready child known: write its node. False if its queue is gone (the child should stop)."""
+    def publish(self, assignment: Assignment, doc: Document, take: bool = True) -> bool:
+        """Make a ready child known: write its node (``take``: in place of another session's; else, one of a
+        replicated journal's replicas, only where none is). False if its queue is gone (the child should stop)."""
         try:
-            self._put_own(self._path(assignment), doc)
+            self._put_own(self._path(assignment), doc, take)
         except NodeMissingError:
             return False
         return True
@@ -164,9 +165,9 @@ class Registration:
             return self.paths.exchange(a.queue, a.slot)
         return self.paths.monitor(a.queue) if a.role == "monitor" else self.paths.journal(a.queue)
 
-    def _put_own(self, path: str, doc: Document) -> bool:
+    def _put_own(self, path: str, doc: Document, take: bool = True) -> bool:
         """Create ``path`` holding ``doc`` in this session, or rewrite it if this session holds it already;
-        True if it replaced a node of another session."""
+        True if it replaced a node of another session (never without ``take``)."""
         data = doc.encode()
         for _ in range(3):  # the node may come and go between the calls
             try:
@@ -179,6 +180,8 @@ class Registration:
                 continue
             if self.session.owns(found[1]):
                 self.session.set(path, data)
+                return False
+            if not take:
                 return False
             try:
                 self.session.delete(path, version=found[1].version)

@@ -69,7 +69,7 @@ class Children:
         """Carry out one action; True if the assignments should be looked at again soon."""
         if isinstance(action, Start):
             self._start(self.by_name.setdefault(action.assignment.name, Supervised(action.assignment)),
-                        action.monitor, action.generation, action.federation)
+                        action.monitor, action.generation, action.federation, action.replicas)
             return False
         sup = self.by_name[action.name]
         a = sup.assignment
@@ -87,7 +87,7 @@ class Children:
         return False
 
     def _start(self, sup: Supervised, monitor: str, generation: int = 0,
-               federation: FederationDoc | None = None) -> None:
+               federation: FederationDoc | None = None, replicas: int = 1) -> None:
         a = sup.assignment
         ports: list[int] = []
         try:
@@ -98,7 +98,8 @@ class Children:
             elif a.role == JOURNAL:  # on its port of before: its exchanges find it again where they left it
                 ports.append(self.ports.allocate(sup.last_port))
                 sup.last_port = ports[0]
-                config = self.settings.journal(a.queue, monitor, ports[0], generation)
+                config = self.settings.journal(a.queue, monitor, ports[0], generation, replicas)
+                sup.replicas = replicas
             elif a.role == LINK:  # no port: a client of both clusters
                 assert federation is not None  # (converge starts a link only with it)
                 config = self.settings.link(a.queue, monitor, federation)
@@ -148,7 +149,7 @@ class Children:
             log.warning("%s of queue %s printed a %s's ready line: not published", a.slot, a.queue, info.ROLE)
             return
         try:
-            if not self.registration.publish(a, doc):
+            if not self.registration.publish(a, doc, take=sup.replicas == 1):
                 log.info("queue %s is gone: stopping %s", a.queue, a.slot)
                 sup.begin_stop(time.monotonic())
                 return

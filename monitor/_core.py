@@ -20,6 +20,7 @@ outbox after each.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable
 
@@ -34,6 +35,7 @@ from monitor._outbox import Outbox
 from monitor._durability import Durability
 from monitor._permissions import Permissions
 from monitor._publishers import Publishers
+from monitor._replicas import Replicas
 from monitor._rules import Adoption, Rules
 from monitor._scaling import Scaling
 from monitor._subscribers import Subscribers
@@ -42,7 +44,7 @@ from roq.wire import control
 from roq.config import MonitorConfig
 from roq.wire.control import Reply
 from roq.runtime import DropCounter
-from roq.wire.status import ScalingStatus
+from roq.wire.status import JournalStatus, ScalingStatus
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +87,12 @@ class Core:
         self.adoption = Adoption(self.rules, t, out)
         self.permissions = Permissions(config.queue, t, out)
         self.durability = Durability(t, out, self.rules, journal_timeout=config.heartbeat_timeout)
+        self.replicas = Replicas(out, lambda: self.rules.values, timeout=config.heartbeat_timeout,
+                                 own_host=config.address)
         self.scaling = (Scaling(config.queue, t, self.rules, self.mover, self.exchanges, self.subscribers, events, out)
                         if clustered else None)
         self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state,
-                                   totals=self.kpis.totals, latency=self.kpis.latency, journal=self.durability.describe,
+                                   totals=self.kpis.totals, latency=self.kpis.latency, journal=self._journal_status,
                                    links=self.demand.describe, adverts=lambda: self.demand.adverts)
         self._settled = False
 
@@ -157,6 +161,7 @@ class Core:
         self.publishers.forget_silent(now)
         self.subscribers.forget_silent(now)
         self.demand.forget_silent(now)
+        self.replicas.decide(now)
         if not self._settled and not self.topology.settling(now):
             self._settled = True
             self.mover.place_orphans(now)  # publishers whose exchange never reported: fail them over
@@ -178,6 +183,7 @@ class Core:
         """
         log.warning("monitor loop stalled for %.2fs: that silence is not counted against its peers", late)
         self.topology.discount(late)
+        self.replicas.discount(late)
 
     # ------------------------------------------------------------------ handlers that span rooms
 
@@ -190,8 +196,20 @@ class Core:
 
     def _journal_heartbeat(self, hb: control.JournalHeartbeat, identity: bytes, now: float) -> None:
         self.permissions.heartbeat(hb, identity)  # who may read it (JournalHeartbeat.permissions)
+        if hb.replica:  # one replica of a replicated journal: the exchanges and readers are told of its leader
+            self.durability.replica_heartbeat(hb, identity)
+            self.replicas.heartbeat(hb, identity, now)
+            leader = self.replicas.leader(now)
+            if leader is None or leader.journal != hb.journal:
+                return
         if self.durability.journal_heartbeat(hb, identity, now):
             self.subscribers.broadcast(now)  # where the journal is read from now on
+
+    def _journal_status(self, now: float) -> JournalStatus:
+        status = self.durability.describe(now)
+        if not self.replicas.known:
+            return status
+        return dataclasses.replace(status, replicas=self.replicas.describe(now), elections=self.replicas.elections)
 
     def _subscriber_hello(self, hello: control.SubscriberHello, identity: bytes, now: float) -> None:
         self.subscribers.hello(hello, identity, now)

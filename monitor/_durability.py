@@ -95,6 +95,13 @@ class Durability:
         if hb.journal != self.message.digest():
             self.outbox.send(identity, self.message)
 
+    def replica_heartbeat(self, hb: control.JournalHeartbeat, identity: bytes) -> None:
+        """A replica's heartbeat (leader or not): it is told the policy when it holds another."""
+        self.last = max(self.last, hb.next_offset)
+        policy = policy_of(self.rules.values)
+        if hb.policy != policy.digest():
+            self.outbox.send(identity, dataclasses.replace(policy, last=self.last))
+
     @property
     def reads(self) -> str:
         """Where the journal is read, while the queue is durable ("" none)."""

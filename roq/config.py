@@ -277,6 +277,7 @@ class JournalConfig:
     follow: str = ""
     epoch: int = 1
     peers: tuple[str, ...] = ()
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         _text(self, "queue", "directory", "monitor", "address", "durability", "journal_id", "follow")
@@ -308,6 +309,11 @@ class JournalConfig:
                            not all(p.partition("=")[2].startswith("tcp://") for p in self.peers)):
             raise ConfigError(f"JournalConfig.peers must name each follower as name=tcp://host:port, got "
                               f"{list(self.peers)} for followers {list(self.followers)}")
+        if not isinstance(self.replicas, int) or not 1 <= self.replicas <= 5:
+            raise ConfigError(f"JournalConfig.replicas must be 1 to 5, got {self.replicas!r}")
+        if self.replicas > 1 and (not self.monitor or not self.journal_id or self.follow or self.followers):
+            raise ConfigError("JournalConfig.replicas above 1 needs a monitor (it says who leads) and the replica's "
+                              "id (--id), and takes no followers nor follow (the monitor names them)")
         if not isinstance(self.epoch, int) or self.epoch < 1:
             raise ConfigError(f"JournalConfig.epoch must be 1 or more, got {self.epoch!r}")
         if len(self.followers) > 4 or len(set(self.followers)) != len(self.followers) or \

@@ -54,6 +54,9 @@ _SPEC: dict[str, tuple[type, Any, float, float, str]] = {
                         "the journal's oldest segments go while it is larger than this (0 = no bound)"),
     "retention_s": (float, 0.0, 1.0, 10 * 365 * 86400.0,
                     "the journal's segments whose records are all older than this many seconds go (0 = no bound)"),
+    "replicas": (int, 1, 1, 5,
+                 "copies of a durable queue's journal, each on its own host; a record is acknowledged once a majority "
+                 "of them hold it, and the queue's journal survives the loss of a minority of their hosts"),
     "link": (str, "none", 0, 0,
              "none: the queue stays in this cluster; parent: in a cluster with a parent, a link carries the queue's "
              "records to the parent's queue of the same name and the parent's back, as far as subscribers want "

@@ -50,13 +50,14 @@ from exchange.journal._intake import Intake
 from exchange.journal._meter import Meter
 from exchange.journal._readport import ReadPort
 from exchange.journal._reads import Positions
-from exchange.journal._replicas import Following, Leading, elect
+from exchange.journal._replicas import Following, Leading, elect, load_replica, promise_answer, save_replica
+from exchange.journal._replication import Replica
 from exchange.journal._store import Store
 from roq.wire import batch, control
 from roq.wire.batch import BatchError
 from roq.config import DURABILITIES, JournalConfig
 from roq.security.curve import Curve
-from roq.errors import JournalError, ProtocolError
+from roq.errors import ConflictError, JournalError, ProtocolError
 from roq.wire.pipe import MAX_FRAME
 from roq.wire.ready import JournalReady
 from roq.runtime import DropCounter, SignalWakeup, counted_log_due, run_main
@@ -118,7 +119,10 @@ class Journal:
         self.loop = Loop(f"journal {self.id}", self.drops)
         self._paused_until = 0.0
         self._next_sync = float("inf")
+        self.replicated = config.replicas > 1  # a replica: it leads or follows as its monitor says
+        self.standby: Replica | None = None  # a replica's promise and log, while it neither leads nor follows
         orders = Dispatcher(f"journal {self.id} (monitor)", {control.JournalPolicy: self._on_policy,
+                                                            control.JournalRole: self._on_role,
                                                             control.AclRules: self._on_permissions,
                                                             control.Reply: lambda msg, request: None},
                             self.drops, max_bytes=MAX_CONTROL_BYTES)
@@ -144,10 +148,15 @@ class Journal:
         if self.curve is not None:
             self.curve.start()  # before anyone can connect, and before an election asks the other replicas
         self.store, rec = Store.open(cfg.directory, cfg.queue, segment_bytes=cfg.segment_bytes)
+        replica = bool(cfg.followers or cfg.follow or self.replicated)
         self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission,
-                              on_replica=self._on_replica if cfg.followers else None,
-                              on_promise=self._on_promise if cfg.followers or cfg.follow else None)
+                              on_replica=self._on_replica if cfg.followers or self.replicated else None,
+                              on_promise=self._on_promise if replica else None)
         self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
+        if self.replicated:  # a standby until told: it serves no reader what no leader said is committed
+            self.standby = load_replica(cfg.directory, self.id, self.store)
+            self.reads.epochs(self.standby.promised, self.standby.history.to_list())
+            self.reads.commit(0)
         if cfg.peers:
             elect(self._ctx, self.id, cfg.epoch, dict(p.split("=", 1) for p in cfg.peers), self.store, self.curve)
         if cfg.followers:
@@ -181,6 +190,9 @@ class Journal:
         if self.following is not None:
             log.info("journal %s follows %s as a replica (it takes no batch from exchanges)", self.id, cfg.follow)
             self.following.start(time.monotonic())
+        if self.replicated:
+            log.info("journal %s is one of the queue's %d replicas: a standby until its monitor says who leads",
+                     self.id, cfg.replicas)
 
     def ready_info(self) -> JournalReady:
         """The ready line."""
@@ -225,10 +237,9 @@ class Journal:
         loop.add(reads.socket, lambda: reads.readable(time.monotonic()), "the reads port")
         if self.monitor is not None:
             loop.add(self.monitor.socket, self.monitor.readable, "the monitor")
-        following = self.following
-        if following is not None:
-            loop.add(following.socket, lambda: following.readable(time.monotonic()), "the leader")
-            loop.every(0.5, following.tick, "the fetch from the leader")
+        if self.following is not None:
+            self._attach(self.following)
+        loop.every(0.5, self._tick, "the fetch from the leader")
         if self._commands is not None:
             self._commands.attach(loop, self.config.heartbeat_interval)
         self._follow_pause(time.monotonic())
@@ -253,7 +264,8 @@ class Journal:
         paused = now < self._paused_until
         reads = self.reads
         assert reads is not None
-        self.loop.want(self.sock, 0 if paused or self.following is not None else zmq.POLLIN)
+        writer = self.leading is not None if self.replicated else self.following is None
+        self.loop.want(self.sock, zmq.POLLIN if writer and not paused else 0)
         self.loop.want(reads.socket, 0 if paused and not self.told else zmq.POLLIN)
 
     def _on_sync_due(self, now: float) -> None:
@@ -340,8 +352,88 @@ class Journal:
     def _on_promise(self, epoch: int) -> dict[str, Any]:
         if self.following is not None:
             return self.following.promise(epoch)
-        assert self.leading is not None
-        return self.leading.promise(epoch)
+        if self.leading is not None:
+            return self.leading.promise(epoch)
+        assert self.standby is not None and self.store is not None
+        if self.standby.promise(epoch) is None:
+            raise ConflictError(f"replica {self.id} promised epoch {self.standby.promised} already")
+        save_replica(self.store.directory, self.standby)
+        return promise_answer(self.standby)
+
+    # ------------------------------------------------------------------ a replica's role, as its monitor says
+
+    def _attach(self, following: Following) -> None:
+        self.loop.add(following.socket, lambda: following.readable(time.monotonic()), "the leader")
+
+    def _tick(self, now: float) -> None:
+        if self.following is not None:
+            self.following.tick(now)
+
+    def _replica(self) -> Replica | None:
+        """This replica's promise and log, whatever its role."""
+        role = self.leading or self.following
+        return role.replica if role is not None else self.standby
+
+    def _on_role(self, msg: control.JournalRole, _request: Request) -> None:
+        """The monitor says what this replica is to be: follow a leader, or stand for an epoch and lead it."""
+        if not self.replicated:
+            raise ProtocolError("this journal is not a replica of a replicated journal")
+        if msg.role == control.FOLLOWER:
+            check_endpoint(msg.leader)
+            leading = self.leading
+            if self.following is not None and self.following.endpoint == msg.leader:
+                return
+            if leading is not None and not leading.fenced and leading.epoch >= msg.epoch:
+                return  # an order older than our own epoch
+            self._step_down()
+            store, reads = self.store, self.reads
+            assert store is not None and reads is not None
+            following = Following(self._ctx, msg.leader, self.id, store, reads, lambda: not self.interval, self.curve)
+            self.following = following
+            self._attach(following)
+            following.start(time.monotonic())
+            log.info("replica %s follows the leader of epoch %d at %s", self.id, msg.epoch, msg.leader)
+        elif msg.role == control.LEADER:
+            if self.leading is not None and self.leading.epoch == msg.epoch:
+                return
+            self._lead(msg)
+        else:
+            raise ProtocolError(f"role {msg.role!r}: a replica is told {control.LEADER!r} or {control.FOLLOWER!r}")
+        self._beat(time.monotonic())
+
+    def _step_down(self) -> None:
+        """Neither lead nor follow any more: a standby (what a leader held unacknowledged, its exchanges send to
+        the next)."""
+        store = self.store
+        assert store is not None
+        if self.following is not None:
+            self.loop.remove(self.following.socket)
+            self.following.close()
+            self.following = None
+        self.leading = None
+        self.standby = load_replica(store.directory, self.id, store)
+
+    def _lead(self, msg: control.JournalRole) -> None:
+        """Stand for the epoch among the peers; won, lead it from its first entry."""
+        store, reads = self.store, self.reads
+        assert store is not None and reads is not None
+        self._step_down()
+        started = time.monotonic()
+        try:
+            elect(self._ctx, self.id, msg.epoch, {n: check_endpoint(e) for n, e in msg.peers.items() if n != self.id},
+                  store, self.curve)
+            followers = tuple(n for n in msg.replicas if n != self.id)
+            self.leading = Leading(self.id, followers, msg.epoch, store, reads, self._acknowledge, committed=0)
+        except JournalError as exc:
+            log.error("replica %s: %s", self.id, exc)
+            self.standby = load_replica(store.directory, self.id, store)
+            return
+        self.standby = None
+        key, header, body = epoch_entry(msg.epoch)
+        store.append(key, header, body, EPOCH_PUBLISHER, 1, msg.epoch, time.time_ns())
+        self._commit()
+        log.warning("replica %s leads epoch %d (elected in %.0f ms): it takes the exchanges' batches", self.id,
+                    msg.epoch, (time.monotonic() - started) * 1000)
 
     def _sync(self, raising: bool = False) -> None:
         store = self.store
@@ -411,6 +503,15 @@ class Journal:
                            size_bytes=store.size_bytes, segments=len(store.segments),
                            unsynced_bytes=store.unsynced_bytes, records=intake.records,
                            duplicates=intake.duplicates, skipped=intake.skipped)
+        replica = self._replica()
+        if replica is not None:
+            leading, following = self.leading, self.following
+            role = (control.FENCED if leading is not None and leading.fenced else control.LEADER if leading is not None
+                    else control.FOLLOWER if following is not None else control.STANDBY)
+            figures.update(replica=self.id, role=role, epoch=replica.promised, last_epoch=replica.history.last_epoch,
+                           end=replica.end, leader=following.endpoint if following is not None else "",
+                           committed=leading.committed if leading is not None else 0,
+                           followers=dict(leading.quorum.ends) if leading is not None else {})
         reads, admission = self.reads, self.admission
         return control.JournalHeartbeat(journal=self.id, intake=self.endpoint, pid=os.getpid(),
                                         incarnation=self.incarnation,

@@ -51,7 +51,7 @@ from roq.wire import batch, control
 log = logging.getLogger(__name__)
 
 __all__ = ["Leading", "Following", "elect", "append_entries", "load_replica", "save_replica", "REPLICA_FILE",
-           "FETCH_BYTES", "WAIT_MS", "RECENT_BYTES", "PROMISE_TIMEOUT_S"]
+           "promise_answer", "FETCH_BYTES", "WAIT_MS", "RECENT_BYTES", "PROMISE_TIMEOUT_S"]
 
 #: a replica's promised epoch and its log's epoch history, beside its segments
 REPLICA_FILE = "replica.json"
@@ -182,7 +182,7 @@ def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], st
             asked[sock] = peer
             poller.register(sock, zmq.POLLIN)
         deadline = time.monotonic() + PROMISE_TIMEOUT_S
-        while len(logs) < len(peers) and not election.lost and time.monotonic() < deadline:
+        while len(logs) < len(peers) and not election.won and not election.lost and time.monotonic() < deadline:
             for sock, _ in poller.poll(max(1, int((deadline - time.monotonic()) * 1000))):
                 peer = asked[sock]
                 reply = control.decode(sock.recv_multipart()[-1])
@@ -251,7 +251,7 @@ def _take_log(context: zmq.Context, name: str, epoch: int, endpoint: str, store:
         sock.close()
 
 
-def _answer(replica: Replica) -> dict[str, Any]:
+def promise_answer(replica: Replica) -> dict[str, Any]:
     """What a promise answers: the replica's log."""
     return {"epoch": replica.promised, "last_epoch": replica.history.last_epoch, "end": replica.end,
             "history": replica.history.to_list()}
@@ -321,7 +321,7 @@ class Leading:
             raise ConflictError(f"replica {self.name} promised epoch {self.replica.promised} already")
         save_replica(self.directory, self.replica)
         self.fence(epoch, f"a candidate for epoch {epoch} asked")
-        return _answer(self.replica)
+        return promise_answer(self.replica)
 
     def fence(self, epoch: int, why: str) -> None:
         if epoch <= self.fenced:
@@ -483,7 +483,7 @@ class Following:
         save_replica(self.store.directory, self.replica)
         self.reads.epochs(self.replica.promised, self.replica.history.to_list())
         log.warning("replica %s promised epoch %d: it takes no entry of an older one from now on", self.name, epoch)
-        return _answer(self.replica)
+        return promise_answer(self.replica)
 
     def close(self) -> None:
         self.socket.close()

@@ -92,7 +92,9 @@
     return where + (j.alive ? "" : " (silent)") + " · " + String(j.durability || "") + " · " + bytes(j.size_bytes) +
       ", offsets " + num(j.first_offset) + ".." + num(j.next_offset) + " · lag " + bytes(j.lag_bytes) +
       " · unsynced " + bytes(j.unsynced_bytes) + " · sync " + millis(j.sync_ms) + " (max " + millis(j.sync_max_ms) +
-      ")" + (failures ? " · " + failures + " failed writes" : "");
+      ")" + (failures ? " · " + failures + " failed writes" : "") +
+      (j.replicas || []).map((r) => " · " + String(r.replica) + " " + String(r.role) + " e" + num(r.epoch) +
+        (r.alive ? "" : " (silent)") + (r.in_sync ? "" : " lag " + num(r.lag))).join("");
   }
 
   function clock(t) {

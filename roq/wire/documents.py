@@ -159,6 +159,7 @@ class QueueDoc(Document):
     next_exchange: int = 1  # number of the next slot (x<n>)
     journal_host: str = ""  # where its journal's files are ("" = it never had one); it runs while it is durable
     journal_generation: int = 0  # times its journal was started anew elsewhere after its host was lost
+    journal_replicas: list[str] = dataclasses.field(default_factory=list)  # replicated: every replica's host
     created: float = 0.0  # wall clock
     removing_since: float = 0.0  # wall clock; 0 unless removing
 

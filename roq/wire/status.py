@@ -31,6 +31,7 @@ __all__ = [
     "LinkDemand",
     "ScalingStatus",
     "JournalStatus",
+    "ReplicaStatus",
     "LatencyHistogram",
     "Totals",
     "Shown",
@@ -142,6 +143,23 @@ class ScalingStatus:
 
 
 @dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica of a replicated journal: its name (its host), role, the epoch it promised, where its log ends,
+    how far behind the leader's log it is as the leader last counted it (``lag``, in offsets: records, with the
+    epoch entries), and whether it holds everything committed (``in_sync``)."""
+
+    replica: str
+    role: str
+    epoch: int
+    end: int
+    intake: str
+    alive: bool
+    silent_s: float
+    lag: int
+    in_sync: bool
+
+
+@dataclass(frozen=True)
 class JournalStatus:
     """The queue's durability and its journal (``journal`` "": none heard of); the journal's figures are those of
     its last heartbeat, there once it was heard of."""
@@ -169,6 +187,8 @@ class JournalStatus:
     write_failures: int | None = optional()
     error: str | None = optional()
     lag_bytes: int | None = optional()  # what the exchanges sent it that it did not acknowledge yet
+    replicas: list[ReplicaStatus] | None = optional()  # a replicated journal's (the figures above: its leader's)
+    elections: int | None = optional()  # elections this monitor started
 
 
 @dataclass(frozen=True)

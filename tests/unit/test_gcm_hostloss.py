@@ -115,3 +115,14 @@ def test_a_durable_queues_journal_on_a_lost_host_starts_anew_beside_the_monitor(
     loss = HostLoss(grace=1.0)
     loss.update(_view([plain], [_host("a")]), 0.0)
     assert loss.act(_view([plain], [_host("a")]), 5.0) == []
+
+
+def test_a_replicated_journal_on_a_lost_host_is_not_moved_its_replicas_elect_another_leader():
+    loss = HostLoss(grace=1.0)
+    doc = QueueDoc(state="running", host="a", placement={"x1": "a"}, next_exchange=2, journal_host="dead",
+                   journal_replicas=["dead", "a", "b"])
+    q = QueueView("q", doc, version=4, explicit_rules={"durability": "always", "replicas": 3})
+    view = _view([q], [_host("a"), _host("b")], {"dead": {"q@journal"}, "a": {"q@monitor", "q@x1", "q@journal"},
+                                                 "b": {"q@journal"}})
+    loss.update(view, 0.0)
+    assert loss.act(view, 5.0) == []

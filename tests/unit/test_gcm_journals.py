@@ -11,6 +11,7 @@ from gcm._rules import set_rules
 from gcm._view import HostView, QueueView, View
 from roq.wire import management as m
 from roq.wire.documents import STOPPED, QueueDoc
+from roq.errors import BadRequestError, UnavailableError
 from roq.zk import Create, Delete, Paths, SetData
 
 NOW = 1234.5
@@ -54,3 +55,48 @@ def test_stopping_a_durable_queue_stops_its_journal_and_starting_it_starts_it_ag
     again = _view(dataclasses.replace(doc, state=STOPPED), {"durability": "always"})
     started = start(again, m.StartQueue(QName="q"), NOW)
     assert Create("/roq/assignments/b/q@journal") in started.ops and "/roq/assignments/b" in started.ensure
+
+
+def _three(doc: QueueDoc, explicit: dict | None = None, assignments: dict | None = None,
+           hosts: tuple[str, ...] = ("a", "b", "c")) -> View:
+    q = QueueView("q", doc, version=3, explicit_rules=explicit or {}, rules_version=4)
+    return View({"q": q}, hosts={h: HostView(h) for h in hosts}, assignments=assignments or {}, paths=Paths("/roq"))
+
+
+def test_a_replicated_journal_has_one_replica_on_each_of_as_many_distinct_hosts_the_first_beside_the_monitor():
+    out = set_rules(_three(QueueDoc(host="b", placement={"x1": "b"})),
+                    m.SetRules(QName="q", Rules={"durability": "always", "replicas": 3}), NOW)
+    _, queue, *journal = out.ops
+    doc = QueueDoc.decode(queue.data)
+    assert doc.journal_replicas == ["b", "a", "c"] and doc.journal_host == "b"
+    assert set(journal) == {Create(f"/roq/assignments/{h}/q@journal") for h in "abc"}
+    assert set(out.ensure) == {f"/roq/assignments/{h}" for h in "abc"}
+
+
+def test_a_replicated_journal_is_refused_with_too_few_hosts_and_its_count_does_not_change_while_it_runs():
+    try:
+        set_rules(_three(QueueDoc(host="a"), hosts=("a", "b")),
+                  m.SetRules(QName="q", Rules={"durability": "always", "replicas": 3}), NOW)
+        raise AssertionError("three replicas placed on two hosts")
+    except UnavailableError as exc:
+        assert "3 replicas of its journal need 3 live hosts" in str(exc) and "(a, b)" in str(exc)
+    running = _three(QueueDoc(host="a", journal_host="a", journal_replicas=["a", "b", "c"]),
+                     {"durability": "always", "replicas": 3},
+                     {h: frozenset({"q@journal"}) for h in "abc"})
+    try:
+        set_rules(running, m.SetRules(QName="q", Rules={"replicas": 5}), NOW)
+        raise AssertionError("the replica count of a running queue changed")
+    except BadRequestError as exc:
+        assert "stop the queue, set it, start it again" in str(exc)
+    assert len(set_rules(running, m.SetRules(QName="q", Rules={"sync_interval_ms": 5}), NOW).ops) == 1
+
+
+def test_a_replica_whose_host_is_missing_keeps_its_place_and_stopping_the_queue_unassigns_every_replica():
+    doc = QueueDoc(host="a", placement={"x1": "a"}, journal_host="a", journal_replicas=["a", "b", "gone"])
+    rules = {"durability": "always", "replicas": 3}
+    again = start(_three(dataclasses.replace(doc, state=STOPPED), rules), m.StartQueue(QName="q"), NOW)
+    assert {op for op in again.ops if isinstance(op, Create) and op.path.endswith("@journal")} == \
+        {Create("/roq/assignments/a/q@journal"), Create("/roq/assignments/b/q@journal")}, "none for a missing host"
+    running = _three(doc, rules, {"a": frozenset({"q@monitor", "q@x1", "q@journal"}), "b": frozenset({"q@journal"})})
+    stopped = stop(running, m.StopQueue(QName="q"), NOW)
+    assert {Delete("/roq/assignments/a/q@journal"), Delete("/roq/assignments/b/q@journal")} <= set(stopped.ops)

@@ -30,7 +30,7 @@ def test_malformed_assignment_names_are_refused(name):
 
 def test_documents_are_compact_sorted_json_and_round_trip():
     doc = QueueDoc(state=STOPPED, host="h", placement={"x2": "b", "x1": "a"}, next_exchange=3)
-    assert doc.encode().startswith(b'{"created":0.0,"host":"h","journal_generation":0,"journal_host":"","next_exchange":3,"placement":{"x1":"a","x2":"b"}')
+    assert doc.encode().startswith(b'{"created":0.0,"host":"h","journal_generation":0,"journal_host":"","journal_replicas":[],"next_exchange":3,"placement":{"x1":"a","x2":"b"}')
     assert QueueDoc.decode(doc.encode()) == doc
     host = HostDoc(address="a", max_exchanges=4, kpis=HostKpis(cpu_percent=12.5))
     assert HostDoc.decode(host.encode()) == host

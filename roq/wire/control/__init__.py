@@ -27,7 +27,7 @@ from __future__ import annotations
 from roq.wire.control.codec import Message, decode, decode_document, encode, message, registered
 from roq.wire.control.commands import Retarget
 from roq.wire.control.exchanges import ExchangeBye, ExchangeKpi, Heartbeat, Journaling, KpiPeriod, PublisherRate, Shutdown
-from roq.wire.control.journals import JournalHeartbeat, JournalPolicy
+from roq.wire.control.journals import FENCED, FOLLOWER, LEADER, STANDBY, JournalHeartbeat, JournalPolicy, JournalRole
 from roq.wire.control.links import (
     REFUSALS,
     ROLES,
@@ -97,6 +97,11 @@ __all__ = [
     # journal <-> monitor
     "JournalHeartbeat",
     "JournalPolicy",
+    "JournalRole",
+    "LEADER",
+    "FOLLOWER",
+    "STANDBY",
+    "FENCED",
     # monitor -> its exchanges and journal
     "AclRules",
     # host manager -> its children

@@ -8,9 +8,14 @@ says where its exchanges send and its readers fetch, and what it holds; the moni
 
 from __future__ import annotations
 
+import dataclasses
+
 from roq.wire.control.codec import Message, message
 
-__all__ = ["JournalHeartbeat", "JournalPolicy"]
+__all__ = ["JournalHeartbeat", "JournalPolicy", "JournalRole", "LEADER", "FOLLOWER", "STANDBY", "FENCED"]
+
+#: a replica's roles, as its heartbeat names them (``role``; "" = an unreplicated journal)
+LEADER, FOLLOWER, STANDBY, FENCED = "leader", "follower", "standby", "fenced"
 
 
 @message(8)
@@ -21,7 +26,13 @@ class JournalHeartbeat(Message):
 
     ``first_offset``..``next_offset``: the records it keeps; ``unsynced_bytes``: written and not yet on disk;
     ``sync_ms``/``sync_max_ms``: its syncs' mean and longest since the last heartbeat; ``error``: why its
-    last write failed ("" none since the last heartbeat)."""
+    last write failed ("" none since the last heartbeat).
+
+    A replica of a replicated journal (``replicas`` above 1) also names itself (``replica``, its host), its role
+    (:data:`LEADER`, :data:`FOLLOWER`, :data:`STANDBY`: waiting to be told, :data:`FENCED`: a leader that learnt of
+    a newer epoch), the epoch it promised (``epoch``), its log's last epoch and end (``last_epoch``, ``end``: what
+    an election compares), the leader it follows (``leader``: its reads endpoint), its commit end as it knows it
+    (``committed``) and, for a leader, each follower's end (``followers``: name -> end)."""
 
     journal: str
     intake: str
@@ -43,6 +54,14 @@ class JournalHeartbeat(Message):
     sync_max_ms: float = 0.0
     write_failures: int = 0
     error: str = ""
+    replica: str = ""
+    role: str = ""
+    epoch: int = 0
+    last_epoch: int = 0
+    end: int = 0
+    leader: str = ""
+    committed: int = 0
+    followers: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @message(1110)
@@ -65,3 +84,20 @@ class JournalPolicy(Message):
     def digest(self) -> str:
         """A short digest of this policy, for a heartbeat to say which the journal holds."""
         return f"{self.durability}/{self.sync_interval_ms}/{self.retention_bytes}/{self.retention_s:g}"
+
+
+@message(1111)
+class JournalRole(Message):
+    """Monitor -> a replica of a replicated journal: what it is to be.
+
+    ``role`` :data:`FOLLOWER`: follow the leader whose reads endpoint is ``leader`` (leading ``epoch``).
+    ``role`` :data:`LEADER`: stand for ``epoch`` (ask the promises of ``peers``, name -> reads endpoint, take the
+    most advanced log of a majority) and lead it, counting a majority of ``replicas`` (the names of every replica
+    of the queue, itself included; a name not yet heard of counts as one that holds nothing). Sent again while the
+    replica's heartbeat shows it is not what it was told; a replica that is already what it is told does nothing."""
+
+    role: str
+    epoch: int
+    leader: str = ""
+    peers: dict[str, str] = dataclasses.field(default_factory=dict)
+    replicas: list[str] = dataclasses.field(default_factory=list)

@@ -1,0 +1,181 @@
+"""Who leads a replicated journal, and when another stands (pure).
+
+A durable queue whose rules say ``replicas`` above 1 has that many journal replicas, one per host (the GCM places
+them). Each reports to the monitor like a journal (:class:`~roq.wire.control.JournalHeartbeat`, with its name, its
+role, the epoch it promised and where its log ends). The monitor names the leader: it is the one that stands, not
+a vote among the replicas, because it already hears every process of the queue and so sees a leader gone within
+one ``journal_timeout``. What makes it safe is not the monitor but the replicas' promises
+(:mod:`exchange.journal._replication`): a replica promises each epoch once, so two candidates never both win one,
+and an old leader cut off can get nothing acknowledged once a majority promised a newer epoch. A monitor that is
+wrong (two of them for a moment, one that misses a live leader) costs an election, never a record.
+
+:class:`Replicas` decides, on each heartbeat of a replica and on a timer:
+
+* a live leader of the newest epoch heard: every other live replica that does not follow it is told to
+  (:class:`~roq.wire.control.JournalRole`, again at most every :data:`RETELL_S`);
+* no such leader (none yet, it went silent, or it was fenced): once the monitor has heard the replicas for a
+  whole timeout (a live leader's heartbeat may be on its way) and a majority of the replicas is live, the most
+  advanced live one (highest last epoch, then end) stands for the next epoch (the newest promised, plus one),
+  with every replica heard of as a peer. Among equals, one off the monitor's own host stands: losing that host
+  then loses one of the two, and the election does not wait for the GCM to move the monitor. A candidate has
+  :data:`ELECTION_S` to win; then another stands.
+
+Every election is an event with its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+from monitor._outbox import Outbox
+from roq.wire import control
+from roq.wire.status import ReplicaStatus
+
+__all__ = ["Replicas", "RETELL_S", "ELECTION_S", "wanted"]
+
+#: least seconds between two orders to one replica that has not done what it was told
+RETELL_S = 0.5
+#: seconds a candidate has to win its epoch (its promises wait 2 s at most) before another stands
+ELECTION_S = 2.5
+
+
+def wanted(rules: Mapping[str, Any]) -> int:
+    """The replica count the rules ask for (1 = an unreplicated journal)."""
+    return int(rules.get("replicas", 1)) if rules.get("durability", "none") != "none" else 1
+
+
+def majority(n: int) -> int:
+    return n // 2 + 1
+
+
+@dataclasses.dataclass
+class _Replica:
+    hb: control.JournalHeartbeat
+    identity: bytes
+    heard_at: float
+    told_at: float = -1e9
+
+
+class Replicas:
+    """The replicas of the queue's journal as the monitor hears them, and who it names leader.
+
+    Args:
+        outbox: where orders and events go.
+        rules: the rules in force (``replicas``, ``durability``).
+        timeout: a replica silent this long is taken for gone.
+        own_host: the monitor's host (its address): among equals, a replica elsewhere stands.
+    """
+
+    def __init__(self, outbox: Outbox, rules: Callable[[], Mapping[str, Any]], timeout: float,
+                 own_host: str = "") -> None:
+        self.outbox = outbox
+        self.rules = rules
+        self.timeout = timeout
+        self.own_host = own_host
+        self.known: dict[str, _Replica] = {}
+        self.since: float | None = None  # when the first replica was heard: no election for a timeout after
+        self.candidate: tuple[str, int, float] | None = None  # (name, epoch, until) of the one standing
+        self.elections = 0
+        self.leader_name = ""
+        self._short = False  # a majority is not live: said once
+
+    def heartbeat(self, hb: control.JournalHeartbeat, identity: bytes, now: float) -> None:
+        r = self.known.get(hb.replica)
+        if r is None:
+            self.known[hb.replica] = _Replica(hb, identity, now)
+        else:
+            r.hb, r.identity, r.heard_at = hb, identity, now
+        if self.since is None:
+            self.since = now
+        self.decide(now)
+
+    def discount(self, late: float) -> None:
+        """The monitor did not run for ``late`` seconds: nobody's silence."""
+        for r in self.known.values():
+            r.heard_at += late
+
+    def _live(self, now: float) -> dict[str, _Replica]:
+        return {n: r for n, r in self.known.items() if now - r.heard_at < self.timeout}
+
+    def leader(self, now: float) -> control.JournalHeartbeat | None:
+        """The live leader of the newest epoch heard, if there is one."""
+        top = max((r.hb.epoch for r in self.known.values()), default=0)
+        for r in self._live(now).values():
+            if r.hb.role == control.LEADER and r.hb.epoch == top:
+                return r.hb
+        return None
+
+    def decide(self, now: float) -> None:
+        """Tell the replicas what to be (see the module)."""
+        count = wanted(self.rules())
+        if count < 2 or not self.known:
+            return
+        live = self._live(now)
+        lead = self.leader(now)
+        if lead is not None:
+            self.candidate = None
+            self._short = False
+            if lead.replica != self.leader_name:
+                self.leader_name = lead.replica
+                self.outbox.event("journal_leader", f"replica {lead.replica} leads epoch {lead.epoch} of the queue's "
+                                  f"journal (intake {lead.intake})", replica=lead.replica, epoch=lead.epoch)
+            for name, r in live.items():
+                if name == lead.replica or (r.hb.role == control.FOLLOWER and r.hb.leader == lead.reads):
+                    continue
+                if now - r.told_at >= RETELL_S:
+                    r.told_at = now
+                    self.outbox.send(r.identity, control.JournalRole(role=control.FOLLOWER, epoch=lead.epoch,
+                                                                     leader=lead.reads))
+            return
+        if self.candidate is not None and now < self.candidate[2]:
+            return  # the one standing has not won yet
+        assert self.since is not None
+        if now - self.since < self.timeout:
+            return  # a live leader's heartbeat may be on its way
+        if len(live) < majority(count):
+            if not self._short:
+                self._short = True
+                self.outbox.event("journal_unavailable", f"{len(live)} of the journal's {count} replicas are live: "
+                                  f"no leader can be elected until {majority(count)} are; nothing is acknowledged",
+                                  live=sorted(live), replicas=count)
+            return
+        top = max(r.hb.epoch for r in self.known.values())
+        name, r = max(live.items(), key=lambda item: (item[1].hb.last_epoch, item[1].hb.end,
+                                                      _host(item[1].hb.intake) != self.own_host, item[0]))
+        epoch = top + 1
+        names = sorted(self.known)[:count]
+        if name not in names:
+            names = [*names[:count - 1], name]
+        names += [f"?{i}" for i in range(count - len(names))]  # not heard of yet: holds nothing
+        peers = {n: x.hb.reads for n, x in self.known.items() if n != name and x.hb.reads}
+        self.candidate = (name, epoch, now + ELECTION_S)
+        self.elections += 1
+        r.told_at = now
+        self.outbox.send(r.identity, control.JournalRole(role=control.LEADER, epoch=epoch, peers=peers,
+                                                         replicas=names))
+        previous = self.known.get(self.leader_name)
+        why = ("no replica leads yet" if not self.leader_name else
+               f"leader {self.leader_name} silent for {now - previous.heard_at:.1f}s"
+               if previous is not None and now - previous.heard_at >= self.timeout else
+               f"leader {self.leader_name} no longer leads the newest epoch")
+        self.outbox.event("journal_election", f"{why}: replica {name} (log to {r.hb.end}, last epoch "
+                          f"{r.hb.last_epoch}) stands for epoch {epoch}, {len(live)} of {count} replicas live",
+                          replica=name, epoch=epoch, reason=why)
+
+    def describe(self, now: float) -> list[ReplicaStatus]:
+        """Each replica as the queue's status shows it (lag and in-sync as its leader counted them)."""
+        lead = self.leader(now)
+        out = []
+        for n, r in sorted(self.known.items()):
+            held = r.hb.end if lead is None or n == lead.replica else lead.followers.get(n, 0)
+            out.append(ReplicaStatus(replica=n, role=r.hb.role, epoch=r.hb.epoch, end=r.hb.end, intake=r.hb.intake,
+                                     alive=now - r.heard_at < self.timeout, silent_s=round(now - r.heard_at, 3),
+                                     lag=max(0, lead.end - held) if lead is not None else 0,
+                                     in_sync=lead is not None and held >= lead.committed))
+        return out
+
+
+def _host(endpoint: str) -> str:
+    """The address of ``tcp://address:port``."""
+    return endpoint.rpartition("//")[2].rpartition(":")[0]

@@ -1,0 +1,131 @@
+"""Who the monitor names leader of a replicated journal, and when another stands (monitor/_replicas.py, pure)."""
+
+from __future__ import annotations
+
+from monitor._outbox import Outbox
+from monitor._replicas import ELECTION_S, RETELL_S, Replicas
+from roq.wire import control
+
+RULES = {"durability": "always", "replicas": 3}
+
+
+def _hb(name: str, role: str = control.STANDBY, epoch: int = 0, last_epoch: int = 0, end: int = 0,
+        leader: str = "", followers: dict | None = None, committed: int = 0) -> control.JournalHeartbeat:
+    return control.JournalHeartbeat(journal=name, intake=f"tcp://{name}:5000", pid=1, incarnation=1,
+                                    reads=f"tcp://{name}:6000", replica=name, role=role, epoch=epoch,
+                                    last_epoch=last_epoch, end=end, leader=leader, followers=followers or {},
+                                    committed=committed)
+
+
+def _make(rules=RULES, own_host="127.0.0.11"):
+    out = Outbox()
+    return Replicas(out, lambda: rules, timeout=1.0, own_host=own_host), out
+
+
+def _orders(out: Outbox) -> list[tuple[bytes, control.JournalRole]]:
+    return [(i, m) for i, m in out.take().sends if isinstance(m, control.JournalRole)]
+
+
+def test_the_first_leader_stands_once_the_replicas_were_heard_for_a_timeout_and_off_the_monitors_host():
+    r, out = _make()
+    for now in (0.0, 0.5):
+        for name in ("127.0.0.11", "127.0.0.12", "127.0.0.13"):
+            r.heartbeat(_hb(name), name.encode(), now)
+    r.decide(0.9)
+    assert _orders(out) == [], "a live leader's heartbeat may still be on its way"
+    r.decide(1.0)
+    taken = out.take()
+    [(identity, order)] = [(i, m) for i, m in taken.sends if isinstance(m, control.JournalRole)]
+    assert identity == b"127.0.0.13" and order.role == control.LEADER and order.epoch == 1
+    assert order.peers == {"127.0.0.11": "tcp://127.0.0.11:6000", "127.0.0.12": "tcp://127.0.0.12:6000"}
+    assert order.replicas == ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
+    [event] = [e for e in taken.events if e.kind == "journal_election"]
+    assert event.fields["reason"] == "no replica leads yet" and event.fields["epoch"] == 1
+
+
+def test_the_most_advanced_replica_stands_even_on_the_monitors_host():
+    r, out = _make()
+    for now in (0.0, 0.5):
+        r.heartbeat(_hb("127.0.0.11", epoch=3, last_epoch=3, end=900), b"a", now)
+        r.heartbeat(_hb("127.0.0.12", epoch=3, last_epoch=3, end=800), b"b", now)
+        r.heartbeat(_hb("127.0.0.13", epoch=4, last_epoch=2, end=5000), b"c", now)
+    r.decide(1.0)
+    [(identity, order)] = _orders(out)
+    assert identity == b"a" and order.epoch == 5, "highest last epoch, then end; the next epoch past every promise"
+
+
+def test_a_live_leader_of_the_newest_epoch_is_followed_and_an_order_is_repeated_only_after_a_while():
+    r, out = _make()
+    lead = _hb("127.0.0.13", control.LEADER, epoch=2, last_epoch=2, end=100)
+    r.heartbeat(lead, b"c", 0.0)
+    r.heartbeat(_hb("127.0.0.12", epoch=2), b"b", 0.0)
+    orders = _orders(out)
+    assert [(i, m.role, m.epoch, m.leader) for i, m in orders] == [(b"b", control.FOLLOWER, 2, lead.reads)]
+    r.heartbeat(_hb("127.0.0.12", epoch=2), b"b", RETELL_S / 2)
+    assert _orders(out) == []
+    r.heartbeat(_hb("127.0.0.12", epoch=2), b"b", RETELL_S)
+    assert len(_orders(out)) == 1, "told again: it did not do what it was told"
+    r.heartbeat(_hb("127.0.0.12", control.FOLLOWER, epoch=2, leader=lead.reads), b"b", 2 * RETELL_S)
+    r.heartbeat(lead, b"c", 2 * RETELL_S)
+    assert _orders(out) == [] and r.leader(2 * RETELL_S) == lead
+
+
+def test_a_silent_leader_is_replaced_and_a_candidate_that_does_not_win_in_time_is_followed_by_another():
+    r, out = _make()
+    r.heartbeat(_hb("127.0.0.13", control.LEADER, epoch=2, last_epoch=2, end=100), b"c", 0.0)
+    r.heartbeat(_hb("127.0.0.12", control.FOLLOWER, epoch=2, last_epoch=2, end=100), b"b", 0.0)
+    r.heartbeat(_hb("127.0.0.11", control.FOLLOWER, epoch=2, last_epoch=2, end=90), b"a", 0.0)
+    out.take()
+    r.heartbeat(_hb("127.0.0.12", control.FOLLOWER, epoch=2, last_epoch=2, end=100), b"b", 1.0)
+    r.heartbeat(_hb("127.0.0.11", control.FOLLOWER, epoch=2, last_epoch=2, end=90), b"a", 1.0)
+    taken = out.take()
+    [order] = [m for i, m in taken.sends if i == b"b"]
+    assert order.role == control.LEADER and order.epoch == 3
+    [event] = [e for e in taken.events if e.kind == "journal_election"]
+    assert event.fields["reason"] == "leader 127.0.0.13 silent for 1.0s"
+    r.heartbeat(_hb("127.0.0.12", control.STANDBY, epoch=3, last_epoch=2, end=100), b"b", 1.5)
+    r.heartbeat(_hb("127.0.0.11", control.FOLLOWER, epoch=3, last_epoch=2, end=90), b"a", 1.5)
+    r.decide(1.0 + ELECTION_S - 0.01)
+    assert _orders(out) == [], "the candidate has its time to win"
+    r.heartbeat(_hb("127.0.0.12", control.STANDBY, epoch=3, last_epoch=2, end=100), b"b", 1.0 + ELECTION_S)
+    r.heartbeat(_hb("127.0.0.11", control.FOLLOWER, epoch=3, last_epoch=2, end=90), b"a", 1.0 + ELECTION_S)
+    [(identity, order)] = _orders(out)
+    assert order.role == control.LEADER and order.epoch == 4, "a new candidacy is for a newer epoch"
+
+
+def test_a_fenced_leader_is_no_leader_and_a_minority_elects_nobody():
+    r, out = _make()
+    r.heartbeat(_hb("127.0.0.13", control.FENCED, epoch=3, last_epoch=2, end=100), b"c", 0.0)
+    r.heartbeat(_hb("127.0.0.12", epoch=3, last_epoch=2, end=100), b"b", 0.0)
+    assert r.leader(0.0) is None
+    r.heartbeat(_hb("127.0.0.12", epoch=3, last_epoch=2, end=100), b"b", 5.0)
+    r.decide(5.1)
+    r.decide(5.2)
+    taken = out.take()
+    assert [m for _, m in taken.sends if isinstance(m, control.JournalRole)] == []
+    assert [e.kind for e in taken.events] == ["journal_unavailable"], "said once"
+    r.heartbeat(_hb("127.0.0.13", control.FENCED, epoch=3, last_epoch=2, end=100), b"c", 5.3)
+    [(_, order)] = _orders(out)
+    assert order.role == control.LEADER and order.epoch == 4, "a majority live again: one stands"
+
+
+def test_an_unreplicated_journal_is_nobody_s_business_here():
+    r, out = _make(rules={"durability": "always", "replicas": 1})
+    r.heartbeat(_hb("127.0.0.12"), b"b", 0.0)
+    r.decide(5.0)
+    assert not out.take()
+    r2, out2 = _make(rules={"durability": "none", "replicas": 3})
+    r2.heartbeat(_hb("127.0.0.12"), b"b", 0.0)
+    r2.decide(5.0)
+    assert not out2.take()
+
+
+def test_the_status_shows_each_replicas_lag_and_whether_it_holds_everything_committed():
+    r, _ = _make()
+    r.heartbeat(_hb("127.0.0.13", control.LEADER, epoch=2, last_epoch=2, end=100, committed=90,
+                    followers={"127.0.0.13": 100, "127.0.0.12": 95, "127.0.0.11": 40}), b"c", 0.0)
+    r.heartbeat(_hb("127.0.0.12", control.FOLLOWER, epoch=2, end=95), b"b", 0.0)
+    r.heartbeat(_hb("127.0.0.11", control.FOLLOWER, epoch=2, end=40), b"a", 0.0)
+    shown = {s.replica: (s.role, s.lag, s.in_sync) for s in r.describe(0.5)}
+    assert shown == {"127.0.0.13": (control.LEADER, 0, True), "127.0.0.12": (control.FOLLOWER, 5, True),
+                     "127.0.0.11": (control.FOLLOWER, 60, False)}
