@@ -29,11 +29,11 @@ import zlib
 from typing import NamedTuple
 
 from roq.wire import batch
-from roq.errors import CorruptJournalError
+from roq.errors import CorruptJournalError, ProtocolError
 
 __all__ = ["PREFIX", "PREFIX_SIZE", "MIN_SIZE", "MAX_SIZE", "INDEX", "INDEX_INTERVAL", "Entry", "encode_entry",
            "decode_entry", "entry_size", "encode_publishers", "decode_publishers", "segment_name", "segment_base",
-           "EPOCH_PUBLISHER", "epoch_entry"]
+           "EPOCH_PUBLISHER", "epoch_entry", "POSITION_PUBLISHER", "position_entry", "read_position"]
 
 #: size u32, crc u32, offset u64, time_ns i64
 PREFIX = struct.Struct("<IIQq")
@@ -52,6 +52,9 @@ INDEX_INTERVAL = 4096
 #: The publisher id of the entry a replicated journal's new leader writes first in its epoch (its seq is the epoch;
 #: its key :data:`roq.wire.batch.EPOCH_KEY`).
 EPOCH_PUBLISHER = bytes(16)
+#: The publisher id of a durable subscriber's position entry (its seq grows with each; its key
+#: :data:`roq.wire.batch.POSITION_KEY`).
+POSITION_PUBLISHER = bytes(15) + b"\x01"
 _PUB = struct.Struct("<16sQ")
 _PUB_HEAD = struct.Struct("<II")  # crc, count
 
@@ -153,6 +156,26 @@ def segment_base(name: str) -> int | None:
     if suffix != "log" or len(stem) != 20 or not stem.isdigit():
         return None
     return int(stem)
+
+
+def position_entry(name: str, offset: int, seq: int) -> tuple[bytes, bytes, bytes]:
+    """The key, header and body of the entry keeping durable subscriber ``name``'s position ``offset``."""
+    header = batch.pack_header(batch.DATA, POSITION_PUBLISHER, seq, 1)
+    return batch.POSITION_KEY, header, batch.encode_body([b"%s %d" % (name.encode(), offset)])
+
+
+def read_position(body: bytes) -> tuple[str, int]:
+    """The name and offset a position entry's ``body`` keeps.
+
+    Raises:
+        ProtocolError: not a position entry's body.
+    """
+    try:
+        (payload,) = batch.decode_body(body, 1)
+        name, offset = payload.decode().split(" ")
+        return name, int(offset)
+    except (ValueError, UnicodeDecodeError, batch.BatchError) as exc:
+        raise ProtocolError(f"not a position entry: {exc}") from exc
 
 
 def epoch_entry(epoch: int) -> tuple[bytes, bytes, bytes]:

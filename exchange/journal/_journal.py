@@ -33,6 +33,7 @@ in place, goes on from its files.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import random
@@ -45,7 +46,7 @@ import zmq
 
 from exchange._admission import Admission
 from exchange._control import MAX_CONTROL_BYTES, CommandPipe, MonitorLink
-from exchange.journal._format import EPOCH_PUBLISHER, epoch_entry
+from exchange.journal._format import EPOCH_PUBLISHER, POSITION_PUBLISHER, epoch_entry, position_entry
 from exchange.journal._intake import Intake
 from exchange.journal._meter import Meter
 from exchange.journal._readport import ReadPort
@@ -57,11 +58,12 @@ from roq.wire import batch, control
 from roq.wire.batch import BatchError
 from roq.config import DURABILITIES, JournalConfig
 from roq.security.curve import Curve
-from roq.errors import ConflictError, JournalError, ProtocolError
+from roq.errors import ConflictError, JournalError, ProtocolError, Result, UnavailableError
 from roq.wire.pipe import MAX_FRAME
 from roq.wire.ready import JournalReady
 from roq.runtime import DropCounter, SignalWakeup, counted_log_due, run_main
 from roq.server import Dispatcher, Request
+from roq.wire.control import Reply
 from roq.loop import Loop
 from roq.sockets import HandshakeWatch, bind, check_endpoint
 from roq.security.zap import CLUSTER, recv_from
@@ -121,6 +123,8 @@ class Journal:
         self._next_sync = float("inf")
         self.replicated = config.replicas > 1  # a replica: it leads or follows as its monitor says
         self.standby: Replica | None = None  # a replica's promise and log, while it neither leads nor follows
+        # a leader's durable subscribers' commits: (the end of their position entry, the request to answer, offset)
+        self._commits: collections.deque[tuple[int, Request, int]] = collections.deque()
         orders = Dispatcher(f"journal {self.id} (monitor)", {control.JournalPolicy: self._on_policy,
                                                             control.JournalRole: self._on_role,
                                                             control.AclRules: self._on_permissions,
@@ -151,7 +155,8 @@ class Journal:
         replica = bool(cfg.followers or cfg.follow or self.replicated)
         self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission,
                               on_replica=self._on_replica if cfg.followers or self.replicated else None,
-                              on_promise=self._on_promise if replica else None)
+                              on_promise=self._on_promise if replica else None,
+                              on_commit=self._on_position if self.replicated else None)
         self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
         if self.replicated:  # a standby until told: it serves no reader what no leader said is committed
             self.standby = load_replica(cfg.directory, self.id, self.store)
@@ -401,6 +406,31 @@ class Journal:
             raise ProtocolError(f"role {msg.role!r}: a replica is told {control.LEADER!r} or {control.FOLLOWER!r}")
         self._beat(time.monotonic())
 
+    def _on_position(self, name: str, offset: int, request: Request) -> Reply | None:
+        """A durable subscriber commits its position: a leader keeps it in its log, for its replicas to keep too,
+        and answers once that is on a majority."""
+        leading, store, reads = self.leading, self.store, self.reads
+        assert store is not None and reads is not None
+        if leading is None or leading.fenced:
+            raise UnavailableError(f"replica {self.id} does not lead the queue's journal: commit at the leader")
+        reads.positions.check(name, offset)  # ProtocolError: answered BAD_REQUEST
+        now_ns = time.time_ns()
+        key, header, body = position_entry(name, offset, now_ns)
+        store.append(key, header, body, POSITION_PUBLISHER, 1, now_ns, now_ns)
+        try:
+            reads.positions.commit(name, offset)
+        except JournalError as exc:
+            raise UnavailableError(str(exc)) from exc
+        self._commits.append((store.next_offset, request, offset))
+        self._commit()
+        return None
+
+    def _answer_commits(self, committed: int) -> None:
+        commits = self._commits
+        while commits and commits[0][0] <= committed:
+            _, request, offset = commits.popleft()
+            request.answer(Reply(request=control.Commit.CMD, comment="committed", data={"offset": offset}))
+
     def _step_down(self) -> None:
         """Neither lead nor follow any more: a standby (what a leader held unacknowledged, its exchanges send to
         the next)."""
@@ -412,6 +442,10 @@ class Journal:
             self.following = None
         self.leading = None
         self.standby = load_replica(store.directory, self.id, store)
+        while self._commits:
+            self._commits.popleft()[1].answer(Reply(request=control.Commit.CMD, result=Result.UNAVAILABLE,
+                                                    comment=f"replica {self.id} no longer leads: commit again at the "
+                                                            "leader"))
 
     def _lead(self, msg: control.JournalRole) -> None:
         """Stand for the epoch among the peers; won, lead it from its first entry."""
@@ -421,9 +455,10 @@ class Journal:
         started = time.monotonic()
         try:
             elect(self._ctx, self.id, msg.epoch, {n: check_endpoint(e) for n, e in msg.peers.items() if n != self.id},
-                  store, self.curve)
+                  store, self.curve, reads.positions)
             followers = tuple(n for n in msg.replicas if n != self.id)
-            self.leading = Leading(self.id, followers, msg.epoch, store, reads, self._acknowledge, committed=0)
+            self.leading = Leading(self.id, followers, msg.epoch, store, reads, self._acknowledge, committed=0,
+                                   on_commit=self._answer_commits)
         except JournalError as exc:
             log.error("replica %s: %s", self.id, exc)
             self.standby = load_replica(store.directory, self.id, store)

@@ -48,15 +48,19 @@ class ReadPort:
             followers (a replica's fetch is answered all the same, and counts for nothing).
         on_promise: a replica's: a candidate asks it to promise an epoch; returns the answer's data (raises
             ConflictError when it promised that epoch or a newer one); None: not a replica (refused).
+        on_commit: a replicated journal's: a durable subscriber commits a position (name, offset, the request to
+            answer once it is on a majority); None: kept here, answered at once.
     """
 
     def __init__(self, context: zmq.Context, store: Store, directory: str, drops: DropCounter,
                  curve: Curve | None = None, admission: Admission | None = None,
                  on_replica: Callable[[str, int, int, float], None] | None = None,
-                 on_promise: Callable[[int], dict[str, Any]] | None = None) -> None:
+                 on_promise: Callable[[int], dict[str, Any]] | None = None,
+                 on_commit: Callable[[str, int, Request], Reply | None] | None = None) -> None:
         self.reads = Reads(store)
         self.on_replica = on_replica
         self.on_promise = on_promise
+        self.on_commit = on_commit
         self.positions = Positions(directory)
         self.admission = admission
         self.socket = context.socket(zmq.ROUTER)
@@ -136,8 +140,10 @@ class ReadPort:
             raise ProtocolError(f"an epoch is 1 or more, got {msg.epoch}")
         return Reply(comment=f"promised epoch {msg.epoch} to {msg.candidate[:64]}", data=self.on_promise(msg.epoch))
 
-    def _on_commit(self, msg: control.Commit, request: Request) -> Reply:
+    def _on_commit(self, msg: control.Commit, request: Request) -> Reply | None:
         self._check(request, b"")
+        if self.on_commit is not None:
+            return self.on_commit(msg.name, msg.offset, request)
         try:
             self.positions.commit(msg.name, msg.offset)  # ProtocolError: answered BAD_REQUEST
         except JournalError as exc:

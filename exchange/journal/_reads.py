@@ -160,8 +160,8 @@ class Reads:
                 h = batch.parse_header(entry.header)
                 next_offset = entry.offset + h.count
                 key = entry.key
-                if key == batch.EPOCH_KEY and not msg.replica:
-                    continue  # a new leader's first entry: the replicas' only
+                if key in batch.REPLICA_KEYS and not msg.replica:
+                    continue  # a new leader's first entry, a durable subscriber's position: the replicas' only
                 if not key.startswith(addresses if key[:2] == batch.ADDRESSED else wanted):
                     continue
                 offsets.append(entry.offset)
@@ -249,6 +249,14 @@ class Positions:
         """Where ``name`` goes on (-1: it never committed)."""
         return self.offsets.get(name, -1)
 
+    def check(self, name: str, offset: int) -> None:
+        """Raises: ProtocolError: ``name`` may not have ``offset`` as its position (see :meth:`commit`)."""
+        if not control.DURABLE_NAME.fullmatch(name) or offset < 0:
+            raise ProtocolError(f"a durable subscriber's name is 1-128 of A-Z a-z 0-9 _ . : @ -, and its offset "
+                                f"0 or more: got {name[:40]!r}, {offset}")
+        if name not in self.offsets and len(self.offsets) >= MAX_POSITIONS:
+            raise ProtocolError(f"{MAX_POSITIONS} durable subscribers already have a position in this journal")
+
     def commit(self, name: str, offset: int) -> None:
         """Keep ``offset`` as ``name``'s position, on disk before this returns.
 
@@ -256,11 +264,7 @@ class Positions:
             ProtocolError: a name that is not 1-128 letters, digits or ``_.:@-``, or a negative offset.
             JournalError: the file cannot be written (the position stays what it was).
         """
-        if not control.DURABLE_NAME.fullmatch(name) or offset < 0:
-            raise ProtocolError(f"a durable subscriber's name is 1-128 of A-Z a-z 0-9 _ . : @ -, and its offset "
-                                f"0 or more: got {name[:40]!r}, {offset}")
-        if name not in self.offsets and len(self.offsets) >= MAX_POSITIONS:
-            raise ProtocolError(f"{MAX_POSITIONS} durable subscribers already have a position in this journal")
+        self.check(name, offset)
         new = {**self.offsets, name: offset}
         try:
             with open(self.path + ".new", "w") as f:

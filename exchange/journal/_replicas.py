@@ -40,7 +40,9 @@ from typing import Any, Callable
 
 import zmq
 
+from exchange.journal._format import read_position
 from exchange.journal._readport import ReadPort
+from exchange.journal._reads import Positions
 from exchange.journal._replication import ACCEPT, STALE, TRUNCATE, Election, EpochHistory, Promise, Quorum, Replica
 from exchange.journal._store import Store
 from roq.errors import ConflictError, JournalError, ProtocolError, Result
@@ -106,15 +108,17 @@ def save_replica(directory: str, replica: Replica) -> None:
 
 
 def append_entries(store: Store, replica: Replica, history: EpochHistory, offsets: list[int], times: list[int],
-                   entries: list[bytes], durable: bool) -> tuple[int, str]:
+                   entries: list[bytes], durable: bool, positions: Positions | None = None) -> tuple[int, str]:
     """Append another replica's entries (an answer's frames, three each) at its offsets and times, written (and
-    synced when ``durable``); past a jump where its ``history`` begins an epoch, so does this log. The entries
-    appended, and why it stopped before the end ("": it did not).
+    synced when ``durable``); past a jump where its ``history`` begins an epoch, so does this log. A durable
+    subscriber's position among them is kept in ``positions`` too, once written. The entries appended, and why it
+    stopped before the end ("": it did not).
 
     Raises:
         JournalError: a write, a sync or a jump failed (nothing unwritten is counted as held).
     """
     taken, why = 0, ""
+    kept: list[tuple[str, int]] = []
     starts = {start for _, start in history.starts}
     for i, offset in enumerate(offsets):
         key, header, body = entries[3 * i:3 * i + 3]
@@ -134,7 +138,18 @@ def append_entries(store: Store, replica: Replica, history: EpochHistory, offset
         store.append(key, header, body, h.publisher, h.count, h.last_seq, times[i])
         replica.appended(history.epoch_at(offset), [offset], offset + h.count)
         taken += 1
+        if key == batch.POSITION_KEY and positions is not None:
+            try:
+                kept.append(read_position(body))
+            except ProtocolError as exc:
+                log.error("replica %s: a position entry at %d does not read: %s", replica.name, offset, exc)
     _write(store, replica, durable)
+    for name, position in kept:
+        try:
+            assert positions is not None
+            positions.commit(name, position)
+        except ProtocolError as exc:
+            log.error("replica %s: the position of %s not kept: %s", replica.name, name[:40], exc)
     return taken, why
 
 
@@ -149,7 +164,7 @@ def _write(store: Store, replica: Replica, durable: bool) -> None:
 
 
 def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], store: Store,
-          curve: Curve | None = None) -> None:
+          curve: Curve | None = None, positions: Positions | None = None) -> None:
     """Stand for ``epoch`` among this replica (``name``, its log ``store``) and ``peers`` (name -> reads endpoint):
     ask every one's promise, and with a majority take the most advanced log of those that promised (cutting back
     what this log has that it does not, fetching what it lacks), then begin the epoch's offsets past every end heard
@@ -208,7 +223,7 @@ def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], st
                             replica.end, keep, source.replica)
                 store.truncate(keep)
                 replica.truncated(keep)
-            _take_log(context, name, epoch, peers[source.replica], store, replica, history, end, curve)
+            _take_log(context, name, epoch, peers[source.replica], store, replica, history, end, curve, positions)
         base = election.base(time.time())
         if base > store.next_offset:
             store.jump(base)
@@ -225,7 +240,7 @@ def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], st
 
 
 def _take_log(context: zmq.Context, name: str, epoch: int, endpoint: str, store: Store, replica: Replica,
-              history: EpochHistory, end: int, curve: Curve | None) -> None:
+              history: EpochHistory, end: int, curve: Curve | None, positions: Positions | None = None) -> None:
     """Fetch from ``endpoint`` (the most advanced log) everything up to ``end`` that this log lacks."""
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -244,7 +259,7 @@ def _take_log(context: zmq.Context, name: str, epoch: int, endpoint: str, store:
             if not isinstance(msg, control.Fetched) or msg.error or not msg.count:
                 raise JournalError(f"the most advanced log, at {endpoint}, gave nothing from {store.next_offset}: "
                                    f"{getattr(msg, 'error', '') or type(msg).__name__}")
-            _, why = append_entries(store, replica, history, msg.offsets, msg.times, frames[1:], True)
+            _, why = append_entries(store, replica, history, msg.offsets, msg.times, frames[1:], True, positions)
             if why:
                 raise JournalError(f"the most advanced log, at {endpoint}: {why}")
     finally:
@@ -269,6 +284,7 @@ class Leading:
         acknowledge: sends acknowledgements (exchange -> (publisher, seq) pairs) naming the commit end.
         committed: what is known to be on a majority (None: everything the journal holds, for the first leader;
             an elected one knows nothing: the tail it took over is committed behind its first entry on a majority).
+        on_commit: called with the commit end each time it moves.
 
     Raises:
         JournalError: its replica promised a newer epoch (it would be fenced), or ``replica.json`` does not read or
@@ -276,7 +292,8 @@ class Leading:
     """
 
     def __init__(self, name: str, followers: tuple[str, ...], epoch: int, store: Store, reads: ReadPort,
-                 acknowledge: Callable[[Acks, int], None], committed: int | None = None) -> None:
+                 acknowledge: Callable[[Acks, int], None], committed: int | None = None,
+                 on_commit: Callable[[int], None] | None = None) -> None:
         end = store.end_offset
         self.directory = store.directory
         self.replica = load_replica(store.directory, name, store)
@@ -293,6 +310,7 @@ class Leading:
         self.committed = known
         self.reads = reads
         self.acknowledge = acknowledge
+        self.on_commit = on_commit
         self.pending: collections.deque[tuple[int, Acks]] = collections.deque()  # (round's end, its acks)
         reads.epochs(epoch, self.replica.history.to_list())
         reads.commit(known)
@@ -344,6 +362,8 @@ class Leading:
         self.reads.commit(committed)
         if ready:
             self.acknowledge(ready, committed)
+        if self.on_commit is not None:
+            self.on_commit(committed)
 
 
 class Following:
@@ -459,7 +479,8 @@ class Following:
         if verdict.action != ACCEPT:
             return  # (it lacks entries before these: it asks again from its end)
         epochs = len(replica.history.starts)
-        taken, why = append_entries(store, replica, history, msg.offsets, msg.times, entries, self.durable())
+        taken, why = append_entries(store, replica, history, msg.offsets, msg.times, entries, self.durable(),
+                                    self.reads.positions)
         self.appended += taken
         if why:
             self.diverged = why

@@ -59,6 +59,8 @@ __all__ = [
     "rejoins",
     "CONTROL_TOPIC",
     "EPOCH_KEY",
+    "POSITION_KEY",
+    "REPLICA_KEYS",
     "HEADER",
     "HEADER_SIZE",
     "ACK",
@@ -127,6 +129,11 @@ CONTROL_TOPIC = b"\x00roq"
 #: Key of the entry a replicated journal's new leader writes first in its epoch: it commits the log taken over once
 #: it is on a majority. The journal's replicas copy it; no reader is served it (``exchange/journal/_format.py``).
 EPOCH_KEY = CONTROL_TOPIC + b"/epoch"
+#: Key of the entry in which a replicated journal's leader keeps a durable subscriber's committed position: the
+#: replicas copy it and keep the position too, so it survives the leader's host; no reader is served it.
+POSITION_KEY = CONTROL_TOPIC + b"/position"
+#: the entries of a replicated journal that are its replicas' only
+REPLICA_KEYS = (EPOCH_KEY, POSITION_KEY)
 
 #: How the key of a record *addressed* to another cluster of a tree begins (then the cluster's name and ``/``:
 #: :func:`roq.federation.address`). Such a record passes through the queues on its way as it is, heard by no

@@ -66,6 +66,15 @@ def test_when_the_journals_host_is_lost_a_new_journal_begins_on_a_live_host_past
     assert len(moved) == 1 and moved[0]["lost_host"] == "127.0.0.11" and moved[0]["host"] == "127.0.0.12"
 
 
+def _read(sub, count: int, timeout: float = 30.0) -> list[int]:
+    """The payloads (numbers) of the first ``count`` records ``sub`` gets, within ``timeout``."""
+    got: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += [int(p) for b in sub.recv_many(timeout=0.5) for p in b.payloads]
+    return got
+
+
 def _roles(qm, queue: str) -> dict[str, str]:
     """Each replica of ``queue``'s journal and its role, as the monitor last heard them (live ones only)."""
     journal = qm.journal(queue)
@@ -94,6 +103,10 @@ def test_a_replicated_journal_loses_its_leaders_host_and_keeps_every_acknowledge
             pub.send(b"k", b"%d" % i)
         pub.flush(30)
         wait_until(lambda: pub.stats()["buffered_bytes"] == 0, 10, "the first records delivered")
+        durable = conn.subscriber(durable="audit", start="earliest")
+        assert _read(durable, 3000) == list(range(3000))
+        durable.commit()  # on a majority of the replicas: it survives the leader's host
+        durable.close()
         for i in range(3000, 6000):  # in flight when the leader's host dies
             pub.send(b"k", b"%d" % i)
         lost_at = time.monotonic()
@@ -106,18 +119,20 @@ def test_a_replicated_journal_loses_its_leaders_host_and_keeps_every_acknowledge
         after = wait_until(lambda: (r := _roles(qm, "r")) and sorted(r.values()) == ["follower", "leader"] and r,
                            10, "the new leader and its follower")
         assert leader not in after
-        sub = conn.subscriber(start="earliest")
-        got: list[int] = []
-        deadline = time.monotonic() + 30
-        while len(got) < 9000 and time.monotonic() < deadline:
-            got += [int(p) for b in sub.recv_many(timeout=0.5) for p in b.payloads]
+        got = _read(conn.subscriber(start="earliest"), 9000)
         assert got == list(range(9000)), f"{len(got)} records replayed, {len(set(got))} distinct"
+        resumed = _read(conn.subscriber(durable="audit", start="earliest"), 6000)
+        assert resumed == list(range(3000, 9000)), "the durable subscriber goes on from its committed position"
     new_leader = next(h for h, role in after.items() if role == "leader")
-    with urllib.request.urlopen(cluster.http_url() + "/metrics", timeout=10) as answer:
-        metrics = answer.read().decode()
-    assert f'roq_journal_replica_leader{{queue="r",replica="{new_leader}"}} 1.0' in metrics
-    assert f'roq_journal_replica_epoch{{queue="r",replica="{new_leader}"}} 2.0' in metrics
-    assert 'roq_journal_elections_total{queue="r"} 2.0' in metrics
+
+    def metrics() -> str:
+        with urllib.request.urlopen(cluster.http_url() + "/metrics", timeout=10) as answer:
+            return answer.read().decode()
+
+    shown = wait_until(lambda: (text := metrics()) and 'roq_journal_elections_total{queue="r"} 2.0' in text and text,
+                       15, "the second election in /metrics")
+    assert f'roq_journal_replica_leader{{queue="r",replica="{new_leader}"}} 1.0' in shown
+    assert f'roq_journal_replica_epoch{{queue="r",replica="{new_leader}"}} 2.0' in shown
     elections = [e for e in qm.events("r") if e["kind"] == "journal_election"]
     assert len(elections) >= 2 and f"leader {leader} silent" in elections[-1]["text"], elections
     assert not [e for e in qm.events("r") if e["kind"] == "journal_moved"], "the GCM moved no journal"
