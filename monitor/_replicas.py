@@ -169,7 +169,7 @@ class Replicas:
         out = []
         for n, r in sorted(self.known.items()):
             held = r.hb.end if lead is None or n == lead.replica else lead.followers.get(n, 0)
-            out.append(ReplicaStatus(replica=n, role=r.hb.role, epoch=r.hb.epoch, end=r.hb.end, intake=r.hb.intake,
+            out.append(ReplicaStatus(replica=n, role=r.hb.role, pid=r.hb.pid, epoch=r.hb.epoch, end=r.hb.end, intake=r.hb.intake,
                                      alive=now - r.heard_at < self.timeout, silent_s=round(now - r.heard_at, 3),
                                      lag=max(0, lead.end - held) if lead is not None else 0,
                                      in_sync=lead is not None and held >= lead.committed))

@@ -318,6 +318,7 @@ class Leading:
 
     def written(self, end: int, acks: Acks, now: float) -> None:
         """The leader wrote (and with ``always`` synced) a round ending at ``end``."""
+        self.replica.end = max(self.replica.end, end)  # what its promise says, should a candidate ask
         if acks:
             self.pending.append((end, acks))
         self.held(self.name, end, now)

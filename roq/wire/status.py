@@ -150,6 +150,7 @@ class ReplicaStatus:
 
     replica: str
     role: str
+    pid: int
     epoch: int
     end: int
     intake: str

@@ -1,0 +1,189 @@
+"""A replicated journal (``replicas = 3``) in a real cluster: a GCM, a host manager per loopback host, the monitor,
+an exchange and three journal replicas, under faults: the leader's host lost, processes killed with ``kill -9`` or
+paused with SIGSTOP past the heartbeat timeout, one fault or two at once.
+
+Every scenario runs the same audit: 3,000 records published and acknowledged, a durable subscriber's position
+committed, 3,000 more sent and in flight when the fault strikes, 3,000 more sent during it; once it is healed,
+every record is acknowledged, a replay from "earliest" holds each of the 9,000 once and in order, the durable
+subscriber goes on from its position, and every live replica follows the leader of the newest epoch again."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+import urllib.request
+from typing import Callable
+
+import pytest
+
+from roq.errors import BrokerTimeoutError
+from zkhelp import gone, wait_until
+
+HOSTS = ("127.0.0.11", "127.0.0.12", "127.0.0.13")  # the monitor and the exchange on the first
+
+
+def _read(sub, count: int, timeout: float = 30.0) -> list[int]:
+    """The payloads (numbers) of the first ``count`` records ``sub`` gets, within ``timeout``."""
+    got: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += [int(p) for b in sub.recv_many(timeout=0.5) for p in b.payloads]
+    return got
+
+
+def _replicas(qm, queue: str = "r") -> dict:
+    """The live replicas of ``queue``'s journal as its monitor last heard them, by name."""
+    journal = qm.journal(queue)
+    return {r.replica: r for r in (journal.replicas or []) if r.alive} if journal is not None else {}
+
+
+def _settled(qm, count: int) -> dict | None:
+    """``count`` live replicas, one leading and the others following it, all in sync; None until then."""
+    found = _replicas(qm)
+    roles = sorted(r.role for r in found.values())
+    if roles != ["follower"] * (count - 1) + ["leader"] or not all(r.in_sync for r in found.values()):
+        return None
+    return found
+
+
+def _leader(found: dict):
+    return next(r for r in found.values() if r.role == "leader")
+
+
+@dataclasses.dataclass
+class Rig:
+    """The cluster of one scenario and what the scenario's fault needs of it."""
+
+    cluster: object
+    qm: object
+    leader: object  # the leader's ReplicaStatus before the fault
+    followers: list  # the followers' ReplicaStatus before the fault
+    pub: object = None  # the audited publisher
+    lost_hosts: list[str] = dataclasses.field(default_factory=list)
+    paused: list[int] = dataclasses.field(default_factory=list)
+
+    def pause(self, *pids: int) -> None:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+            self.paused.append(pid)
+
+    def resume(self) -> None:
+        for pid in self.paused:
+            os.kill(pid, signal.SIGCONT)
+        self.paused.clear()
+
+    def monitor_pid(self) -> int:
+        status = self.qm.status("r")
+        assert status is not None
+        return status.pid
+
+
+def _lose_leaders_host(rig: Rig) -> None:
+    pids = rig.cluster.crash_host(rig.leader.replica)
+    rig.lost_hosts.append(rig.leader.replica)
+    wait_until(lambda: all(gone(p) for p in pids), 5, "the lost host's processes dead")
+
+
+def _pause_leader(rig: Rig) -> None:  # past the heartbeat timeout: another is elected; it comes back fenced
+    rig.pause(rig.leader.pid)
+    wait_until(lambda: any(r.role == "leader" and r.epoch > rig.leader.epoch for r in _replicas(rig.qm).values()), 15,
+               "another leader elected")
+
+
+def _kill_leader(rig: Rig) -> None:  # its host manager starts it again: it comes back as a follower
+    os.kill(rig.leader.pid, signal.SIGKILL)
+
+
+def _kill_follower(rig: Rig) -> None:  # the other two are a majority: nothing waits
+    os.kill(rig.followers[0].pid, signal.SIGKILL)
+
+
+def _pause_both_followers(rig: Rig) -> None:  # no majority: nothing is acknowledged, and no election either
+    rig.pause(*(f.pid for f in rig.followers))
+    rig.pub.send(b"k", b"-1")  # sent once neither follower runs: a majority never holds it while they are paused
+    with pytest.raises(BrokerTimeoutError):
+        rig.pub.flush(1.5)
+
+
+def _kill_monitor(rig: Rig) -> None:  # the new monitor finds the live leader: no election
+    os.kill(rig.monitor_pid(), signal.SIGKILL)
+
+
+def _kill_leader_and_a_follower(rig: Rig) -> None:  # two faults at once: a minority left until they are back
+    os.kill(rig.leader.pid, signal.SIGKILL)
+    os.kill(rig.followers[0].pid, signal.SIGKILL)
+
+
+FAULTS: dict[str, Callable[[Rig], None]] = {
+    "leader's host lost": _lose_leaders_host,
+    "leader paused past its timeout": _pause_leader,
+    "leader killed": _kill_leader,
+    "a follower killed": _kill_follower,
+    "both followers paused": _pause_both_followers,
+    "monitor killed": _kill_monitor,
+    "leader and a follower killed at once": _kill_leader_and_a_follower,
+}
+
+
+@pytest.mark.measured  # a 4 s ZooKeeper session: nothing that loads the machine beside it
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_replicated_journal_keeps_every_acknowledged_record_through(fault, make_embedded):
+    cluster = make_embedded(hosts=3, session_timeout=4.0, gcm_args=["--host-grace", "1"])
+    qm = cluster.manager
+    qm.create("r", HOSTS[0])
+    qm.set_rules("r", {"sustain_s": 3600, "host_cpu_percent": 100, "host_memory_percent": 100,
+                       "durability": "always", "replicas": 3})
+    before = wait_until(lambda: _settled(qm, 3), 30, "a leader elected and two followers in sync")
+    leader = _leader(before)
+    assert leader.replica != HOSTS[0], "the first leader stands off the monitor's host"
+    rig = Rig(cluster, qm, leader, sorted((r for r in before.values() if r.role == "follower"),
+                                          key=lambda r: r.replica))
+    with cluster.connect("r") as conn:
+        pub = rig.pub = conn.publisher()
+        for i in range(3000):
+            pub.send(b"k", b"%d" % i)
+        pub.flush(30)
+        wait_until(lambda: pub.stats()["buffered_bytes"] == 0, 10, "the first records delivered")
+        durable = conn.subscriber(durable="audit", start="earliest")
+        assert _read(durable, 3000) == list(range(3000))
+        durable.commit()  # on a majority of the replicas: it survives whatever the fault takes
+        durable.close()
+        for i in range(3000, 6000):  # in flight when the fault strikes
+            pub.send(b"k", b"%d" % i)
+        struck = time.monotonic()
+        FAULTS[fault](rig)
+        for i in range(6000, 9000):
+            pub.send(b"k", b"%d" % i)
+        rig.resume()
+        pub.flush(60)
+        acknowledged = time.monotonic() - struck
+        after = wait_until(lambda: _settled(qm, 3 - len(rig.lost_hosts)), 30,
+                           "every live replica following the newest leader, in sync")
+        got = _read(conn.subscriber(start="earliest"), 9000)
+        assert [n for n in got if n >= 0] == list(range(9000)), f"{len(got)} records replayed, {len(set(got))} distinct"
+        resumed = [n for n in _read(conn.subscriber(durable="audit", start="earliest"), 6000) if n >= 0]
+        assert resumed == list(range(3000, 9000)), "the durable subscriber goes on from its committed position"
+    new = _leader(after)
+    elections = [e for e in qm.events("r") if e["kind"] == "journal_election"]
+    if fault in ("a follower killed", "both followers paused", "monitor killed"):
+        assert new.replica == leader.replica and new.epoch == leader.epoch, "the leader stays"
+        assert len(elections) == 1, elections
+    else:
+        assert new.epoch > leader.epoch and len(elections) >= 2, elections
+    if fault == "leader's host lost":
+        assert f"leader {leader.replica} silent" in elections[-1]["text"], elections
+        assert not [e for e in qm.events("r") if e["kind"] == "journal_moved"], "the GCM moved no journal"
+        shown = wait_until(lambda: (text := _metrics(cluster)) and
+                           f'roq_journal_replica_leader{{queue="r",replica="{new.replica}"}} 1.0' in text and text,
+                           15, "the new leader in /metrics")
+        assert f'roq_journal_replica_epoch{{queue="r",replica="{new.replica}"}} {float(new.epoch)!r}' in shown
+    print(f"{fault}: every record acknowledged {acknowledged:.2f}s after the fault struck; leader "
+          f"{leader.replica} (epoch {leader.epoch}) -> {new.replica} (epoch {new.epoch}); elections: "
+          f"{[e['text'] for e in elections]}")
+
+
+def _metrics(cluster) -> str:
+    with urllib.request.urlopen(cluster.http_url() + "/metrics", timeout=10) as answer:
+        return answer.read().decode()
