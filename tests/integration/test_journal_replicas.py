@@ -159,6 +159,11 @@ def test_followers_that_promised_a_newer_epoch_fence_the_old_leader_for_good(tmp
         assert reply.data["end"] > 0
     assert _promise(ctx, followers["f1"][1].reads, 2, "another").result == Result.CONFLICT  # once per epoch
     assert _promise(ctx, followers["f1"][1].reads, 1).result == Result.CONFLICT
+    # the leader promises too, naming where its log ends (its own entries of the epoch count: a candidate that took
+    # the epoch's start for its end could take a shorter log for the most advanced)
+    own = _promise(ctx, info.reads, 3)
+    assert own.result == Result.OK and own.data["end"] == _ask(ctx, info.reads, control.Fetch(offset=-2,
+                                                                                              replica="x")).end_offset
 
     driver.drain()
     stuck, end_then = dict(driver.acked), _reader_end(ctx, info.reads)
