@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 PACKAGES := roq exchange monitor gcm hostmanager client simulation roqcli deploy
 
-.PHONY: demo test test-deploy fuzz crash federation flow image bench bench-check setup clean
+.PHONY: demo test test-deploy fuzz crash jepsen federation flow image bench bench-check setup clean
 
 demo: $(STAMP)
 	$(BIN)/python -m simulation run simulation/scenarios/quickstart.toml
@@ -34,6 +34,11 @@ fuzz: $(STAMP)
 # the journal's crash consistency with 200 seeded trials instead of make test's 20 (a few minutes)
 crash: $(STAMP)
 	ROQ_CRASH_TRIALS=200 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_journal_crash.py
+
+# a replicated journal (replicas = 3) whose leader's host is lost at a random moment under load, 200 seeded trials
+# instead of make test's 3, with the time from the loss to acknowledgements again (about twenty minutes)
+jepsen: $(STAMP)
+	ROQ_REPLICA_TRIALS=200 $(BIN)/python -m pytest $(PYTEST_ARGS) --timeout 3600 -s tests/integration/test_journal_replicated.py
 
 # the link process SIGKILLed 100 times under load instead of make test's 2, down for 60 s instead of 2, a tree of
 # seven clusters on emulated hosts (network namespaces, tc tbf) with its links flapped by ip link, and a link between

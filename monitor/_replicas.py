@@ -14,11 +14,12 @@ wrong (two of them for a moment, one that misses a live leader) costs an electio
 * a live leader of the newest epoch heard: every other live replica that does not follow it is told to
   (:class:`~roq.wire.control.JournalRole`, again at most every :data:`RETELL_S`);
 * no such leader (none yet, it went silent, or it was fenced): once the monitor has heard the replicas for a
-  whole timeout (a live leader's heartbeat may be on its way) and a majority of the replicas is live, the most
-  advanced live one (highest last epoch, then end) stands for the next epoch (the newest promised, plus one),
-  with every replica heard of as a peer. Among equals, one off the monitor's own host stands: losing that host
-  then loses one of the two, and the election does not wait for the GCM to move the monitor. A candidate has
-  :data:`ELECTION_S` to win; then another stands.
+  whole timeout (a live leader's heartbeat may be on its way) and a majority of the replicas is live, a live one
+  stands for the next epoch (the newest promised, plus one), with every replica heard of as a peer. One off the
+  monitor's own host first: losing that host then loses only one of the two, and the next election does not wait
+  for the GCM to move the monitor. Then the most advanced (highest last epoch, then end): the candidate takes the
+  most advanced log of those that promise anyway (:func:`~exchange.journal._replicas.elect`), so the order only
+  spares it a copy. A candidate has :data:`ELECTION_S` to win; then another stands.
 
 Every election is an event with its reason.
 """
@@ -141,8 +142,8 @@ class Replicas:
                                   live=sorted(live), replicas=count)
             return
         top = max(r.hb.epoch for r in self.known.values())
-        name, r = max(live.items(), key=lambda item: (item[1].hb.last_epoch, item[1].hb.end,
-                                                      _host(item[1].hb.intake) != self.own_host, item[0]))
+        name, r = max(live.items(), key=lambda item: (_host(item[1].hb.intake) != self.own_host,
+                                                      item[1].hb.last_epoch, item[1].hb.end, item[0]))
         epoch = top + 1
         names = sorted(self.known)[:count]
         if name not in names:

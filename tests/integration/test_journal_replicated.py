@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import signal
+import threading
 import time
 import urllib.request
 from typing import Callable
@@ -187,3 +189,103 @@ def test_a_replicated_journal_keeps_every_acknowledged_record_through(fault, mak
 def _metrics(cluster) -> str:
     with urllib.request.urlopen(cluster.http_url() + "/metrics", timeout=10) as answer:
         return answer.read().decode()
+
+
+#: trials of the leader's host lost under load: ``make test`` runs a few, ``make jepsen`` 200 (``ROQ_REPLICA_TRIALS``)
+TRIALS = int(os.environ.get("ROQ_REPLICA_TRIALS", "3"))
+
+
+class Load:
+    """One publisher sending numbered records as fast as its window lets it, on a thread of its own, and when
+    its acknowledged count moved (for the time to recover)."""
+
+    def __init__(self, conn) -> None:
+        self.pub = conn.publisher()
+        self.sent = 0
+        self.samples: list[tuple[float, int]] = []  # (time, acknowledged) each time the count moved
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            last = -1
+            while not self._stop.is_set():
+                for _ in range(20):
+                    self.pub.send(b"k", b"%d" % self.sent)
+                    self.sent += 1
+                acked = self.pub.stats()["acked"]
+                if acked != last:
+                    self.samples.append((time.monotonic(), acked))
+                    last = acked
+                time.sleep(0.002)
+        except BaseException as exc:  # (seen by the test, which fails with it)
+            self.error = exc
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def recovered(self, struck: float) -> float:
+        """Seconds from ``struck`` to the end of the longest stall of acknowledgements after it."""
+        moves = [t for t, _ in self.samples if t >= struck - 0.05]
+        if len(moves) < 2:
+            return float("nan")
+        gaps = [(b - a, b) for a, b in zip(moves, moves[1:])]
+        return max(gaps)[1] - struck
+
+
+@pytest.mark.measured  # a 4 s ZooKeeper session: nothing that loads the machine beside it
+def test_the_leaders_host_lost_at_a_random_moment_under_load_in_seeded_trials(make_embedded):
+    """Each trial: the leader's host dies (SIGKILL of everything on it) at a random moment while a publisher sends
+    without pause; it comes back, and its replica follows the new leader. Every record is acknowledged in the end
+    and the replay from "earliest" holds each once, in order. The time from the loss to the end of the stall of
+    acknowledgements is printed, with its percentiles over the trials."""
+    seed = int(os.environ.get("ROQ_SEED", "33"))
+    rng = random.Random(seed)
+    cluster = make_embedded(hosts=3, session_timeout=4.0, gcm_args=["--host-grace", "1"])
+    qm = cluster.manager
+    qm.create("r", HOSTS[0])
+    qm.set_rules("r", {"sustain_s": 3600, "host_cpu_percent": 100, "host_memory_percent": 100,
+                       "durability": "always", "replicas": 3})
+    wait_until(lambda: _settled(qm, 3), 30, "a leader elected and two followers in sync")
+    times: list[float] = []
+    with cluster.connect("r") as conn, Load(conn) as load:
+        for trial in range(TRIALS):
+            before = wait_until(lambda: _settled(qm, 3), 60, f"trial {trial}: three replicas in sync")
+            leader = _leader(before)
+            if leader.replica == HOSTS[0]:
+                pytest.fail(f"trial {trial}: the leader stands on the monitor's host")
+            time.sleep(rng.uniform(0.05, 0.5))  # the random moment (the load runs meanwhile)
+            struck = time.monotonic()
+            pids = cluster.crash_host(leader.replica)
+            wait_until(lambda: all(gone(p) for p in pids), 5, "the lost host's processes dead")
+            wait_until(lambda: any(r.role == "leader" and r.epoch > leader.epoch for r in _replicas(qm).values()),
+                       15, f"trial {trial}: a new leader")
+            wait_until(lambda: any(t > struck + 0.05 and t > _last_before(load, struck) for t, _ in load.samples),
+                       15, f"trial {trial}: acknowledgements again")
+            time.sleep(0.3)  # (load after the recovery, for the stall to end in the samples)
+            times.append(load.recovered(struck))
+            cluster.add_host(leader.replica)
+            assert load.error is None, load.error
+        load.stop()
+        load.pub.flush(60)
+        sent = load.sent
+        got = _read(conn.subscriber(start="earliest"), sent, timeout=60)
+    assert got == list(range(sent)), f"{len(got)} of {sent} records replayed, {len(set(got))} distinct"
+    times.sort()
+    p = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
+    print(f"{TRIALS} trials (seed {seed}), {sent} records: from the leader's host lost to acknowledgements again "
+          f"p50 {p(0.5):.2f}s, p99 {p(0.99):.2f}s, max {times[-1]:.2f}s")
+
+
+def _last_before(load: Load, struck: float) -> float:
+    """When the acknowledged count last moved before ``struck``."""
+    return max((t for t, _ in load.samples if t < struck), default=0.0)

@@ -43,8 +43,8 @@ def test_the_first_leader_stands_once_the_replicas_were_heard_for_a_timeout_and_
     assert event.fields["reason"] == "no replica leads yet" and event.fields["epoch"] == 1
 
 
-def test_the_most_advanced_replica_stands_even_on_the_monitors_host():
-    r, out = _make()
+def test_off_the_monitors_host_the_most_advanced_replica_stands():
+    r, out = _make(own_host="127.0.0.13")
     for now in (0.0, 0.5):
         r.heartbeat(_hb("127.0.0.11", epoch=3, last_epoch=3, end=900), b"a", now)
         r.heartbeat(_hb("127.0.0.12", epoch=3, last_epoch=3, end=800), b"b", now)
@@ -52,6 +52,13 @@ def test_the_most_advanced_replica_stands_even_on_the_monitors_host():
     r.decide(1.0)
     [(identity, order)] = _orders(out)
     assert identity == b"a" and order.epoch == 5, "highest last epoch, then end; the next epoch past every promise"
+    r, out = _make(own_host="127.0.0.11")
+    for now in (0.0, 0.5):
+        r.heartbeat(_hb("127.0.0.11", epoch=3, last_epoch=3, end=900), b"a", now)
+        r.heartbeat(_hb("127.0.0.12", epoch=3, last_epoch=3, end=800), b"b", now)
+    r.decide(1.0)
+    [(identity, order)] = _orders(out)
+    assert identity == b"b", "off the monitor's host first: it takes what it lacks from the most advanced log"
 
 
 def test_a_live_leader_of_the_newest_epoch_is_followed_and_an_order_is_repeated_only_after_a_while():
