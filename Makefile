@@ -91,6 +91,10 @@ $(STAMP): pyproject.toml
 		echo "== installing Debian packages: iproute2 (network namespaces, veth and tc for emulated hosts)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; \
 	fi
+	@if ! command -v iptables >/dev/null 2>&1; then \
+		echo "== installing Debian packages: iptables (packets dropped inside an emulated host's namespace: partitions)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; \
+	fi
 	@# The tests run their own Prometheus on loopback: stop the system service the package may have started.
 	@if ! command -v prometheus >/dev/null 2>&1; then \
 		echo "== installing Debian packages: prometheus (a real server scraping /metrics in the integration tests)"; \

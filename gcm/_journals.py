@@ -68,10 +68,12 @@ def journal_ops(view: View, q: QueueView, doc: QueueDoc, rules: Mapping[str, Any
 def _replicated(view: View, q: QueueView, doc: QueueDoc, count: int, wanted: bool) -> tuple[QueueDoc, list[Op]]:
     """A replicated journal: one ``<queue>@journal`` on each of ``count`` distinct hosts, kept where they were
     (their files are there; a replica whose host is missing stays named: the others are a majority meanwhile),
-    the first ones chosen beside the monitor, then on the other live hosts by name."""
+    the first ones chosen where the queue's journal was, then on the live hosts other than the monitor's by name,
+    and the monitor's last: a host lost with the monitor then takes no replica with it while others can hold
+    them."""
     hosts = list(doc.journal_replicas) or ([doc.journal_host] if doc.journal_host else [])
     if wanted:
-        for h in [doc.host, *sorted(view.hosts)]:
+        for h in [*sorted(h for h in view.hosts if h != doc.host), doc.host]:
             if len(hosts) >= count:
                 break
             if h and h in view.hosts and h not in hosts:

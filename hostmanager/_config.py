@@ -34,6 +34,9 @@ _OWN_EXCHANGE_FIELDS = ("monitor", "address", "frontend_port", "backend_port", "
 _OWN_LINK_FIELDS = ("name", "source", "target", "queue", "cluster", "role", "parent_zk", "parent_root",
                     "target_credentials", "source_credentials", "on_demand", "down", "cluster_key", "zk", "root")
 #: a syntactically valid endpoint to check exchange options against, before any monitor is known
+_OWN_JOURNAL_FIELDS = ("queue", "directory", "monitor", "address", "intake_port", "reads_port", "journal_id",
+                       "generation", "commands", "secret_key", "keyring", "followers", "follow", "epoch", "peers",
+                       "replicas")
 _ANY_MONITOR = "tcp://127.0.0.1:1"
 
 
@@ -61,6 +64,8 @@ class HostManagerConfig:
             e.g. sustain=1; repeatable).
         link_options: settings of every link to the parent cluster started, KEY=VALUE each (fields of the
             link's config, e.g. compress=true or rate_limit=250000; repeatable).
+        journal_options: settings of every journal started, KEY=VALUE each (fields of the journal's config, e.g.
+            segment_bytes=1048576 or scrub_interval=1; repeatable).
         kpi_archive: KPI archive directory: its host KPIs go there, and its monitors archive their queues'
             ("" = none).
         http_address: address of its health checks over HTTP (its own and its processes')
@@ -89,6 +94,7 @@ class HostManagerConfig:
     exchange_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--exchange-option"})
     monitor_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--monitor-option"})
     link_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--link-option"})
+    journal_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--journal-option"})
     kpi_archive: str = ""
     http_address: str = "127.0.0.1"
     http_port: int = -1
@@ -142,11 +148,13 @@ class ChildSettings:
         self.exchange_options = _options(ExchangeConfig, config.exchange_options, "--exchange-option",
                                          _OWN_EXCHANGE_FIELDS)
         self.link_options = _options(LinkConfig, config.link_options, "--link-option", _OWN_LINK_FIELDS)
+        self.journal_options = _options(JournalConfig, config.journal_options, "--journal-option", _OWN_JOURNAL_FIELDS)
         # the values, not only their types: what a child would refuse at start
         _check("--monitor-option", lambda: self.monitor("q", 1))
         _check("--link-option", lambda: LinkConfig(name="c@q", source=_ANY_MONITOR, queue="q", cluster="c",
                                                    parent_zk=defaults.ZK, **self.link_options))
         _check("--exchange-option", lambda: self.exchange(_ANY_MONITOR, 1, 2, "x1"))
+        _check("--journal-option", lambda: self.journal("q", _ANY_MONITOR, 1))
 
     def monitor(self, queue: str, port: int) -> MonitorConfig:
         """The settings of the monitor of ``queue`` on ``port``."""
@@ -163,7 +171,7 @@ class ChildSettings:
         base = os.path.abspath(os.path.expanduser(c.journal_dir or "~/.roq/journals"))
         return JournalConfig(queue=queue, directory=os.path.join(base, c.address, queue), monitor=monitor,
                              address=c.address, intake_port=port, generation=generation, commands=True,
-                             replicas=replicas, journal_id=c.address if replicas > 1 else "",
+                             replicas=replicas, journal_id=c.address if replicas > 1 else "", **self.journal_options,
                              **self._curve)
 
     def link(self, queue: str, monitor: str, federation: FederationDoc) -> LinkConfig:

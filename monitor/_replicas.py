@@ -13,13 +13,15 @@ wrong (two of them for a moment, one that misses a live leader) costs an electio
 
 * a live leader of the newest epoch heard: every other live replica that does not follow it is told to
   (:class:`~roq.wire.control.JournalRole`, again at most every :data:`RETELL_S`);
-* no such leader (none yet, it went silent, or it was fenced): once the monitor has heard the replicas for a
+* no such leader (none yet, it went silent, it was fenced, or for a whole timeout it reached too few followers
+  for a majority while enough other replicas are live: cut off from them, it can acknowledge nothing, and it
+  stands last): once the monitor has heard the replicas for a
   whole timeout (a live leader's heartbeat may be on its way) and a majority of the replicas is live, a live one
   stands for the next epoch (the newest promised, plus one), with every replica heard of as a peer. One off the
   monitor's own host first: losing that host then loses only one of the two, and the next election does not wait
   for the GCM to move the monitor. Then the most advanced (highest last epoch, then end): the candidate takes the
   most advanced log of those that promise anyway (:func:`~exchange.journal._replicas.elect`), so the order only
-  spares it a copy. A candidate has :data:`ELECTION_S` to win; then another stands.
+  spares it a copy. A candidate has :data:`ELECTION_S` to win; then another stands, one not passed over first.
 
 Every election is an event with its reason.
 """
@@ -77,15 +79,21 @@ class Replicas:
         self.known: dict[str, _Replica] = {}
         self.since: float | None = None  # when the first replica was heard: no election for a timeout after
         self.candidate: tuple[str, int, float] | None = None  # (name, epoch, until) of the one standing
+        self.passed: set[str] = set()  # replicas passed over: one that did not win in time, a leader out of reach
         self.elections = 0
         self.leader_name = ""
         self._short = False  # a majority is not live: said once
+        self._unreached: tuple[tuple[str, int], float] | None = None  # (leader, epoch) reaching no majority, since
 
     def heartbeat(self, hb: control.JournalHeartbeat, identity: bytes, now: float) -> None:
         r = self.known.get(hb.replica)
         if r is None:
             self.known[hb.replica] = _Replica(hb, identity, now)
         else:
+            if hb.repairs > r.hb.repairs and hb.incarnation == r.hb.incarnation:
+                self.outbox.event("journal_repaired", f"replica {hb.replica} found a damaged sealed segment and "
+                                  f"rewrote it from another replica's copy ({hb.repairs} since it started)",
+                                  replica=hb.replica, repairs=hb.repairs)
             r.hb, r.identity, r.heard_at = hb, identity, now
         if self.since is None:
             self.since = now
@@ -114,8 +122,12 @@ class Replicas:
             return
         live = self._live(now)
         lead = self.leader(now)
+        if lead is not None and self._out_of_reach(lead, live, count, now):
+            self.passed.add(lead.replica)  # it cannot reach a majority: another stands
+            lead = None
         if lead is not None:
             self.candidate = None
+            self.passed.clear()
             self._short = False
             if lead.replica != self.leader_name:
                 self.leader_name = lead.replica
@@ -129,8 +141,10 @@ class Replicas:
                     self.outbox.send(r.identity, control.JournalRole(role=control.FOLLOWER, epoch=lead.epoch,
                                                                      leader=lead.reads))
             return
-        if self.candidate is not None and now < self.candidate[2]:
-            return  # the one standing has not won yet
+        if self.candidate is not None:
+            if now < self.candidate[2]:
+                return  # the one standing has not won yet
+            self.passed.add(self.candidate[0])  # it did not win in time: another stands first
         assert self.since is not None
         if now - self.since < self.timeout:
             return  # a live leader's heartbeat may be on its way
@@ -142,7 +156,8 @@ class Replicas:
                                   live=sorted(live), replicas=count)
             return
         top = max(r.hb.epoch for r in self.known.values())
-        name, r = max(live.items(), key=lambda item: (_host(item[1].hb.intake) != self.own_host,
+        name, r = max(live.items(), key=lambda item: (item[0] not in self.passed,
+                                                      _host(item[1].hb.intake) != self.own_host,
                                                       item[1].hb.last_epoch, item[1].hb.end, item[0]))
         epoch = top + 1
         names = sorted(self.known)[:count]
@@ -159,10 +174,24 @@ class Replicas:
         why = ("no replica leads yet" if not self.leader_name else
                f"leader {self.leader_name} silent for {now - previous.heard_at:.1f}s"
                if previous is not None and now - previous.heard_at >= self.timeout else
+               f"leader {self.leader_name} reaches {previous.hb.reached} of its followers, too few for a majority"
+               if previous is not None and previous.hb.role == control.LEADER and previous.hb.epoch == top else
                f"leader {self.leader_name} no longer leads the newest epoch")
         self.outbox.event("journal_election", f"{why}: replica {name} (log to {r.hb.end}, last epoch "
                           f"{r.hb.last_epoch}) stands for epoch {epoch}, {len(live)} of {count} replicas live",
                           replica=name, epoch=epoch, reason=why)
+
+    def _out_of_reach(self, lead: control.JournalHeartbeat, live: dict[str, _Replica], count: int, now: float) -> bool:
+        """Whether the live leader has reached too few followers for a majority for a whole timeout, while enough
+        others are live to elect one of them (cut off from its followers, it can acknowledge nothing)."""
+        if lead.reached + 1 >= majority(count):
+            self._unreached = None
+            return False
+        key = (lead.replica, lead.epoch)
+        if self._unreached is None or self._unreached[0] != key:
+            self._unreached = (key, now)
+        others = sum(1 for n in live if n != lead.replica)
+        return now - self._unreached[1] >= self.timeout and others >= majority(count)
 
     def describe(self, now: float) -> list[ReplicaStatus]:
         """Each replica as the queue's status shows it (lag and in-sync as its leader counted them)."""

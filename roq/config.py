@@ -253,6 +253,11 @@ class JournalConfig:
         peers: ``name=reads endpoint`` of the other replicas (repeat the flag for each): with them this journal
             stands for ``epoch`` before it leads (their promises, the most advanced log of a majority), as a new
             leader does after the last one was lost.
+        replicas: the queue's replica count (1-5; 1 = an unreplicated journal). Above 1 this journal is one
+            replica, named by its ``--id`` and reporting to ``monitor``: it starts as a standby and leads or
+            follows as its monitor tells it (:class:`~roq.wire.control.JournalRole`).
+        scrub_interval: seconds between two sealed segments read whole, in turn, to find damage (a bit flipped on
+            the disk); a replica rewrites a damaged one from another replica's copy (0 = no scrub).
     """
 
     queue: str
@@ -278,6 +283,7 @@ class JournalConfig:
     epoch: int = 1
     peers: tuple[str, ...] = ()
     replicas: int = 1
+    scrub_interval: float = 10.0
 
     def __post_init__(self) -> None:
         _text(self, "queue", "directory", "monitor", "address", "durability", "journal_id", "follow")
@@ -292,7 +298,7 @@ class JournalConfig:
             raise ConfigError(f"JournalConfig.durability must be 'interval' or 'always', got {self.durability!r}")
         _port(self, "intake_port", "reads_port")
         _positive(self, "sync_interval", "max_batch_bytes", "heartbeat_interval")
-        _positive(self, "retention_bytes", "retention", allow_zero=True)
+        _positive(self, "retention_bytes", "retention", "scrub_interval", allow_zero=True)
         if not isinstance(self.segment_bytes, int) or self.segment_bytes < 4096:
             raise ConfigError(f"JournalConfig.segment_bytes must be at least 4096, got {self.segment_bytes!r}")
         if self.follow:

@@ -51,7 +51,8 @@ from exchange.journal._intake import Intake
 from exchange.journal._meter import Meter
 from exchange.journal._readport import ReadPort
 from exchange.journal._reads import Positions
-from exchange.journal._replicas import Following, Leading, elect, load_replica, promise_answer, save_replica
+from exchange.journal._replicas import (Following, Leading, elect, fetch_range, load_replica, promise_answer,
+                                        save_replica)
 from exchange.journal._replication import Replica
 from exchange.journal._store import Store
 from roq.wire import batch, control
@@ -123,6 +124,9 @@ class Journal:
         self._next_sync = float("inf")
         self.replicated = config.replicas > 1  # a replica: it leads or follows as its monitor says
         self.standby: Replica | None = None  # a replica's promise and log, while it neither leads nor follows
+        self.peers: dict[str, str] = {}  # the other replicas' reads endpoints, as the last order to lead named them
+        self._scrubbed = -1  # the first offset of the sealed segment the scrub read last
+        self.repairs = 0
         # a leader's durable subscribers' commits: (the end of their position entry, the request to answer, offset)
         self._commits: collections.deque[tuple[int, Request, int]] = collections.deque()
         orders = Dispatcher(f"journal {self.id} (monitor)", {control.JournalPolicy: self._on_policy,
@@ -255,6 +259,8 @@ class Journal:
         loop.deadline(lambda: self._next_sync, self._on_sync_due, "the sync")
         loop.every(GAP_CHECK_S, self._expire, "the gaps")
         loop.every(RETAIN_S, lambda now: self._retain(), "the retention", first=0.0)
+        if self.config.scrub_interval:
+            loop.every(self.config.scrub_interval, self._scrub, "the scrub")
         loop.every(self.config.heartbeat_interval, self._beat, "the heartbeat")
         loop.run()
         self._sync()
@@ -431,6 +437,45 @@ class Journal:
             _, request, offset = commits.popleft()
             request.answer(Reply(request=control.Commit.CMD, comment="committed", data={"offset": offset}))
 
+    def _scrub(self, now: float) -> None:
+        """Read the next sealed segment whole (one per ``scrub_interval``, in turn); one that does not check is
+        rewritten from another replica's copy (a replicated journal's), else reported."""
+        store = self.store
+        if store is None:
+            return
+        sealed = store.sealed()
+        if not sealed:
+            return
+        base, end = next(((b, e) for b, e in sealed if b > self._scrubbed), sealed[0])
+        self._scrubbed = base
+        problem = store.check_segment(base, end)
+        if not problem:
+            return
+        log.error("journal %s: %s", self.id, problem)
+        self._repair(base, end)
+
+    def _repair(self, base: int, end: int) -> None:
+        """Rewrite the sealed segment at ``base`` from a good copy: the leader's (a follower's), a peer's (a
+        leader's)."""
+        store, replica = self.store, self._replica()
+        assert store is not None
+        sources = [self.following.endpoint] if self.following is not None else list(self.peers.values())
+        if replica is None or not sources:
+            log.error("journal %s: the segment at offset %d is damaged and no other replica is known to copy it "
+                      "from: its reads stop there with an error (roq journal verify)", self.id, base)
+            return
+        for source in sources:
+            try:
+                entries = fetch_range(self._ctx, source, self.id, replica.promised, base, end, self.curve)
+                store.repair(base, entries)
+            except JournalError as exc:
+                log.error("journal %s: the segment at offset %d not repaired from %s: %s", self.id, base, source, exc)
+                continue
+            self.repairs += 1
+            log.warning("journal %s: the segment at offset %d..%d repaired from the copy at %s (%d entries)", self.id,
+                        base, end, source, len(entries))
+            return
+
     def _step_down(self) -> None:
         """Neither lead nor follow any more: a standby (what a leader held unacknowledged, its exchanges send to
         the next)."""
@@ -452,6 +497,7 @@ class Journal:
         store, reads = self.store, self.reads
         assert store is not None and reads is not None
         self._step_down()
+        self.peers = {n: e for n, e in msg.peers.items() if n != self.id}
         started = time.monotonic()
         try:
             elect(self._ctx, self.id, msg.epoch, {n: check_endpoint(e) for n, e in msg.peers.items() if n != self.id},
@@ -546,7 +592,9 @@ class Journal:
             figures.update(replica=self.id, role=role, epoch=replica.promised, last_epoch=replica.history.last_epoch,
                            end=replica.end, leader=following.endpoint if following is not None else "",
                            committed=leading.committed if leading is not None else 0,
-                           followers=dict(leading.quorum.ends) if leading is not None else {})
+                           followers=dict(leading.quorum.ends) if leading is not None else {},
+                           reached=leading.reached(time.monotonic()) if leading is not None else 0,
+                           repairs=self.repairs)
         reads, admission = self.reads, self.admission
         return control.JournalHeartbeat(journal=self.id, intake=self.endpoint, pid=os.getpid(),
                                         incarnation=self.incarnation,

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import zmq
 
-from exchange.journal._format import read_position
+from exchange.journal._format import Entry, read_position
 from exchange.journal._readport import ReadPort
 from exchange.journal._reads import Positions
 from exchange.journal._replication import ACCEPT, STALE, TRUNCATE, Election, EpochHistory, Promise, Quorum, Replica
@@ -53,7 +53,7 @@ from roq.wire import batch, control
 log = logging.getLogger(__name__)
 
 __all__ = ["Leading", "Following", "elect", "append_entries", "load_replica", "save_replica", "REPLICA_FILE",
-           "promise_answer", "FETCH_BYTES", "WAIT_MS", "RECENT_BYTES", "PROMISE_TIMEOUT_S"]
+           "promise_answer", "fetch_range", "FETCH_BYTES", "WAIT_MS", "REACHED_S", "RECENT_BYTES", "PROMISE_TIMEOUT_S"]
 
 #: a replica's promised epoch and its log's epoch history, beside its segments
 REPLICA_FILE = "replica.json"
@@ -64,6 +64,8 @@ PROMISE_TIMEOUT_S = 2.0
 FETCH_BYTES = 4 << 20
 #: how long a follower's fetch waits at the leader's end
 WAIT_MS = 1000
+#: a follower that has not fetched for this long is out of the leader's reach
+REACHED_S = 2.5 * WAIT_MS / 1000
 #: what a leader keeps of its newest entries in memory, for its followers (:meth:`Store.keep_recent`)
 RECENT_BYTES = 32 << 20
 
@@ -266,6 +268,47 @@ def _take_log(context: zmq.Context, name: str, epoch: int, endpoint: str, store:
         sock.close()
 
 
+def fetch_range(context: zmq.Context, endpoint: str, name: str, epoch: int, start: int, end: int,
+                curve: Curve | None = None) -> list[Entry]:
+    """Another replica's entries from ``start`` to ``end`` (its copy of a sealed segment, to repair ours with),
+    fetched from its reads port as a replica (``name``, who promised ``epoch``) does.
+
+    Raises:
+        JournalError: it did not answer, refused, or its entries do not reach ``end``.
+    """
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        curve.connect(sock)
+    sock.connect(endpoint)
+    out: list[Entry] = []
+    at = start
+    try:
+        while at < end:
+            sock.send(control.encode(control.Fetch(offset=at, max_bytes=FETCH_BYTES, replica=name, epoch=epoch)))
+            if not sock.poll(int(PROMISE_TIMEOUT_S * 1000)):
+                raise JournalError(f"{endpoint} did not answer a fetch from {at}")
+            frames = sock.recv_multipart()
+            msg = control.decode(frames[0])
+            if not isinstance(msg, control.Fetched) or msg.error or not msg.count or \
+                    len(frames) != 1 + 3 * msg.count or len(msg.times) != msg.count:
+                raise JournalError(f"{endpoint} gave nothing from {at}: "
+                                   f"{getattr(msg, 'error', '') or getattr(msg, 'comment', '') or 'no entries'}")
+            for i, offset in enumerate(msg.offsets):
+                key, header, body = frames[1 + 3 * i:4 + 3 * i]
+                if offset < at:
+                    continue
+                if offset >= end:
+                    return out
+                out.append(Entry(offset, msg.times[i], key, header, body, 0))
+                at = offset + batch.parse_header(header).count
+    except (ProtocolError, batch.BatchError) as exc:
+        raise JournalError(f"{endpoint}: a bad answer: {exc}") from exc
+    finally:
+        sock.close()
+    return out
+
+
 def promise_answer(replica: Replica) -> dict[str, Any]:
     """What a promise answers: the replica's log."""
     return {"epoch": replica.promised, "last_epoch": replica.history.last_epoch, "end": replica.end,
@@ -318,7 +361,7 @@ class Leading:
 
     def written(self, end: int, acks: Acks, now: float) -> None:
         """The leader wrote (and with ``always`` synced) a round ending at ``end``."""
-        self.replica.end = max(self.replica.end, end)  # what its promise says, should a candidate ask
+        self.replica.wrote(end)  # what its promise says, should a candidate ask
         if acks:
             self.pending.append((end, acks))
         self.held(self.name, end, now)
@@ -341,6 +384,11 @@ class Leading:
         save_replica(self.directory, self.replica)
         self.fence(epoch, f"a candidate for epoch {epoch} asked")
         return promise_answer(self.replica)
+
+    def reached(self, now: float) -> int:
+        """How many followers fetched in the last :data:`REACHED_S` (a follower in touch fetches at least every
+        :data:`WAIT_MS`)."""
+        return sum(1 for name, at in self.quorum.heard_at.items() if name != self.name and now - at < REACHED_S)
 
     def fence(self, epoch: int, why: str) -> None:
         if epoch <= self.fenced:

@@ -221,6 +221,10 @@ class Replica:
             self.history.begin(epoch, offsets[0], self.end)
         self.end = end
 
+    def wrote(self, end: int) -> None:
+        """The leader wrote entries of its own epoch up to ``end``: its log (what its promise names) ends there."""
+        self.end = max(self.end, end)
+
     def truncated(self, end: int) -> None:
         """The log was cut back to ``end``."""
         self.end = min(self.end, end)

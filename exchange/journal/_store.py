@@ -472,6 +472,58 @@ class Store:
         """Read every segment whole: a line per problem (none for a sound journal)."""
         return verify(self.segments)
 
+    def sealed(self) -> list[tuple[int, int]]:
+        """Each sealed segment's (first offset, end): what a scrub reads, and a repair rewrites."""
+        return [(seg.base, _jumped_from(self.directory, nxt.base)) for seg, nxt in zip(self.segments, self.segments[1:])]
+
+    def check_segment(self, base: int, end: int) -> str:
+        """Read the sealed segment at ``base`` whole: why it is not sound ("" it is: every entry checks, and they
+        reach ``end``)."""
+        seg = self.segments[self._bases.index(base)]
+        reached = base
+        try:
+            for entry in seg.entries(0):
+                reached = entry.offset + entry.count
+        except (CorruptJournalError, JournalError) as exc:
+            return str(exc)
+        return "" if reached == end else f"{seg.path}: its entries end at offset {reached}, not {end}"
+
+    def repair(self, base: int, entries: list[Entry]) -> None:
+        """Rewrite the sealed segment at ``base`` from ``entries`` (another replica's copy of it, entry for entry:
+        the same offsets, times and bytes), synced before it takes the damaged file's place; its index is rebuilt.
+
+        Raises:
+            JournalError: no sealed segment at ``base``, entries that do not cover it, or a write that failed (the
+                damaged file stays).
+        """
+        i = self._bases.index(base) if base in self._bases else -1
+        if i < 0 or i + 1 >= len(self.segments):
+            raise JournalError(f"no sealed segment begins at offset {base}")
+        end = _jumped_from(self.directory, self.segments[i + 1].base)
+        expected = base
+        for e in entries:
+            if e.offset != expected:
+                raise JournalError(f"the copy of segment {base} has offset {e.offset} where {expected} was due")
+            expected = e.offset + parse_header(e.header).count
+        if expected != end:
+            raise JournalError(f"the copy of segment {base} ends at offset {expected}, not {end}")
+        seg = self.segments[i]
+        fresh = seg.path + ".repair"
+        try:
+            _write_synced(fresh, b"".join(b"".join(encode_entry(e.offset, e.time_ns, e.key, e.header, e.body))
+                                          for e in entries))
+        except OSError as exc:
+            raise JournalError(f"cannot write {fresh}: {exc.strerror}") from exc
+        seg.close()
+        try:
+            os.replace(fresh, seg.path)
+            os.unlink(seg.index_path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise JournalError(f"cannot put the repaired {seg.path} in place: {exc.strerror}") from exc
+        self.segments[i], _ = Segment.open(self.directory, base, active=False)  # (its index rebuilt)
+
     def close(self) -> None:
         """Write and sync what is queued (no roll), and close every file."""
         try:

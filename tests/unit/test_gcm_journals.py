@@ -63,12 +63,15 @@ def _three(doc: QueueDoc, explicit: dict | None = None, assignments: dict | None
     return View({"q": q}, hosts={h: HostView(h) for h in hosts}, assignments=assignments or {}, paths=Paths("/roq"))
 
 
-def test_a_replicated_journal_has_one_replica_on_each_of_as_many_distinct_hosts_the_first_beside_the_monitor():
+def test_a_replicated_journal_has_one_replica_on_each_of_as_many_distinct_hosts_the_monitors_last():
     out = set_rules(_three(QueueDoc(host="b", placement={"x1": "b"})),
                     m.SetRules(QName="q", Rules={"durability": "always", "replicas": 3}), NOW)
     _, queue, *journal = out.ops
     doc = QueueDoc.decode(queue.data)
-    assert doc.journal_replicas == ["b", "a", "c"] and doc.journal_host == "b"
+    assert doc.journal_replicas == ["a", "c", "b"] and doc.journal_host == "a"
+    four = set_rules(_three(QueueDoc(host="b", placement={"x1": "b"}), hosts=("a", "b", "c", "d")),
+                     m.SetRules(QName="q", Rules={"durability": "always", "replicas": 3}), NOW)
+    assert QueueDoc.decode(four.ops[1].data).journal_replicas == ["a", "c", "d"], "none beside the monitor"
     assert set(journal) == {Create(f"/roq/assignments/{h}/q@journal") for h in "abc"}
     assert set(out.ensure) == {f"/roq/assignments/{h}" for h in "abc"}
 

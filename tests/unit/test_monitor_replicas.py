@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from monitor._outbox import Outbox
 from monitor._replicas import ELECTION_S, RETELL_S, Replicas
 from roq.wire import control
@@ -10,11 +12,11 @@ RULES = {"durability": "always", "replicas": 3}
 
 
 def _hb(name: str, role: str = control.STANDBY, epoch: int = 0, last_epoch: int = 0, end: int = 0,
-        leader: str = "", followers: dict | None = None, committed: int = 0) -> control.JournalHeartbeat:
+        leader: str = "", followers: dict | None = None, committed: int = 0, reached: int = 2) -> control.JournalHeartbeat:
     return control.JournalHeartbeat(journal=name, intake=f"tcp://{name}:5000", pid=1, incarnation=1,
                                     reads=f"tcp://{name}:6000", replica=name, role=role, epoch=epoch,
                                     last_epoch=last_epoch, end=end, leader=leader, followers=followers or {},
-                                    committed=committed)
+                                    committed=committed, reached=reached)
 
 
 def _make(rules=RULES, own_host="127.0.0.11"):
@@ -136,3 +138,49 @@ def test_the_status_shows_each_replicas_lag_and_whether_it_holds_everything_comm
     shown = {s.replica: (s.role, s.lag, s.in_sync) for s in r.describe(0.5)}
     assert shown == {"127.0.0.13": (control.LEADER, 0, True), "127.0.0.12": (control.FOLLOWER, 5, True),
                      "127.0.0.11": (control.FOLLOWER, 60, False)}
+
+
+def test_a_leader_that_reaches_too_few_followers_for_a_timeout_is_replaced_when_the_others_are_a_majority():
+    r, out = _make()
+    lead = lambda reached: _hb("127.0.0.13", control.LEADER, epoch=2, last_epoch=2, end=100,  # noqa: E731
+                               reached=reached)
+    follower = _hb("127.0.0.12", control.FOLLOWER, epoch=2, last_epoch=2, end=100, leader="tcp://127.0.0.13:6000")
+    r.heartbeat(lead(2), b"c", 0.0)
+    r.heartbeat(follower, b"b", 0.0)
+    r.heartbeat(dataclasses.replace(follower, replica="127.0.0.11", journal="127.0.0.11"), b"a", 0.0)
+    out.take()
+    for now in (0.5, 1.0, 1.4):  # cut off from both followers, which still report to the monitor
+        r.heartbeat(lead(0), b"c", now)
+        r.heartbeat(follower, b"b", now)
+        r.heartbeat(dataclasses.replace(follower, replica="127.0.0.11", journal="127.0.0.11"), b"a", now)
+    assert _orders(out) == [], "not before a whole timeout"
+    r.heartbeat(lead(1), b"c", 1.45)  # one follower reached again: with itself, a majority
+    r.decide(2.0)
+    assert _orders(out) == []
+    for now in (2.1, 2.6, 3.2):
+        r.heartbeat(lead(0), b"c", now)
+        r.heartbeat(follower, b"b", now)
+        r.heartbeat(dataclasses.replace(follower, replica="127.0.0.11", journal="127.0.0.11"), b"a", now)
+    taken = out.take()
+    [order] = [m for _, m in taken.sends if isinstance(m, control.JournalRole)]
+    assert order.role == control.LEADER and order.epoch == 3
+    [event] = [e for e in taken.events if e.kind == "journal_election"]
+    assert event.fields["reason"] == "leader 127.0.0.13 reaches 0 of its followers, too few for a majority"
+
+
+def test_a_leader_out_of_reach_and_a_candidate_that_did_not_win_stand_last():
+    r, out = _make()
+    follower = _hb("127.0.0.12", control.FOLLOWER, epoch=2, last_epoch=2, end=90, leader="tcp://127.0.0.13:6000")
+    other = dataclasses.replace(follower, replica="127.0.0.11", journal="127.0.0.11", end=80)
+    for now in (0.0, 0.5, 1.0, 1.5):  # the leader holds the most advanced log, and reaches no follower
+        r.heartbeat(_hb("127.0.0.13", control.LEADER, epoch=2, last_epoch=2, end=100, reached=0), b"c", now)
+        r.heartbeat(follower, b"b", now)
+        r.heartbeat(other, b"a", now)
+    [(identity, order)] = _orders(out)
+    assert identity == b"b" and order.epoch == 3, "not the leader cut off from its followers, though most advanced"
+    for now in (2.0, 2.5, 3.0, 3.5, 4.0):  # b did not win within its time
+        r.heartbeat(_hb("127.0.0.13", control.LEADER, epoch=2, last_epoch=2, end=100, reached=0), b"c", now)
+        r.heartbeat(dataclasses.replace(follower, role=control.STANDBY, epoch=3), b"b", now)
+        r.heartbeat(dataclasses.replace(other, epoch=3), b"a", now)
+    [(identity, order)] = _orders(out)
+    assert identity == b"a" and order.epoch == 4, "the next candidate is one not passed over"

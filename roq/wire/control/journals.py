@@ -32,7 +32,9 @@ class JournalHeartbeat(Message):
     (:data:`LEADER`, :data:`FOLLOWER`, :data:`STANDBY`: waiting to be told, :data:`FENCED`: a leader that learnt of
     a newer epoch), the epoch it promised (``epoch``), its log's last epoch and end (``last_epoch``, ``end``: what
     an election compares), the leader it follows (``leader``: its reads endpoint), its commit end as it knows it
-    (``committed``) and, for a leader, each follower's end (``followers``: name -> end)."""
+    (``committed``) and, for a leader, each follower's end (``followers``: name -> end) and how many followers
+    fetched from it lately (``reached``: a leader that reaches too few for a majority can acknowledge nothing), and
+    how many damaged sealed segments it rewrote from another replica's copy since it started (``repairs``)."""
 
     journal: str
     intake: str
@@ -62,6 +64,8 @@ class JournalHeartbeat(Message):
     leader: str = ""
     committed: int = 0
     followers: dict[str, int] = dataclasses.field(default_factory=dict)
+    reached: int = 0
+    repairs: int = 0
 
 
 @message(1110)
