@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcm._journals import durable, journal_hosts, journal_ops, replica_count
+from gcm._journals import journal_hosts, journal_ops
 from gcm._outcome import Outcome
 from gcm._view import View, echo
 from roq.wire import management as m
 from roq.wire.control import Reply
-from roq.wire.documents import RUNNING, RulesDoc, TuningDoc
+from roq.wire.documents import RulesDoc, TuningDoc
 from roq.errors import BadRequestError, ConfigError
 from roq.rules import check_thresholds, effective_rules, update_rules
 from roq.zk import Create, Op, SetData
@@ -40,10 +40,12 @@ def set_rules(view: View, msg: m.SetRules, now: float) -> Outcome:
     except ConfigError as exc:
         raise BadRequestError(f"rules of {q.name!r} unchanged: {exc}") from exc
     rules = effective_rules(explicit, dict(q.thresholds))
-    if q.state == RUNNING and q.durable and durable(rules) and replica_count(rules) != replica_count(q.rules):
-        raise BadRequestError(f"rules of {q.name!r} unchanged: the replica count of a running durable queue cannot "
-                              f"change ({replica_count(q.rules)} to {replica_count(rules)}); stop the queue, set it, "
-                              f"start it again")
+    was, wanted = int(q.rules.get("replicas", 1)), int(rules.get("replicas", 1))
+    if wanted != was and q.doc.journal_host:
+        raise BadRequestError(f"rules of {q.name!r} unchanged: its journal exists, and its replica count cannot change "
+                              f"({was} to {wanted}): new replicas start empty, and a majority of the new set need not "
+                              f"hold what a majority of the old one acknowledged (a change of the replica set is not "
+                              f"built yet); a new queue can have {wanted}")
     ops = [_write(view.paths.rules(q.name), RulesDoc(explicit).encode(), q.rules_version)]
     doc, journal = journal_ops(view, q, q.doc, rules)
     if journal:  # the queue gets its journal, or loses it: in the same transaction, against the queue's version

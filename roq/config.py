@@ -258,6 +258,9 @@ class JournalConfig:
             follows as its monitor tells it (:class:`~roq.wire.control.JournalRole`).
         scrub_interval: seconds between two sealed segments read whole, in turn, to find damage (a bit flipped on
             the disk); a replica rewrites a damaged one from another replica's copy (0 = no scrub).
+        sync_log: after each sync, write where what is on the disk ends (the active segment's name and its bytes
+            synced) to ``<directory>/synced``: for fault-injection tests that cut the files back to it, as a power
+            loss would; it costs a small write per sync.
     """
 
     queue: str
@@ -284,6 +287,7 @@ class JournalConfig:
     peers: tuple[str, ...] = ()
     replicas: int = 1
     scrub_interval: float = 10.0
+    sync_log: bool = False
 
     def __post_init__(self) -> None:
         _text(self, "queue", "directory", "monitor", "address", "durability", "journal_id", "follow")

@@ -80,6 +80,8 @@ PAUSE_S = 1.0
 #: a journal of a new generation begins at the wall clock's seconds shifted by this (a journal gives
 #: fewer than 2**21 offsets a second; 2**52 in 2106, within the integers a JSON reader keeps exactly)
 REBASE_SHIFT = 21
+#: with ``sync_log``, the file that says where what is on the disk ends
+SYNC_LOG = "synced"
 #: seconds between two looks at the gaps, and between two applications of the retention
 GAP_CHECK_S, RETAIN_S = 0.1, 5.0
 
@@ -156,6 +158,8 @@ class Journal:
         if self.curve is not None:
             self.curve.start()  # before anyone can connect, and before an election asks the other replicas
         self.store, rec = Store.open(cfg.directory, cfg.queue, segment_bytes=cfg.segment_bytes)
+        if cfg.sync_log:
+            self.store.log_syncs(os.path.join(cfg.directory, SYNC_LOG))
         replica = bool(cfg.followers or cfg.follow or self.replicated)
         self.reads = ReadPort(self._ctx, self.store, cfg.directory, self.drops, self.curve, self.admission,
                               on_replica=self._on_replica if cfg.followers or self.replicated else None,

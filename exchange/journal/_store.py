@@ -105,6 +105,8 @@ class Store:
         self._recent: collections.deque[Entry] | None = None  # the newest entries written, kept (keep_recent)
         self._recent_bytes = self._recent_max = 0
         self._pending: list[Entry] = []  # this round's, for the recent ones once written
+        self.sync_log = ""  # a file that says, after each sync, where what is on the disk ends ("" none)
+        self._sync_log_fd = -1
 
     def keep_recent(self, max_bytes: int) -> None:
         """Keep about the newest ``max_bytes`` of entries written in memory too, and read them from there: a
@@ -391,6 +393,24 @@ class Store:
             JournalError: the disk refused.
         """
         self.active.sync()
+        if self.sync_log:
+            self._log_synced()
+
+    def log_syncs(self, path: str) -> None:
+        """After each sync, say in the file ``path`` where what is on the disk ends (see :meth:`_log_synced`)."""
+        self.sync_log = path
+
+    def _log_synced(self) -> None:
+        """Say where what is on the disk ends (the active segment and its bytes synced) in :attr:`sync_log`, for a
+        fault-injection test that cuts the files back to it as a power loss would; not synced itself."""
+        seg = self.active
+        try:
+            if self._sync_log_fd < 0:
+                self._sync_log_fd = os.open(self.sync_log, os.O_WRONLY | os.O_CREAT, 0o600)
+            # one write of a fixed size in place: a process killed at any moment leaves the old line or the new one
+            os.pwrite(self._sync_log_fd, f"{os.path.basename(seg.path)} {seg.synced}".ljust(63).encode() + b"\n", 0)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", self.sync_log, exc.strerror)
 
     @property
     def synced(self) -> bool:
@@ -532,6 +552,9 @@ class Store:
         finally:
             for seg in self.segments:
                 seg.close()
+            if self._sync_log_fd >= 0:
+                os.close(self._sync_log_fd)
+                self._sync_log_fd = -1
 
 
 def _new_segment(directory: str, base: int, highs: dict[bytes, int]) -> Segment:

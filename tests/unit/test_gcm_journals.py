@@ -76,7 +76,7 @@ def test_a_replicated_journal_has_one_replica_on_each_of_as_many_distinct_hosts_
     assert set(out.ensure) == {f"/roq/assignments/{h}" for h in "abc"}
 
 
-def test_a_replicated_journal_is_refused_with_too_few_hosts_and_its_count_does_not_change_while_it_runs():
+def test_a_replicated_journal_is_refused_with_too_few_hosts_and_its_count_does_not_change_once_it_exists():
     try:
         set_rules(_three(QueueDoc(host="a"), hosts=("a", "b")),
                   m.SetRules(QName="q", Rules={"durability": "always", "replicas": 3}), NOW)
@@ -90,7 +90,13 @@ def test_a_replicated_journal_is_refused_with_too_few_hosts_and_its_count_does_n
         set_rules(running, m.SetRules(QName="q", Rules={"replicas": 5}), NOW)
         raise AssertionError("the replica count of a running queue changed")
     except BadRequestError as exc:
-        assert "stop the queue, set it, start it again" in str(exc)
+        assert "its replica count cannot change (3 to 5)" in str(exc)
+    stopped = _three(QueueDoc(host="a", state=STOPPED, journal_host="a"), {"durability": "always"})
+    try:
+        set_rules(stopped, m.SetRules(QName="q", Rules={"replicas": 3}), NOW)
+        raise AssertionError("an unreplicated journal got two empty replicas")
+    except BadRequestError as exc:
+        assert "new replicas start empty" in str(exc)
     assert len(set_rules(running, m.SetRules(QName="q", Rules={"sync_interval_ms": 5}), NOW).ops) == 1
 
 
