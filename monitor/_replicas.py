@@ -39,6 +39,8 @@ __all__ = ["Replicas", "RETELL_S", "ELECTION_S", "wanted"]
 
 #: least seconds between two orders to one replica that has not done what it was told
 RETELL_S = 0.5
+#: seconds the first election waits for every replica to be heard of (one not heard of is not counted by the leader)
+FIRST_WAIT_S = 5.0
 #: seconds a candidate has to win its epoch (its promises wait 2 s at most) before another stands
 ELECTION_S = 2.5
 
@@ -148,6 +150,8 @@ class Replicas:
         assert self.since is not None
         if now - self.since < self.timeout:
             return  # a live leader's heartbeat may be on its way
+        if not self.leader_name and len(self.known) < count and now - self.since < FIRST_WAIT_S:
+            return  # the first leader: the replicas still starting are given a moment to be counted
         if len(live) < majority(count):
             if not self._short:
                 self._short = True

@@ -505,7 +505,7 @@ class Journal:
         started = time.monotonic()
         try:
             elect(self._ctx, self.id, msg.epoch, {n: check_endpoint(e) for n, e in msg.peers.items() if n != self.id},
-                  store, self.curve, reads.positions)
+                  store, self.curve, reads.positions, members=msg.replicas or None)
             followers = tuple(n for n in msg.replicas if n != self.id)
             self.leading = Leading(self.id, followers, msg.epoch, store, reads, self._acknowledge, committed=0,
                                    on_commit=self._answer_commits)

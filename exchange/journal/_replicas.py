@@ -166,7 +166,7 @@ def _write(store: Store, replica: Replica, durable: bool) -> None:
 
 
 def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], store: Store,
-          curve: Curve | None = None, positions: Positions | None = None) -> None:
+          curve: Curve | None = None, positions: Positions | None = None, members: list[str] | None = None) -> None:
     """Stand for ``epoch`` among this replica (``name``, its log ``store``) and ``peers`` (name -> reads endpoint):
     ask every one's promise, and with a majority take the most advanced log of those that promised (cutting back
     what this log has that it does not, fetching what it lacks), then begin the epoch's offsets past every end heard
@@ -183,7 +183,8 @@ def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], st
     if own is None:
         raise JournalError(f"replica {name} promised epoch {replica.promised} already: it cannot stand for {epoch}")
     save_replica(directory, replica)
-    election = Election(name, [name, *peers], epoch)
+    # a majority of every replica of the queue, not of those heard of (a name not heard of never promises)
+    election = Election(name, sorted({name, *(members or peers)}), epoch)
     election.promised(own)
     logs: dict[str, tuple[EpochHistory, int]] = {}
     asked: dict[zmq.Socket, str] = {}
@@ -215,7 +216,7 @@ def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], st
                 election.promised(Promise(peer, int(data["epoch"]), history.last_epoch, int(data["end"])))
         if not election.won:
             raise JournalError(f"replica {name} did not win epoch {epoch}: {len(election.promises)} of "
-                               f"{len(peers) + 1} replicas promised it")
+                               f"{len(election.replicas)} replicas promised it")
         source = election.source()
         if source.replica != name:
             history, end = logs[source.replica]
@@ -232,7 +233,7 @@ def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], st
         replica.lead(epoch, store.next_offset)
         save_replica(directory, replica)
         log.warning("replica %s won epoch %d (%d of %d replicas promised; the most advanced log: %s's, ending at "
-                    "%d): it leads from offset %d", name, epoch, len(election.promises), len(peers) + 1,
+                    "%d): it leads from offset %d", name, epoch, len(election.promises), len(election.replicas),
                     source.replica, source.end, base)
     except (ProtocolError, ValueError, KeyError, TypeError) as exc:
         raise JournalError(f"replica {name}, standing for epoch {epoch}: a bad answer: {exc}") from exc

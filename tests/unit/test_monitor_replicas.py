@@ -55,11 +55,15 @@ def test_off_the_monitors_host_the_most_advanced_replica_stands():
     [(identity, order)] = _orders(out)
     assert identity == b"a" and order.epoch == 5, "highest last epoch, then end; the next epoch past every promise"
     r, out = _make(own_host="127.0.0.11")
-    for now in (0.0, 0.5):
+    for now in (0.0, 0.5, 1.0):
         r.heartbeat(_hb("127.0.0.11", epoch=3, last_epoch=3, end=900), b"a", now)
         r.heartbeat(_hb("127.0.0.12", epoch=3, last_epoch=3, end=800), b"b", now)
-    r.decide(1.0)
+    assert _orders(out) == [], "the first election waits a moment for the third replica to be heard of"
+    for now in (4.5, 5.0):
+        r.heartbeat(_hb("127.0.0.11", epoch=3, last_epoch=3, end=900), b"a", now)
+        r.heartbeat(_hb("127.0.0.12", epoch=3, last_epoch=3, end=800), b"b", now)
     [(identity, order)] = _orders(out)
+    assert order.replicas == ["127.0.0.11", "127.0.0.12", "?0"], "a majority of three, one not heard of"
     assert identity == b"b", "off the monitor's host first: it takes what it lacks from the most advanced log"
 
 
