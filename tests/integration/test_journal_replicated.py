@@ -37,6 +37,16 @@ def _read(sub, count: int, timeout: float = 30.0, number: Callable[[bytes], int]
     return got
 
 
+def _replicated_queue(cluster):
+    """Queue "r" with its monitor on the cluster's first host, durable (``always``) with three replicas, nothing
+    else moving it (no scaling, no host too busy); the cluster's queue manager."""
+    qm = cluster.manager
+    qm.create("r", cluster.addresses[0])
+    qm.set_rules("r", {"sustain_s": 3600, "host_cpu_percent": 100, "host_memory_percent": 100,
+                       "durability": "always", "replicas": 3})
+    return qm
+
+
 def _replicas(qm, queue: str = "r") -> dict:
     """The live replicas of ``queue``'s journal as its monitor last heard them, by name."""
     journal = qm.journal(queue)
@@ -224,11 +234,8 @@ def test_a_replicated_journal_on_emulated_hosts_keeps_every_acknowledged_record_
 
 def _audit(cluster, name: str, fault: Callable[[Rig], None], leader_stays: bool | None = None) -> None:
     """Run the audit of the module's docstring around ``fault``."""
-    qm = cluster.manager
+    qm = _replicated_queue(cluster)
     monitor_host = cluster.addresses[0]
-    qm.create("r", monitor_host)
-    qm.set_rules("r", {"sustain_s": 3600, "host_cpu_percent": 100, "host_memory_percent": 100,
-                       "durability": "always", "replicas": 3})
     before = wait_until(lambda: _settled(qm, 3), 30, "a leader elected and two followers in sync")
     leader = _leader(before)
     assert leader.replica != monitor_host, "the first leader stands off the monitor's host"
@@ -351,10 +358,7 @@ def test_the_leaders_host_lost_at_a_random_moment_under_load_in_seeded_trials(ma
     seed = int(os.environ.get("ROQ_SEED", "33"))
     rng = random.Random(seed)
     cluster = make_embedded(hosts=3, session_timeout=4.0, gcm_args=["--host-grace", "1"])
-    qm = cluster.manager
-    qm.create("r", HOSTS[0])
-    qm.set_rules("r", {"sustain_s": 3600, "host_cpu_percent": 100, "host_memory_percent": 100,
-                       "durability": "always", "replicas": 3})
+    qm = _replicated_queue(cluster)
     wait_until(lambda: _settled(qm, 3), 30, "a leader elected and two followers in sync")
     times: list[float] = []
     with cluster.connect("r") as conn, Load(conn) as load:
@@ -402,10 +406,7 @@ def test_a_bit_flipped_in_a_sealed_segment_is_found_by_the_scrub_and_repaired_fr
     cluster = make_embedded(hosts=3, session_timeout=4.0, gcm_args=["--host-grace", "1"],
                             hostmanager_args=["--journal-option=segment_bytes=65536",
                                               "--journal-option=scrub_interval=0.1"])
-    qm = cluster.manager
-    qm.create("r", HOSTS[0])
-    qm.set_rules("r", {"sustain_s": 3600, "host_cpu_percent": 100, "host_memory_percent": 100,
-                       "durability": "always", "replicas": 3})
+    qm = _replicated_queue(cluster)
     replicas = wait_until(lambda: _settled(qm, 3), 30, "a leader elected and two followers in sync")
     with cluster.connect("r") as conn:
         pub = conn.publisher()
@@ -479,10 +480,7 @@ def test_every_replica_losing_power_at_once_under_load_loses_no_acknowledged_rec
     cluster = make_embedded(hosts=3, session_timeout=4.0, gcm_args=["--host-grace", "1"],
                             hostmanager_args=["--journal-option=sync_log=true",
                                               "--journal-option=segment_bytes=262144"])
-    qm = cluster.manager
-    qm.create("r", HOSTS[0])
-    qm.set_rules("r", {"sustain_s": 3600, "host_cpu_percent": 100, "host_memory_percent": 100,
-                       "durability": "always", "replicas": 3})
+    qm = _replicated_queue(cluster)
     wait_until(lambda: _settled(qm, 3), 30, "a leader elected and two followers in sync")
     with cluster.connect("r") as conn, Load(conn) as load:
         for trial in range(POWER_TRIALS):
