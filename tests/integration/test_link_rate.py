@@ -81,13 +81,18 @@ def test_a_link_keeps_to_its_rate_limit_interest_crosses_while_it_is_full_and_wh
 
 #: seconds the link is down under load (make test: 2; make federation: 60)
 OUTAGE_S = float(os.environ.get("ROQ_LINK_OUTAGE_S", "2"))
+#: the shortest outage whose drain is long enough to measure the link's rate on a shared machine: a 2 s outage drains
+#: in about 1.3 s, where one stall of the machine decides the figure (CI once read 16% of the cap while the target's
+#: disk took up to 121 ms a sync); make test checks what was held crossed whole, make federation the rate of it
+RATE_MEASURED_FROM_S = 30.0
 DRAIN_CAP = 500_000  # bytes a second: 4 Mbit/s
 
 
 def test_an_outage_is_held_in_the_journal_and_drained_after_it_at_the_links_rate(tmp_path, loads):
     """A link capped at 4 Mbit/s carries 5,000 records/s (about half its rate); it is SIGKILLed and started again
     :data:`OUTAGE_S` seconds later: what was published meanwhile waited in the source's journal (the publishers never
-    held back), and crossed after it at no less than 90% of the link's rate, each record once and in order."""
+    held back), and crossed after it (at no less than 90% of the link's rate, over an outage long enough to measure it:
+    :data:`RATE_MEASURED_FROM_S`), each record once and in order."""
     here = DurableQueue("127.0.0.18", str(tmp_path / "here"), exchanges=1)
     there = DurableQueue("127.0.0.19", str(tmp_path / "there"), exchanges=1)
     args = ["--name", "held", "--source", here.monitor, "--target", there.monitor, "--rate-limit", str(DRAIN_CAP)]
@@ -111,6 +116,11 @@ def test_an_outage_is_held_in_the_journal_and_drained_after_it_at_the_links_rate
             up_ns = time.time_ns()
         report = loads.report(pub, timeout=duration + 60)
         assert report["error"] == "" and report["rate"] >= 0.9 * 5000  # the publisher was never held back
+        with client.connect(here.monitor) as near, client.connect(there.monitor) as far:
+            deadline = time.monotonic() + 60
+            while far.status().journal.next_offset != near.status().journal.next_offset:  # the backlog crossed
+                assert time.monotonic() < deadline, "the backlog never crossed"
+                time.sleep(0.1)
     finally:
         link.stop()
         for site in (there, here):
@@ -128,7 +138,9 @@ def test_an_outage_is_held_in_the_journal_and_drained_after_it_at_the_links_rate
     print(f"outage {OUTAGE_S:g} s: {held:,} batches held at the source ({rate_in:,.0f} B/s coming in, the publisher "
           f"at {report['rate']:,.0f} records/s); drained at "
           f"{drained:,.0f} B/s = {drained / DRAIN_CAP:.0%} of the link's {DRAIN_CAP:,} B/s")
-    assert drained >= 0.9 * DRAIN_CAP
+    assert held > 0 and there.records_by_key() == here.records_by_key()  # every record held crossed
+    if OUTAGE_S >= RATE_MEASURED_FROM_S:
+        assert drained >= 0.9 * DRAIN_CAP
     last: dict[tuple[bytes, bytes], int] = {}  # every key's chain whole, once, in order, across the outage
     for publisher, key, key_prev, first_seq, end in there.chains():
         if (publisher, key) in last:
