@@ -17,6 +17,7 @@ import sys
 import time
 from typing import IO, Any, Callable, Iterable, Sequence, TypeVar
 
+from roq import prefork
 from roq.wire import pipe
 from roq.wire.control import Message
 from roq.errors import BrokerConnectionError, BrokerTimeoutError, ProtocolError
@@ -49,7 +50,7 @@ class Child:
         info: its ready line (endpoints, ids: the shape of its role) once it printed it, else None.
     """
 
-    def __init__(self, name: str, popen: subprocess.Popen) -> None:
+    def __init__(self, name: str, popen: subprocess.Popen | prefork.Forked) -> None:
         self.name = name
         self._popen = popen
         self.info: Ready | None = None
@@ -234,7 +235,9 @@ def spawn(
     commands: bool = False,
     enter: Callable[[], None] | None = None,
 ) -> Child:
-    """Start ``python -m module args...`` as a child that dies with this process.
+    """Start ``python -m module args...`` as a child that dies with this process: forked from this process's
+    :mod:`roq.prefork` server, which has its code imported already (where ``enter`` is None), else as a new
+    interpreter.
 
     Args:
         name: a label for logs and errors.
@@ -246,6 +249,10 @@ def spawn(
         enter: called in the child before it runs (e.g. to join a cgroup or a network namespace); what it
             raises makes the start fail.
     """
+    if enter is None and prefork.enabled():
+        forked = prefork.start(module, list(args), stderr=stderr, env=env, commands=commands)
+        if forked is not None:
+            return Child(name, forked)
     parent = os.getpid()
 
     def prepare() -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from kazoo.client import KazooClient
 
+from roq import prefork
 from roq.process import die_with_parent
 from roqcli.zkserver import ZooKeeperServer
 from simulation.cluster import LocalCluster
@@ -102,9 +103,10 @@ def _one_at_a_time(request):
 
 
 def _cpu_seconds() -> float:
-    """CPU seconds this process and every descendant it has reaped have spent (user and system)."""
+    """CPU seconds this process and every descendant that ended have spent (user and system): those it reaped, and
+    those its prefork server reaped."""
     me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime + prefork.ended_cpu_seconds()
 
 
 @pytest.fixture(autouse=True)
@@ -184,7 +186,8 @@ def loads(tmp_path):
 
 @pytest.fixture(autouse=True)
 def no_process_left_behind():
-    """Every process a test starts must be gone when it ends."""
+    """Every process a test starts must be gone when it ends (this process's prefork server, which forks them,
+    lives as long as it does)."""
     me = psutil.Process(os.getpid())
     before = {p.pid for p in me.children(recursive=True)}
     yield
@@ -193,7 +196,7 @@ def no_process_left_behind():
         left = []
         for p in me.children(recursive=True):
             try:
-                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
+                if p.pid not in before and p.pid != prefork.server_pid() and p.status() != psutil.STATUS_ZOMBIE:
                     left.append(f"{p.pid} {' '.join(p.cmdline()[:4])}")
             except psutil.NoSuchProcess:
                 pass

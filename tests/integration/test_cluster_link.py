@@ -24,7 +24,7 @@ PER_SIDE = 2000
 def _link_pid(cluster) -> int:
     """The pid of the link process the cluster's host manager runs (0: none)."""
     for manager in cluster.hostmanagers.values():
-        for child in psutil.Process(manager.pid).children():
+        for child in psutil.Process(manager.pid).children(recursive=True):  # (under its prefork server)
             try:
                 if "client.link" in child.cmdline():
                     return child.pid
