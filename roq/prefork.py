@@ -36,9 +36,9 @@ import sys
 import threading
 import time
 import traceback
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Sequence
 
-__all__ = ["enabled", "start", "server_pid", "ended_cpu_seconds", "Forked", "serve"]
+__all__ = ["enabled", "prepare", "start", "server_pid", "ended_cpu_seconds", "Forked", "serve"]
 
 MAX_MESSAGE = 1 << 20  # a start request: the module, its arguments, the environment, the working directory
 _PR_SET_PDEATHSIG = 1
@@ -52,10 +52,13 @@ def enabled() -> bool:
 # ---- the server: what runs in the forked-from process --------------------------------------------------------
 
 
-def serve(fd: int, parent: int) -> None:
-    """Serve start requests on the socket ``fd`` until the starter closes it (``python -m roq.prefork``)."""
+def serve(fd: int, parent: int, preload: list[str]) -> None:
+    """Serve start requests on the socket ``fd`` until the starter closes it (``python -m roq.prefork``), having
+    imported ``preload`` first."""
     _die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the starter and what it started
+    for module in preload:
+        _load(module)
     sock = socket.socket(fileno=fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -65,6 +68,7 @@ def serve(fd: int, parent: int) -> None:
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
+    server = os.getpid()
     tainted = ""  # what started a thread here: nothing is forked from then on
     children: set[int] = set()
     while not tainted or children:
@@ -93,7 +97,7 @@ def serve(fd: int, parent: int) -> None:
                         sock.close()
                         for f in (wake_r, wake_w):
                             os.close(f)
-                        _run(module, args, env, cwd, fds)  # never returns
+                        _run(module, args, env, cwd, fds, server)  # never returns
                     children.add(pid)
                     pidfd = os.pidfd_open(pid)  # (not reaped yet: this loop reaps, after this)
                     try:
@@ -176,7 +180,7 @@ def _send(sock: socket.socket, message: tuple[str, int, Any], fds: list[int] | N
         pass  # the starter is gone: its end of the socket says so next
 
 
-def _run(module: str, args: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> None:
+def _run(module: str, args: list[str], env: dict[str, str], cwd: str, fds: list[int], server: int) -> None:
     """In the forked process: become ``python -m module args`` and run it; exit with its code."""
     code: Any = 1
     try:
@@ -185,10 +189,8 @@ def _run(module: str, args: list[str], env: dict[str, str], cwd: str, fds: list[
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for target, f in enumerate(fds):
             os.dup2(f, target)
-        for f in fds:
-            if f > 2:
-                os.close(f)
-        _die_with(os.getppid())
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as subprocess's close_fds: nothing of the server's
+        _die_with(server)  # (not getppid(): the server may be gone already, and this process init's)
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
@@ -252,8 +254,8 @@ def _set_command_line(argv: list[str]) -> None:
 
 
 def main() -> None:
-    """``python -m roq.prefork FD PARENT PADDING``: the server (started by :func:`start`, not by hand)."""
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    """``python -m roq.prefork FD PARENT PRELOAD PADDING``: the server (started by :func:`start`, not by hand)."""
+    serve(int(sys.argv[1]), int(sys.argv[2]), [m for m in sys.argv[3].split(",") if m])
 
 
 # ---- the starter: what runs in the process that starts others ------------------------------------------------
@@ -262,18 +264,31 @@ def main() -> None:
 class _Server:
     """This process's prefork server: a child that forks on request, and the exit codes it has told of."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: list[str]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         parent = os.getpid()
+        self.popen: subprocess.Popen | None = None
+        if _one_thread() and _command_line_room() >= COMMAND_LINE_ROOM:
+            self.pid = os.fork()  # a copy of this process: what it imported, the server has
+            if self.pid == 0:
+                try:
+                    ours.close()
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    _set_command_line([sys.executable, "-m", "roq.prefork", f"(forked from {parent})"])
+                    serve(theirs.fileno(), parent, preload)
+                finally:
+                    os._exit(0)
+        else:
 
-        def prepare() -> None:
-            _die_with(parent)
+            def prepare() -> None:
+                _die_with(parent)
 
-        padding = "x" * COMMAND_LINE_ROOM
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "roq.prefork", str(theirs.fileno()), str(parent), padding],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=[theirs.fileno()], preexec_fn=prepare)
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "roq.prefork", str(theirs.fileno()), str(parent), ",".join(preload),
+                 "x" * COMMAND_LINE_ROOM],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=[theirs.fileno()], preexec_fn=prepare)
+            self.pid = self.popen.pid
         theirs.close()
         self.owner = parent
         self._lock = threading.Condition()
@@ -376,12 +391,20 @@ class _Server:
             self.codes[pid] = -signal.SIGTERM
 
     def close(self) -> None:
+        """Stop the server (it ends once its socket closes) and reap it."""
         self._sock.close()
-        try:
-            self.popen.wait(5)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                done, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if done:
+                return
+            if time.monotonic() > deadline:
+                os.kill(self.pid, signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(0.01)
 
 
 _server: _Server | None = None
@@ -390,11 +413,47 @@ _never: set[str] = set()  # modules not to fork: their import starts a thread
 _server_lock = threading.Lock()
 
 
-def _the_server() -> _Server:
+def _forget_servers() -> None:
+    """In a forked process: the servers it knows of are its parent's (and the lock may have been held at the fork)."""
+    global _server, _server_lock, _servers
+    _server, _server_lock, _servers = None, threading.Lock(), []
+
+
+os.register_at_fork(after_in_child=_forget_servers)
+
+
+def prepare(preload: Sequence[str] = ()) -> None:
+    """Start this process's prefork server now, with ``preload`` (modules) imported in it meanwhile.
+
+    Called while this process has one thread (before it makes a ZooKeeper session or a ZeroMQ context), the server
+    is a fork of it, with everything it imported; later, it is a new interpreter (:func:`start` makes it then)."""
+    if enabled():
+        _the_server(list(preload))
+
+
+def _one_thread() -> bool:
+    """Whether this process runs one thread (of its own or of a library: ZeroMQ's and kazoo's count too)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def _command_line_room() -> int:
+    """Bytes of this process's command line, which a fork of it writes its own over."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[46]) - int(fields[45])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _the_server(preload: list[str] | None = None) -> _Server:
     global _server
     with _server_lock:
         if _server is None or _server.owner != os.getpid() or _server.broken or _server.retired:
-            _server = _Server()
+            _server = _Server(preload or [])
             _servers.append(_server)
             atexit.register(_server.close)
         return _server
@@ -413,7 +472,7 @@ def ended_cpu_seconds() -> float:
 def server_pid() -> int | None:
     """The pid of this process's prefork server, if it started one."""
     s = _server
-    return s.popen.pid if s is not None and s.owner == os.getpid() else None
+    return s.pid if s is not None and s.owner == os.getpid() else None
 
 
 class Forked:

@@ -15,6 +15,14 @@ def main() -> int:
     said = {"argv": args, "cwd": os.getcwd(), "probe": os.environ.get("ROQ_PROBE"), "random": random.random(),
             "cmdline": cmdline.decode(), "stdin": sys.stdin.read() if "--read-stdin" in args else None,
             "main": __name__}
+    if "--nested" in args:  # a process that starts its own (its server a fork of it), which start their own...
+        from roq import prefork
+        from roq.process import spawn
+
+        depth = int(args[args.index("--nested") + 1])
+        prefork.prepare()
+        child = spawn("nested", "tests.integration.prefork_probe", ["--nested", str(depth - 1)] if depth > 1 else [])
+        said["nested"] = [json.loads(child.communicate(30).splitlines()[0]), child.returncode]
     print(json.dumps(said), flush=True)
     print("to stderr", file=sys.stderr, flush=True)
     if "--exit" in args:

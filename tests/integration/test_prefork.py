@@ -45,6 +45,16 @@ def test_a_forked_process_runs_its_module_as_python_m_would(tmp_path, monkeypatc
     assert two["random"] != one["random"]  # each its own sequence, not the server's
 
 
+def test_forked_processes_start_their_own_from_servers_forked_from_them():
+    """A process forked from a server forked from a process... (a host manager started by ``roq cluster up``)."""
+    top = said(spawn("probe", PROBE, ["--nested", "3"]))
+    assert top["argv"] == ["--nested", "3"]
+    middle, code = top["nested"]
+    assert middle["argv"] == ["--nested", "2"] and code == 0
+    bottom, code = middle["nested"]
+    assert bottom["argv"] == ["--nested", "1"] and code == 0 and bottom["nested"][0]["argv"] == []
+
+
 def test_standard_input_commands_reach_a_forked_process():
     child = spawn("probe", PROBE, ["--read-stdin"], commands=True)
     stream = child._popen.stdin
