@@ -27,7 +27,7 @@ test: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 4 --dist worksteal $(PYTEST_ARGS) tests --ignore=tests/deploy \
 		--ignore=tests/federation
 
-# the fuzz test with 1,000 seeds instead of make test's 20 (about ten minutes)
+# the fuzz test with 1,000 seeds instead of make test's 6 (about ten minutes)
 fuzz: $(STAMP)
 	ROQ_FUZZ_SEEDS=1000 $(BIN)/python -m pytest $(PYTEST_ARGS) -s tests/integration/test_fuzz.py
 

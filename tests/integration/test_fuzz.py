@@ -1,6 +1,8 @@
 """Garbage on every listening port of every process of a running cluster, under audited load.
 
-The seeds come from ``ROQ_FUZZ_SEEDS`` (how many, default 20; ``make fuzz`` runs 1,000). Before the seeds,
+The seeds: ``ROQ_FUZZ_SEEDS`` of them (default 6; ``make fuzz`` runs 1,000) from ``ROQ_FUZZ_SEED_BASE`` on (default:
+a new base each run, printed, so that the runs of make test go through new seeds rather than the same few again;
+the base printed runs them again). Before the seeds,
 one sweep sends every command of the protocol with each field replaced by each wrong type, every bad value,
 huge and nested documents, every broken batch and broken greetings to every port. Afterwards every process
 still has its pid, none grew its memory by more than :data:`RSS_GROWTH`, the management API answers, the
@@ -10,6 +12,7 @@ load that ran through it all was delivered exactly, and a fresh audited run of 1
 from __future__ import annotations
 
 import os
+import random
 import time
 
 import psutil
@@ -21,7 +24,8 @@ from simulation import fuzz
 from simulation.audit import compare
 from tests.integration.zkhelp import wait_until
 
-SEEDS = range(int(os.environ.get("ROQ_FUZZ_SEEDS", "20")))
+SEED_BASE = int(os.environ.get("ROQ_FUZZ_SEED_BASE") or random.randrange(1_000_000))
+SEEDS = range(SEED_BASE, SEED_BASE + int(os.environ.get("ROQ_FUZZ_SEEDS", "6")))
 RSS_GROWTH = 200 << 20  # bytes a process may have grown by after all of it (garbage is transient)
 
 
@@ -87,7 +91,8 @@ def test_garbage_on_every_port_kills_nothing_and_loses_nothing(make_embedded, lo
     targets = _targets(cluster, q)
     before = _processes(cluster, q)
     rss_before = _rss(before)
-    print(f"fuzzing {len(targets)} ports of {len(before)} processes with {len(SEEDS)} seeds")
+    print(f"fuzzing {len(targets)} ports of {len(before)} processes with {len(SEEDS)} seeds from {SEED_BASE} "
+          f"(ROQ_FUZZ_SEED_BASE={SEED_BASE} runs them again)")
 
     started = time.monotonic()
     tally = fuzz.sweep(targets, "fuzzq")
