@@ -38,7 +38,7 @@ import time
 import traceback
 from typing import IO, Any, Callable, Sequence
 
-__all__ = ["enabled", "prepare", "start", "server_pid", "ended_cpu_seconds", "Forked", "serve"]
+__all__ = ["die_with_parent", "enabled", "prepare", "start", "server_pid", "ended_cpu_seconds", "Forked"]
 
 MAX_MESSAGE = 1 << 20  # a start request: the module, its arguments, the environment, the working directory
 _PR_SET_PDEATHSIG = 1
@@ -55,7 +55,7 @@ def enabled() -> bool:
 def serve(fd: int, parent: int, preload: list[str]) -> None:
     """Serve start requests on the socket ``fd`` until the starter closes it (``python -m roq.prefork``), having
     imported ``preload`` first."""
-    _die_with(parent)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the starter and what it started
     for module in preload:
         _load(module)
@@ -190,7 +190,7 @@ def _run(module: str, args: list[str], env: dict[str, str], cwd: str, fds: list[
         for target, f in enumerate(fds):
             os.dup2(f, target)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as subprocess's close_fds: nothing of the server's
-        _die_with(server)  # (not getppid(): the server may be gone already, and this process init's)
+        die_with_parent(server)  # (not getppid(): the server may be gone already, and this process init's)
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
@@ -223,13 +223,14 @@ def _run(module: str, args: list[str], env: dict[str, str], cwd: str, fds: list[
         os._exit(code if isinstance(code, int) else 1)
 
 
-def _die_with(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
+    """In a child after its fork: get SIGTERM when ``parent`` dies (exit at once if it is gone)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         return
-    if os.getppid() != parent:
+    if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
 
@@ -282,7 +283,7 @@ class _Server:
         else:
 
             def prepare() -> None:
-                _die_with(parent)
+                die_with_parent(parent)
 
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "roq.prefork", str(theirs.fileno()), str(parent), ",".join(preload),

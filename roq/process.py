@@ -7,7 +7,6 @@ launcher never leaves exchanges or monitors running on.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import selectors
@@ -18,6 +17,7 @@ import time
 from typing import IO, Any, Callable, Iterable, Sequence, TypeVar
 
 from roq import prefork
+from roq.prefork import die_with_parent
 from roq.wire import pipe
 from roq.wire.control import Message
 from roq.errors import BrokerConnectionError, BrokerTimeoutError, ProtocolError
@@ -27,20 +27,6 @@ __all__ = ["Child", "spawn", "stop_all", "die_with_parent"]
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Ready)
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent: int) -> None:
-    """In a child between fork and exec: get SIGTERM when ``parent`` dies (exit at once if it is gone)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        return
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
 
 class Child:
     """A started RoQ process. Use :func:`spawn`.
