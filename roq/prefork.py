@@ -369,7 +369,7 @@ class _Server:
                 except OSError:
                     data, fds = b"", []
                 if not data:
-                    self._lose()
+                    self.lose()
                     break
                 what, request, value = pickle.loads(data)
                 out.append((what, request, (value, fds[0]) if what == "started" else value))
@@ -384,7 +384,7 @@ class _Server:
         else:
             self._answers[request] = (what, value)
 
-    def _lose(self) -> None:
+    def lose(self) -> None:
         """The server died (killed with what it forked, or at the starter's exit): what it forked got SIGTERM from
         its death; each one not yet reaped counts as ended so."""
         self.broken = True
@@ -552,7 +552,7 @@ def start(module: str, args: list[str], *, stderr: IO[Any] | int | None, env: di
     Args: as :func:`roq.process.spawn` (``stderr`` None: this process's standard error).
 
     Raises:
-        OSError: the server could not be started or reached.
+        OSError: no server could be started.
     """
     if module in _never:
         return None
@@ -567,6 +567,9 @@ def start(module: str, args: list[str], *, stderr: IO[Any] | int | None, env: di
         err = os.dup(stderr.fileno())
     try:
         started = server.start(module, list(args), dict(os.environ if env is None else env), [in_r, out_w, err])
+    except OSError:  # the server died (killed with what it forked): this start is a new interpreter, the next a new server
+        server.lose()
+        started = None
     except BaseException:
         for f in (out_r, in_w):
             if f >= 0:

@@ -116,6 +116,17 @@ def test_what_the_server_forked_dies_with_it_and_the_next_start_has_a_new_server
     assert prefork.server_pid() not in (None, server) and said(again)["argv"] == ["--exit", "0"]
 
 
+def test_a_start_finds_its_server_killed_unseen_and_starts_all_the_same():
+    first = spawn("probe", PROBE, ["--exit", "0"])
+    assert first.wait(30) == 0
+    server = prefork.server_pid()
+    os.kill(server, signal.SIGKILL)  # nobody reads from it before the next start
+    child = spawn("probe", PROBE, ["--exit", "2"])
+    assert said(child)["argv"] == ["--exit", "2"] and child.returncode == 2
+    with spawn("probe", PROBE, []) as again:  # and the start after it has a new server
+        assert isinstance(again._popen, prefork.Forked) and prefork.server_pid() not in (None, server)
+
+
 def test_prefork_off_starts_new_interpreters(monkeypatch):
     monkeypatch.setenv("ROQ_PREFORK", "0")
     child = spawn("probe", PROBE, ["--exit", "4"])
