@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import atexit
 import ctypes
+import functools
 import importlib
 import importlib.util
 import os
@@ -45,8 +46,18 @@ _PR_SET_PDEATHSIG = 1
 
 
 def enabled() -> bool:
-    """Whether starts go through a prefork server (``ROQ_PREFORK=0`` says no)."""
-    return os.environ.get("ROQ_PREFORK", "1") != "0" and sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+    """Whether starts go through a prefork server (``ROQ_PREFORK=0`` says no; so does a system without pidfds)."""
+    return os.environ.get("ROQ_PREFORK", "1") != "0" and _pidfds()
+
+
+@functools.lru_cache(maxsize=1)
+def _pidfds() -> bool:
+    """Whether this system gives pidfds (Linux 5.3; a container's seccomp profile may refuse them)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 # ---- the server: what runs in the forked-from process --------------------------------------------------------
