@@ -4,13 +4,6 @@ A subscriber says hello every second with the exchanges it hears; the monitor se
 whenever what it hears differs from the queue's exchanges, and every subscriber the list on every change.
 A list makes a subscriber drop every exchange it does not name, so a monitor that is still settling after a
 start sends a subscriber a list only if it takes nothing away from it.
-
-An exchange declared lost is named so (``lost``) in every list for :data:`LOST_NAMED_S` after, unless it is back: a
-subscriber keeps its connection to an exchange named lost (the monitor may have taken a starved exchange for a dead
-one), so that what it had on the way still arrives, before what its publishers resent elsewhere. Named lost only in
-the list that said so, it was dropped by the next one, sent when the subscriber's hello still named it, often
-before that exchange's next heartbeat: what it had acknowledged and was still sending was lost (a CI run lost 232
-records over three publishers that way, when an exchange was back 0.23 s after it was declared lost).
 """
 
 from __future__ import annotations
@@ -25,11 +18,7 @@ from monitor._topology import MAX_PREFIX, SubscriberEntry, Topology, check_name
 from roq.wire import control
 log = logging.getLogger(__name__)
 
-__all__ = ["Subscribers", "LOST_NAMED_S"]
-
-#: how long an exchange declared lost is named so in the lists sent to subscribers, unless it is back (seconds: the
-#: subscribers' default hold timeout, the longest they wait for what it had on the way anyway)
-LOST_NAMED_S = 2.0
+__all__ = ["Subscribers"]
 
 
 class Subscribers:
@@ -46,7 +35,6 @@ class Subscribers:
                  journal: Callable[[], str] = lambda: "",
                  on_change: Callable[[float], None] = lambda now: None) -> None:
         self.journal = journal  # where the queue's journal is read ("" none)
-        self._lost: dict[str, float] = {}  # exchange declared lost -> when
         self.topology = topology
         self.mover = mover
         self.outbox = outbox
@@ -70,7 +58,7 @@ class Subscribers:
         exchanges = self.topology.exchanges
         s.hears(hello.confirmed, exchanges)
         if (s.overflow or s.confirmed != exchanges.keys() or hello.journal != self.journal()) and self.may_list(s, now):
-            self.outbox.send(s.identity, self.exchange_list(now))
+            self.outbox.send(s.identity, self.exchange_list())
         self.mover.subscriber_heard(s, now)
         if new or changed:
             self.on_change(now)
@@ -83,22 +71,16 @@ class Subscribers:
             self.on_change(now)
         self.mover.subscriber_left(bye.subscriber, now)
 
-    def exchange_list(self, now: float) -> control.Exchanges:
-        """The queue's exchanges, and those declared lost within :data:`LOST_NAMED_S` that are not back."""
-        exchanges = self.topology.exchanges
-        self._lost = {x: at for x, at in self._lost.items() if now - at < LOST_NAMED_S and x not in exchanges}
+    def exchange_list(self, lost: list[str] | None = None) -> control.Exchanges:
         return control.Exchanges(
-            exchanges=[control.ExchangeInfo(x.id, x.backend) for x in exchanges.values()],
-            lost=sorted(self._lost),
+            exchanges=[control.ExchangeInfo(x.id, x.backend) for x in self.topology.exchanges.values()],
+            lost=lost or [],
             journal=self.journal(),
         )
 
     def broadcast(self, now: float, lost: list[str] | None = None) -> None:
-        """Send the exchange list to every subscriber that may be sent it now (``lost``: exchanges declared lost
-        just now)."""
-        for x in lost or []:
-            self._lost[x] = now
-        msg = self.exchange_list(now)
+        """Send the exchange list to every subscriber that may be sent it now."""
+        msg = self.exchange_list(lost)
         for s in self.topology.subscribers.values():
             if self.may_list(s, now):
                 self.outbox.send(s.identity, msg)

@@ -7,7 +7,6 @@ import bson
 import pytest
 
 from monitor._operators import MAX_STATUS_BYTES
-from monitor._subscribers import LOST_NAMED_S
 from monitor._topology import MAX_NAME, MAX_PUBLISHERS, MAX_SUBSCRIBERS
 from monitor.testing import Driver, Peers
 from roq.wire import control
@@ -76,45 +75,6 @@ def test_a_silent_exchange_is_lost_within_the_timeout_and_its_publishers_fail_ov
     q.moved("p1")
     assert q.d.log.counters["failovers"] == 1 and q.d.log.counters["exchanges_lost"] == 1
     assert all(p.exchange == "x2" and not p.relocating for p in q.d.status().publishers)
-
-
-def _lose(q: Peers, exchange: str) -> None:
-    q.silent.add(exchange)
-    while not q.d.events("exchange_lost"):
-        q.live(0.25, answer_ready=False)
-    q.d.sent.clear()
-
-
-def test_an_exchange_declared_lost_is_named_lost_in_every_list_until_it_is_back():
-    """A subscriber keeps its connection to an exchange named lost (it may have been starved, not dead): a list that
-    named it neither made the subscriber drop what it still had on the way (232 records in a CI run)."""
-    q = Queue()
-    q.publisher("p1")
-    q.live(3.0)
-    _lose(q, "x1")
-    # s1 still hears x1: its hello is answered with a list that keeps x1 named lost, not one that takes it away
-    q.d.send(control.SubscriberHello("s1", b"", ["x1", "x2"]), b"s1")
-    [answer] = q.d.to(b"s1", control.Exchanges)
-    assert answer.lost == ["x1"] and [x.exchange for x in answer.exchanges] == ["x2"]
-    # it was starved: back, it is listed, named lost no more
-    q.silent.discard("x1")
-    q.live(0.25, answer_ready=False)
-    back = q.d.to(b"s1", control.Exchanges)[-1]
-    assert back.lost == [] and sorted(x.exchange for x in back.exchanges) == ["x1", "x2"]
-
-
-def test_an_exchange_that_stays_lost_is_named_lost_for_a_while_then_neither():
-    q = Queue()
-    q.publisher("p1")
-    q.live(3.0)
-    _lose(q, "x1")
-    q.live(LOST_NAMED_S - 0.5, answer_ready=False)
-    q.d.send(control.SubscriberHello("s1", b"", ["x1", "x2"]), b"s1")
-    assert q.d.to(b"s1", control.Exchanges)[-1].lost == ["x1"]
-    q.live(1.0, answer_ready=False)
-    q.d.send(control.SubscriberHello("s1", b"", ["x1", "x2"]), b"s1")
-    last = q.d.to(b"s1", control.Exchanges)[-1]
-    assert last.lost == [] and [x.exchange for x in last.exchanges] == ["x2"]  # now the subscriber drops it
 
 
 def test_a_restarted_monitor_settles_before_failing_anybody_over():
