@@ -254,12 +254,10 @@ def _set_command_line(argv: list[str]) -> None:
     """Make /proc/self/cmdline read ``argv``, written over the server's own, padded, command line as one line
     separated by spaces, as setproctitle(3) does: the kernel reads a command line whose last byte is not NUL up to its
     first NUL, and ps and psutil split it on the spaces (an argument with a space in it reads as two)."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end: fields 48 and 49 of stat
-    except (OSError, IndexError, ValueError):
+    area = _argument_area()
+    if area is None:
         return
+    start, end = area
     room = end - start
     text = b" ".join(a.encode("utf-8", "surrogateescape") for a in argv)[:room - 2] + b"\0"
     ctypes.memmove(start, text + b" " * (room - len(text)), room)
@@ -307,8 +305,8 @@ class _Server:
         self._reading = False
         self._next = 1
         self._answers: dict[int, tuple[str, Any]] = {}  # request -> (what, pid or why)
-        self.codes: dict[int, int] = {}  # pid -> exit code, of what it forked and reaped
-        self.forked: set[int] = set()
+        self.codes: dict[int, int] = {}  # pid -> exit code, of what it forked and reaped, until taken
+        self.forked: set[int] = set()  # what it forked, until its code is taken
         self.cpu_s = 0.0  # CPU seconds spent by what it forked and reaped (and what they reaped)
         self.broken = False
         self.retired = False  # it forks nothing more (a module imported in it started a thread)
@@ -337,11 +335,13 @@ class _Server:
             raise OSError("the prefork server is gone")
         socket.send_fds(self._sock, [data], fds)
 
-    def code(self, pid: int, timeout: float | None) -> int | None:
-        """The exit code of ``pid`` once the server reaped it, waiting up to ``timeout`` (None: for ever)."""
+    def take_code(self, pid: int, timeout: float | None) -> int | None:
+        """The exit code of ``pid`` once the server reaped it, waiting up to ``timeout`` (None: for ever); it is
+        forgotten then (a host manager restarts its children for months)."""
         self.pump(lambda: pid in self.codes, timeout)
         with self._lock:
-            return self.codes.get(pid)
+            self.forked.discard(pid)
+            return self.codes.pop(pid, None)
 
     def pump(self, done: Callable[[], bool], timeout: float | None) -> bool:
         """Read what the server says until ``done()`` or ``timeout`` (0: what it has said already); one thread reads
@@ -451,14 +451,21 @@ def _one_thread() -> bool:
         return False
 
 
-def _command_line_room() -> int:
-    """Bytes of this process's command line, which a fork of it writes its own over."""
+def _argument_area() -> tuple[int, int] | None:
+    """Where this process's command line is in its memory (start and end addresses), which a fork of it writes its
+    own over; None where /proc does not say."""
     try:
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[46]) - int(fields[45])
+        return int(fields[45]), int(fields[46])  # arg_start and arg_end: fields 48 and 49 of stat
     except (OSError, IndexError, ValueError):
-        return 0
+        return None
+
+
+def _command_line_room() -> int:
+    """Bytes of this process's command line."""
+    area = _argument_area()
+    return 0 if area is None else area[1] - area[0]
 
 
 def _the_server(preload: list[str] | None = None) -> _Server:
@@ -524,7 +531,7 @@ class Forked:
             return bool(sel.select(timeout))
 
     def _take_code(self) -> None:
-        code = self._server.code(self.pid, self.TOLD_WITHIN_S)
+        code = self._server.take_code(self.pid, self.TOLD_WITHIN_S)
         self.returncode = -signal.SIGKILL if code is None else code  # (never told: the server was killed with it)
         os.close(self._pidfd)
         self._pidfd = -1
@@ -576,23 +583,19 @@ def start(module: str, args: list[str], *, stderr: IO[Any] | int | None, env: di
         err = os.dup(stderr)
     else:
         err = os.dup(stderr.fileno())
+    started = None
     try:
         started = server.start(module, list(args), dict(os.environ if env is None else env), [in_r, out_w, err])
     except OSError:  # the server died (killed with what it forked): this start is a new interpreter, the next a new server
         server.lose()
-        started = None
-    except BaseException:
-        for f in (out_r, in_w):
-            if f >= 0:
-                os.close(f)
-        raise
     finally:
-        for f in (in_r, out_w, err):
+        for f in (in_r, out_w, err):  # the child's ends: the server has them (or nobody needs them)
             os.close(f)
+        if started is None:  # (or an exception on its way out)
+            for f in (out_r, in_w):
+                if f >= 0:
+                    os.close(f)
     if started is None:
-        os.close(out_r)
-        if in_w >= 0:
-            os.close(in_w)
         return None
     pid, pidfd = started
     return Forked(server, pid, pidfd, os.fdopen(in_w, "wb", buffering=0) if in_w >= 0 else None,
