@@ -51,10 +51,10 @@ Held = Union[
 
 
 class Feed:
-    """The DEALER connected to one exchange's backend (and, with CURVE, the monitor of its handshakes)."""
+    """The DEALER connected to one exchange's backend, and the monitor of its connection (and CURVE handshakes)."""
 
     __slots__ = ("exchange", "backend", "socket", "heard", "watch", "refused", "floor", "rejoin", "away", "taken",
-                 "mark")
+                 "mark", "last_read")
 
     def __init__(self, exchange: str, backend: str, socket: zmq.Socket, watch: RefusalWatch | None = None) -> None:
         self.exchange = exchange
@@ -68,6 +68,7 @@ class Feed:
         self.away = False  # cut off, and not back yet: no subscription is sent there
         self.taken = 0  # messages read from its socket since the last progress report
         self.mark = 0  # the last delivery mark read from its socket: every report names it
+        self.last_read = 0.0  # when a frame was last read from its socket (monotonic seconds)
 
 
 class Feeds:
@@ -153,7 +154,7 @@ class Feeds:
             self._curve.apply(sock)
         sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
         sock.setsockopt(zmq.LINGER, 0)
-        watch = RefusalWatch(sock) if self._curve is not None else None
+        watch = RefusalWatch(sock, connection=True)
         sock.connect(backend)
         feed = Feed(exchange, backend, sock, watch)
         self._subscribe(feed)
@@ -244,12 +245,21 @@ class Feeds:
         if feed is None:
             return
         if feed.watch is not None and sock is feed.watch.socket:
-            self._handshake(feed)
+            self._watched(feed)
         else:
             self.read(feed, BURST)
 
-    def _handshake(self, feed: Feed) -> None:
-        """The exchange refused our key: remember why (the subscriber says so), and say it once."""
+    def down(self, feed: Feed) -> bool:
+        """Whether ``feed``'s connection dropped (its exchange's process died, or it closed it) and was not made
+        again since."""
+        if feed.watch is None:
+            return False
+        self._watched(feed)
+        return feed.watch.down
+
+    def _watched(self, feed: Feed) -> None:
+        """What befell the connection: if the exchange refused our key, remember why (the subscriber says so), and
+        say it once."""
         status = feed.watch.refused() if feed.watch is not None else None
         if status is not None and not feed.refused:
             feed.refused = RefusalWatch.describe(feed.exchange, "subscriber", status)
@@ -323,6 +333,8 @@ class Feeds:
                     feed.heard = True
                     self._heard(exchange)
         feed.taken += n & 15
+        if n:
+            feed.last_read = clock()
 
     def close(self) -> None:
         for feed in self._feeds.values():

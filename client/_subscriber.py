@@ -47,6 +47,12 @@ _WAIT_TURN = 0.1
 MAX_PREPARES = 1024
 #: Records ``recv_many`` returns at most by default.
 MAX_RECORDS = 65536
+#: An exchange the monitor declared dead whose connection stays up is waited for this long, seconds, after the
+#: declaration or after the last frame it sent us, whichever is later, to be listed again (a starved exchange runs
+#: again within a fraction of a second, and sends a beacon four times a second); then it is taken for dead.
+SUSPECT_S = 1.0
+#: ... and for this long at most after the declaration, however much it still sends, seconds.
+SUSPECT_MAX_S = 5.0
 
 
 class Subscriber:
@@ -76,7 +82,7 @@ class Subscriber:
         self._names: dict[bytes, str] = {}
         self._latency = Latency(config.latency_samples)
         self._listed = False
-        self._suspect: set[str] = set()  # exchanges declared dead whose connection is kept until the next list
+        self._suspect: dict[str, float] = {}  # exchanges declared dead whose connection is kept -> when declared
         self._forbidden: ForbiddenError | None = None  # the monitor refused this subscriber's principal
         self._next_hello = 0.0
         self._poller = zmq.Poller()
@@ -258,6 +264,8 @@ class Subscriber:
         held_until = self._order.next_deadline()
         if held_until is not None:
             limit = min(limit, held_until)
+        if self._suspect:
+            limit = min(limit, now + SUSPECT_S / 4)
         monitor = self._monitor.socket
         replay = self._replay
         for sock, _ in self._poller.poll(poll_ms(limit - now)):
@@ -267,6 +275,8 @@ class Subscriber:
                 self._replayed(replay)
             else:
                 self._feeds.readable(sock)
+        if self._suspect:
+            self._judge_suspects(time.monotonic())
         if held_until is not None and time.monotonic() >= held_until:
             self._deliver(self._order.expire(time.monotonic()))
 
@@ -314,26 +324,46 @@ class Subscriber:
         listed = {x.exchange: x.backend for x in msg.exchanges}
         dead = set(msg.lost)
         feeds = self._feeds
-        suspect, self._suspect = self._suspect, set()
+        suspect = self._suspect
+        now = time.monotonic()
         for feed in feeds.feeds():
-            if feed.exchange in dead and feed.exchange not in listed:
-                # declared dead just now: its connection stays until the next list, for the monitor may have taken
-                # a starved exchange for a dead one. Its epochs end only when it goes: what it has on the way still
-                # arrives, in order before what its publishers resent elsewhere from what it had said was delivered
-                # (a subscriber behind is not waited for: ended at once, the resent records came first and what
-                # was on the way then passed for copies, lost); and it comes back as it was
-                self._suspect.add(feed.exchange)
-                continue
-            if listed.get(feed.exchange) != feed.backend:
-                feeds.remove(feed)
-                if feed.exchange in suspect:  # it was dead after all: none of its epochs will send a marker
-                    feeds.lost(feed.exchange)
-        for gone in dead - self._suspect:
+            exchange = feed.exchange
+            if listed.get(exchange) == feed.backend:
+                suspect.pop(exchange, None)  # listed again: it was starved, not dead, and is as it was
+            elif exchange not in listed and (exchange in dead or exchange in suspect) and not feeds.down(feed):
+                # declared dead, and our connection to it is still up: the monitor may have taken a starved
+                # exchange for a dead one. Its connection stays and its epochs go on until it is listed again or
+                # we take it for dead ourselves (_judge_suspects): what it has on the way still arrives, in order
+                # before what its publishers resent elsewhere from what it had said was delivered (a subscriber
+                # behind is not waited for: ended at once, the resent records came first and what was on the way
+                # then passed for copies, lost). Only the list sent at the death names it lost: the next ones,
+                # answering our hellos, name it neither
+                suspect.setdefault(exchange, now)
+            else:
+                suspect.pop(exchange, None)
+                feeds.remove(feed)  # (its epochs end: none of them will send a marker)
+        for gone in dead - suspect.keys():
             feeds.lost(gone)
         self._journal = self._replay.connect(msg.journal) if self._replay is not None else msg.journal
         for exchange, backend in listed.items():
             if feeds.get(exchange) is None:
                 feeds.add(exchange, backend)
+
+    def _judge_suspects(self, now: float) -> None:
+        """Take for dead each exchange declared dead whose connection dropped, or that was not listed again in
+        time (:data:`SUSPECT_S`, :data:`SUSPECT_MAX_S`): what it sent is read, and its epochs end."""
+        feeds = self._feeds
+        for exchange, declared in list(self._suspect.items()):
+            feed = feeds.get(exchange)
+            if feed is None:
+                del self._suspect[exchange]
+                continue
+            down = feeds.down(feed)
+            if down or now >= min(max(declared, feed.last_read) + SUSPECT_S, declared + SUSPECT_MAX_S):
+                del self._suspect[exchange]
+                log.info("%s: exchange %s declared dead %s: taken for dead", self._who, exchange,
+                         "and its connection dropped" if down else f"and not listed again in {now - declared:.1f}s")
+                feeds.remove(feed)
 
     def _on_prepare(self, msg: control.Prepare) -> None:
         if msg.source:

@@ -98,13 +98,18 @@ class RefusalWatch:
     cannot read the client's hello and says nothing).
 
     Register :attr:`socket` in the poller and call :meth:`refused` when it is readable; :meth:`close` before
-    the watched socket is closed.
+    the watched socket is closed. With ``connection``, it also follows the connection: :attr:`down` once it
+    dropped (the peer's process died, or closed it) and until it is made again.
     """
 
-    def __init__(self, sock: zmq.Socket) -> None:
+    def __init__(self, sock: zmq.Socket, *, connection: bool = False) -> None:
         self._watched = sock
-        self.socket = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        events = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED
+        if connection:
+            events |= zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+        self.socket = sock.get_monitor_socket(events)
         self.handshaken = False
+        self.down = False
 
     def refused(self) -> int | None:
         """The status of the first refusal waiting (every waiting event is read), or None."""
@@ -114,8 +119,13 @@ class RefusalWatch:
                 event = recv_monitor_message(self.socket, zmq.NOBLOCK)
             except zmq.Again:
                 return status
-            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            kind = event["event"]
+            if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.handshaken = True
+            elif kind == zmq.EVENT_CONNECTED:
+                self.down = False
+            elif kind == zmq.EVENT_DISCONNECTED:
+                self.down = True
             elif status is None:
                 status = event["value"]
 

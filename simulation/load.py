@@ -235,7 +235,8 @@ def subscribe(args: argparse.Namespace) -> int:
     latency = array.array("d")  # ms, since the last timeline point (then folded into the run's histogram)
     overall = Histogram()
     with _connect(args) as conn:
-        sub = conn.subscriber(prefix=args.prefix.encode(), hold_timeout=args.hold_timeout, rcvhwm=args.rcvhwm)
+        sub = conn.subscriber(prefix=args.prefix.encode(), hold_timeout=args.hold_timeout, rcvhwm=args.rcvhwm,
+                              heartbeat_interval=args.heartbeat)
         announce_ready(SubscriberReady(pid=os.getpid(), subscriber=sub.name, prefix=args.prefix))
         started = time.monotonic()
         deadline = started + args.duration if args.duration else float("inf")
@@ -334,6 +335,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="or: stop reading this many seconds after joining (default 0 = never)...")
     sp.add_argument("--pause-for", type=float, default=0.0, help="...for this many seconds, then read on")
     sp.add_argument("--rcvhwm", type=int, default=1000, help="receive high-water mark per exchange, batches (default 1000)")
+    sp.add_argument("--heartbeat", type=float, default=1.0,
+                    help="seconds between the subscriber's hellos to the monitor (default 1)")
     sp.add_argument("--timeline-every", type=float, default=0.0,
                     help="seconds between the points of the timeline in the report (default 0 = none)")
     for q in (pp, sp):
