@@ -256,8 +256,7 @@ class Journal:
         if self._commands is not None:
             self._commands.attach(loop, self.config.heartbeat_interval)
         self._follow_pause(time.monotonic())
-        loop.deadline(lambda: self._paused_until if not loop.wants(self.sock) else float("inf"), self._follow_pause,
-                      "the end of a pause")
+        loop.deadline(self._pause_ends, self._follow_pause, "the end of a pause")
         loop.after_turn(self._follow_pause, "pausing")
         self._next_sync = time.monotonic() + self.policy.sync_interval_ms / 1000 if self.interval else float("inf")
         loop.deadline(lambda: self._next_sync, self._on_sync_due, "the sync")
@@ -273,6 +272,13 @@ class Journal:
     def _on_signal(self) -> None:
         log.info("journal %s: stopping (signal)", self.id)
         self.loop.stop()
+
+    def _pause_ends(self) -> float:
+        """When a pause of the intake ends, for the loop to wake then (inf: no pause under way). A pause that ended
+        is not waited for: a replica that follows never reads its intake, and its loop woke at once on every turn
+        for an end long past (a quarter of a core, each follower, with nothing to do)."""
+        until = self._paused_until
+        return until if until > time.monotonic() else float("inf")
 
     def _follow_pause(self, now: float) -> None:
         """The intake is read exactly while not paused; the reads port too, or before the first policy."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import time
 
+import psutil
 import pytest
 import zmq
 
@@ -124,6 +125,29 @@ def test_a_round_is_acknowledged_once_on_a_majority_and_a_killed_follower_catche
     assert lead and _entries(dirs["f2"]) == lead  # f2 holds every entry at the leader's offset, byte for byte
     f1 = _entries(dirs["f1"])
     assert f1 and f1 == lead[:len(f1)]  # f1, killed early, holds a prefix of it
+
+
+def test_replicas_with_nothing_to_do_sleep(tmp_path, rig):
+    """A replica with nothing to take waits in its poll: over a second of quiet, its CPU is a small fraction of
+    that (until 2026-11-28 each follower's loop woke at once on every turn, for the end of an intake pause long
+    past: a quarter to a third of a core each, with nothing to do; a busy machine gives a spinning process less,
+    never an idle one more)."""
+    ctx, children = rig
+    _, info, _ = _three(tmp_path, children)
+    driver = Driver(ctx, info.intake, random.Random(5))
+    driver.run(0.3)
+    driver.settle()  # on a majority: the followers took it, and wait for more
+    procs = {child.pid: psutil.Process(child.pid) for child in children}
+
+    def cpu() -> dict[int, float]:
+        return {pid: sum(p.cpu_times()[:2]) for pid, p in procs.items()}
+
+    before, started = cpu(), time.monotonic()
+    while time.monotonic() - started < 1.0:  # (the window measured)
+        time.sleep(0.1)
+    spent = {pid: used - before[pid] for pid, used in cpu().items()}
+    window = time.monotonic() - started
+    assert all(used < 0.1 * window for used in spent.values()), (spent, window)
 
 
 def test_a_follower_that_starts_empty_takes_the_leaders_journal_from_its_first_offset(tmp_path, rig):
