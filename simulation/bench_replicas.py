@@ -12,11 +12,19 @@ the same run: real journal processes on loopback, each in its own directory of t
 The targets (issue: ``replicas = 3`` at 60% or more of one replica's acknowledged records/s, Kafka's published
 ratio being 51%; its p99 no more than 2 ms above; its replay no slower) are checked by ``--check``. Every replica
 shares this machine's two cores and its disk: three ``fdatasync`` per round where a cluster would have three disks.
+
+The baseline, in the same run: NATS JetStream on a cluster of three servers on loopback (:mod:`simulation.bench_nats`),
+a file stream of one replica and one of three (a Raft group over the servers), the same measures driven the way
+nats-py's users drive them (``publish_async`` within its window of 4,000 pending for the rate, each paced record's
+acknowledgement timed by its future, an ordered consumer from the stream's start for the replay); once with
+JetStream's default sync (acknowledged once a majority has it, synced every 2 minutes) and once with
+``sync_interval: always`` (synced on each before it acknowledges: ``always``'s guarantee).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import tempfile
@@ -28,6 +36,7 @@ import zmq
 from roq.process import Child, spawn
 from roq.wire import batch, control
 from roq.wire.ready import JournalReady
+from simulation import bench_nats
 from simulation.bench_common import Check, Result, percentiles
 
 __all__ = ["run", "render", "checks"]
@@ -186,6 +195,88 @@ def _replay(ctx: zmq.Context, reads: str) -> tuple[float, int]:
         sock.close()
 
 
+async def _jetstream(url: str, replicas: int, size: int) -> dict[str, Any]:
+    """One stream of ``replicas`` on the cluster at ``url``: the acknowledged rate, the paced latencies, the replay."""
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        name = f"bench_r{replicas}_{size}"
+        deadline = time.monotonic() + 30
+        while True:  # a new cluster elects its meta leader first
+            try:
+                await js.add_stream(name=name, subjects=[name], storage="file", num_replicas=replicas)
+                break
+            except Exception:  # nats-py raises several kinds while the cluster forms
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+        payload = os.urandom(size)
+        for _ in range(1000):  # warm: the stream's group has its leader
+            await js.publish(name, payload)
+        futures = []
+        started = time.monotonic()
+        while time.monotonic() - started < SECONDS:
+            futures.append(await js.publish_async(name, payload))
+        await asyncio.gather(*futures)
+        rate = len(futures) / (time.monotonic() - started)
+
+        latencies: list[float] = []
+
+        def timed(at: float) -> Callable[[asyncio.Future], None]:
+            return lambda _f: latencies.append((time.monotonic() - at) * 1000)
+
+        pending = []
+        started = time.monotonic()
+        for i in range(int(PACED_RATE * PACED_SECONDS)):
+            wait = started + i / PACED_RATE - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            future = await js.publish_async(name, payload)
+            future.add_done_callback(timed(time.monotonic()))
+            pending.append(future)
+        await asyncio.gather(*pending)
+
+        total = min(REPLAY_RECORDS, 1000 + len(futures) + len(pending))
+        started = time.monotonic()
+        sub = await js.subscribe(name, ordered_consumer=True)
+        for _ in range(total):
+            await sub.next_msg(timeout=10)
+        replay = total / (time.monotonic() - started)
+        await sub.unsubscribe()
+        return {"rate": rate, "latency": percentiles(latencies), "replay": replay, "replayed": total}
+    finally:
+        await nc.close()
+
+
+def _baseline(progress: Callable[[str], None]) -> list[Result]:
+    """JetStream on a three-server cluster: streams of one and three replicas, default sync and synced always."""
+    missing = bench_nats.available()
+    if missing:
+        progress(f"(q) {missing}: no JetStream baseline")
+        return []
+    version = bench_nats.version(bench_nats.server() or "")
+    results = []
+    for sync_always in (False, True):
+        sync = "sync always" if sync_always else "default sync"
+        try:
+            with bench_nats.Servers(3, sync_always) as servers:
+                for replicas in (1, 3):
+                    for size in (100, 1024):
+                        progress(f"(q) NATS JetStream {version}, R{replicas}, {size} B, {sync}")
+                        f = asyncio.run(_jetstream(servers.urls[replicas % 3], replicas, size))
+                        results.append(Result(f"(q) JetStream {version} R{replicas}, {size} B, {sync}",
+                                              records_per_s=f["rate"], mb_per_s=f["rate"] * size / 1e6,
+                                              latency_ms=f["latency"],
+                                              notes={"replay_records_per_s": f["replay"], "replayed": f["replayed"],
+                                                     "replicas": replicas, "size": size, "jetstream": sync,
+                                                     "server": version}))
+        except RuntimeError as exc:  # an older server without sync_interval
+            progress(f"(q) {exc}")
+    return results
+
+
 def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Result]:
     results = []
     for replicas in (1, 3):
@@ -210,11 +301,13 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
                                   latency_ms=percentiles(lat),
                                   notes={"replay_records_per_s": replay, "replayed": replayed, "replicas": replicas,
                                          "size": size, "caught_up_s": catch_up}))
-    return results
+    return results + _baseline(progress)
 
 
-def _rows(results: list[Result]) -> dict[tuple[int, int], Result]:
-    return {(r.notes["replicas"], r.notes["size"]): r for r in results if r.name.startswith("(q)")}
+def _rows(results: list[Result], jetstream: str = "") -> dict[tuple[int, int], Result]:
+    """RoQ's rows by (replicas, size); with ``jetstream`` (its sync), JetStream's instead."""
+    return {(r.notes["replicas"], r.notes["size"]): r for r in results
+            if r.name.startswith("(q)") and r.notes.get("jetstream", "") == jetstream}
 
 
 def render(results: list[Result]) -> list[str]:
@@ -235,6 +328,26 @@ def render(results: list[Result]) -> list[str]:
             extra = three.latency_ms["p99"] - one.latency_ms["p99"]
             lines.append(f"{size} B: replicas = 3 / replicas = 1: acknowledged {acked:.2f}x (target >= 0.60), p99 "
                          f"{extra:+.2f} ms (target <= +2), replay {replay:.2f}x (target >= 1, within noise)")
+    for sync in ("default sync", "sync always"):
+        js = _rows(results, sync)
+        if not js:
+            continue
+        version = next(iter(js.values())).notes["server"]
+        lines.append(f"NATS JetStream {version}, three servers, {sync}:")
+        for (replicas, size), r in sorted(js.items()):
+            lines.append(f"{'  R' + str(replicas) + ', ' + str(size) + ' B':46} {r.records_per_s:12,.0f} "
+                         f"{r.latency_ms['p50']:7.2f} {r.latency_ms['p99']:7.2f} "
+                         f"{r.notes['replay_records_per_s']:13,.0f}")
+        for size in (100, 1024):
+            one, three = js.get((1, size)), js.get((3, size))
+            if one and three and one.records_per_s:
+                lines.append(f"  {size} B: R3 / R1 acknowledged {three.records_per_s / one.records_per_s:.2f}x, p99 "
+                             f"{three.latency_ms['p99'] - one.latency_ms['p99']:+.2f} ms")
+        for size in (100, 1024):
+            ours, theirs = rows.get((3, size)), js.get((3, size))
+            if ours and theirs and theirs.records_per_s:
+                lines.append(f"  {size} B: RoQ replicas = 3 (always) / JetStream R3 ({sync}): "
+                             f"{ours.records_per_s / theirs.records_per_s:.2f}x acknowledged")
     return lines
 
 
