@@ -25,6 +25,7 @@ import datetime
 import logging
 import math
 import os
+import sys
 import time
 from typing import Any, Callable, Mapping
 
@@ -72,6 +73,7 @@ def spark_session(master: str = "local[*]", app: str = "roq-kpi", *, jvm_log: st
     except ImportError as exc:
         raise ConfigError("PySpark is not installed: pip install 'roq-py[kpi]'") from exc
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers (a data source's reads) run this one
     conf = (SparkConf().setMaster(master).setAppName(app)
             .set("spark.driver.host", "127.0.0.1")
             .set("spark.driver.bindAddress", "127.0.0.1")

@@ -1,0 +1,17 @@
+"""Spark reads RoQ-Py queues: the data source ``roq``.
+
+::
+
+    from client import spark as roq_spark
+    df = roq_spark.read(spark, zk="127.0.0.1:2181", queue="orders", startingOffsets="earliest")
+    # or, once registered (roq_spark.register(spark)): spark.read.format("roq").option("zk", ...)...load()
+
+A batch read of a durable queue's journal, one Spark partition per range of offsets, with the columns of
+:data:`SCHEMA`; the options are :data:`OPTIONS`. Needs PySpark 4 (its Python data source API); importing this
+package imports PySpark, nothing else of the client library does.
+"""
+
+from client.spark._options import OPTIONS, SCHEMA, ReadOptions, parse_read
+from client.spark._source import RoqDataSource, read, register
+
+__all__ = ["read", "register", "RoqDataSource", "SCHEMA", "OPTIONS", "ReadOptions", "parse_read"]

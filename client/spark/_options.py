@@ -1,0 +1,129 @@
+"""What a Spark query asks of the ``roq`` data source, checked (pure): its options, and the split of a journal's
+offsets into the query's partitions.
+
+Every option is a string, as Spark passes them; a name Spark lower-cased is matched all the same. A bad one is a
+:class:`~roq.errors.ConfigError` naming the option, raised on the driver when the query is planned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Mapping, Union
+
+from roq import defaults
+from roq.errors import ConfigError
+from roq.wire import batch
+
+__all__ = ["SCHEMA", "ReadOptions", "Position", "parse_read", "split", "OPTIONS"]
+
+#: The columns of a read: each record's key and payload, the publisher (its id, hex) and its seq, the journal's
+#: offset of the record, and the publisher's time of its batch.
+SCHEMA = "key binary, payload binary, publisher string, seq long, offset long, timestamp timestamp"
+
+#: Where a read begins or ends: "earliest", "latest", an offset, or a time (seconds since the epoch).
+Position = Union[str, int, float]
+
+#: Each option, and what it says (``--help`` of the connector, and its errors).
+OPTIONS = {
+    "zk": "ZooKeeper servers of the cluster (host:port,...): the queue's journal is found through its GCM",
+    "root": f"the cluster's ZooKeeper root (default {defaults.ROOT})",
+    "queue": "the durable queue to read (with zk)",
+    "journal": "or: a journal's reads endpoint (tcp://host:port), read directly",
+    "credentials": "the client's credentials directory, for a cluster with CURVE (on every worker too)",
+    "prefix": "read only the records whose key starts with this (default: all)",
+    "startingOffsets": "earliest (default), latest, an offset, or an ISO 8601 time with its zone",
+    "endingOffsets": "latest (default: the journal's end when the query is planned), an offset, or a time",
+    "partitions": "how many ranges of offsets the read is split into, read in parallel (default 4)",
+    "fetchBytes": "what one fetch asks the journal for, bytes (default 4 MiB)",
+}
+_BY_LOWER = {name.lower(): name for name in OPTIONS}
+MAX_PARTITIONS = 10_000
+MAX_FETCH_BYTES = 64 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """A read's options, checked."""
+
+    zk: str = ""
+    root: str = defaults.ROOT
+    queue: str = ""
+    journal: str = ""
+    credentials: str = ""
+    prefix: bytes = b""
+    starting: Position = "earliest"
+    ending: Position = "latest"
+    partitions: int = 4
+    fetch_bytes: int = 4 << 20
+
+
+def parse_read(options: Mapping[str, str]) -> ReadOptions:
+    """The options of ``spark.read.format("roq")``, checked.
+
+    Raises:
+        ConfigError: an unknown option, a value of the wrong kind, neither ``zk`` and ``queue`` nor ``journal``.
+    """
+    values: dict[str, str] = {}
+    for name, value in options.items():
+        known = _BY_LOWER.get(str(name).lower())
+        if known is None:
+            raise ConfigError(f"roq data source: unknown option {name!r} (known: {', '.join(OPTIONS)})")
+        values[known] = str(value)
+    zk, queue, journal = values.get("zk", ""), values.get("queue", ""), values.get("journal", "")
+    if journal and (zk or queue):
+        raise ConfigError("roq data source: give either option 'journal' or options 'zk' and 'queue', not both")
+    if not journal and not (zk and queue):
+        raise ConfigError("roq data source: options 'zk' and 'queue' (or 'journal') are required")
+    prefix = values.get("prefix", "").encode()
+    if len(prefix) > batch.MAX_KEY:
+        raise ConfigError(f"roq data source: option 'prefix' is {len(prefix)} bytes, at most {batch.MAX_KEY}")
+    return ReadOptions(
+        zk=zk, root=values.get("root", defaults.ROOT), queue=queue, journal=journal,
+        credentials=values.get("credentials", ""), prefix=prefix,
+        starting=_position("startingOffsets", values.get("startingOffsets", "earliest")),
+        ending=_position("endingOffsets", values.get("endingOffsets", "latest")),
+        partitions=_count("partitions", values.get("partitions", "4"), 1, MAX_PARTITIONS),
+        fetch_bytes=_count("fetchBytes", values.get("fetchBytes", str(4 << 20)), 1024, MAX_FETCH_BYTES))
+
+
+def _position(name: str, value: str) -> Position:
+    text = value.strip()
+    if text in ("earliest", "latest"):
+        return text
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"roq data source: option {name!r} is {value!r}: earliest, latest, an offset (a whole "
+                          "number) or an ISO 8601 time with its zone (2026-11-28T15:00:00+00:00)") from None
+    if when.tzinfo is None:
+        raise ConfigError(f"roq data source: option {name!r} is the time {value!r} without a zone: add one "
+                          "(+00:00 for UTC)")
+    return when.timestamp()
+
+
+def _count(name: str, value: str, low: int, high: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"roq data source: option {name!r} is {value!r}: a whole number is wanted") from None
+    if not low <= number <= high:
+        raise ConfigError(f"roq data source: option {name!r} is {number}: from {low} to {high}")
+    return number
+
+
+def split(start: int, end: int, parts: int) -> list[tuple[int, int]]:
+    """``[start, end)`` in at most ``parts`` ranges of offsets, adjacent, of about one size (none when empty).
+    A journal's offsets jump where an epoch or a generation begins: a range across a jump holds fewer records."""
+    if end <= start:
+        return []
+    parts = min(parts, end - start)
+    step, extra = divmod(end - start, parts)
+    out, at = [], start
+    for i in range(parts):
+        width = step + (1 if i < extra else 0)
+        out.append((at, at + width))
+        at += width
+    return out
