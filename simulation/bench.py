@@ -43,7 +43,9 @@ Configurations (100-byte payloads unless ``--size``):
     ``durability = always``: acknowledged records/s of 100 B and 1 KiB records, acknowledgement latency one record
     at a time, and a replay from the start;
 (r) starting a process (:mod:`simulation.bench_spawn`): an exchange to its ready line, forked from a prefork
-    server beside a new interpreter, taken in turn.
+    server beside a new interpreter, taken in turn;
+(s) Spark reading a durable queue (:mod:`simulation.bench_spark`) through the ``roq`` data source, on one core and
+    on two, beside a replay subscriber reading the same queue.
 
 For each: delivered records/s and MB/s of payload when publishers send as fast as they can (records
 lost are reported), then p50/p99 latency (send time in the payload -> receipt) with publishers paced
@@ -61,8 +63,8 @@ import time
 from dataclasses import asdict
 
 from simulation import (bench_abuse, bench_capacity, bench_compression, bench_control, bench_dataplane, bench_durable,
-                        bench_elastic, bench_http, bench_kpi, bench_link, bench_page, bench_replicas, bench_spawn,
-                        bench_tuner)
+                        bench_elastic, bench_http, bench_kpi, bench_link, bench_page, bench_replicas, bench_spark,
+                        bench_spawn, bench_tuner)
 from simulation.bench_common import STAMP, Check, Result
 
 
@@ -97,6 +99,8 @@ def run(args: argparse.Namespace) -> list[Result]:
         results += bench_replicas.run(args, progress)
     if "r" in args.only:
         results += bench_spawn.run(args, progress)
+    if "s" in args.only:
+        results += bench_spark.run(args, progress)
     return results
 
 
@@ -113,7 +117,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     ]
     for r in results:
         lat = r.latency_ms
-        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)", "(k)", "(l)", "(m)", "(n)", "(p)", "(q)", "(r)")):
+        if r.name.startswith(("(d)", "(e)", "(f)", "(h)", "(i)", "(k)", "(l)", "(m)", "(n)", "(p)", "(q)", "(r)", "(s)")):
             continue
         lines.append(
             f"{r.name:62} {r.records_per_s:11,.0f} {r.mb_per_s:7.1f} {r.lost:6d} "
@@ -163,6 +167,7 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
     lines += bench_compression.render(results)
     lines += bench_replicas.render(results)
     lines += bench_spawn.render(results)
+    lines += bench_spark.render(results)
     return "\n".join(lines)
 
 
@@ -171,7 +176,8 @@ def checks(results: list[Result], args: argparse.Namespace) -> list[Check]:
     return (bench_dataplane.checks(results, args.rate) + bench_control.checks(results) + bench_elastic.checks(results)
             + bench_capacity.checks(results) + bench_http.checks(results) + bench_durable.checks(results)
             + bench_page.checks(results) + bench_tuner.checks(results) + bench_abuse.checks(results)
-            + bench_link.checks(results) + bench_replicas.checks(results) + bench_spawn.checks(results))
+            + bench_link.checks(results) + bench_replicas.checks(results) + bench_spawn.checks(results)
+            + bench_spark.checks(results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-seconds", type=float, default=5.0, help="length of a latency run (default 5)")
     p.add_argument("--ack-rate", type=float, default=5_000,
                    help="records/s of (k)'s paced run, one record a send, every acknowledgement timed (default 5,000)")
-    p.add_argument("--only", default="abcdefghijklmnopqr", help="which configurations to run (default abcdefghijklmnopqr)")
+    p.add_argument("--only", default="abcdefghijklmnopqrs", help="which configurations to run (default abcdefghijklmnopqrs)")
     p.add_argument("--observed-rounds", type=int, default=2,
                    help="runs each of (i)'s data plane unwatched and watched, alternating (default 2)")
     p.add_argument("--kpi-records", type=int, default=1_000_000,

@@ -7,7 +7,7 @@ Nothing here needs Spark: the driver finds the journal and splits its offsets; e
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import zmq
 
@@ -17,10 +17,12 @@ from roq.config import CurveClient
 from roq.errors import BrokerTimeoutError, ConfigError, JournalError, NotFoundError, ProtocolError
 from roq.wire import batch, control
 
-__all__ = ["locate", "JournalReader", "Columns"]
+__all__ = ["locate", "JournalReader", "Piece"]
 
 #: seconds a fetch may take before the read fails
 FETCH_TIMEOUT_S = 30.0
+#: the offset of a fetch that goes on from where this reader's previous one ended
+CONTINUE = -3
 
 
 def locate(options: ReadOptions) -> str:
@@ -76,6 +78,10 @@ class JournalReader:
 
     def _fetch(self, msg: control.Fetch) -> tuple[control.Fetched, list[bytes]]:
         self._sock.send(control.encode(msg))
+        return self._answer()
+
+    def _answer(self) -> tuple[control.Fetched, list[bytes]]:
+        """The next answer to a fetch sent."""
         if not self._sock.poll(int(FETCH_TIMEOUT_S * 1000)):
             raise BrokerTimeoutError(f"the journal at {self.endpoint} did not answer a fetch within "
                                      f"{FETCH_TIMEOUT_S:.0f}s")
@@ -108,14 +114,23 @@ class JournalReader:
         meta, _ = self._fetch(control.Fetch(offset=-1, since=float(position), max_bytes=1))
         return min(max(meta.start_offset, first), end)
 
-    def records(self, start: int, end: int, prefix: bytes = b"") -> Iterator[Columns]:
-        """The records at offsets ``start`` to ``end`` (excluded) whose key starts with ``prefix``, in order: the
-        columns of :data:`client.spark._options.SCHEMA` (the time in microseconds since the epoch), a fetch's worth
-        at a time."""
-        offset = start
-        while offset < end:
-            meta, frames = self._fetch(control.Fetch(offset=offset, prefix=prefix, max_bytes=self.fetch_bytes))
-            out = Columns()
+    def records(self, start: int, end: int, prefix: bytes = b"") -> Iterator[list[Piece]]:
+        """The records at offsets ``start`` to ``end`` (excluded) whose key starts with ``prefix``, in order, a
+        fetch's worth at a time, entry by entry. Two fetches are in flight: the journal reads the next while this
+        one is taken apart."""
+        if start >= end:
+            return
+        sock, encode = self._sock, control.encode
+        sock.send(encode(control.Fetch(offset=start, prefix=prefix, max_bytes=self.fetch_bytes)))
+        going_on = encode(control.Fetch(offset=CONTINUE, prefix=prefix, max_bytes=self.fetch_bytes))
+        sock.send(going_on)  # from where the one before ends
+        while True:
+            meta, frames = self._answer()
+            done = (meta.next_offset >= end or (meta.offsets and meta.offsets[-1] >= end)
+                    or (not meta.count and meta.next_offset >= meta.end_offset))
+            if not done:
+                sock.send(going_on)
+            out: list[Piece] = []
             for i, first in enumerate(meta.offsets):
                 key, header, body = frames[3 * i:3 * i + 3]
                 h = batch.parse_header(header)
@@ -123,33 +138,27 @@ class JournalReader:
                     break
                 skip = max(0, start - first)
                 count = min(h.count, end - first) - skip
-                if count <= 0:
-                    continue
-                payloads = batch.decode_body(body, h.count)
-                out.keys += [key] * count
-                out.payloads += payloads[skip:skip + count] if skip or count < h.count else payloads
-                out.publishers += [h.publisher.hex()] * count
-                seq, at = h.first_seq + skip, first + skip
-                out.seqs += range(seq, seq + count)
-                out.offsets += range(at, at + count)
-                out.times += [h.timestamp_ns // 1000] * count
-            if out.keys:
+                if count > 0:
+                    out.append(Piece(key, body, h.count, skip, count, h.publisher, h.first_seq + skip, first + skip,
+                                     h.timestamp_ns // 1000))
+            if out:
                 yield out
-            if (meta.offsets and meta.offsets[-1] >= end) or meta.next_offset <= offset or \
-                    (not meta.count and meta.next_offset >= meta.end_offset):
-                return  # past ``end``, or nothing further: the journal's end (or what it serves) is before it
-            offset = meta.next_offset
+            if done:  # past ``end``, or nothing further: the journal's end (or what it serves) is before it
+                return
 
 
-class Columns:
-    """Records as columns: keys, payloads, publishers (hex), seqs, offsets, times (microseconds since the epoch)."""
+class Piece(NamedTuple):
+    """The records a read takes of one entry (a batch as its publisher sent it): ``count`` of the ``total`` in
+    ``body``, from the ``skip``-th; the first of them has seq ``seq`` and offset ``offset``; ``time_us`` is the
+    publisher's time of the batch (microseconds since the epoch). No object is made per record: the caller takes
+    the payloads out of ``body`` (:func:`roq.wire.batch.decode_body`'s layout) as it needs them."""
 
-    __slots__ = ("keys", "payloads", "publishers", "seqs", "offsets", "times")
-
-    def __init__(self) -> None:
-        self.keys: list[bytes] = []
-        self.payloads: list[bytes] = []
-        self.publishers: list[str] = []
-        self.seqs: list[int] = []
-        self.offsets: list[int] = []
-        self.times: list[int] = []
+    key: bytes
+    body: bytes
+    total: int
+    skip: int
+    count: int
+    publisher: bytes
+    seq: int
+    offset: int
+    time_us: int

@@ -12,10 +12,11 @@ from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from client.spark._journal import JournalReader, locate
+from client.spark._journal import JournalReader, Piece, locate
+from roq.errors import ProtocolError
 from client.spark._options import SCHEMA, ReadOptions, parse_read, split
 
-__all__ = ["RoqDataSource", "register", "read"]
+__all__ = ["RoqDataSource", "register", "read", "arrow_batch"]
 
 
 class OffsetRange(InputPartition):
@@ -57,19 +58,54 @@ class RoqReader(DataSourceReader):
         return [OffsetRange(a, b) for a, b in split(self.start, self.end, self.options.partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """The partition's records, a fetch's worth at a time, as Arrow record batches (no Python object per
-        record crosses to Spark)."""
-        import pyarrow as pa
-
+        """The partition's records, a fetch's worth at a time, as Arrow record batches: no Python object is made
+        per record (the payloads are cut out of the batches' bodies by their length tables)."""
         assert isinstance(partition, OffsetRange)
         options = self.options
-        schema = _arrow_schema()
         with JournalReader(self.endpoint, options.credentials, options.fetch_bytes) as journal:
-            for c in journal.records(partition.start, partition.end, options.prefix):
-                yield pa.RecordBatch.from_arrays([
-                    pa.array(c.keys, pa.binary()), pa.array(c.payloads, pa.binary()),
-                    pa.array(c.publishers, pa.string()), pa.array(c.seqs, pa.int64()),
-                    pa.array(c.offsets, pa.int64()), pa.array(c.times, pa.timestamp("us", tz="UTC"))], schema=schema)
+            for pieces in journal.records(partition.start, partition.end, options.prefix):
+                yield arrow_batch(pieces)
+
+
+def arrow_batch(pieces: list[Piece]) -> Any:
+    """The records of ``pieces`` as one Arrow record batch of :data:`client.spark._options.SCHEMA`.
+
+    Raises:
+        ProtocolError: a body whose length table does not add up to it.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    n = sum(p.count for p in pieces)
+    data: list[Any] = []
+    starts: list[Any] = []
+    base = 0
+    for p in pieces:
+        table = 4 * p.total
+        lengths = np.frombuffer(p.body, dtype="<u4", count=p.total) if len(p.body) >= table else None
+        ends = np.cumsum(lengths, dtype=np.int64) if lengths is not None else None
+        if ends is None or int(ends[-1]) + table != len(p.body):
+            raise ProtocolError(f"a batch of {p.total} records whose body of {len(p.body)} bytes does not hold them")
+        first = int(ends[p.skip - 1]) if p.skip else 0
+        last = int(ends[p.skip + p.count - 1])
+        data.append(memoryview(p.body)[table + first:table + last])
+        starts.append(ends[p.skip:p.skip + p.count] - lengths[p.skip:p.skip + p.count] - first + base)
+        base += last - first
+    payloads = np.concatenate([*starts, np.array([base], dtype=np.int64)])
+    keys = _repeated([p.key for p in pieces], [p.count for p in pieces])
+    publishers = _repeated([p.publisher.hex().encode() for p in pieces], [p.count for p in pieces])
+    counts = np.array([p.count for p in pieces], dtype=np.int64)
+    within = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)  # 0, 1... in each piece
+    seqs = np.repeat(np.array([p.seq for p in pieces], dtype=np.int64), counts) + within
+    offsets = np.repeat(np.array([p.offset for p in pieces], dtype=np.int64), counts) + within
+    times = np.repeat(np.array([p.time_us for p in pieces], dtype=np.int64), counts)
+    return pa.RecordBatch.from_arrays([
+        pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(keys[0]), pa.py_buffer(keys[1])]),
+        pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(payloads.astype(np.int32)),
+                                               pa.py_buffer(b"".join(data))]),
+        pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(publishers[0]), pa.py_buffer(publishers[1])]),
+        pa.array(seqs, pa.int64()), pa.array(offsets, pa.int64()),
+        pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC"))], schema=_arrow_schema())
 
 
 def _arrow_schema() -> Any:
@@ -77,6 +113,15 @@ def _arrow_schema() -> Any:
 
     return pa.schema([("key", pa.binary()), ("payload", pa.binary()), ("publisher", pa.string()),
                       ("seq", pa.int64()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC"))])
+
+
+def _repeated(values: list[bytes], counts: list[int]) -> tuple[Any, bytes]:
+    """A binary column of each value repeated its count of times: (int32 offsets, data)."""
+    import numpy as np
+
+    sizes = np.repeat(np.array([len(v) for v in values], dtype=np.int64), counts)
+    offsets = np.concatenate([np.array([0], dtype=np.int64), np.cumsum(sizes)]).astype(np.int32)
+    return offsets, b"".join(v * c for v, c in zip(values, counts))
 
 
 def register(spark: Any) -> None:

@@ -1,4 +1,4 @@
-"""The roq data source's options and the split of a journal's offsets (pure: no Spark, no socket)."""
+"""The roq data source's pure parts: its options, the split of a journal's offsets, records as Arrow columns."""
 
 from __future__ import annotations
 
@@ -53,3 +53,24 @@ def test_the_split_covers_the_range_once_in_adjacent_parts_of_about_one_size():
 def test_a_small_or_empty_range_is_split_in_fewer_parts_or_none():
     assert split(5, 7, 4) == [(5, 6), (6, 7)]
     assert split(7, 7, 4) == [] and split(9, 7, 4) == []
+
+
+def test_records_become_arrow_columns_cut_out_of_the_batch_bodies():
+    from client.spark._journal import Piece
+    from client.spark._source import arrow_batch
+    from roq.errors import ProtocolError
+    from roq.wire import batch
+
+    first = [b"p%d" % i * (i + 1) for i in range(6)]  # payloads of different lengths
+    second = [b"", b"x", b"yz"]
+    pieces = [Piece(b"k.1", batch.encode_body(first), 6, 2, 3, b"\x01" * 16, 12, 1000, 1_700_000_000_000_000),
+              Piece(b"key.2", batch.encode_body(second), 3, 0, 3, b"\x02" * 16, 1, 1005, 1_700_000_000_000_001)]
+    table = arrow_batch(pieces).to_pydict()
+    assert table["payload"] == first[2:5] + second
+    assert table["key"] == [b"k.1"] * 3 + [b"key.2"] * 3
+    assert table["publisher"] == ["01" * 16] * 3 + ["02" * 16] * 3
+    assert table["seq"] == [12, 13, 14, 1, 2, 3] and table["offset"] == [1000, 1001, 1002, 1005, 1006, 1007]
+    assert table["timestamp"][0].timestamp() == 1_700_000_000.0
+    torn = Piece(b"k", batch.encode_body(first)[:-1], 6, 0, 6, b"\x01" * 16, 1, 0, 0)
+    with pytest.raises(ProtocolError, match="does not hold them"):
+        arrow_batch([torn])

@@ -1,0 +1,179 @@
+"""(s) Spark reading a durable queue through the ``roq`` data source (:mod:`client.spark`), beside a replay
+subscriber reading the same queue in the same run.
+
+One queue of real processes (a monitor, its journal with ``durability = interval``, an exchange) is filled with
+``--records`` records of 100 B (a million by default) (batches of 64, sent as an exchange's publishers send them). Then, each timed
+from its start to its last record:
+
+* **replay subscriber**: the client library's subscriber with ``start="earliest"``, ``recv_many`` until it has
+  every record (the baseline: what an application reading the journal without Spark gets);
+* **Spark, one core / two cores**: a local Spark (``local[1]``, then ``local[2]``; a query run first starts its
+  Python workers) summing the payloads' lengths of every record read through the source, in as many ranges of
+  offsets as cores (``partitions``), each read by its own task.
+
+The targets (issue: at least half of the replay subscriber's records/s, and more with two workers than with one)
+are checked by ``--check``. Two local cores stand in for two workers here: a standalone cluster of separate
+worker processes is not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Callable
+
+import zmq
+
+from roq.process import Child, spawn
+from roq.wire import batch
+from roq.wire.ready import ExchangeReady, JournalReady, MonitorReady
+from simulation.bench_common import Check, Result
+
+__all__ = ["run", "render", "checks"]
+
+PER_BATCH = 64
+WINDOW = 32
+SIZE = 100
+ADDRESS = "127.0.0.46"
+
+
+def _queue(directory: str, children: list[Child]) -> tuple[str, str, str]:
+    """A monitor, its journal and an exchange: (monitor endpoint, exchange frontend, journal reads endpoint)."""
+    monitor = spawn("monitor", "monitor", ["--address", ADDRESS, "--port", "0", "--queue", "bench-spark",
+                                           "--durability", "interval", "--log-level", "WARNING"])
+    children.append(monitor)
+    monitor.wait_ready()
+    endpoint = monitor.ready_as(MonitorReady).endpoint
+    journal = spawn("journal", "exchange.journal", ["--queue", "bench-spark", "--directory", directory,
+                                                    "--address", ADDRESS, "--monitor", endpoint,
+                                                    "--durability", "interval", "--log-level", "WARNING"])
+    children.append(journal)
+    journal.wait_ready()
+    exchange = spawn("exchange", "exchange", ["--monitor", endpoint, "--address", ADDRESS, "--log-level", "WARNING"])
+    children.append(exchange)
+    exchange.wait_ready()
+    return endpoint, exchange.ready_as(ExchangeReady).frontend, journal.ready_as(JournalReady).reads
+
+
+def _fill(frontend: str, records: int) -> int:
+    """At least ``records`` records of :data:`SIZE` B into the queue (whole batches), acknowledged (journaled): how
+    many."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(frontend)
+    me = os.urandom(16)
+    body = batch.encode_body([os.urandom(SIZE)] * PER_BATCH)
+    seq, acked, in_flight = 1, 0, 0
+    deadline = time.monotonic() + 300
+    try:
+        while acked < seq - 1 or seq <= records:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{acked:,} of {records:,} records acknowledged in 300 s")
+            while seq <= records and in_flight < WINDOW:
+                header = batch.pack_header(batch.DATA, me, seq, PER_BATCH, timestamp_ns=time.time_ns())
+                sock.send_multipart([b"bench", header, body])
+                seq += PER_BATCH
+                in_flight += 1
+            if sock.poll(100):
+                while True:
+                    try:
+                        frame = sock.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    high = 0 if batch.decode_delivered(frame) is not None else batch.decode_ack(frame)
+                    if high > acked:
+                        in_flight = max(0, in_flight - (high - acked + PER_BATCH - 1) // PER_BATCH)
+                        acked = high
+        return acked
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def _replay(monitor: str, records: int) -> float:
+    import client
+
+    with client.connect(monitor) as conn:
+        sub = conn.subscriber(start="earliest")
+        started = time.perf_counter()
+        got = 0
+        deadline = time.monotonic() + 300
+        while got < records and time.monotonic() < deadline:
+            got += sum(len(b) for b in sub.recv_many(timeout=1.0))
+        return got / (time.perf_counter() - started)
+
+
+def _spark(reads: str, cores: int, records: int) -> float:
+    from pyspark.sql import functions as F
+
+    from client import spark as roq_spark
+    from roqcli.kpi import job
+
+    session = job.spark_session(f"local[{cores}]", app="roq-bench-spark",
+                                jvm_log=os.path.join(tempfile.gettempdir(), "roq-bench-spark.log"))
+    try:
+        roq_spark.read(session, journal=reads, endingOffsets=1000).count()  # the Python workers start
+        started = time.perf_counter()
+        row = roq_spark.read(session, journal=reads, partitions=cores).agg(
+            F.count("*").alias("n"), F.sum(F.length("payload")).alias("bytes")).collect()[0]
+        elapsed = time.perf_counter() - started
+        if row["n"] != records or row["bytes"] != records * SIZE:
+            raise RuntimeError(f"Spark read {row['n']:,} records ({row['bytes']:,} B), {records:,} were written")
+        return records / elapsed
+    finally:
+        job.stop_session(session)
+
+
+def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Result]:
+    records = args.records  # (1,000,000 by default, as the issue's)
+    directory = tempfile.mkdtemp(prefix="roq-bench-spark-")
+    children: list[Child] = []
+    try:
+        monitor, frontend, reads = _queue(directory, children)
+        progress(f"(s) filling a durable queue with {records:,} records of {SIZE} B")
+        records = _fill(frontend, records)
+        progress("(s) a replay subscriber from earliest")
+        replay = _replay(monitor, records)
+        rates: dict[int, float] = {}
+        for cores in (1, 2):
+            progress(f"(s) Spark local[{cores}] through the roq data source")
+            rates[cores] = _spark(reads, cores, records)
+    finally:
+        for child in reversed(children):
+            child.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    notes: dict[str, Any] = {"records": records, "size": SIZE}
+    return [Result("(s) replay subscriber from earliest", replay, replay * SIZE / 1e6, 0, {}, {**notes, "kind": "replay"}),
+            *[Result(f"(s) Spark local[{c}], roq data source", r, r * SIZE / 1e6, 0, {}, {**notes, "kind": f"spark{c}"})
+              for c, r in rates.items()]]
+
+
+def _rows(results: list[Result]) -> dict[str, Result]:
+    return {r.notes["kind"]: r for r in results if r.name.startswith("(s)")}
+
+
+def render(results: list[Result]) -> list[str]:
+    rows = _rows(results)
+    if not rows:
+        return []
+    lines = ["", f"{'(s) Spark reads a durable queue':46} {'records/s':>12}"]
+    for r in rows.values():
+        lines.append(f"{r.name[4:]:46} {r.records_per_s:12,.0f}")
+    replay, one, two = rows.get("replay"), rows.get("spark1"), rows.get("spark2")
+    if replay and one and two and replay.records_per_s and one.records_per_s:
+        lines.append(f"Spark (two cores) / replay subscriber: {two.records_per_s / replay.records_per_s:.2f}x "
+                     f"(target >= 0.50); two cores / one: {two.records_per_s / one.records_per_s:.2f}x (target > 1)")
+    return lines
+
+
+def checks(results: list[Result]) -> list[Check]:
+    rows = _rows(results)
+    replay, one, two = rows.get("replay"), rows.get("spark1"), rows.get("spark2")
+    if not (replay and one and two and replay.records_per_s and one.records_per_s):
+        return []
+    return [Check("(s) Spark two cores / replay subscriber", two.records_per_s / replay.records_per_s, 0.50, False, "x"),
+            Check("(s) Spark two cores / one core", two.records_per_s / one.records_per_s, 1.0, False, "x")]
