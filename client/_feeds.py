@@ -68,7 +68,7 @@ class Feed:
         self.away = False  # cut off, and not back yet: no subscription is sent there
         self.taken = 0  # messages read from its socket since the last progress report
         self.mark = 0  # the last delivery mark read from its socket: every report names it
-        self.last_read = 0.0  # when a frame was last read from its socket (monotonic seconds)
+        self.last_read = 0.0  # when a well-formed frame was last read from its socket (monotonic seconds)
 
 
 class Feeds:
@@ -277,6 +277,7 @@ class Feeds:
         exchange = feed.exchange
         clock = time.monotonic
         n = 0
+        dropped = self.dropped
         while limit is None or n < limit:
             try:
                 frames = recv(zmq.NOBLOCK)
@@ -333,7 +334,7 @@ class Feeds:
                     feed.heard = True
                     self._heard(exchange)
         feed.taken += n & 15
-        if n:
+        if n > self.dropped - dropped:  # (a frame that was not one says nothing of the exchange)
             feed.last_read = clock()
 
     def close(self) -> None:

@@ -48,7 +48,8 @@ def locate(options: ReadOptions) -> str:
 
 
 class JournalReader:
-    """A DEALER to a journal's reads port (a context of its own: one per Spark task).
+    """A DEALER to a journal's reads port (a context of its own: one per Spark task). :meth:`records` leaves a
+    fetch's answer unread when it ends: it is the reader's last call.
 
     Args:
         endpoint: the reads port.

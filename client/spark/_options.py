@@ -13,7 +13,7 @@ from typing import Mapping, Union
 
 from roq import defaults
 from roq.errors import ConfigError
-from roq.wire import batch
+from roq.wire import batch, control
 
 __all__ = ["SCHEMA", "ReadOptions", "Position", "parse_read", "split", "OPTIONS"]
 
@@ -39,7 +39,6 @@ OPTIONS = {
 }
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 MAX_PARTITIONS = 10_000
-MAX_FETCH_BYTES = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +83,7 @@ def parse_read(options: Mapping[str, str]) -> ReadOptions:
         starting=_position("startingOffsets", values.get("startingOffsets", "earliest")),
         ending=_position("endingOffsets", values.get("endingOffsets", "latest")),
         partitions=_count("partitions", values.get("partitions", "4"), 1, MAX_PARTITIONS),
-        fetch_bytes=_count("fetchBytes", values.get("fetchBytes", str(4 << 20)), 1024, MAX_FETCH_BYTES))
+        fetch_bytes=_count("fetchBytes", values.get("fetchBytes", str(4 << 20)), 1024, control.MAX_FETCH_BYTES))
 
 
 def _position(name: str, value: str) -> Position:

@@ -276,7 +276,8 @@ class Journal:
     def _pause_ends(self) -> float:
         """When a pause of the intake ends, for the loop to wake then (inf: no pause under way). A pause that ended
         is not waited for: a replica that follows never reads its intake, and its loop woke at once on every turn
-        for an end long past (a quarter of a core, each follower, with nothing to do)."""
+        for an end long past (a quarter of a core, each follower, with nothing to do). The deadline only wakes the
+        loop: the after-turn step (:meth:`_follow_pause`) reads the intake again once the pause ended."""
         until = self._paused_until
         return until if until > time.monotonic() else float("inf")
 

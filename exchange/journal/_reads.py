@@ -42,7 +42,7 @@ MAX_PARKED = 1024
 #: subscribers whose seams are kept at most, and for how long
 MAX_SEAMS, SEAM_TTL_S = 10_000, 600.0
 #: the most a fetch may ask for, and the longest it may wait
-MAX_FETCH_BYTES, MAX_WAIT_MS = 16 << 20, 30_000
+MAX_FETCH_BYTES, MAX_WAIT_MS = control.MAX_FETCH_BYTES, control.MAX_WAIT_MS
 #: readers whose last answer's end is kept (for a fetch that goes on from it), at most
 MAX_CURSORS = 10_000
 #: durable subscribers' positions kept at most

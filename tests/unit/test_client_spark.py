@@ -30,6 +30,7 @@ def test_names_spark_lower_cased_are_known():
     ({"zk": "h:1", "queue": "q", "partitions": "four"}, "'partitions'"),
     ({"zk": "h:1", "queue": "q", "partitions": "0"}, "'partitions'"),
     ({"zk": "h:1", "queue": "q", "fetchBytes": "10"}, "'fetchBytes'"),
+    ({"zk": "h:1", "queue": "q", "fetchBytes": str(32 << 20)}, "'fetchBytes'"),  # more than a journal serves
     ({"zk": "h:1", "queue": "q", "startingOffsets": "yesterday"}, "'startingOffsets'"),
     ({"zk": "h:1", "queue": "q", "endingOffsets": "2026-11-28T15:00:00"}, "without a zone"),
     ({"zk": "h:1", "queue": "q", "prefix": "x" * 70_000}, "'prefix'"),

@@ -45,7 +45,8 @@ from roq.wire.control.links import (
 from roq.wire.control.operators import ForceRelocate, Ping, Status
 from roq.wire.control.permissions import AclRules
 from roq.wire.control.publishers import Moved, NoExchange, Panic, PublisherBye, PublisherHello, Relocate
-from roq.wire.control.reads import DURABLE_NAME, MAX_PREFIXES, NO_CURSOR, Commit, Fetch, Fetched, Position, Promise, Verify
+from roq.wire.control.reads import (DURABLE_NAME, MAX_FETCH_BYTES, MAX_PREFIXES, MAX_WAIT_MS, NO_CURSOR, Commit,
+                                    Fetch, Fetched, Position, Promise, Verify)
 from roq.wire.control.reply import REPLY, Reply, refusal
 from roq.wire.control.subscribers import (
     LATENCY_BOUNDS_MS,
@@ -111,6 +112,8 @@ __all__ = [
     "Fetched",
     "NO_CURSOR",
     "MAX_PREFIXES",
+    "MAX_FETCH_BYTES",
+    "MAX_WAIT_MS",
     "Commit",
     "DURABLE_NAME",
     "Position",

@@ -12,7 +12,7 @@ import re
 
 from roq.wire.control.codec import Message, message
 
-__all__ = ["Fetch", "Fetched", "MAX_PREFIXES", "NO_CURSOR", "Commit", "DURABLE_NAME", "Position", "Verify", "Promise"]
+__all__ = ["Fetch", "Fetched", "MAX_PREFIXES", "MAX_FETCH_BYTES", "MAX_WAIT_MS", "NO_CURSOR", "Commit", "DURABLE_NAME", "Position", "Verify", "Promise"]
 
 
 @message(50)
@@ -48,6 +48,8 @@ class Fetch(Message):
 
 #: the prefixes one filtered fetch may name, at most
 MAX_PREFIXES = 1024
+#: what one fetch may ask for (``max_bytes``), at most, and the longest it may wait at the end (``wait_ms``)
+MAX_FETCH_BYTES, MAX_WAIT_MS = 16 << 20, 30_000
 
 
 #: the error of a fetch that goes on from a previous one (offset -3) the journal does not know (it restarted)
