@@ -149,7 +149,7 @@ class JournalReader:
 
 
 class Piece(NamedTuple):
-    """The records a read takes of one entry (a batch as its publisher sent it): ``count`` of the ``total`` in
+    """The records a read takes of one entry (a batch as its publisher sent it): ``records`` of the ``total`` in
     ``body``, from the ``skip``-th; the first of them has seq ``seq`` and offset ``offset``; ``time_us`` is the
     publisher's time of the batch (microseconds since the epoch). No object is made per record: the caller takes
     the payloads out of ``body`` (:func:`roq.wire.batch.decode_body`'s layout) as it needs them."""
@@ -158,7 +158,7 @@ class Piece(NamedTuple):
     body: bytes
     total: int
     skip: int
-    count: int
+    records: int
     publisher: bytes
     seq: int
     offset: int

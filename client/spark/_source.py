@@ -76,29 +76,31 @@ def arrow_batch(pieces: list[Piece]) -> Any:
     import numpy as np
     import pyarrow as pa
 
-    n = sum(p.count for p in pieces)
+    n = sum(p.records for p in pieces)
     data: list[Any] = []
     starts: list[Any] = []
     base = 0
     for p in pieces:
         table = 4 * p.total
-        lengths = np.frombuffer(p.body, dtype="<u4", count=p.total) if len(p.body) >= table else None
-        ends = np.cumsum(lengths, dtype=np.int64) if lengths is not None else None
-        if ends is None or int(ends[-1]) + table != len(p.body):
+        if len(p.body) < table:
+            raise ProtocolError(f"a batch of {p.total} records whose body of {len(p.body)} bytes does not hold them")
+        lengths: Any = np.frombuffer(p.body, dtype="<u4", count=p.total)
+        ends: Any = np.cumsum(lengths, dtype=np.int64)
+        if int(ends[-1]) + table != len(p.body):
             raise ProtocolError(f"a batch of {p.total} records whose body of {len(p.body)} bytes does not hold them")
         first = int(ends[p.skip - 1]) if p.skip else 0
-        last = int(ends[p.skip + p.count - 1])
+        last = int(ends[p.skip + p.records - 1])
         data.append(memoryview(p.body)[table + first:table + last])
-        starts.append(ends[p.skip:p.skip + p.count] - lengths[p.skip:p.skip + p.count] - first + base)
+        starts.append(ends[p.skip:p.skip + p.records] - lengths[p.skip:p.skip + p.records] - first + base)
         base += last - first
     payloads = np.concatenate([*starts, np.array([base], dtype=np.int64)])
-    keys = _repeated([p.key for p in pieces], [p.count for p in pieces])
-    publishers = _repeated([p.publisher.hex().encode() for p in pieces], [p.count for p in pieces])
-    counts = np.array([p.count for p in pieces], dtype=np.int64)
+    keys = _repeated([p.key for p in pieces], [p.records for p in pieces])
+    publishers = _repeated([p.publisher.hex().encode() for p in pieces], [p.records for p in pieces])
+    counts = np.array([p.records for p in pieces], dtype=np.int64)
     within = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)  # 0, 1... in each piece
     seqs = np.repeat(np.array([p.seq for p in pieces], dtype=np.int64), counts) + within
     offsets = np.repeat(np.array([p.offset for p in pieces], dtype=np.int64), counts) + within
-    times = np.repeat(np.array([p.time_us for p in pieces], dtype=np.int64), counts)
+    times: Any = np.repeat(np.array([p.time_us for p in pieces], dtype=np.int64), counts)
     return pa.RecordBatch.from_arrays([
         pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(keys[0]), pa.py_buffer(keys[1])]),
         pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(payloads.astype(np.int32)),
@@ -119,7 +121,7 @@ def _repeated(values: list[bytes], counts: list[int]) -> tuple[Any, bytes]:
     """A binary column of each value repeated its count of times: (int32 offsets, data)."""
     import numpy as np
 
-    sizes = np.repeat(np.array([len(v) for v in values], dtype=np.int64), counts)
+    sizes: Any = np.repeat(np.array([len(v) for v in values], dtype=np.int64), counts)
     offsets = np.concatenate([np.array([0], dtype=np.int64), np.cumsum(sizes)]).astype(np.int32)
     return offsets, b"".join(v * c for v, c in zip(values, counts))
 
