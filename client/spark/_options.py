@@ -35,7 +35,7 @@ OPTIONS = {
     "startingOffsets": "earliest (default), latest, an offset, or an ISO 8601 time with its zone",
     "endingOffsets": "latest (default: the journal's end when the query is planned), an offset, or a time",
     "partitions": "how many ranges of offsets the read is split into, read in parallel (default 4)",
-    "fetchBytes": "what one fetch asks the journal for, bytes (default 4 MiB)",
+    "fetchBytes": "what one fetch asks the journal for, bytes (default 4 MiB, at most 16 MiB)",
 }
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 MAX_PARTITIONS = 10_000
