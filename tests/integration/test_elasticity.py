@@ -50,7 +50,8 @@ def test_ramp_scales_out_to_three_exchanges_over_two_hosts_and_back(make_embedde
         q.wait(lambda s, n=i + 1: len(s.publishers) == n, 15, f"{i + 1} publishers")
         time.sleep(1.0)  # the ramp: one more publisher a second (a rate of arrival, not a wait)
     status = q.wait(lambda s: len([x for x in s.exchanges if not x.draining]) >= 3
-                    and not s.scaling.starting and not s.relocations, 40, "at least 3 exchanges")
+                    and not s.scaling.starting and not s.relocations
+                    and len(hosts_of(s, cluster, "ramp")) >= 2, 40, "at least 3 exchanges, on 2 hosts or more")
     hosts = hosts_of(status, cluster, "ramp")
     print(f"grown to {len(status.exchanges)} exchanges on hosts {sorted(hosts)}; host CPU: "
           + ", ".join(f"{h['Address']} {h['CpuPercent']:.0f}% of {h['Cpus']:g}" for h in cluster.manager.hosts()))
@@ -114,7 +115,9 @@ def test_whole_host_crash_under_load_has_its_exchanges_replaced(make_embedded, l
     cluster = make_embedded(hosts=3)
     a, b, c = cluster.addresses
     q = Queue(cluster, loads, "crash", host=a, max_exchanges_per_host=1, min_exchanges=2, **FAST)
-    status = q.wait(lambda s: len(s.exchanges) == 2, 20, "2 exchanges")
+    # the GCM's view names an exchange's host once that host's manager wrote it, a moment after the monitor heard it
+    status = q.wait(lambda s: len(s.exchanges) == 2 and len(hosts_of(s, cluster, "crash")) == 2, 20,
+                    "2 exchanges, on 2 hosts in the GCM's view")
     victim_host, = hosts_of(status, cluster, "crash") - {a}  # one exchange per host: the second is elsewhere
     q.subscribe("")
     for keys in ("a", "b", "c", "d"):
