@@ -12,6 +12,7 @@ from typing import Iterator, NamedTuple
 import zmq
 
 from client._management import QueueManager
+from client._replay import CONTINUE
 from client.spark._options import Position, ReadOptions
 from roq.config import CurveClient
 from roq.errors import BrokerTimeoutError, ConfigError, JournalError, NotFoundError, ProtocolError
@@ -21,8 +22,6 @@ __all__ = ["locate", "JournalReader", "Piece"]
 
 #: seconds a fetch may take before the read fails
 FETCH_TIMEOUT_S = 30.0
-#: the offset of a fetch that goes on from where this reader's previous one ended
-CONTINUE = -3
 
 
 def locate(options: ReadOptions) -> str:

@@ -15,11 +15,14 @@ from roq import defaults
 from roq.errors import ConfigError
 from roq.wire import batch, control
 
-__all__ = ["SCHEMA", "ReadOptions", "Position", "parse_read", "split", "OPTIONS"]
+__all__ = ["COLUMNS", "SCHEMA", "ReadOptions", "Position", "parse_read", "split", "OPTIONS"]
 
-#: The columns of a read: each record's key and payload, the publisher (its id, hex) and its seq, the journal's
-#: offset of the record, and the publisher's time of its batch.
-SCHEMA = "key binary, payload binary, publisher string, seq long, offset long, timestamp timestamp"
+#: The columns of a read, with their Spark types: each record's key and payload, the publisher (its id, hex) and
+#: its seq, the journal's offset of the record, and the publisher's time of its batch.
+COLUMNS = (("key", "binary"), ("payload", "binary"), ("publisher", "string"), ("seq", "long"), ("offset", "long"),
+           ("timestamp", "timestamp"))
+#: :data:`COLUMNS` as Spark's DDL.
+SCHEMA = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
 
 #: Where a read begins or ends: "earliest", "latest", an offset, or a time (seconds since the epoch).
 Position = Union[str, int, float]

@@ -14,9 +14,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from client.spark._journal import JournalReader, Piece, locate
 from roq.errors import ProtocolError
-from client.spark._options import SCHEMA, ReadOptions, parse_read, split
+from client.spark._options import COLUMNS, SCHEMA, ReadOptions, parse_read, split
 
-__all__ = ["RoqDataSource", "register", "read", "arrow_batch"]
+__all__ = ["RoqDataSource", "register", "read", "arrow_batch", "arrow_schema"]
 
 
 class OffsetRange(InputPartition):
@@ -62,13 +62,14 @@ class RoqReader(DataSourceReader):
         per record (the payloads are cut out of the batches' bodies by their length tables)."""
         assert isinstance(partition, OffsetRange)
         options = self.options
+        schema = arrow_schema()
         with JournalReader(self.endpoint, options.credentials, options.fetch_bytes) as journal:
             for pieces in journal.records(partition.start, partition.end, options.prefix):
-                yield arrow_batch(pieces)
+                yield arrow_batch(pieces, schema)
 
 
-def arrow_batch(pieces: list[Piece]) -> Any:
-    """The records of ``pieces`` as one Arrow record batch of :data:`client.spark._options.SCHEMA`.
+def arrow_batch(pieces: list[Piece], schema: Any = None) -> Any:
+    """The records of ``pieces`` as one Arrow record batch of ``schema`` (:func:`arrow_schema`'s, by default).
 
     Raises:
         ProtocolError: a body whose length table does not add up to it.
@@ -107,14 +108,16 @@ def arrow_batch(pieces: list[Piece]) -> Any:
                                                pa.py_buffer(b"".join(data))]),
         pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(publishers[0]), pa.py_buffer(publishers[1])]),
         pa.array(seqs, pa.int64()), pa.array(offsets, pa.int64()),
-        pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC"))], schema=_arrow_schema())
+        pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC"))], schema=schema or arrow_schema())
 
 
-def _arrow_schema() -> Any:
+def arrow_schema() -> Any:
+    """:data:`client.spark._options.COLUMNS` as an Arrow schema (timestamps in microseconds, UTC)."""
     import pyarrow as pa
 
-    return pa.schema([("key", pa.binary()), ("payload", pa.binary()), ("publisher", pa.string()),
-                      ("seq", pa.int64()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC"))])
+    types = {"binary": pa.binary(), "string": pa.string(), "long": pa.int64(),
+             "timestamp": pa.timestamp("us", tz="UTC")}
+    return pa.schema([(name, types[kind]) for name, kind in COLUMNS])
 
 
 def _repeated(values: list[bytes], counts: list[int]) -> tuple[Any, bytes]:
