@@ -31,7 +31,6 @@ followers told where the new leader is.
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import os
@@ -43,7 +42,8 @@ import zmq
 from exchange.journal._format import Entry, read_position
 from exchange.journal._readport import ReadPort
 from exchange.journal._reads import Positions
-from exchange.journal._replication import ACCEPT, STALE, TRUNCATE, Election, EpochHistory, Promise, Quorum, Replica
+from exchange.journal._replication import (ACCEPT, STALE, TRUNCATE, Election, EpochHistory, Promise, Quorum, Replica,
+                                           Waiting)
 from exchange.journal._store import Store
 from roq.errors import ConflictError, JournalError, ProtocolError, Result
 from roq.runtime import counted_log_due
@@ -355,7 +355,7 @@ class Leading:
         self.reads = reads
         self.acknowledge = acknowledge
         self.on_commit = on_commit
-        self.pending: collections.deque[tuple[int, Acks]] = collections.deque()  # (round's end, its acks)
+        self.pending: Waiting[Acks] = Waiting()
         reads.epochs(epoch, self.replica.history.to_list())
         reads.commit(known)
         store.keep_recent(RECENT_BYTES)
@@ -364,7 +364,7 @@ class Leading:
         """The leader wrote (and with ``always`` synced) a round ending at ``end``."""
         self.replica.wrote(end)  # what its promise says, should a candidate ask
         if acks:
-            self.pending.append((end, acks))
+            self.pending.add(end, acks)
         self.held(self.name, end, now)
 
     def fetched(self, replica: str, end: int, epoch: int, now: float) -> None:
@@ -402,17 +402,17 @@ class Leading:
         if self.fenced:
             return
         committed = self.quorum.held(replica, end, now)
-        if committed <= self.committed:
-            return
-        self.committed = committed
+        moved = committed > self.committed
+        if moved:
+            self.committed = committed
+            self.reads.commit(committed)
         ready: Acks = {}
-        while self.pending and self.pending[0][0] <= committed:
-            for source, pairs in self.pending.popleft()[1].items():
+        for acks in self.pending.due(self.committed):  # (a round adding nothing may be due with no move)
+            for source, pairs in acks.items():
                 ready.setdefault(source, []).extend(pairs)
-        self.reads.commit(committed)
         if ready:
-            self.acknowledge(ready, committed)
-        if self.on_commit is not None:
+            self.acknowledge(ready, self.committed)
+        if moved and self.on_commit is not None:
             self.on_commit(committed)
 
 

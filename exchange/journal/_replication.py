@@ -34,10 +34,14 @@ histories (:class:`EpochHistory`: where each epoch began and ended), as Kafka's 
 from __future__ import annotations
 
 import bisect
+import collections
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 __all__ = ["EpochHistory", "Promise", "Replica", "Verdict", "ACCEPT", "STALE", "FETCH", "TRUNCATE",
-           "Quorum", "Election", "majority", "EPOCH_SHIFT"]
+           "Quorum", "Waiting", "Election", "majority", "EPOCH_SHIFT"]
+
+T = TypeVar("T")
 
 #: an epoch begins at an offset at or past the wall clock's seconds shifted by this much (see the module's doc)
 EPOCH_SHIFT = 21
@@ -278,6 +282,30 @@ class Quorum:
         """Whether ``replica`` holds everything committed and was heard within ``max_lag_s``."""
         return (replica == self.leader or now - self.heard_at.get(replica, 0.0) <= max_lag_s) and \
             self.ends.get(replica, 0) >= min(self.committed, leader_end)
+
+
+class Waiting(Generic[T]):
+    """What each round written owes the exchanges (its acknowledgements), until the commit end reaches the log's end
+    after it. A round may add nothing to the log (only batches it holds already, sent again after a failover) and
+    end where the commit end already is: it is due at once, not at the next move of the commit end, which may never
+    come on a queue gone quiet."""
+
+    def __init__(self) -> None:
+        self.rounds: collections.deque[tuple[int, T]] = collections.deque()  # (the log's end after it, its due)
+
+    def add(self, end: int, due: T) -> None:
+        """A round after which the log ends at ``end`` (never below a round's before it)."""
+        self.rounds.append((end, due))
+
+    def due(self, committed: int) -> list[T]:
+        """What the rounds ending at or before ``committed`` owe, in their order (taken out)."""
+        rounds, out = self.rounds, []
+        while rounds and rounds[0][0] <= committed:
+            out.append(rounds.popleft()[1])
+        return out
+
+    def __len__(self) -> int:
+        return len(self.rounds)
 
 
 class Election:

@@ -150,6 +150,21 @@ def test_replicas_with_nothing_to_do_sleep(tmp_path, rig):
     assert all(used < 0.1 * window for used in spent.values()), (spent, window)
 
 
+def test_a_batch_sent_again_after_it_was_acknowledged_is_acknowledged_again_at_once(tmp_path, rig):
+    """A round of batches the log holds already adds nothing, and ends where the commit end is: its
+    acknowledgements are due then, not at the next move of the commit end (an exchange resending after a failover
+    to a quiet queue waited for one that never came; until 2026-11-29)."""
+    ctx, children = rig
+    _, info, _ = _three(tmp_path, children)
+    driver = Driver(ctx, info.intake, random.Random(37))
+    driver.run(0.5)
+    driver.settle()
+    for publisher in driver.publishers:
+        driver.acked[publisher] = 0  # forget: it is acknowledged again, up to its last
+    driver.resend()
+    driver.settle(10)
+
+
 def test_a_follower_that_starts_empty_takes_the_leaders_journal_from_its_first_offset(tmp_path, rig):
     ctx, children = rig
     leader, info = _journal(str(tmp_path / "lead"), "--id", "lead", "--followers", "f1")

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from exchange.journal._replication import (ACCEPT, EPOCH_SHIFT, FETCH, STALE, TRUNCATE, Election, EpochHistory, Promise,
-                                           Quorum, Replica, majority)
+                                           Quorum, Replica, Waiting, majority)
 
 
 def test_majorities():
@@ -257,3 +257,15 @@ def test_three_replicas_under_crashes_partitions_and_zombie_leaders_lose_nothing
     # the model did what it is for: many elections, fenced leaders refused, divergent tails cut back, much acked
     assert totals["elections"] > trials * 3 and totals["stale"] > trials and totals["truncated"] > trials / 10
     assert totals["acked"] > trials * 20
+
+
+def test_a_round_is_due_once_the_commit_end_reaches_the_end_of_the_log_after_it():
+    w: Waiting[str] = Waiting()
+    w.add(10, "a")
+    w.add(20, "b")
+    assert w.due(9) == [] and len(w) == 2
+    assert w.due(15) == ["a"]
+    w.add(20, "c")  # a round that added nothing (batches sent again): due with "b", no later
+    assert w.due(20) == ["b", "c"] and not w
+    w.add(20, "d")  # ... and due at once where the commit end is already there (no move of it will come)
+    assert w.due(20) == ["d"]
