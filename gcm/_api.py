@@ -4,8 +4,9 @@ Requests arrive through a :class:`~roq.server.Dispatcher` per port (the look-up 
 :class:`~roq.wire.management.Lookup`; the management port every request, look-ups too), which decodes and checks
 them and turns whatever a handler raises into the reply. A standby refuses everything with NOT_LEADER naming
 the leader's endpoint for the port asked. The leader answers reads from its view (:mod:`gcm._reads`) and
-hands each decision (:mod:`gcm._lifecycle`, :mod:`gcm._scaling`, :mod:`gcm._rules`, :mod:`gcm._acl`) to the
-:class:`Shell`, which commits its outcome and answers now or once the cluster reaches the state waited for.
+hands each decision (:mod:`gcm._lifecycle`, :mod:`gcm._scaling`, :mod:`gcm._journals`, :mod:`gcm._rules`,
+:mod:`gcm._acl`) to the :class:`Shell`, which commits its outcome and answers now or once the cluster reaches the
+state waited for.
 With CURVE, the leader first checks that the request's principal may send it (:func:`gcm._acl.check`).
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Protocol
 
-from gcm import _acl, _lifecycle, _reads, _rules, _scaling
+from gcm import _acl, _journals, _lifecycle, _reads, _rules, _scaling
 from gcm._audit import AuditTrail, entry
 from gcm._federation import Federation
 from gcm._outcome import Outcome
@@ -41,6 +42,8 @@ DECISIONS: dict[type[Message], Decision] = {
     m.CreateExchange: _lifecycle.create_exchange,
     m.ScaleOut: _scaling.scale_out,
     m.RemoveExchange: _scaling.remove_exchange,
+    m.ReplaceReplica: _journals.replace_replica,
+    m.AdmitReplica: _journals.admit_replica,
     m.SetRules: _rules.set_rules,
     m.SetThresholds: _rules.set_thresholds,
     m.Grant: _acl.grant,

@@ -185,6 +185,6 @@ def _journal(host: str, durable: bool, status: QueueStatus | None) -> dict[str, 
         return None
     journal = status.journal if status is not None and status.journal.journal else None
     replicas = [{"replica": r.replica, "role": r.role, "epoch": r.epoch, "alive": r.alive, "lag": r.lag,
-                 "in_sync": r.in_sync} for r in (journal.replicas or [])] if journal is not None else []
+                 "in_sync": r.in_sync, "learner": r.learner} for r in (journal.replicas or [])] if journal is not None else []
     return {"host": host, "replicas": replicas,
             **{k: getattr(journal, k) if journal is not None else None for k in JOURNAL_FIELDS}}

@@ -180,6 +180,7 @@ QUEUE_FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("roq_journal_replica_epoch", "gauge", "the newest epoch the replica promised"),
     ("roq_journal_replica_lag", "gauge", "offsets of the leader's log the replica does not hold, as the leader counted"),
     ("roq_journal_replica_in_sync", "gauge", "1 while the replica holds everything a majority acknowledged"),
+    ("roq_journal_replica_learner", "gauge", "1 while the replica, new in place of a lost one, does not vote yet"),
     ("roq_journal_elections_total", "counter", "elections the queue's monitor started for its replicated journal"),
 )
 _JOURNAL: tuple[tuple[str, Callable[[JournalStatus], float | None], float], ...] = (
@@ -267,7 +268,8 @@ def queue_lines(name: str, status: QueueStatus, top: int, label: Labels) -> dict
             labels = f'queue="{q}",replica="{_label(r.replica)}"'
             for family, value in (("roq_journal_replica_up", r.alive), ("roq_journal_replica_leader", r.role == "leader"),
                                   ("roq_journal_replica_epoch", r.epoch), ("roq_journal_replica_lag", r.lag),
-                                  ("roq_journal_replica_in_sync", r.in_sync)):
+                                  ("roq_journal_replica_in_sync", r.in_sync),
+                                  ("roq_journal_replica_learner", r.learner)):
                 add(family, f"{family}{{{labels}}} {float(value)!r}")
         if journal.elections is not None:
             add("roq_journal_elections_total", f'roq_journal_elections_total{{queue="{q}"}} {float(journal.elections)!r}')

@@ -36,7 +36,7 @@ _OWN_LINK_FIELDS = ("name", "source", "target", "queue", "cluster", "role", "par
 #: a syntactically valid endpoint to check exchange options against, before any monitor is known
 _OWN_JOURNAL_FIELDS = ("queue", "directory", "monitor", "address", "intake_port", "reads_port", "journal_id",
                        "generation", "commands", "secret_key", "keyring", "followers", "follow", "epoch", "peers",
-                       "replicas")
+                       "replicas", "learner")
 _ANY_MONITOR = "tcp://127.0.0.1:1"
 
 
@@ -163,16 +163,17 @@ class ChildSettings:
                              session_timeout=c.session_timeout, kpi_archive=c.kpi_archive, **self._curve,
                              zk_auth=os.path.abspath(c.zk_auth) if c.zk_auth else "", **self.monitor_options)
 
-    def journal(self, queue: str, monitor: str, port: int, generation: int = 0, replicas: int = 1) -> JournalConfig:
+    def journal(self, queue: str, monitor: str, port: int, generation: int = 0, replicas: int = 1,
+                learner: bool = False) -> JournalConfig:
         """The settings of the journal of ``queue`` on ``port``, reporting to ``monitor``, taking commands on
         stdin, of the queue's journal ``generation``; its files in ``<journal_dir>/<address>/<queue>``; one of
-        ``replicas``, named by this host's address."""
+        ``replicas``, named by this host's address, a ``learner`` if it replaces one lost with its host."""
         c = self.config
         base = os.path.abspath(os.path.expanduser(c.journal_dir or "~/.roq/journals"))
         return JournalConfig(queue=queue, directory=os.path.join(base, c.address, queue), monitor=monitor,
                              address=c.address, intake_port=port, generation=generation, commands=True,
-                             replicas=replicas, journal_id=c.address if replicas > 1 else "", **self.journal_options,
-                             **self._curve)
+                             replicas=replicas, journal_id=c.address if replicas > 1 else "", learner=learner,
+                             **self.journal_options, **self._curve)
 
     def link(self, queue: str, monitor: str, federation: FederationDoc) -> LinkConfig:
         """The settings of the link of ``queue`` (whose monitor is ``monitor``) to the parent's queue of the same

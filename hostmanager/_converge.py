@@ -45,12 +45,13 @@ class ChildState:
 class Start:
     """Start a process for ``assignment`` (an exchange, a journal or a link of the queue whose monitor is
     ``monitor``; a journal of the queue's journal ``generation``; a link from the cluster's place in its tree,
-    ``federation``; a journal one of ``replicas``)."""
+    ``federation``; a journal one of ``replicas``, a ``learner`` if it was placed in place of a lost one)."""
 
     assignment: Assignment
     monitor: str = ""
     generation: int = 0
     replicas: int = 1
+    learner: bool = False
     federation: FederationDoc | None = None
 
 
@@ -99,7 +100,8 @@ def wanted(names: Iterable[str], *, skipped: set[str] | None = None) -> dict[str
 
 def converge(assignments: Mapping[str, Assignment], children: Mapping[str, ChildState],
              monitors: Mapping[str, str], now: float, generations: Mapping[str, int] | None = None,
-             federation: FederationDoc | None = None, replicas: Mapping[str, int] | None = None) -> list[Action]:
+             federation: FederationDoc | None = None, replicas: Mapping[str, int] | None = None,
+             learners: Mapping[str, bool] | None = None) -> list[Action]:
     """The actions that bring the children in line with ``assignments``.
 
     Args:
@@ -111,6 +113,8 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
             host was lost: the queue's document says), for the journals started.
         federation: the cluster's place in its tree, for the links started (None, or no parent: a link waits).
         replicas: queue -> how many replicas its journal has (missing: 1), for the journals started.
+        learners: queue -> whether this host's replica of its journal is a learner (the queue's document names it
+            among ``journal_learners``; missing: no), for the journals started.
     """
     actions: list[Action] = []
     for name, unassigned in children.items():
@@ -135,5 +139,6 @@ def converge(assignments: Mapping[str, Assignment], children: Mapping[str, Child
         elif monitors.get(a.queue):
             generation = (generations or {}).get(a.queue, 0) if a.role == JOURNAL else 0
             copies = (replicas or {}).get(a.queue, 1) if a.role == JOURNAL else 1
-            actions.append(Start(a, monitors[a.queue], generation, replicas=copies))
+            learner = copies > 1 and (learners or {}).get(a.queue, False)
+            actions.append(Start(a, monitors[a.queue], generation, replicas=copies, learner=learner))
     return actions

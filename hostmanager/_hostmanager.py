@@ -209,19 +209,21 @@ class HostManager:
             journals = {a.queue: self._journal_of(a.queue) for a in assignments.values() if a.role == JOURNAL}
             generations = {q: doc.journal_generation for q, doc in journals.items()}
             replicas = {q: max(1, len(doc.journal_replicas)) for q, doc in journals.items()}
+            learners = {q: self.address in doc.journal_learners for q, doc in journals.items()}
             federation = (self.session.read(self.paths.federation, FederationDoc.decode, watch=True)[0]
                           if any(a.role == LINK for a in assignments.values()) else None)
         except ZooKeeperError as exc:
             log.warning("reading the assignments failed: %s", exc)
             self._dirty = True
             return
-        for action in converge(assignments, self.children.states(), monitors, now, generations, federation, replicas):
+        for action in converge(assignments, self.children.states(), monitors, now, generations, federation, replicas,
+                               learners):
             self._dirty |= self.children.apply(action, now)
 
     def _journal_of(self, queue: str) -> QueueDoc:
         """``queue``'s document, for its journal: its generation (how many times its journal was started anew after
         losing its host; the GCM counts it in the transaction that places the journal, so a host manager that sees
-        the journal's assignment reads at least that count) and its replicas."""
+        the journal's assignment reads at least that count), its replicas, and which of them are learners."""
         doc, _ = self.session.read(self.paths.queue(queue), QueueDoc.decode)
         return doc if doc is not None else QueueDoc()
 

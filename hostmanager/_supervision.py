@@ -69,7 +69,7 @@ class Children:
         """Carry out one action; True if the assignments should be looked at again soon."""
         if isinstance(action, Start):
             self._start(self.by_name.setdefault(action.assignment.name, Supervised(action.assignment)),
-                        action.monitor, action.generation, action.federation, action.replicas)
+                        action.monitor, action.generation, action.federation, action.replicas, action.learner)
             return False
         sup = self.by_name[action.name]
         a = sup.assignment
@@ -87,7 +87,7 @@ class Children:
         return False
 
     def _start(self, sup: Supervised, monitor: str, generation: int = 0,
-               federation: FederationDoc | None = None, replicas: int = 1) -> None:
+               federation: FederationDoc | None = None, replicas: int = 1, learner: bool = False) -> None:
         a = sup.assignment
         ports: list[int] = []
         try:
@@ -98,7 +98,7 @@ class Children:
             elif a.role == JOURNAL:  # on its port of before: its exchanges find it again where they left it
                 ports.append(self.ports.allocate(sup.last_port))
                 sup.last_port = ports[0]
-                config = self.settings.journal(a.queue, monitor, ports[0], generation, replicas)
+                config = self.settings.journal(a.queue, monitor, ports[0], generation, replicas, learner)
                 sup.replicas = replicas
             elif a.role == LINK:  # no port: a client of both clusters
                 assert federation is not None  # (converge starts a link only with it)

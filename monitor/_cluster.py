@@ -139,6 +139,8 @@ class ClusterLink:
             explicit=rules,
             # no node: no rule was ever set; a node that does not read allows nothing (it must not open the doors)
             acl=None if acl_version < 0 else (acl.rules if acl is not None else ()),
+            replicas=tuple(queue.journal_replicas) if queue is not None else (),
+            learners=tuple(queue.journal_learners) if queue is not None else (),
         )
         if view.rules != self.view.rules:
             changed = {k: v for k, v in view.rules.items() if self.view.rules.get(k) != v}

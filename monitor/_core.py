@@ -88,7 +88,7 @@ class Core:
         self.permissions = Permissions(config.queue, t, out)
         self.durability = Durability(t, out, self.rules, journal_timeout=config.heartbeat_timeout)
         self.replicas = Replicas(out, lambda: self.rules.values, timeout=config.heartbeat_timeout,
-                                 own_host=config.address)
+                                 own_host=config.address, queue=config.queue)
         self.scaling = (Scaling(config.queue, t, self.rules, self.mover, self.exchanges, self.subscribers, events, out)
                         if clustered else None)
         self.operators = Operators(config.queue, pid, t, self.mover, self.rules, events, drops, self._scaling_state,
@@ -145,6 +145,7 @@ class Core:
 
     def _adopt(self, view: QueueView) -> None:
         self.permissions.adopt(view.acl)
+        self.replicas.adopt(view.replicas, view.learners)
         if self.scaling is not None:
             self.scaling.adopt(view)
         if self.adoption.adopt(view) and self.scaling is not None:

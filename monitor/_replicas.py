@@ -24,18 +24,31 @@ wrong (two of them for a moment, one that misses a live leader) costs an electio
   spares it a copy. A candidate has :data:`ELECTION_S` to win; then another stands, one not passed over first.
 
 Every election is an event with its reason.
+
+**The replica set** is the queue's document's (:attr:`~roq.wire.documents.QueueDoc.journal_replicas`, from the
+GCM): elections count a majority of it, and a live leader that counts another set is told it. A member silent for
+the rule ``replica_replace_s`` while a live leader reaches a majority and the other members that vote are a majority is
+replaced (:class:`~roq.wire.management.ReplaceReplica`: the GCM refuses while its host is live, and puts a new one
+on another host, a *learner*). One at a time: nothing more is replaced while a learner of the document has not
+said it votes; once it does (its heartbeat), the GCM is told (:class:`~roq.wire.management.AdmitReplica`) and the
+time from the lost member's last heartbeat to then is an event.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Callable, Mapping
 
 from monitor._outbox import Outbox
 from roq.wire import control
+from roq.wire import management as m
+from roq.wire.control import Reply
 from roq.wire.status import ReplicaStatus
 
 __all__ = ["Replicas", "RETELL_S", "ELECTION_S", "wanted"]
+
+log = logging.getLogger(__name__)
 
 #: least seconds between two orders to one replica that has not done what it was told
 RETELL_S = 0.5
@@ -43,6 +56,8 @@ RETELL_S = 0.5
 FIRST_WAIT_S = 5.0
 #: seconds a candidate has to win its epoch (its promises wait 2 s at most) before another stands
 ELECTION_S = 2.5
+#: seconds between two requests to the GCM about the replica set that were refused or not answered
+RETRY_S = 2.0
 
 
 def wanted(rules: Mapping[str, Any]) -> int:
@@ -73,8 +88,14 @@ class Replicas:
     """
 
     def __init__(self, outbox: Outbox, rules: Callable[[], Mapping[str, Any]], timeout: float,
-                 own_host: str = "") -> None:
+                 own_host: str = "", queue: str = "") -> None:
         self.outbox = outbox
+        self.queue = queue
+        self.members: list[str] = []  # the document's replica set ([]: not known, the replicas heard of)
+        self.learners: set[str] = set()  # of those, the ones placed as learners the document still names
+        self.asking = ""  # a request about the set the GCM has not answered yet
+        self.retry_at = 0.0
+        self.lost_at: float | None = None  # when the member last replaced was last heard (for the time it took)
         self.rules = rules
         self.timeout = timeout
         self.own_host = own_host
@@ -100,6 +121,15 @@ class Replicas:
         if self.since is None:
             self.since = now
         self.decide(now)
+
+    def adopt(self, replicas: tuple[str, ...], learners: tuple[str, ...]) -> None:
+        """The queue's document names the replica set ``replicas``, ``learners`` among them."""
+        self.members = list(replicas)
+        self.learners = set(learners) & set(replicas)
+
+    def _voters(self, live: dict[str, _Replica]) -> dict[str, _Replica]:
+        """The live replicas that vote: members of the set (when it is known), not learners."""
+        return {n: r for n, r in live.items() if not r.hb.learner and (not self.members or n in self.members)}
 
     def discount(self, late: float) -> None:
         """The monitor did not run for ``late`` seconds: nobody's silence."""
@@ -138,10 +168,20 @@ class Replicas:
             for name, r in live.items():
                 if name == lead.replica or (r.hb.role == control.FOLLOWER and r.hb.leader == lead.reads):
                     continue
+                if self.members and name not in self.members:
+                    continue  # replaced: no longer one of the set
                 if now - r.told_at >= RETELL_S:
                     r.told_at = now
                     self.outbox.send(r.identity, control.JournalRole(role=control.FOLLOWER, epoch=lead.epoch,
                                                                      leader=lead.reads))
+            members = self.members
+            if members and lead.replica in members and sorted(lead.followers) != sorted(members):
+                r = self.known[lead.replica]
+                if now - r.told_at >= RETELL_S:  # the set changed: the leader counts the new one
+                    r.told_at = now
+                    self.outbox.send(r.identity, control.JournalRole(role=control.LEADER, epoch=lead.epoch,
+                                                                     replicas=list(members)))
+            self._repair(lead, live, count, now)
             return
         if self.candidate is not None:
             if now < self.candidate[2]:
@@ -152,7 +192,8 @@ class Replicas:
             return  # a live leader's heartbeat may be on its way
         if not self.leader_name and len(self.known) < count and now - self.since < FIRST_WAIT_S:
             return  # the first leader: the replicas still starting are given a moment to be counted
-        if len(live) < majority(count):
+        voters = self._voters(live)
+        if len(voters) < majority(count):
             if not self._short:
                 self._short = True
                 self.outbox.event("journal_unavailable", f"{len(live)} of the journal's {count} replicas are live: "
@@ -160,15 +201,18 @@ class Replicas:
                                   live=sorted(live), replicas=count)
             return
         top = max(r.hb.epoch for r in self.known.values())
-        name, r = max(live.items(), key=lambda item: (item[0] not in self.passed,
+        name, r = max(voters.items(), key=lambda item: (item[0] not in self.passed,
                                                       _host(item[1].hb.intake) != self.own_host,
                                                       item[1].hb.last_epoch, item[1].hb.end, item[0]))
         epoch = top + 1
-        names = sorted(self.known)[:count]
-        if name not in names:
-            names = [*names[:count - 1], name]
-        names += [f"?{i}" for i in range(count - len(names))]  # not heard of yet: holds nothing
-        peers = {n: x.hb.reads for n, x in self.known.items() if n != name and x.hb.reads}
+        if self.members:
+            names = list(self.members)
+        else:  # (no document: a monitor outside a cluster)
+            names = sorted(self.known)[:count]
+            if name not in names:
+                names = [*names[:count - 1], name]
+            names += [f"?{i}" for i in range(count - len(names))]  # not heard of yet: holds nothing
+        peers = {n: x.hb.reads for n, x in self.known.items() if n != name and x.hb.reads and n in names}
         self.candidate = (name, epoch, now + ELECTION_S)
         self.elections += 1
         r.told_at = now
@@ -184,6 +228,53 @@ class Replicas:
         self.outbox.event("journal_election", f"{why}: replica {name} (log to {r.hb.end}, last epoch "
                           f"{r.hb.last_epoch}) stands for epoch {epoch}, {len(live)} of {count} replicas live",
                           replica=name, epoch=epoch, reason=why)
+
+    def _repair(self, lead: control.JournalHeartbeat, live: dict[str, _Replica], count: int, now: float) -> None:
+        """With a live leader: a learner that votes now is admitted; else one member gone for the rule
+        ``replica_replace_s`` is replaced, if the others that vote are a majority (see the module)."""
+        after = float(self.rules().get("replica_replace_s", 0.0))
+        if not self.members or not self.queue or self.asking or now < self.retry_at:
+            return
+        for name in sorted(self.learners):
+            r = live.get(name)
+            if r is None or r.hb.learner:
+                continue
+            lost, self.lost_at = self.lost_at, None
+            took = f", {now - lost:.1f}s after the replica it replaced was last heard" if lost is not None else ""
+            self.outbox.event("journal_rereplicated", f"replica {name} holds what the leader of epoch {lead.epoch} "
+                              f"committed and votes: the journal has its {len(self.members)} replicas again{took}",
+                              replica=name, took_s=round(now - lost, 3) if lost is not None else None)
+            self._ask(m.AdmitReplica(QName=self.queue, Replica=name), f"admit replica {name}", now)
+            return
+        if self.learners or lead.reached + 1 < majority(count) or not after:
+            return  # one at a time: the last one placed has not caught up
+        start = self.since if self.since is not None else now
+        for name in self.members:
+            r = self.known.get(name)
+            heard = r.heard_at if r is not None else start
+            if name == lead.replica or now - heard < after:
+                continue
+            voting = sum(1 for n in self.members if n != name and n in live and not live[n].hb.learner)
+            if voting < majority(count):
+                return
+            why = (f"replica {name} silent for {now - heard:.1f}s" if r is not None else
+                   f"replica {name} not heard of in {now - heard:.1f}s")
+            self.lost_at = heard
+            self._ask(m.ReplaceReplica(QName=self.queue, Replica=name, Reason=why), f"replace replica {name}", now)
+            return
+
+    def _ask(self, msg: control.Message, what: str, now: float) -> None:
+        self.asking = what
+
+        def answered(reply: Reply | None, why: str, at: float) -> None:
+            self.asking = ""
+            if reply is not None and reply.ok:
+                return
+            self.retry_at = at + RETRY_S  # the GCM may refuse (the host is live yet) or not answer: asked again
+            log.info("queue %s: the GCM did not %s: %s", self.queue, what,
+                     f"{reply.result}: {reply.comment}" if reply is not None else why)
+
+        self.outbox.ask(msg, what, answered)
 
     def _out_of_reach(self, lead: control.JournalHeartbeat, live: dict[str, _Replica], count: int, now: float) -> bool:
         """Whether the live leader has reached too few followers for a majority for a whole timeout, while enough
@@ -202,11 +293,13 @@ class Replicas:
         lead = self.leader(now)
         out = []
         for n, r in sorted(self.known.items()):
+            if self.members and n not in self.members:
+                continue  # replaced: no longer the queue's
             held = r.hb.end if lead is None or n == lead.replica else lead.followers.get(n, 0)
             out.append(ReplicaStatus(replica=n, role=r.hb.role, pid=r.hb.pid, epoch=r.hb.epoch, end=r.hb.end, intake=r.hb.intake,
                                      alive=now - r.heard_at < self.timeout, silent_s=round(now - r.heard_at, 3),
                                      lag=max(0, lead.end - held) if lead is not None else 0,
-                                     in_sync=lead is not None and held >= lead.committed))
+                                     in_sync=lead is not None and held >= lead.committed, learner=r.hb.learner))
         return out
 
 

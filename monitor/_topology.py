@@ -185,6 +185,8 @@ class QueueView:
         thresholds: the thresholds as written (by the KPI tuner or an operator).
         explicit: the rules an operator set.
         acl: the cluster's permissions (None: no rule was ever set; () when they do not read: nothing allowed).
+        replicas: a replicated journal's replica set (their hosts, each replica named by its host).
+        learners: of those, the ones placed in place of a lost one that are not yet said to vote.
     """
 
     state: str = ""
@@ -193,6 +195,8 @@ class QueueView:
     thresholds: Mapping[str, Any] = field(default_factory=dict)
     explicit: Mapping[str, Any] = field(default_factory=dict)
     acl: tuple[Rule, ...] | None = None
+    replicas: tuple[str, ...] = ()
+    learners: tuple[str, ...] = ()
 
 
 class Topology:

@@ -256,6 +256,11 @@ class JournalConfig:
         replicas: the queue's replica count (1-5; 1 = an unreplicated journal). Above 1 this journal is one
             replica, named by its ``--id`` and reporting to ``monitor``: it starts as a standby and leads or
             follows as its monitor tells it (:class:`~roq.wire.control.JournalRole`).
+        learner: with ``replicas`` above 1, a replica new to the queue's replica set (in place of one lost with its
+            host): it promises nothing in an election until a leader that counts it has told it a commit end its
+            log reaches, so an empty log (or an old one, of a host that held a replica long ago) never outvotes
+            one holding what was acknowledged. Its host manager gives it while the queue's document names the
+            replica a learner.
         scrub_interval: seconds between two sealed segments read whole, in turn, to find damage (a bit flipped on
             the disk); a replica rewrites a damaged one from another replica's copy (0 = no scrub).
         sync_log: after each sync, write where what is on the disk ends (the active segment's name and its bytes
@@ -286,6 +291,7 @@ class JournalConfig:
     epoch: int = 1
     peers: tuple[str, ...] = ()
     replicas: int = 1
+    learner: bool = False
     scrub_interval: float = 10.0
     sync_log: bool = False
 
@@ -324,6 +330,8 @@ class JournalConfig:
         if self.replicas > 1 and (not self.monitor or not self.journal_id or self.follow or self.followers):
             raise ConfigError("JournalConfig.replicas above 1 needs a monitor (it says who leads) and the replica's "
                               "id (--id), and takes no followers nor follow (the monitor names them)")
+        if self.learner and self.replicas < 2:
+            raise ConfigError("JournalConfig.learner is for a replica of a replicated journal (replicas above 1)")
         if not isinstance(self.epoch, int) or self.epoch < 1:
             raise ConfigError(f"JournalConfig.epoch must be 1 or more, got {self.epoch!r}")
         if len(self.followers) > 4 or len(set(self.followers)) != len(self.followers) or \

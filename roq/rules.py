@@ -57,6 +57,9 @@ _SPEC: dict[str, tuple[type, Any, float, float, str]] = {
     "replicas": (int, 1, 1, 5,
                  "copies of a durable queue's journal, each on its own host; a record is acknowledged once a majority "
                  "of them hold it, and the queue's journal survives the loss of a minority of their hosts"),
+    "replica_replace_s": (float, 120.0, 1.0, 7 * 86400.0,
+                          "a journal replica silent this long, its host lost, is replaced by a new one on another "
+                          "live host, which copies the journal (one at a time; 0 = never)"),
     "link": (str, "none", 0, 0,
              "none: the queue stays in this cluster; parent: in a cluster with a parent, a link carries the queue's "
              "records to the parent's queue of the same name and the parent's back, as far as subscribers want "

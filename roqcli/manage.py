@@ -108,7 +108,8 @@ def _journal_line(j: JournalStatus) -> str:
             f"{j.syncs} in the last period (mean {j.sync_ms or 0:.2f} ms, longest "
             f"{j.sync_max_ms or 0:.2f} ms), {j.write_failures or 0} failed writes"
             + (f"; last error: {j.error}" if j.error else "")
-            + "".join(f"\n  replica {r.replica}: {r.role}, epoch {r.epoch}, log to {r.end}, "
+            + "".join(f"\n  replica {r.replica}: {r.role}{' (a learner)' if r.learner else ''}, epoch {r.epoch}, "
+                      f"log to {r.end}, "
                       f"{'in sync' if r.in_sync else f'{r.lag} behind'}" + ("" if r.alive else
                                                                           f", silent for {r.silent_s:.1f}s")
                       for r in j.replicas or []))

@@ -51,15 +51,14 @@ from exchange.journal._intake import Intake
 from exchange.journal._meter import Meter
 from exchange.journal._readport import ReadPort
 from exchange.journal._reads import Positions
-from exchange.journal._replicas import (Following, Leading, elect, fetch_range, load_replica, promise_answer,
-                                        save_replica)
+from exchange.journal._replicas import Following, Leading, elect, fetch_range, load_replica, promise
 from exchange.journal._replication import Replica
 from exchange.journal._store import Store
 from roq.wire import batch, control
 from roq.wire.batch import BatchError
 from roq.config import DURABILITIES, JournalConfig
 from roq.security.curve import Curve
-from roq.errors import ConflictError, JournalError, ProtocolError, Result, UnavailableError
+from roq.errors import JournalError, ProtocolError, Result, UnavailableError
 from roq.wire.pipe import MAX_FRAME
 from roq.wire.ready import JournalReady
 from roq.runtime import DropCounter, SignalWakeup, counted_log_due, run_main
@@ -167,7 +166,7 @@ class Journal:
                               on_commit=self._on_position if self.replicated else None)
         self.intake = Intake(self.store, cfg.max_batch_bytes, on_seam=self.reads.reads.seam)
         if self.replicated:  # a standby until told: it serves no reader what no leader said is committed
-            self.standby = load_replica(cfg.directory, self.id, self.store)
+            self.standby = load_replica(cfg.directory, self.id, self.store, cfg.learner)
             self.reads.epochs(self.standby.promised, self.standby.history.to_list())
             self.reads.commit(0)
         if cfg.peers:
@@ -377,10 +376,7 @@ class Journal:
         if self.leading is not None:
             return self.leading.promise(epoch)
         assert self.standby is not None and self.store is not None
-        if self.standby.promise(epoch) is None:
-            raise ConflictError(f"replica {self.id} promised epoch {self.standby.promised} already")
-        save_replica(self.store.directory, self.standby)
-        return promise_answer(self.standby)
+        return promise(self.store.directory, self.standby, epoch)
 
     # ------------------------------------------------------------------ a replica's role, as its monitor says
 
@@ -408,15 +404,22 @@ class Journal:
             if leading is not None and not leading.fenced and leading.epoch >= msg.epoch:
                 return  # an order older than our own epoch
             self._step_down()
-            store, reads = self.store, self.reads
-            assert store is not None and reads is not None
-            following = Following(self._ctx, msg.leader, self.id, store, reads, lambda: not self.interval, self.curve)
+            store, reads, standby = self.store, self.reads, self.standby
+            assert store is not None and reads is not None and standby is not None
+            following = Following(self._ctx, msg.leader, self.id, store, reads, lambda: not self.interval, self.curve,
+                                  learner=standby.learner)
             self.following = following
             self._attach(following)
             following.start(time.monotonic())
             log.info("replica %s follows the leader of epoch %d at %s", self.id, msg.epoch, msg.leader)
         elif msg.role == control.LEADER:
-            if self.leading is not None and self.leading.epoch == msg.epoch:
+            leading = self.leading
+            if leading is not None and leading.epoch == msg.epoch:
+                if msg.replicas and sorted(msg.replicas) != sorted(leading.quorum.ends):
+                    try:  # the replica set changed (one lost, replaced by a learner): counted from now on
+                        leading.members(msg.replicas)
+                    except ValueError as exc:
+                        raise ProtocolError(str(exc)) from None
                 return
             self._lead(msg)
         else:
@@ -492,12 +495,13 @@ class Journal:
         the next)."""
         store = self.store
         assert store is not None
+        was = self._replica()
         if self.following is not None:
             self.loop.remove(self.following.socket)
             self.following.close()
             self.following = None
         self.leading = None
-        self.standby = load_replica(store.directory, self.id, store)
+        self.standby = load_replica(store.directory, self.id, store, was is not None and was.learner)
         while self._commits:
             self._commits.popleft()[1].answer(Reply(request=control.Commit.CMD, result=Result.UNAVAILABLE,
                                                     comment=f"replica {self.id} no longer leads: commit again at the "
@@ -507,6 +511,11 @@ class Journal:
         """Stand for the epoch among the peers; won, lead it from its first entry."""
         store, reads = self.store, self.reads
         assert store is not None and reads is not None
+        was = self._replica()
+        if was is not None and was.learner:
+            log.error("replica %s is a learner (it holds not yet what its leader committed): it does not stand for "
+                      "epoch %d", self.id, msg.epoch)
+            return
         self._step_down()
         self.peers = {n: e for n, e in msg.peers.items() if n != self.id}
         started = time.monotonic()
@@ -605,7 +614,7 @@ class Journal:
                            committed=leading.committed if leading is not None else 0,
                            followers=dict(leading.quorum.ends) if leading is not None else {},
                            reached=leading.reached(time.monotonic()) if leading is not None else 0,
-                           repairs=self.repairs)
+                           repairs=self.repairs, learner=replica.learner)
         reads, admission = self.reads, self.admission
         return control.JournalHeartbeat(journal=self.id, intake=self.endpoint, pid=os.getpid(),
                                         incarnation=self.incarnation,

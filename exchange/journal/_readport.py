@@ -94,6 +94,10 @@ class ReadPort:
         replica."""
         self.reads.epochs(epoch, history)
 
+    def members(self, replicas: list[str]) -> None:
+        """The replicas a leader counts: named in every answer to a replica."""
+        self.reads.replica_set(replicas)
+
     def commit(self, end: int) -> None:
         """A replicated journal's commit end moved to ``end``: answer the readers waiting for it."""
         self.reads.commit(end)

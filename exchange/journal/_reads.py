@@ -78,10 +78,15 @@ class Reads:
         self.limit: int | None = None  # a replicated journal's commit end: readers get nothing at or past it
         self.epoch = 0  # a leader's epoch and its log's history, in each answer to a replica
         self.history: list[list[int]] = []
+        self.members: list[str] = []  # a leader's replica set, named to its replicas
 
     def epochs(self, epoch: int, history: list[list[int]]) -> None:
         """The epoch this journal leads (a follower: promised) and its log's epochs (named to replicas)."""
         self.epoch, self.history = epoch, history
+
+    def replica_set(self, members: list[str]) -> None:
+        """The replicas a leader counts (named to its replicas)."""
+        self.members = list(members)
 
     def commit(self, end: int) -> None:
         """A replicated journal's commit end is ``end`` now (:meth:`written` answers the readers it lets on)."""
@@ -192,7 +197,8 @@ class Reads:
                                start_offset=start if start >= 0 else offset, packed=bool(packed),
                                times=times if msg.replica else [],
                                committed=self.limit if self.limit is not None and msg.replica else -1,
-                               epoch=self.epoch if msg.replica else 0, history=self.history if msg.replica else [])
+                               epoch=self.epoch if msg.replica else 0, history=self.history if msg.replica else [],
+                               members=self.members if msg.replica else [])
         return [control.encode(meta), packed] if packed else [control.encode(meta), *frames]
 
     def written(self) -> list[tuple[bytes, list[bytes]]]:

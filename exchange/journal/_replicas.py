@@ -45,7 +45,7 @@ from exchange.journal._reads import Positions
 from exchange.journal._replication import (ACCEPT, STALE, TRUNCATE, Election, EpochHistory, Promise, Quorum, Replica,
                                            Waiting)
 from exchange.journal._store import Store
-from roq.errors import ConflictError, JournalError, ProtocolError, Result
+from roq.errors import ConflictError, JournalError, ProtocolError, Result, UnavailableError
 from roq.runtime import counted_log_due
 from roq.security.curve import Curve
 from roq.wire import batch, control
@@ -53,6 +53,7 @@ from roq.wire import batch, control
 log = logging.getLogger(__name__)
 
 __all__ = ["Leading", "Following", "elect", "append_entries", "load_replica", "save_replica", "REPLICA_FILE",
+           "promise",
            "promise_answer", "fetch_range", "FETCH_BYTES", "WAIT_MS", "REACHED_S", "RECENT_BYTES", "PROMISE_TIMEOUT_S"]
 
 #: a replica's promised epoch and its log's epoch history, beside its segments
@@ -72,8 +73,9 @@ RECENT_BYTES = 32 << 20
 Acks = dict[bytes, list[tuple[bytes, int]]]
 
 
-def load_replica(directory: str, name: str, store: Store) -> Replica:
-    """The replica ``name`` whose log is ``store``, as ``replica.json`` left it (a new one: no promise, no history).
+def load_replica(directory: str, name: str, store: Store, learner: bool = False) -> Replica:
+    """The replica ``name`` whose log is ``store``, as ``replica.json`` left it (a new one: no promise, no history);
+    a ``learner`` (new to the replica set: it votes once admitted, :meth:`Replica.admit`) whatever its files say.
 
     Raises:
         JournalError: the file does not read, or says the log goes further than it does (it was cut back by hand).
@@ -84,12 +86,29 @@ def load_replica(directory: str, name: str, store: Store) -> Replica:
             doc = json.load(f)
         promised, history = int(doc["promised"]), EpochHistory.from_list(doc["history"])
     except FileNotFoundError:
-        return Replica(name, store.next_offset)
+        return Replica(name, store.next_offset, learner=learner)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise JournalError(f"{path} does not read ({exc}): the replica's promise and history are unknown") from exc
     if history.starts and history.starts[-1][1] > store.next_offset:
         history.truncate(store.next_offset)  # an epoch begun and never written (a crash between the two)
-    return Replica(name, store.next_offset, history, promised)
+    return Replica(name, store.next_offset, history, promised, learner=learner)
+
+
+def promise(directory: str, replica: Replica, epoch: int) -> dict[str, Any]:
+    """A candidate for ``epoch`` asks ``replica`` (its files in ``directory``): its promise, on disk before the
+    answer.
+
+    Raises:
+        ConflictError: it promised that epoch or a newer one. UnavailableError: it is a learner (it holds not yet
+            what its leader committed: its promise does not count, and the candidate looks for a majority without
+            it). JournalError: the promise cannot be written.
+    """
+    why = replica.refusal(epoch)
+    if why:
+        raise (UnavailableError if replica.learner else ConflictError)(why)
+    replica.promise(epoch)
+    save_replica(directory, replica)
+    return promise_answer(replica)
 
 
 def save_replica(directory: str, replica: Replica) -> None:
@@ -181,7 +200,7 @@ def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], st
     replica = load_replica(directory, name, store)
     own = replica.promise(epoch)
     if own is None:
-        raise JournalError(f"replica {name} promised epoch {replica.promised} already: it cannot stand for {epoch}")
+        raise JournalError(f"{replica.refusal(epoch)}: it cannot stand for epoch {epoch}")
     save_replica(directory, replica)
     # a majority of every replica of the queue, not of those heard of (a name not heard of never promises)
     election = Election(name, sorted({name, *(members or peers)}), epoch)
@@ -205,6 +224,10 @@ def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], st
                 peer = asked[sock]
                 reply = control.decode(sock.recv_multipart()[-1])
                 poller.unregister(sock)
+                if isinstance(reply, control.Reply) and reply.result == Result.UNAVAILABLE:
+                    log.info("replica %s, standing for epoch %d: %s does not vote (%s)", name, epoch, peer,
+                             reply.comment)  # a learner: a majority is looked for among the others
+                    continue
                 if not isinstance(reply, control.Reply) or reply.result != Result.OK:
                     election.refused(epoch)
                     log.warning("replica %s, standing for epoch %d: %s refused (%s)", name, epoch, peer,
@@ -357,8 +380,23 @@ class Leading:
         self.on_commit = on_commit
         self.pending: Waiting[Acks] = Waiting()
         reads.epochs(epoch, self.replica.history.to_list())
+        reads.members([name, *followers])
         reads.commit(known)
         store.keep_recent(RECENT_BYTES)
+
+    def members(self, replicas: list[str]) -> None:
+        """The replica set is ``replicas`` now (one lost replaced by a learner): counted from here on, and named to
+        each follower (a learner votes once it holds what a leader that counts it committed).
+
+        Raises:
+            ValueError: this leader is not one of them.
+        """
+        if sorted(replicas) == sorted(self.quorum.ends):
+            return
+        self.quorum.members(list(replicas))
+        self.reads.members(list(replicas))
+        log.warning("journal %s, leading epoch %d, counts the replicas %s from now on: a round is acknowledged once "
+                    "%d of them hold it", self.name, self.epoch, ", ".join(sorted(replicas)), self.quorum.needed)
 
     def written(self, end: int, acks: Acks, now: float) -> None:
         """The leader wrote (and with ``always`` synced) a round ending at ``end``."""
@@ -380,11 +418,9 @@ class Leading:
         Raises:
             ConflictError: it promised that epoch or a newer one.
         """
-        if self.replica.promise(epoch) is None:
-            raise ConflictError(f"replica {self.name} promised epoch {self.replica.promised} already")
-        save_replica(self.directory, self.replica)
+        answer = promise(self.directory, self.replica, epoch)
         self.fence(epoch, f"a candidate for epoch {epoch} asked")
-        return promise_answer(self.replica)
+        return answer
 
     def reached(self, now: float) -> int:
         """How many followers fetched in the last :data:`REACHED_S` (a follower in touch fetches at least every
@@ -430,10 +466,10 @@ class Following:
     """
 
     def __init__(self, context: zmq.Context, endpoint: str, name: str, store: Store, reads: ReadPort,
-                 durable: Callable[[], bool], curve: Curve | None = None) -> None:
+                 durable: Callable[[], bool], curve: Curve | None = None, learner: bool = False) -> None:
         self.endpoint = endpoint
         self.name = name
-        self.replica = load_replica(store.directory, name, store)  # JournalError: it does not read
+        self.replica = load_replica(store.directory, name, store, learner)  # JournalError: it does not read
         reads.epochs(self.replica.promised, self.replica.history.to_list())
         self.stale = 0  # answers of a leader of an older epoch than we promised, refused
         self.store = store
@@ -542,6 +578,9 @@ class Following:
             self.reads.commit(min(msg.committed, store.end_offset))
         elif taken:
             self.reads.written()
+        if replica.learner and replica.admit(msg.members, msg.epoch, history, msg.committed):
+            log.warning("replica %s holds what the leader of epoch %d committed (to offset %d): it is a learner no "
+                        "more, and votes in elections from now on", self.name, msg.epoch, msg.committed)
 
     def promise(self, epoch: int) -> dict[str, Any]:
         """A candidate for ``epoch`` asks: promise it, kept on disk before the answer.
@@ -549,12 +588,10 @@ class Following:
         Raises:
             ConflictError: this replica promised that epoch or a newer one.
         """
-        if self.replica.promise(epoch) is None:
-            raise ConflictError(f"replica {self.name} promised epoch {self.replica.promised} already")
-        save_replica(self.store.directory, self.replica)
+        answer = promise(self.store.directory, self.replica, epoch)
         self.reads.epochs(self.replica.promised, self.replica.history.to_list())
         log.warning("replica %s promised epoch %d: it takes no entry of an older one from now on", self.name, epoch)
-        return promise_answer(self.replica)
+        return answer
 
     def close(self) -> None:
         self.socket.close()

@@ -82,6 +82,10 @@ class EpochHistory:
     def epochs(self) -> set[int]:
         return {epoch for epoch, _ in self.starts}
 
+    def start_of(self, epoch: int) -> int:
+        """Where ``epoch``'s entries begin (-1: this log holds none of it)."""
+        return next((start for e, start in self.starts if e == epoch), -1)
+
     def end_of(self, epoch: int, log_end: int) -> int:
         """Where ``epoch``'s entries end in a log ending at ``log_end`` (an epoch it does not hold: where the newest
         older one it holds ended)."""
@@ -168,19 +172,32 @@ class Replica:
         end: the end of its log (the next offset).
         history: where each epoch of its log began.
         promised: the highest epoch it promised (kept on disk beside its log: a restart keeps the fence).
+        learner: a replica new to the set (in place of one lost): it promises nothing until :meth:`admit`.
     """
 
-    def __init__(self, name: str, end: int = 0, history: EpochHistory | None = None, promised: int = 0) -> None:
+    def __init__(self, name: str, end: int = 0, history: EpochHistory | None = None, promised: int = 0,
+                 learner: bool = False) -> None:
         self.name = name
         self.end = end
         self.history = history if history is not None else EpochHistory()
         self.promised = promised
+        self.learner = learner
         self.leader_history: EpochHistory | None = None  # the leader's, once its epoch was reconciled with ours
+
+    def refusal(self, epoch: int) -> str:
+        """Why this replica may not promise ``epoch`` ("": it may)."""
+        if self.learner:
+            return (f"replica {self.name} is a learner: it promises nothing until it holds what its leader "
+                    f"committed")
+        if epoch <= self.promised:
+            return f"replica {self.name} promised epoch {self.promised} already"
+        return ""
 
     def promise(self, epoch: int) -> Promise | None:
         """A candidate for ``epoch`` asks: promise it (and refuse every older one from now on), or None when this
-        replica promised ``epoch`` or a newer one already (to another candidate: one promise per epoch)."""
-        if epoch <= self.promised:
+        replica may not (:meth:`refusal`: it promised ``epoch`` or a newer one already, to another candidate, one
+        promise per epoch; or it is a learner)."""
+        if self.refusal(epoch):
             return None
         self.promised = epoch
         self.leader_history = None
@@ -218,6 +235,23 @@ class Replica:
             return Verdict(FETCH, epoch, self.end)
         skip = bisect.bisect_left(offsets, self.end)
         return Verdict(ACCEPT, epoch, self.end, skip)
+
+    def admit(self, members: list[str], epoch: int, leader: EpochHistory, committed: int) -> bool:
+        """The leader of ``epoch`` (its log's epochs ``leader``) counts ``members`` and has committed up to
+        ``committed``: a learner whose log reaches that votes from now on. True if it just stopped being a learner
+        (the caller keeps that on disk).
+
+        Only a commit end past the start of the leader's own epoch says that everything acknowledged before is
+        behind it (a leader just elected commits by counting an entry of its epoch; until then its commit end says
+        nothing about the log it took over), and only a leader that counts this replica commits nothing more
+        without a majority that meets one holding it."""
+        if not self.learner or self.name not in members or committed < 0 or self.end < committed:
+            return False
+        start = leader.start_of(epoch)
+        if start < 0 or committed <= start:
+            return False
+        self.learner = False
+        return True
 
     def appended(self, epoch: int, offsets: list[int], end: int) -> None:
         """Entries of ``epoch`` at ``offsets`` were written; the log now ends at ``end``."""
@@ -273,6 +307,14 @@ class Quorum:
         if on_majority > self.base and on_majority > self.committed:  # an entry of our epoch is on a majority
             self.committed = on_majority
         return self.committed
+
+    def members(self, replicas: list[str]) -> None:
+        """The replica set is ``replicas`` now (one member in place of one lost, the leader among them): the
+        commit end counts a majority of them from here on, and never goes back."""
+        if self.leader not in replicas:
+            raise ValueError(f"leader {self.leader} is not one of the replicas {replicas}")
+        self.ends = {r: self.ends.get(r, 0) for r in replicas}
+        self.heard_at = {r: self.heard_at.get(r, 0.0) for r in replicas}
 
     def lag(self, replica: str, leader_end: int) -> int:
         """Offsets ``replica`` is behind the leader's log."""

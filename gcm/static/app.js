@@ -94,7 +94,7 @@
       " · unsynced " + bytes(j.unsynced_bytes) + " · sync " + millis(j.sync_ms) + " (max " + millis(j.sync_max_ms) +
       ")" + (failures ? " · " + failures + " failed writes" : "") +
       (j.replicas || []).map((r) => " · " + String(r.replica) + " " + String(r.role) + " e" + num(r.epoch) +
-        (r.alive ? "" : " (silent)") + (r.in_sync ? "" : " lag " + num(r.lag))).join("");
+        (r.learner ? " (learner)" : "") + (r.alive ? "" : " (silent)") + (r.in_sync ? "" : " lag " + num(r.lag))).join("");
   }
 
   function clock(t) {

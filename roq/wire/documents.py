@@ -150,8 +150,8 @@ class HostDoc(Document):
 
 @dataclasses.dataclass(frozen=True)
 class QueueDoc(Document):
-    """A queue: its state, its monitor's host, where each exchange slot is placed, and its journal's host and
-    generation."""
+    """A queue: its state, its monitor's host, where each exchange slot is placed, and its journal's host,
+    generation, replicas and learners."""
 
     state: str = RUNNING
     host: str = ""  # the monitor's host
@@ -160,6 +160,9 @@ class QueueDoc(Document):
     journal_host: str = ""  # where its journal's files are ("" = it never had one); it runs while it is durable
     journal_generation: int = 0  # times its journal was started anew elsewhere after its host was lost
     journal_replicas: list[str] = dataclasses.field(default_factory=list)  # replicated: every replica's host
+    # of those, the ones placed in place of a replica lost with its host: each starts as a learner (it votes in no
+    # election until it holds what is committed) and is named here until its monitor says it votes
+    journal_learners: list[str] = dataclasses.field(default_factory=list)
     created: float = 0.0  # wall clock
     removing_since: float = 0.0  # wall clock; 0 unless removing
 

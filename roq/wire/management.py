@@ -9,7 +9,8 @@ COMMENT says why in words.
 Command numbers keep the original's where the command existed there: 2000 look-up, 2001 remove, 2002 stop,
 2003 create on a host, 2004 create exchange, 2005 start, 2006/2007 set/get rules, 2010 create on the host
 with most headroom, 2011 exists. New ones: 2012 list queues, 2013 queue stats, 2014 list hosts, 2015/2016
-set/get thresholds, 2017 scale out, 2018 remove an exchange, 2019 the queue's topology events.
+set/get thresholds, 2017 scale out, 2018 remove an exchange, 2019 the queue's topology events, 2020-2022 the
+permissions, 2023 the audit trail, 2024 the cluster's place in its tree, 2025 replace a journal replica, 2026 admit one.
 
 The broadcast (PUB) is three frames, as in the original: ``{CMD: 1500}``, ``{Queues: [...]}``,
 ``{Hosts: [...]}``. What the GCM says of a queue and of a host, in its replies and in the broadcast, is one
@@ -37,6 +38,8 @@ __all__ = [
     "Revoke",
     "GetAudit",
     "FederationStatus",
+    "ReplaceReplica",
+    "AdmitReplica",
     "MAX_REQUEST_BYTES",
     "Lookup",
     "RemoveQueue",
@@ -235,6 +238,34 @@ class FederationStatus(Message):
     """This cluster's place in its tree of clusters (``Name``, ``Role``, ``Path`` to the root, the parent first;
     ``Children``: each linked child with its ``Key``, ``Incarnation`` and the clusters ``Below`` it;
     ``Refusals``: links refused, by reason). A cluster in no tree has the name ""."""
+
+
+@message(2025)
+class ReplaceReplica(Message):
+    """Monitor (or operator) -> GCM: the journal replica of ``QName`` on host ``Replica`` was lost with its host;
+    put one on another live host in its place.
+
+    The new replica takes the lost one's place in the queue's replica set and starts as a learner (it votes in no
+    election until it holds what is committed); the lost host's assignment goes in the same transaction, so it
+    never comes back as a member. Idempotent: a replica no longer in the set answers OK and changes nothing, so a
+    request repeated after a lost reply never replaces two. Refused while the replica's host is live (its host
+    manager restarts it there). The reply comes once the change is stored (``Replaced``, ``Replica``: the new
+    one's host, ``Replicas``: the set), not when the new replica has caught up.
+    """
+
+    QName: str
+    Replica: str
+    Reason: str = ""
+
+
+@message(2026)
+class AdmitReplica(Message):
+    """Monitor (or operator) -> GCM: the learner replica of ``QName`` on host ``Replica`` holds what its leader
+    committed and votes: it is a learner no more in the queue's document (started again, it is not made one
+    anew). Idempotent: one that is no learner answers OK and changes nothing."""
+
+    QName: str
+    Replica: str
 
 
 # --------------------------------------------------------------------------- what the GCM says of the cluster

@@ -146,7 +146,8 @@ class ScalingStatus:
 class ReplicaStatus:
     """One replica of a replicated journal: its name (its host), role, the epoch it promised, where its log ends,
     how far behind the leader's log it is as the leader last counted it (``lag``, in offsets: records, with the
-    epoch entries), and whether it holds everything committed (``in_sync``)."""
+    epoch entries), whether it holds everything committed (``in_sync``), and whether it is a ``learner`` (new in
+    the set in place of a lost one: it votes once it holds what its leader committed)."""
 
     replica: str
     role: str
@@ -158,6 +159,7 @@ class ReplicaStatus:
     silent_s: float
     lag: int
     in_sync: bool
+    learner: bool = False
 
 
 @dataclass(frozen=True)

@@ -396,6 +396,53 @@ def _last_before(load: Load, struck: float) -> float:
 
 
 @pytest.mark.measured  # a 4 s ZooKeeper session: nothing that loads the machine beside it
+def test_a_replica_lost_with_its_host_is_replaced_on_another_and_the_new_one_holds_what_was_acknowledged(
+        make_embedded):
+    """Four hosts, three replicas (off the monitor's host). A follower's host dies under load: the GCM puts a new
+    replica on the one host free, the monitor's, a learner that copies the journal and then votes, and the queue has
+    three replicas in sync again without an operator (the time it took is printed). Then the leader's host dies too:
+    the new replica and the one old follower left are a majority, elect a leader between them, and the replay holds
+    every record once, in order."""
+    cluster = make_embedded(hosts=4, session_timeout=4.0, gcm_args=["--host-grace", "1"])
+    qm = _replicated_queue(cluster)
+    qm.set_rules("r", {"replica_replace_s": 2})
+    before = wait_until(lambda: _settled(qm, 3), 30, "a leader elected and two followers in sync")
+    leader = _leader(before)
+    lost = sorted(r.replica for r in before.values() if r.role == "follower")[0]
+    with cluster.connect("r") as conn, Load(conn) as load:
+        wait_until(lambda: load.pub.stats()["acked"] > 5000, 30, "records acknowledged before the loss")
+        struck = time.monotonic()
+        pids = cluster.crash_host(lost)
+        wait_until(lambda: all(gone(p) for p in pids), 5, "the lost host's processes dead")
+        after = wait_until(lambda: (found := _settled(qm, 3)) and lost not in found and found, 90,
+                           "three replicas in sync again, one on another host")
+        took = time.monotonic() - struck
+        [new] = set(after) - set(before)
+        assert _leader(after).replica == leader.replica and _leader(after).epoch == leader.epoch, \
+            "a follower replaced: no election"
+        events = wait_until(lambda: (found := {e["kind"]: e for e in qm.events("r")}) and
+                            "journal_rereplicated" in found and found, 15, "the re-replication in the events")
+        assert events["journal_replica_replaced"]["replica"] == lost, events["journal_replica_replaced"]
+        assert f"replica {new} holds what the leader" in events["journal_rereplicated"]["text"]
+        acked = load.pub.stats()["acked"]
+        wait_until(lambda: load.pub.stats()["acked"] > acked + 2000, 30, "records acknowledged with the new set")
+        pids = cluster.crash_host(leader.replica)  # the new replica's vote now counts, and so does its log
+        wait_until(lambda: all(gone(p) for p in pids), 5, "the leader's host's processes dead")
+        wait_until(lambda: any(r.role == "leader" and r.epoch > leader.epoch for r in _replicas(qm).values()), 30,
+                   "a leader elected by the new replica and the old follower")
+        acked = load.pub.stats()["acked"]
+        wait_until(lambda: load.pub.stats()["acked"] > acked + 2000, 30, "records acknowledged again")
+        load.stop()
+        assert load.error is None, load.error
+        load.pub.flush(60)
+        sent = load.sent
+        got = _read(conn.subscriber(start="earliest"), sent, timeout=max(60.0, sent / 20_000))
+    assert got == list(range(sent)), f"{len(got)} of {sent} records replayed, {len(set(got))} distinct"
+    print(f"replica {lost} lost with its host: {new} in its place and three replicas in sync {took:.1f}s later "
+          f"(replica_replace_s 2, the host's ZooKeeper session 4 s); {events['journal_rereplicated']['text']}")
+
+
+@pytest.mark.measured  # a 4 s ZooKeeper session: nothing that loads the machine beside it
 def test_a_bit_flipped_in_a_sealed_segment_is_found_by_the_scrub_and_repaired_from_another_replica(make_embedded):
     """A bit flipped on the disk in a follower's sealed segment, then in the leader's: each replica's scrub reads its
     sealed segments in turn, finds the entry whose checksum fails, and rewrites the segment from another replica's

@@ -5,6 +5,7 @@ lost and no offset names two records."""
 from __future__ import annotations
 
 import bisect
+import collections
 import os
 import random
 
@@ -109,8 +110,8 @@ def test_an_election_needs_a_majority_and_takes_the_most_advanced_log():
 class _Node:
     """A replica with its log in memory: offset -> (epoch, value)."""
 
-    def __init__(self, name: str) -> None:
-        self.rules = Replica(name)
+    def __init__(self, name: str, learner: bool = False) -> None:
+        self.rules = Replica(name, learner=learner)
         self.log: dict[int, tuple[int, str]] = {}
         self.up = True
 
@@ -135,16 +136,17 @@ class _Leader:
         return self.node.rules.promised != self.epoch
 
 
-def _model(seed: int, steps: int = 400) -> dict[str, int]:
+def _model(seed: int, steps: int = 400, gate: bool = True) -> dict[str, int]:
+    """``gate``: a replica placed in place of a lost one is a learner (False: broken on purpose)."""
     rng = random.Random(seed)
-    names = ["r0", "r1", "r2"]
+    names = ["r0", "r1", "r2"]  # the replica set (the queue's document), changed one member at a time
     nodes = {n: _Node(n) for n in names}
-    links = {(a, b): True for a in names for b in names}
+    links: dict[tuple[str, str], bool] = collections.defaultdict(lambda: True)
     acked: dict[int, str] = {}  # every entry any leader acknowledged: offset -> value
     leaders: list[_Leader] = []  # every leader elected, the fenced ones too (zombies that still try)
     epochs = 0  # the epoch counter (ZooKeeper's, in the process)
     clock = 0.0
-    counts = {"elections": 0, "stale": 0, "truncated": 0, "acked": 0}
+    counts = {"elections": 0, "stale": 0, "truncated": 0, "acked": 0, "replaced": 0, "admitted": 0}
 
     def reach(a: str, b: str) -> bool:
         return nodes[a].up and nodes[b].up and links[(a, b)]
@@ -160,9 +162,9 @@ def _model(seed: int, steps: int = 400) -> dict[str, int]:
         if leader.fenced or not reach(leader.node.rules.name, node.rules.name):
             return
         offsets = leader.node.offsets()
-        start = bisect.bisect_left(offsets, leader.quorum.ends[node.rules.name])
+        start = bisect.bisect_left(offsets, leader.quorum.ends.get(node.rules.name, 0))
         for _ in range(3):
-            sent = offsets[start:start + rng.randint(1, 8)]
+            sent = offsets[start:start + rng.randint(1, 8 if len(offsets) - start < 64 else 64)]  # (catching up)
             prev = offsets[start - 1] + 1 if start else 0
             v = node.rules.check(leader.epoch, prev, sent, leader.node.rules.history, leader.node.rules.end)
             if v.action == STALE:
@@ -182,6 +184,9 @@ def _model(seed: int, steps: int = 400) -> dict[str, int]:
             if sent:
                 leader.quorum.held(node.rules.name, sent[-1] + 1, clock)
                 check_acked(leader)
+            if node.rules.learner and node.rules.admit(list(leader.quorum.ends), leader.epoch,
+                                                       leader.node.rules.history, leader.quorum.committed):
+                counts["admitted"] += 1
             return
 
     def elect(candidate: _Node) -> None:
@@ -189,6 +194,8 @@ def _model(seed: int, steps: int = 400) -> dict[str, int]:
         epochs += 1
         election = Election(candidate.rules.name, names, epochs)
         for n in names:
+            if nodes[n].rules.learner:
+                continue  # it refuses to promise, and is no newer epoch either
             if n == candidate.rules.name or reach(candidate.rules.name, n):
                 p = nodes[n].rules.promise(epochs)
                 if p is None:
@@ -208,7 +215,7 @@ def _model(seed: int, steps: int = 400) -> dict[str, int]:
         for o, value in acked.items():  # every acknowledged entry is in the new leader's log
             assert candidate.log.get(o, (0, None))[1] == value, f"acknowledged offset {o} lost at epoch {epochs}"
         base = election.base(clock)
-        quorum = Quorum(candidate.rules.name, names, epochs, base)
+        quorum = Quorum(candidate.rules.name, list(names), epochs, base)
         leader = _Leader(candidate, epochs, quorum, base)
         quorum.held(candidate.rules.name, candidate.rules.end, clock)
         leaders.append(leader)
@@ -230,15 +237,29 @@ def _model(seed: int, steps: int = 400) -> dict[str, int]:
             check_acked(leader)
         elif r < 0.85 and live:
             leader = rng.choice(live)
-            replicate(leader, nodes[rng.choice(names)])
+            replicate(leader, nodes[rng.choice(sorted(nodes))])  # a fetch from any replica, a member or not
         elif r < 0.9:  # a host goes down or comes back (its disk keeps its log and its promise)
-            node = nodes[rng.choice(names)]
+            node = nodes[rng.choice(list(nodes))]
             node.up = not node.up or sum(n.up for n in nodes.values()) == 1
         elif r < 0.95:  # a link flaps
-            a, b = rng.sample(names, 2)
+            a, b = rng.sample(sorted(nodes), 2)
             links[(a, b)] = links[(b, a)] = not links[(a, b)]
+        elif r < 0.96:  # a member down is replaced, if the others that vote are a majority and none is a learner
+            down = [n for n in names if not nodes[n].up]
+            voting = [n for n in names if nodes[n].up and not nodes[n].rules.learner]
+            if down and len(voting) >= 2 and not any(nodes[n].rules.learner for n in names):
+                lost = rng.choice(down)
+                new = f"r{len(nodes)}"
+                nodes[new] = _Node(new, learner=gate)
+                names[names.index(lost)] = new
+                counts["replaced"] += 1
+                nodes[lost].up = rng.random() < 0.5  # it may come back (its assignment gone: a member no more)
+        elif r < 0.98:  # the monitor tells a live leader of the set the set (not every one: partitions)
+            told = [ld for ld in live if ld.node.rules.name in names]
+            if told:
+                rng.choice(told).quorum.members(list(names))
         elif r > 0.98 or not live:  # someone stands (soon when no leader is left)
-            candidates = [n for n in nodes.values() if n.up]
+            candidates = [nodes[n] for n in names if nodes[n].up and not nodes[n].rules.learner]
             if candidates:
                 elect(rng.choice(candidates))
     for leader in leaders:
@@ -247,16 +268,33 @@ def _model(seed: int, steps: int = 400) -> dict[str, int]:
     return counts
 
 
-def test_three_replicas_under_crashes_partitions_and_zombie_leaders_lose_nothing_acknowledged():
+def test_three_replicas_under_crashes_partitions_zombie_leaders_and_replacements_lose_nothing_acknowledged():
+    """Besides crashes, partitions and leaders that go on after they were fenced: members down replaced by new
+    ones, one at a time, as learners; leaders told the new set or not (partitioned from the monitor); a replaced
+    member that comes back and still takes an old leader's entries."""
     trials = int(os.environ.get("ROQ_REPLICATION_TRIALS", "300"))
-    totals = {"elections": 0, "stale": 0, "truncated": 0, "acked": 0}
+    totals = dict.fromkeys(("elections", "stale", "truncated", "acked", "replaced", "admitted"), 0)
     for seed in range(trials):
         for k, v in _model(seed).items():
             totals[k] += v
     print("replication model:", trials, "trials:", totals)
-    # the model did what it is for: many elections, fenced leaders refused, divergent tails cut back, much acked
+    # the model did what it is for: many elections, fenced leaders refused, divergent tails cut back, much acked,
+    # members replaced and learners admitted
     assert totals["elections"] > trials * 3 and totals["stale"] > trials and totals["truncated"] > trials / 10
-    assert totals["acked"] > trials * 20
+    assert totals["acked"] > trials * 20 and totals["replaced"] > trials / 2 and totals["admitted"] > trials / 10
+
+
+def test_without_the_learners_gate_the_model_loses_acknowledged_entries():
+    """Broken on purpose: a new member that votes at once, its log empty, outvotes the survivor holding what was
+    acknowledged with the lost member's help. The model must see it, or it proves nothing about the gate."""
+    failures = 0
+    for seed in range(300):
+        try:
+            _model(seed, gate=False)
+        except AssertionError:
+            failures += 1
+    print("without the gate:", failures, "of 300 trials lost an acknowledged entry")
+    assert failures > 0
 
 
 def test_a_round_is_due_once_the_commit_end_reaches_the_end_of_the_log_after_it():
@@ -269,3 +307,30 @@ def test_a_round_is_due_once_the_commit_end_reaches_the_end_of_the_log_after_it(
     assert w.due(20) == ["b", "c"] and not w
     w.add(20, "d")  # ... and due at once where the commit end is already there (no move of it will come)
     assert w.due(20) == ["d"]
+
+
+def test_a_learner_promises_nothing_until_a_leader_that_counts_it_committed_past_its_epochs_start():
+    leader = _history((1, 0, 40), (3, 1 << 30, -1))  # the leader of epoch 3 began it past a jump
+    n = Replica("n", learner=True)
+    assert n.promise(4) is None and "learner" in n.refusal(4) and n.promised == 0
+    n.end = 40
+    assert not n.admit(["a", "b", "n"], 3, leader, 40)  # 40 is not past epoch 3's start: it says nothing yet
+    assert not n.admit(["a", "b", "c"], 3, leader, (1 << 30) + 1)  # a leader that does not count it
+    assert not n.admit(["a", "b", "n"], 3, leader, (1 << 30) + 1)  # it does not hold that much
+    n.end = (1 << 30) + 1
+    assert not n.admit(["a", "b", "n"], 2, leader, (1 << 30) + 1)  # (an epoch the leader's history lacks)
+    assert n.admit(["a", "b", "n"], 3, leader, (1 << 30) + 1) and not n.learner
+    assert n.promise(4) is not None
+
+
+def test_a_new_replica_set_is_counted_from_the_change_and_the_commit_end_never_goes_back():
+    q = Quorum("a", ["a", "b", "c"], epoch=2, base=100, committed=0)
+    q.held("a", 120, 0.0)
+    assert q.held("b", 110, 0.0) == 110
+    q.members(["a", "b", "n"])  # c lost, n in its place: holds nothing yet
+    assert q.held("c", 120, 0.0) == 110  # no longer counted
+    assert q.held("a", 130, 0.0) == 110 and q.held("n", 130, 0.0) == 130
+    q.members(["a", "n", "m"])
+    assert q.committed == 130 and q.held("a", 140, 0.0) == 130  # a and n needed now
+    with pytest.raises(ValueError):
+        q.members(["b", "n", "m"])

@@ -30,7 +30,7 @@ from roq.zk import Create, Delete, Paths, SetData
 COMMANDS = sorted((c for c in (getattr(m, n) for n in m.__all__) if isinstance(c, type) and issubclass(c, Message)),
                   key=lambda c: c.CMD)
 BASE = {"QName": "q1", "Cluster": "", "Host": "h1", "Exchanges": 1, "Exchange": "x1", "Reason": "", "Limit": 10, "Rules": {},
-        "Thresholds": {}, "Evidence": {}, "Rule": {"principal": "bob", "permission": "publish"}}
+        "Thresholds": {}, "Evidence": {}, "Rule": {"principal": "bob", "permission": "publish"}, "Replica": "h2"}
 WRONG: dict[str, object] = {
     "int": 7, "int64": Int64(7), "float": 1.5, "bool": True, "none": None, "text": "q1", "bytes": b"\x00\xff",
     "binary": Binary(b"x", 5), "list": [1, "a"], "document": {"a": 1}, "code": Code("q1"),
@@ -112,7 +112,7 @@ def _wrong_cases():
 
 def test_every_management_command_is_served():
     served = set(Api(Shell(_view())).handlers("management"))
-    assert served == set(COMMANDS) | {LinkHello} and len(COMMANDS) == 23  # and a child cluster's link's hello
+    assert served == set(COMMANDS) | {LinkHello} and len(COMMANDS) == 25  # and a child cluster's link's hello
 
 
 @pytest.mark.parametrize("cls, field, value", list(_wrong_cases()))

@@ -47,6 +47,17 @@ def test_a_journal_gets_the_queues_journal_generation_on_its_command_line(tmp_pa
     assert "--generation=2" in to_args(config) and rebuilt(JournalConfig, config) == config
 
 
+def test_a_replica_placed_in_place_of_a_lost_one_gets_learner_on_its_command_line(tmp_path):
+    s = settings(journal_dir=str(tmp_path))
+    config = s.journal("orders", "tcp://127.0.0.12:5500", 7003, replicas=3, learner=True)
+    assert config.learner and config.journal_id == "127.0.0.12" and config.replicas == 3
+    assert "--learner" in to_args(config) and rebuilt(JournalConfig, config) == config
+    member = s.journal("orders", "tcp://127.0.0.12:5500", 7003, replicas=3)
+    assert not member.learner and not any("learner" in arg for arg in to_args(member))
+    with pytest.raises(ConfigError, match="set by the host manager"):
+        settings(journal_options=("learner=true",))
+
+
 def test_the_module_of_a_role_comes_from_a_fixed_table():
     assert MODULES == {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal", "link": "client.link"}
 

@@ -40,6 +40,18 @@ def test_a_journal_is_started_with_its_queues_journal_generation_and_an_exchange
     assert converge(assigned(journal), {}, {"orders": HERE}, now=0.0) == [Start(journal, HERE, 0)]
 
 
+def test_a_replica_placed_in_place_of_a_lost_one_is_started_as_a_learner_and_only_a_replica():
+    journal = Assignment("orders", "journal")
+    learner = converge(assigned(journal, X1), {}, {"orders": HERE}, now=0.0, replicas={"orders": 3},
+                       learners={"orders": True})
+    assert learner == [Start(journal, HERE, 0, replicas=3, learner=True), Start(X1, HERE, 0)]
+    member = converge(assigned(journal), {}, {"orders": HERE}, now=0.0, replicas={"orders": 3},
+                      learners={"orders": False})
+    assert member == [Start(journal, HERE, 0, replicas=3)]
+    alone = converge(assigned(journal), {}, {"orders": HERE}, now=0.0, learners={"orders": True})
+    assert alone == [Start(journal, HERE, 0)], "an unreplicated journal is never a learner"
+
+
 def test_an_exchange_waits_for_its_queues_monitor():
     assert converge(assigned(X1), {}, {"orders": ""}, now=0.0) == []
     assert converge(assigned(X1), {}, {}, now=0.0) == []

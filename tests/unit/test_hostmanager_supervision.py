@@ -9,11 +9,11 @@ import signal
 from hostmanager import HostManagerConfig
 from hostmanager._children import Supervised
 from hostmanager._config import ChildSettings
-from hostmanager._converge import Restart, Stop, Tell
+from hostmanager._converge import Restart, Start, Stop, Tell
 from hostmanager._host import Registration
 from hostmanager._ports import PortAllocator
 from hostmanager._supervision import Children
-from roq.config import ExchangeConfig
+from roq.config import ExchangeConfig, JournalConfig
 from roq.wire.documents import Assignment, ExchangeDoc
 from roq.errors import NodeExistsError, NodeMissingError
 from roq.wire.ready import ExchangeReady, MonitorReady
@@ -90,6 +90,18 @@ def test_a_ready_exchange_is_published_under_its_slot_with_its_incarnation_and_u
     assert children.check(0.0)  # a crash: look at the assignments again
     assert path not in session.nodes and sup.restarts == 1 and sup.restart_pending
     assert not set(held) & children.ports.in_use
+
+
+def test_a_journal_started_as_a_learner_gets_its_replica_settings():
+    journal = Assignment("orders", "journal")
+    children, _, _ = rig(StandIn())
+    sup = Supervised(journal)
+    started: list[JournalConfig] = []
+    sup.start = lambda config, ports, log: started.append(config)  # type: ignore[method-assign]
+    children.by_name[journal.name] = sup
+    children.apply(Start(journal, THERE, 0, replicas=3, learner=True), 0.0)
+    (config,) = started
+    assert config.learner and config.replicas == 3 and config.journal_id == ADDRESS and sup.replicas == 3
 
 
 def test_a_child_of_a_queue_that_is_gone_is_stopped():

@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from monitor._outbox import Outbox
-from monitor._replicas import ELECTION_S, RETELL_S, Replicas
+from monitor._replicas import ELECTION_S, RETELL_S, RETRY_S, Replicas
+from roq.errors import Result
 from roq.wire import control
+from roq.wire import management as m
+from roq.wire.control import Reply
 
 RULES = {"durability": "always", "replicas": 3}
 
@@ -188,3 +191,88 @@ def test_a_leader_out_of_reach_and_a_candidate_that_did_not_win_stand_last():
         r.heartbeat(dataclasses.replace(other, epoch=3), b"a", now)
     [(identity, order)] = _orders(out)
     assert identity == b"a" and order.epoch == 4, "the next candidate is one not passed over"
+
+
+SET = ("127.0.0.11", "127.0.0.12", "127.0.0.13")
+REPLACE_S = 5.0
+
+
+def _cluster(learners=()):
+    out = Outbox()
+    r = Replicas(out, lambda: {**RULES, "replica_replace_s": REPLACE_S}, timeout=1.0, own_host="127.0.0.11",
+                 queue="q")
+    r.adopt(SET, tuple(learners))
+    return r, out
+
+
+def _asked(out: Outbox) -> list:
+    return [req.message for req in out.requests]
+
+
+def test_an_election_counts_the_documents_replica_set_and_a_learner_neither_stands_nor_counts():
+    r, out = _cluster(learners=("127.0.0.13",))
+    for now in (0.0, 0.5, 1.0):
+        r.heartbeat(_hb("127.0.0.11", end=10), b"a", now)
+        r.heartbeat(dataclasses.replace(_hb("127.0.0.13", end=50), learner=True), b"c", now)
+        r.heartbeat(_hb("127.0.0.99", end=90), b"z", now)  # replaced long ago, still running: not one of the set
+    assert _orders(out) == [], "one voter of three: nobody can win"
+    r.heartbeat(_hb("127.0.0.12", end=20), b"b", 1.2)
+    [(identity, order)] = _orders(out)
+    assert identity == b"b" and order.replicas == list(SET), "off the monitor's host, the learner passed over"
+    assert "127.0.0.99" not in order.peers
+
+
+def test_a_live_leader_is_told_the_new_set_and_a_member_silent_for_long_is_replaced_one_at_a_time():
+    r, out = _cluster()
+    lead = _hb("127.0.0.12", control.LEADER, epoch=2, last_epoch=2, end=100, reached=1,
+               followers={"127.0.0.11": 100, "127.0.0.12": 100, "127.0.0.13": 100})
+    follower = _hb("127.0.0.11", control.FOLLOWER, epoch=2, leader=lead.reads)
+    r.heartbeat(_hb("127.0.0.13", control.FOLLOWER, epoch=2, leader=lead.reads), b"c", 0.0)
+    for now in (0.0, 2.0, 4.0, REPLACE_S - 0.1):
+        r.heartbeat(lead, b"b", now)
+        r.heartbeat(follower, b"a", now)
+    assert _asked(out) == [], "silent, but not for long"
+    r.heartbeat(follower, b"a", REPLACE_S + 0.1)
+    r.heartbeat(lead, b"b", REPLACE_S + 0.1)
+    [ask] = _asked(out)
+    assert isinstance(ask, m.ReplaceReplica) and (ask.QName, ask.Replica) == ("q", "127.0.0.13")
+    assert "silent" in ask.Reason
+    out.requests[0].answer(Reply(result=Result.CONFLICT, comment="its host is live"), "", REPLACE_S + 0.2)
+    out.take()
+    r.heartbeat(lead, b"b", REPLACE_S + 0.3)
+    assert _asked(out) == [], "refused: asked again after a while"
+    r.heartbeat(follower, b"a", REPLACE_S + 0.3 + RETRY_S)
+    r.heartbeat(lead, b"b", REPLACE_S + 0.3 + RETRY_S)
+    assert len(_asked(out)) == 1
+    out.requests[0].answer(Reply(comment="replaced"), "", REPLACE_S + 3)
+    out.take()
+    r.adopt(("127.0.0.11", "127.0.0.12", "127.0.0.14"), ("127.0.0.14",))  # the GCM's change, in the document
+    r.heartbeat(follower, b"a", 9.0)
+    r.heartbeat(lead, b"b", 9.0)
+    [(identity, order)] = _orders(out)
+    assert identity == b"b" and order.role == control.LEADER and order.epoch == 2
+    assert order.replicas == ["127.0.0.11", "127.0.0.12", "127.0.0.14"], "the leader counts the new set"
+    r.heartbeat(dataclasses.replace(_hb("127.0.0.14", control.FOLLOWER, epoch=2, leader=lead.reads), learner=True),
+                b"d", 9.5)
+    r.heartbeat(lead, b"b", 30.0)
+    r.heartbeat(follower, b"a", 30.0)
+    assert _asked(out) == [], "a learner not caught up: nothing more is replaced (127.0.0.14 is silent)"
+    out.take()
+    r.heartbeat(_hb("127.0.0.14", control.FOLLOWER, epoch=2, leader=lead.reads), b"d", 30.5)
+    taken = out.take()
+    [admit] = [req.message for req in taken.requests]
+    assert isinstance(admit, m.AdmitReplica) and admit.Replica == "127.0.0.14"
+    [event] = [e for e in taken.events if e.kind == "journal_rereplicated"]
+    assert event.fields["took_s"] > 25, "from the lost one's last heartbeat"
+
+
+def test_a_member_is_not_replaced_when_the_others_that_vote_are_no_majority():
+    r, out = _cluster(learners=())
+    lead = _hb("127.0.0.12", control.LEADER, epoch=2, last_epoch=2, end=100, reached=1,
+               followers={n: 100 for n in SET})
+    for now in (0.0, 3.0, 6.0, 9.0):
+        r.heartbeat(lead, b"b", now)
+        r.heartbeat(dataclasses.replace(_hb("127.0.0.11", control.FOLLOWER, epoch=2, leader=lead.reads),
+                                        learner=True), b"a", now)
+    assert not any(isinstance(a, m.ReplaceReplica) for a in _asked(out)), \
+        "the leader and a learner: the lost member may hold what is committed"

@@ -30,10 +30,19 @@ def test_malformed_assignment_names_are_refused(name):
 
 def test_documents_are_compact_sorted_json_and_round_trip():
     doc = QueueDoc(state=STOPPED, host="h", placement={"x2": "b", "x1": "a"}, next_exchange=3)
-    assert doc.encode().startswith(b'{"created":0.0,"host":"h","journal_generation":0,"journal_host":"","journal_replicas":[],"next_exchange":3,"placement":{"x1":"a","x2":"b"}')
+    assert doc.encode().startswith(b'{"created":0.0,"host":"h","journal_generation":0,"journal_host":"","journal_learners":[],"journal_replicas":[],"next_exchange":3,"placement":{"x1":"a","x2":"b"}')
     assert QueueDoc.decode(doc.encode()) == doc
     host = HostDoc(address="a", max_exchanges=4, kpis=HostKpis(cpu_percent=12.5))
     assert HostDoc.decode(host.encode()) == host
+
+
+def test_a_queue_names_its_journals_learners_and_one_written_before_they_existed_names_none():
+    doc = QueueDoc(journal_host="a", journal_replicas=["a", "d", "c"], journal_learners=["d"])
+    assert QueueDoc.decode(doc.encode()) == doc
+    old = QueueDoc.decode(b'{"host":"h","journal_host":"a","journal_replicas":["a","b","c"],"state":"running"}')
+    assert old.journal_learners == [] and old.journal_replicas == ["a", "b", "c"]
+    with pytest.raises(ProtocolError, match="journal_learners"):
+        QueueDoc.decode(b'{"journal_learners":"d"}')
 
 
 def test_a_queue_written_before_its_journals_generation_had_that_name_keeps_its_generation():

@@ -34,7 +34,9 @@ class JournalHeartbeat(Message):
     an election compares), the leader it follows (``leader``: its reads endpoint), its commit end as it knows it
     (``committed``) and, for a leader, each follower's end (``followers``: name -> end) and how many followers
     fetched from it lately (``reached``: a leader that reaches too few for a majority can acknowledge nothing), and
-    how many damaged sealed segments it rewrote from another replica's copy since it started (``repairs``)."""
+    how many damaged sealed segments it rewrote from another replica's copy since it started (``repairs``), and
+    whether it is a ``learner`` (new to the replica set in place of one lost: it votes in no election until it
+    holds what a leader that counts it committed)."""
 
     journal: str
     intake: str
@@ -66,6 +68,7 @@ class JournalHeartbeat(Message):
     followers: dict[str, int] = dataclasses.field(default_factory=dict)
     reached: int = 0
     repairs: int = 0
+    learner: bool = False
 
 
 @message(1110)
@@ -97,8 +100,10 @@ class JournalRole(Message):
     ``role`` :data:`FOLLOWER`: follow the leader whose reads endpoint is ``leader`` (leading ``epoch``).
     ``role`` :data:`LEADER`: stand for ``epoch`` (ask the promises of ``peers``, name -> reads endpoint, take the
     most advanced log of a majority) and lead it, counting a majority of ``replicas`` (the names of every replica
-    of the queue, itself included; a name not yet heard of counts as one that holds nothing). Sent again while the
-    replica's heartbeat shows it is not what it was told; a replica that is already what it is told does nothing."""
+    of the queue, itself included; a name not yet heard of counts as one that holds nothing). To the leader of that
+    epoch already, with ``replicas``: the replica set changed (one lost, replaced by a learner), counted from now
+    on. Sent again while the replica's heartbeat shows it is not what it was told; a replica that is already what
+    it is told does nothing."""
 
     role: str
     epoch: int

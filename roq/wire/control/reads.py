@@ -68,7 +68,8 @@ class Fetched(Message):
     frames packed and compressed (:func:`roq.wire.compression.pack_frames`). To a replica's fetch: ``times``, each
     entry's append time (ns), ``committed``, the end of what a majority of the replicas hold (-1: not
     replicated), the leader's ``epoch`` and the ``history`` of its log: ``[epoch, first offset, end]`` for each
-    epoch, the last one's end -1 (see :class:`exchange.journal._replication.EpochHistory`)."""
+    epoch, the last one's end -1 (see :class:`exchange.journal._replication.EpochHistory`), and the replicas it
+    counts (``members``: a learner votes once one that counts it told it a commit end it holds)."""
 
     next_offset: int
     end_offset: int
@@ -83,6 +84,7 @@ class Fetched(Message):
     committed: int = -1
     epoch: int = 0
     history: list[list[int]] = dataclasses.field(default_factory=list)
+    members: list[str] = dataclasses.field(default_factory=list)
 
 
 #: a durable subscriber's name (its position in a journal is kept under it)
