@@ -115,8 +115,9 @@ def replace_replica(view: View, msg: m.ReplaceReplica, now: float) -> Outcome:
 
     Raises:
         BadRequestError: a bad name, no replica named, or the queue's journal is not replicated. NotFoundError: no
-            such queue. ConflictError: the queue is not running, or the replica's host is live (its host manager
-            restarts it there). UnavailableError: every live host has a replica of the queue already.
+            such queue. ConflictError: the queue is not running, the replica's host is live (its host manager
+            restarts it there), or another replica is a learner still (one at a time). UnavailableError: every live
+            host has a replica of the queue already.
     """
     q = view.queue(msg.QName)
     doc = q.doc
@@ -135,6 +136,9 @@ def replace_replica(view: View, msg: m.ReplaceReplica, now: float) -> Outcome:
     if lost in view.hosts:
         raise ConflictError(f"the replica of {q.name!r} on {lost} is on a live host: its host manager restarts it; "
                             "a replica is replaced only when its host is lost")
+    if doc.journal_learners and lost not in doc.journal_learners:
+        raise ConflictError(f"queue {q.name!r}: replica {', '.join(doc.journal_learners)} has not caught up yet; one "
+                            "replica is replaced at a time (a learner lost may be replaced itself)")
     free = [h for h in (*sorted(h for h in view.hosts if h != doc.host), doc.host)
             if h in view.hosts and h not in doc.journal_replicas]
     if not free:

@@ -122,7 +122,7 @@ class ClusterLink:
         try:
             explicit, _ = read(paths.rules(self.queue), RulesDoc.decode, watch=True)
             thresholds, _ = read(paths.thresholds(self.queue), RulesDoc.decode, watch=True)
-            queue, _ = read(paths.queue(self.queue), QueueDoc.decode, watch=True)
+            queue, version = read(paths.queue(self.queue), QueueDoc.decode, watch=True)
             leader, _ = read(paths.leader, GcmDoc.decode, watch=True)
             acl, acl_version = read(paths.acl, AclDoc.decode, watch=True)
         except ZooKeeperError as exc:
@@ -141,6 +141,7 @@ class ClusterLink:
             acl=None if acl_version < 0 else (acl.rules if acl is not None else ()),
             replicas=tuple(queue.journal_replicas) if queue is not None else (),
             learners=tuple(queue.journal_learners) if queue is not None else (),
+            version=version,
         )
         if view.rules != self.view.rules:
             changed = {k: v for k, v in view.rules.items() if self.view.rules.get(k) != v}

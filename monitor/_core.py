@@ -145,7 +145,7 @@ class Core:
 
     def _adopt(self, view: QueueView) -> None:
         self.permissions.adopt(view.acl)
-        self.replicas.adopt(view.replicas, view.learners)
+        self.replicas.adopt(view.replicas, view.learners, view.version)
         if self.scaling is not None:
             self.scaling.adopt(view)
         if self.adoption.adopt(view) and self.scaling is not None:

@@ -93,6 +93,9 @@ class Replicas:
         self.queue = queue
         self.members: list[str] = []  # the document's replica set ([]: not known, the replicas heard of)
         self.learners: set[str] = set()  # of those, the ones placed as learners the document still names
+        self.version = -1  # the document's version: a leader takes no set older than the one it counts
+        self.admitted: set[str] = set()  # learners the GCM admitted, until the document says so
+        self.named: dict[str, float] = {}  # each member of the set: when this monitor first saw it named
         self.asking = ""  # a request about the set the GCM has not answered yet
         self.retry_at = 0.0
         self.lost_at: float | None = None  # when the member last replaced was last heard (for the time it took)
@@ -122,10 +125,12 @@ class Replicas:
             self.since = now
         self.decide(now)
 
-    def adopt(self, replicas: tuple[str, ...], learners: tuple[str, ...]) -> None:
-        """The queue's document names the replica set ``replicas``, ``learners`` among them."""
+    def adopt(self, replicas: tuple[str, ...], learners: tuple[str, ...], version: int = -1) -> None:
+        """The queue's document (of ``version``) names the replica set ``replicas``, ``learners`` among them."""
         self.members = list(replicas)
         self.learners = set(learners) & set(replicas)
+        self.version = version
+        self.admitted &= self.learners
 
     def _voters(self, live: dict[str, _Replica]) -> dict[str, _Replica]:
         """The live replicas that vote: members of the set (when it is known), not learners."""
@@ -140,10 +145,10 @@ class Replicas:
         return {n: r for n, r in self.known.items() if now - r.heard_at < self.timeout}
 
     def leader(self, now: float) -> control.JournalHeartbeat | None:
-        """The live leader of the newest epoch heard, if there is one."""
+        """The live leader of the newest epoch heard, if there is one (a member of the set, when it is known)."""
         top = max((r.hb.epoch for r in self.known.values()), default=0)
-        for r in self._live(now).values():
-            if r.hb.role == control.LEADER and r.hb.epoch == top:
+        for n, r in self._live(now).items():
+            if r.hb.role == control.LEADER and r.hb.epoch == top and (not self.members or n in self.members):
                 return r.hb
         return None
 
@@ -180,7 +185,7 @@ class Replicas:
                 if now - r.told_at >= RETELL_S:  # the set changed: the leader counts the new one
                     r.told_at = now
                     self.outbox.send(r.identity, control.JournalRole(role=control.LEADER, epoch=lead.epoch,
-                                                                     replicas=list(members)))
+                                                                     replicas=list(members), version=self.version))
             self._repair(lead, live, count, now)
             return
         if self.candidate is not None:
@@ -217,7 +222,7 @@ class Replicas:
         self.elections += 1
         r.told_at = now
         self.outbox.send(r.identity, control.JournalRole(role=control.LEADER, epoch=epoch, peers=peers,
-                                                         replicas=names))
+                                                         replicas=names, version=self.version))
         previous = self.known.get(self.leader_name)
         why = ("no replica leads yet" if not self.leader_name else
                f"leader {self.leader_name} silent for {now - previous.heard_at:.1f}s"
@@ -235,23 +240,20 @@ class Replicas:
         after = float(self.rules().get("replica_replace_s", 0.0))
         if not self.members or not self.queue or self.asking or now < self.retry_at:
             return
-        for name in sorted(self.learners):
+        for name in sorted(self.learners - self.admitted):
             r = live.get(name)
             if r is None or r.hb.learner:
                 continue
-            lost, self.lost_at = self.lost_at, None
-            took = f", {now - lost:.1f}s after the replica it replaced was last heard" if lost is not None else ""
-            self.outbox.event("journal_rereplicated", f"replica {name} holds what the leader of epoch {lead.epoch} "
-                              f"committed and votes: the journal has its {len(self.members)} replicas again{took}",
-                              replica=name, took_s=round(now - lost, 3) if lost is not None else None)
-            self._ask(m.AdmitReplica(QName=self.queue, Replica=name), f"admit replica {name}", now)
+            self._admit(name, lead.epoch, now)
             return
-        if self.learners or lead.reached + 1 < majority(count) or not after:
-            return  # one at a time: the last one placed has not caught up
-        start = self.since if self.since is not None else now
+        if lead.reached + 1 < majority(count) or not after:
+            return
         for name in self.members:
+            self.named.setdefault(name, now)  # (one never heard of is given its time from here)
+        # one at a time: while a learner has not caught up, only it may be replaced (it never voted)
+        for name in sorted(self.learners) if self.learners else self.members:
             r = self.known.get(name)
-            heard = r.heard_at if r is not None else start
+            heard = r.heard_at if r is not None else self.named[name]
             if name == lead.replica or now - heard < after:
                 continue
             voting = sum(1 for n in self.members if n != name and n in live and not live[n].hb.learner)
@@ -259,16 +261,34 @@ class Replicas:
                 return
             why = (f"replica {name} silent for {now - heard:.1f}s" if r is not None else
                    f"replica {name} not heard of in {now - heard:.1f}s")
-            self.lost_at = heard
+            if name not in self.learners:  # (a learner replaced: the time still counts from the member lost)
+                self.lost_at = heard
             self._ask(m.ReplaceReplica(QName=self.queue, Replica=name, Reason=why), f"replace replica {name}", now)
             return
 
-    def _ask(self, msg: control.Message, what: str, now: float) -> None:
+    def _admit(self, name: str, epoch: int, now: float) -> None:
+        """The learner ``name`` votes: the GCM is told (the document names it a learner no more), and once it
+        agreed, the time it took from the lost member's last heartbeat is an event."""
+        lost = self.lost_at
+
+        def admitted() -> None:
+            self.admitted.add(name)
+            self.lost_at = None
+            took = f", {now - lost:.1f}s after the replica it replaced was last heard" if lost is not None else ""
+            self.outbox.event("journal_rereplicated", f"replica {name} holds what the leader of epoch {epoch} "
+                              f"committed and votes: the journal has its {len(self.members)} replicas again{took}",
+                              replica=name, took_s=round(now - lost, 3) if lost is not None else None)
+
+        self._ask(m.AdmitReplica(QName=self.queue, Replica=name), f"admit replica {name}", now, admitted)
+
+    def _ask(self, msg: control.Message, what: str, now: float, done: Callable[[], None] | None = None) -> None:
         self.asking = what
 
         def answered(reply: Reply | None, why: str, at: float) -> None:
             self.asking = ""
             if reply is not None and reply.ok:
+                if done is not None:
+                    done()
                 return
             self.retry_at = at + RETRY_S  # the GCM may refuse (the host is live yet) or not answer: asked again
             log.info("queue %s: the GCM did not %s: %s", self.queue, what,
@@ -285,7 +305,7 @@ class Replicas:
         key = (lead.replica, lead.epoch)
         if self._unreached is None or self._unreached[0] != key:
             self._unreached = (key, now)
-        others = sum(1 for n in live if n != lead.replica)
+        others = sum(1 for n in self._voters(live) if n != lead.replica)
         return now - self._unreached[1] >= self.timeout and others >= majority(count)
 
     def describe(self, now: float) -> list[ReplicaStatus]:

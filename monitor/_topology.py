@@ -187,6 +187,7 @@ class QueueView:
         acl: the cluster's permissions (None: no rule was ever set; () when they do not read: nothing allowed).
         replicas: a replicated journal's replica set (their hosts, each replica named by its host).
         learners: of those, the ones placed in place of a lost one that are not yet said to vote.
+        version: the queue document's version (ZooKeeper's), which orders its replica sets.
     """
 
     state: str = ""
@@ -197,6 +198,7 @@ class QueueView:
     acl: tuple[Rule, ...] | None = None
     replicas: tuple[str, ...] = ()
     learners: tuple[str, ...] = ()
+    version: int = -1
 
 
 class Topology:

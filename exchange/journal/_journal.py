@@ -415,11 +415,17 @@ class Journal:
         elif msg.role == control.LEADER:
             leading = self.leading
             if leading is not None and leading.epoch == msg.epoch:
-                if msg.replicas and sorted(msg.replicas) != sorted(leading.quorum.ends):
+                if msg.replicas:
                     try:  # the replica set changed (one lost, replaced by a learner): counted from now on
-                        leading.members(msg.replicas)
+                        leading.members(msg.replicas, msg.version)
                     except ValueError as exc:
                         raise ProtocolError(str(exc)) from None
+                self._beat(time.monotonic())
+                return
+            replica = self._replica()
+            if replica is not None and msg.epoch <= replica.promised:
+                log.warning("replica %s: an order to stand for epoch %d, which it promised already (or a newer one, "
+                            "%d): a late order, ignored", self.id, msg.epoch, replica.promised)
                 return
             self._lead(msg)
         else:
@@ -524,7 +530,7 @@ class Journal:
                   store, self.curve, reads.positions, members=msg.replicas or None)
             followers = tuple(n for n in msg.replicas if n != self.id)
             self.leading = Leading(self.id, followers, msg.epoch, store, reads, self._acknowledge, committed=0,
-                                   on_commit=self._answer_commits)
+                                   on_commit=self._answer_commits, version=msg.version)
         except JournalError as exc:
             log.error("replica %s: %s", self.id, exc)
             self.standby = load_replica(store.directory, self.id, store)

@@ -47,7 +47,8 @@ class ReadPort:
             called with its id, that offset, the epoch it promised and the time; None: this journal has no
             followers (a replica's fetch is answered all the same, and counts for nothing).
         on_promise: a replica's: a candidate asks it to promise an epoch; returns the answer's data (raises
-            ConflictError when it promised that epoch or a newer one); None: not a replica (refused).
+            ConflictError when it promised that epoch or a newer one, UnavailableError when it is a learner); None:
+            not a replica (refused).
         on_commit: a replicated journal's: a durable subscriber commits a position (name, offset, the request to
             answer once it is on a majority); None: kept here, answered at once.
     """

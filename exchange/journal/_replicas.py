@@ -352,6 +352,7 @@ class Leading:
         committed: what is known to be on a majority (None: everything the journal holds, for the first leader;
             an elected one knows nothing: the tail it took over is committed behind its first entry on a majority).
         on_commit: called with the commit end each time it moves.
+        version: the queue document's version of the replica set (-1: not known).
 
     Raises:
         JournalError: its replica promised a newer epoch (it would be fenced), or ``replica.json`` does not read or
@@ -360,7 +361,7 @@ class Leading:
 
     def __init__(self, name: str, followers: tuple[str, ...], epoch: int, store: Store, reads: ReadPort,
                  acknowledge: Callable[[Acks, int], None], committed: int | None = None,
-                 on_commit: Callable[[int], None] | None = None) -> None:
+                 on_commit: Callable[[int], None] | None = None, version: int = -1) -> None:
         end = store.end_offset
         self.directory = store.directory
         self.replica = load_replica(store.directory, name, store)
@@ -379,24 +380,30 @@ class Leading:
         self.acknowledge = acknowledge
         self.on_commit = on_commit
         self.pending: Waiting[Acks] = Waiting()
+        self.version = version  # the queue document's version of the replica set counted (-1: not known)
         reads.epochs(epoch, self.replica.history.to_list())
         reads.members([name, *followers])
         reads.commit(known)
         store.keep_recent(RECENT_BYTES)
 
-    def members(self, replicas: list[str]) -> None:
-        """The replica set is ``replicas`` now (one lost replaced by a learner): counted from here on, and named to
-        each follower (a learner votes once it holds what a leader that counts it committed).
+    def members(self, replicas: list[str], version: int) -> bool:
+        """The replica set is ``replicas`` as of the queue document's ``version`` (one lost replaced by a learner):
+        counted from here on, and named to each follower (a learner votes once it holds what a leader that counts it
+        committed). A set of an older version than the one counted is ignored (a monitor that read an older
+        document). True if the set counted changed.
 
         Raises:
             ValueError: this leader is not one of them.
         """
-        if sorted(replicas) == sorted(self.quorum.ends):
-            return
+        if version < self.version or sorted(replicas) == sorted(self.quorum.ends):
+            self.version = max(self.version, version)
+            return False
         self.quorum.members(list(replicas))
+        self.version = version
         self.reads.members(list(replicas))
         log.warning("journal %s, leading epoch %d, counts the replicas %s from now on: a round is acknowledged once "
                     "%d of them hold it", self.name, self.epoch, ", ".join(sorted(replicas)), self.quorum.needed)
+        return True
 
     def written(self, end: int, acks: Acks, now: float) -> None:
         """The leader wrote (and with ``always`` synced) a round ending at ``end``."""
@@ -416,7 +423,7 @@ class Leading:
         """A candidate for ``epoch`` asks this replica too: it promises (fenced from then on), as a follower would.
 
         Raises:
-            ConflictError: it promised that epoch or a newer one.
+            ConflictError: it promised that epoch or a newer one. UnavailableError: it is a learner.
         """
         answer = promise(self.directory, self.replica, epoch)
         self.fence(epoch, f"a candidate for epoch {epoch} asked")
@@ -586,7 +593,7 @@ class Following:
         """A candidate for ``epoch`` asks: promise it, kept on disk before the answer.
 
         Raises:
-            ConflictError: this replica promised that epoch or a newer one.
+            ConflictError: this replica promised that epoch or a newer one. UnavailableError: it is a learner.
         """
         answer = promise(self.store.directory, self.replica, epoch)
         self.reads.epochs(self.replica.promised, self.replica.history.to_list())

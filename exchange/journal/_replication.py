@@ -239,7 +239,7 @@ class Replica:
     def admit(self, members: list[str], epoch: int, leader: EpochHistory, committed: int) -> bool:
         """The leader of ``epoch`` (its log's epochs ``leader``) counts ``members`` and has committed up to
         ``committed``: a learner whose log reaches that votes from now on. True if it just stopped being a learner
-        (the caller keeps that on disk).
+        (its heartbeat says so; its monitor has the queue's document say so, so that it is not made one again).
 
         Only a commit end past the start of the leader's own epoch says that everything acknowledged before is
         behind it (a leader just elected commits by counting an entry of its epoch; until then its commit end says

@@ -240,3 +240,12 @@ def test_the_gcm_takes_the_request_from_the_cluster_and_from_whoever_manages_the
     msg = m.ReplaceReplica(QName="q", Replica="127.0.0.12", Reason="lost")
     assert decode(encode(msg)) == msg and encode(msg) == encode(decode(bson.encode(
         {"CMD": 2025, "QName": "q", "Replica": "127.0.0.12", "Reason": "lost"})))
+
+
+def test_one_replica_is_replaced_at_a_time_while_a_learner_catches_up_only_it_may_be():
+    doc = QueueDoc(host="a", placement={"x1": "a"}, journal_host="a", journal_replicas=["a", "b", "c"],
+                   journal_learners=["b"])
+    with pytest.raises(ConflictError, match="one replica is replaced at a time"):
+        replace_replica(_lost(doc), m.ReplaceReplica(QName="q", Replica="c"), NOW)
+    out = replace_replica(_lost(doc, hosts=("a", "d", "e")), m.ReplaceReplica(QName="q", Replica="b"), NOW)
+    assert QueueDoc.decode(out.ops[0].data).journal_learners == ["d"]

@@ -252,18 +252,42 @@ def test_a_live_leader_is_told_the_new_set_and_a_member_silent_for_long_is_repla
     [(identity, order)] = _orders(out)
     assert identity == b"b" and order.role == control.LEADER and order.epoch == 2
     assert order.replicas == ["127.0.0.11", "127.0.0.12", "127.0.0.14"], "the leader counts the new set"
-    r.heartbeat(dataclasses.replace(_hb("127.0.0.14", control.FOLLOWER, epoch=2, leader=lead.reads), learner=True),
-                b"d", 9.5)
+    learning = dataclasses.replace(_hb("127.0.0.14", control.FOLLOWER, epoch=2, leader=lead.reads), learner=True)
+    for now in (9.5, 20.0, 29.9):
+        r.heartbeat(learning, b"d", now)
     r.heartbeat(lead, b"b", 30.0)
     r.heartbeat(follower, b"a", 30.0)
-    assert _asked(out) == [], "a learner not caught up: nothing more is replaced (127.0.0.14 is silent)"
+    assert _asked(out) == [], "a learner catching up: nothing is replaced (127.0.0.13 is gone from the set)"
     out.take()
     r.heartbeat(_hb("127.0.0.14", control.FOLLOWER, epoch=2, leader=lead.reads), b"d", 30.5)
     taken = out.take()
-    [admit] = [req.message for req in taken.requests]
-    assert isinstance(admit, m.AdmitReplica) and admit.Replica == "127.0.0.14"
-    [event] = [e for e in taken.events if e.kind == "journal_rereplicated"]
+    [request] = taken.requests
+    assert isinstance(request.message, m.AdmitReplica) and request.message.Replica == "127.0.0.14"
+    assert not [e for e in taken.events if e.kind == "journal_rereplicated"], "not before the GCM agreed"
+    request.answer(Reply(comment="admitted"), "", 30.6)
+    [event] = [e for e in out.take().events if e.kind == "journal_rereplicated"]
     assert event.fields["took_s"] > 25, "from the lost one's last heartbeat"
+    r.heartbeat(_hb("127.0.0.14", control.FOLLOWER, epoch=2, leader=lead.reads), b"d", 31.0)
+    assert _asked(out) == [], "admitted once, until the document says so"
+
+
+def test_a_learner_lost_before_it_caught_up_is_replaced_itself_and_the_set_is_ordered_by_the_documents_version():
+    r, out = _cluster(learners=("127.0.0.13",))
+    r.adopt(SET, ("127.0.0.13",), version=7)
+    lead = _hb("127.0.0.12", control.LEADER, epoch=2, last_epoch=2, end=100, reached=1,
+               followers={"127.0.0.11": 100, "127.0.0.12": 100, "127.0.0.13": 0})
+    follower = _hb("127.0.0.11", control.FOLLOWER, epoch=2, leader=lead.reads)
+    for now in (0.0, 2.0, 4.0, REPLACE_S + 0.1):
+        r.heartbeat(follower, b"a", now)
+        r.heartbeat(lead, b"b", now)
+    [ask] = _asked(out)
+    assert isinstance(ask, m.ReplaceReplica) and ask.Replica == "127.0.0.13", "the learner, never heard of"
+    out.requests[0].answer(Reply(comment="replaced"), "", REPLACE_S + 0.2)
+    out.take()
+    r.adopt(("127.0.0.11", "127.0.0.12", "127.0.0.15"), ("127.0.0.15",), version=8)
+    r.heartbeat(lead, b"b", REPLACE_S + 0.5)
+    [(_, order)] = _orders(out)
+    assert order.version == 8 and order.replicas == ["127.0.0.11", "127.0.0.12", "127.0.0.15"]
 
 
 def test_a_member_is_not_replaced_when_the_others_that_vote_are_no_majority():

@@ -102,7 +102,8 @@ class JournalRole(Message):
     most advanced log of a majority) and lead it, counting a majority of ``replicas`` (the names of every replica
     of the queue, itself included; a name not yet heard of counts as one that holds nothing). To the leader of that
     epoch already, with ``replicas``: the replica set changed (one lost, replaced by a learner), counted from now
-    on. Sent again while the replica's heartbeat shows it is not what it was told; a replica that is already what
+    on, unless its ``version`` (the queue document's, where the set is kept) is older than the set's it counts: a
+    monitor that read an older document never takes a leader back to an older set. Sent again while the replica's heartbeat shows it is not what it was told; a replica that is already what
     it is told does nothing."""
 
     role: str
@@ -110,3 +111,4 @@ class JournalRole(Message):
     leader: str = ""
     peers: dict[str, str] = dataclasses.field(default_factory=dict)
     replicas: list[str] = dataclasses.field(default_factory=list)
+    version: int = -1
