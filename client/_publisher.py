@@ -18,7 +18,7 @@ from client._locator import MonitorLocator
 from client._outbox import Outbox, failure
 from roq.config import PublisherConfig
 from roq.federation import address
-from roq.security.zap import identity_for
+from roq.security.zap import identity_for, seeded_id
 from roq.errors import BrokerConnectionError, NoExchangeError
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,9 @@ class Publisher:
     def __init__(self, *, context: zmq.Context, monitor: str | MonitorLocator, config: PublisherConfig) -> None:
         self.config = config
         # with CURVE the id begins with the key's digest: an exchange takes it from nobody else
-        self.id = identity_for(config.curve.public_key.encode()) if config.curve else uuid.uuid4().bytes
+        seed = config.id_seed.encode()
+        self.id = (identity_for(config.curve.public_key.encode(), seed) if config.curve else
+                   seeded_id(seed) if seed else uuid.uuid4().bytes)
         self.name = self.id.hex()
         self._outbox = Outbox(config)
         # send() runs for every record: on an instance it is the outbox's put itself, one call instead of two

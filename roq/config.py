@@ -559,6 +559,10 @@ class PublisherConfig:
         to: the cluster of a tree of clusters the records are for ("" = this one): each record's key is
             addressed to it (:func:`roq.federation.address`), and the queue of that name there receives it,
             carried by the links between (:func:`client.connect` with ``queue="store-417/orders"`` sets it).
+        id_seed: the publisher's id derives from this ("" = a new random id): started again with the same seed,
+            a publisher is the same publisher, numbering its records from 1 again, and a durable queue's journal
+            drops those it holds already (a retried Spark task writes each record once). Two publishers running
+            at once must not share a seed.
     """
 
     linger: float = 0.0005
@@ -574,9 +578,13 @@ class PublisherConfig:
     max_pending_batches: int = 8
     curve: CurveClient | None = None
     to: str = ""
+    id_seed: str = ""
 
     def __post_init__(self) -> None:
         _curve(self)
+        if not isinstance(self.id_seed, str) or len(self.id_seed) > 1024:
+            raise ConfigError(f"PublisherConfig.id_seed must be a string of at most 1,024 characters, got "
+                              f"{self.id_seed!r:.80}")
         if self.to:
             from roq.federation import check_name  # (roq.federation reads the wire, which reads this module)
             check_name(self.to)

@@ -10,6 +10,7 @@
     roq watch                           print configuration broadcasts as they arrive
     roq kpi report --archive DIR        throughput, latency, events per queue / exchange / host (PySpark)
     roq kpi tune --archive DIR [--follow]   thresholds from each exchange's measured capacity
+    roq spark up [--workers 2]          a standalone Spark cluster (a master, N workers) in the foreground
     roq deploy up|status|down cluster.toml  containers on Docker hosts (see deploy/)
     roq keys new NAME | client NAME | revoke NAME   CURVE keys; a client's credentials; taking a key back
     roq acl list | grant|revoke PRINCIPAL PERMISSION [--queues P] [--deny] [--prefix K]   permissions
@@ -39,6 +40,7 @@ from roqcli.deploying import deploy
 from roqcli.keys import DEFAULT_CLUSTER_KEYS, keys
 from roqcli.kpi.command import add_parsers as kpi_parsers, run as run_kpi
 from roqcli.manage import ClientSettings, manage
+from roqcli.sparkcluster import spark_up
 from roq import defaults
 
 __all__ = ["main"]
@@ -165,6 +167,19 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--count", type=int, default=0, help="stop after this many broadcasts (default: never)")
     client_flags(watch)
     kpi_parsers(sub, client_flags)
+    spark = sub.add_parser("spark", help="a standalone Spark cluster from the installed PySpark, for 'roq kpi "
+                           "--master' and the roq data source")
+    ssub = spark.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sup = ssub.add_parser("up", help="start a master and its workers (each its own JVM) on a loopback address, print "
+                          "the master's URL and web UI, and run until Ctrl-C, which stops all of them")
+    sup.add_argument("--address", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    sup.add_argument("--port", type=int, default=7077, help="the master's port (default 7077)")
+    sup.add_argument("--ui-port", type=int, default=8080, help="the master's web UI port (default 8080)")
+    sup.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
+    sup.add_argument("--cores", type=int, default=1, help="cores each worker offers (default 1)")
+    sup.add_argument("--memory", default="1g", help="memory each worker offers (default 1g)")
+    sup.add_argument("--dir", default=os.path.expanduser("~/.roq/spark"),
+                     help="where the logs and the workers' scratch go (default ~/.roq/spark)")
     keys = sub.add_parser("keys", help="CURVE key pairs for the cluster's processes and its clients")
     ksub = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
     new = ksub.add_parser("new", help="write a new key pair NAME.key (public) and NAME.key_secret (mode 600) in "
@@ -208,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             return deploy(args)
         if args.command == "keys":
             return keys(args)
+        if args.command == "spark":
+            return spark_up(args)
         if args.command == "cluster":
             flags = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(ClusterSettings)}
             return cluster_up(build(ClusterSettings, file=file, section="cluster", source=args.config or "", flags=flags))

@@ -1,31 +1,42 @@
-"""The ``roq`` data source of Spark (PySpark 4's Python data source API): a batch read of a durable queue's journal.
+"""The ``roq`` data source of Spark (PySpark 4's Python data source API): a batch or a streaming read of a durable
+queue's journal.
 
 On the driver, when the query is planned, the options are checked and the journal found (every error there, at
 query start, names what is wrong); the offsets from ``startingOffsets`` to ``endingOffsets`` are split into
 ``partitions`` ranges. Each Spark task reads one range from the journal's reads port, so several workers read
 one queue at once.
+
+A streaming read (``spark.readStream.format("roq")``) has the journal's offsets as its own: each micro-batch is
+the range from where the last one ended to the journal's end then (what a reader is served: what a majority of a
+replicated journal's replicas hold), and Spark's checkpoint keeps them, so a query started again from its
+checkpoint goes on exactly where its last committed batch ended. A range of a journal's offsets always holds the
+same records, so a batch read again after a failure is the same batch.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
+                                    DataSourceWriter, InputPartition)
 
 from client.spark._journal import JournalReader, Piece, locate
-from roq.errors import ProtocolError
-from client.spark._options import COLUMNS, SCHEMA, ReadOptions, parse_read, split
+from roq.errors import BrokerTimeoutError, ConfigError, ProtocolError
+from client.spark._options import COLUMNS, SCHEMA, ReadOptions, parse_read, parse_write, split
+from client.spark._sink import RoqStreamWriter, RoqWriter, check_schema, check_target
 
-__all__ = ["RoqDataSource", "register", "read", "arrow_batch", "arrow_schema"]
+__all__ = ["RoqDataSource", "RoqStreamReader", "register", "read", "arrow_batch", "arrow_schema"]
 
 
 class OffsetRange(InputPartition):
-    """The records of one task: offsets ``start`` to ``end`` (excluded)."""
+    """The records of one task: offsets ``start`` to ``end`` (excluded), from the journal at ``endpoint``
+    ("": the reader's)."""
 
-    def __init__(self, start: int, end: int) -> None:
+    def __init__(self, start: int, end: int, endpoint: str = "") -> None:
         super().__init__((start, end))
         self.start = start
         self.end = end
+        self.endpoint = endpoint
 
 
 class RoqDataSource(DataSource):
@@ -40,6 +51,27 @@ class RoqDataSource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         return RoqReader(parse_read(self.options))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        if any(str(name).lower() == "endingoffsets" for name in self.options):
+            raise ConfigError("roq data source: option 'endingOffsets' is for a batch read; a streaming read goes "
+                              "on as the journal grows")
+        return RoqStreamReader(parse_read(self.options))
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        return RoqWriter(self._write_options(schema, overwrite))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        return RoqStreamWriter(self._write_options(schema, overwrite))
+
+    def _write_options(self, schema: Any, overwrite: bool) -> Any:
+        """The write's options, its rows' columns and its queue checked on the driver, at query start."""
+        if overwrite:
+            raise ConfigError("roq sink: a queue is published to, never overwritten (use mode 'append')")
+        options = parse_write(self.options)
+        check_schema(schema)
+        check_target(options)
+        return options
 
 
 class RoqReader(DataSourceReader):
@@ -61,11 +93,67 @@ class RoqReader(DataSourceReader):
         """The partition's records, a fetch's worth at a time, as Arrow record batches: no Python object is made
         per record (the payloads are cut out of the batches' bodies by their length tables)."""
         assert isinstance(partition, OffsetRange)
-        options = self.options
-        schema = arrow_schema()
+        return _read(partition.endpoint or self.endpoint, self.options, partition)
+
+
+def _read(endpoint: str, options: ReadOptions, partition: OffsetRange) -> Iterator[Any]:
+    schema = arrow_schema()
+    with JournalReader(endpoint, options.credentials, options.fetch_bytes) as journal:
+        for pieces in journal.records(partition.start, partition.end, options.prefix):
+            yield arrow_batch(pieces, schema)
+
+
+class RoqStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("roq")``: the journal's offsets are the stream's (``{"offset": n}``), kept in
+    Spark's checkpoint. Planned on the driver (where the journal is found again when it moved: a new leader of a
+    replicated journal, a journal started anew on another host), each range read in a task.
+
+    Raises:
+        ConfigError, NotFoundError, BrokerConnectionError, BrokerTimeoutError: as :class:`RoqReader`.
+    """
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.endpoint = locate(options)
+        first, end = self._bounds()
         with JournalReader(self.endpoint, options.credentials, options.fetch_bytes) as journal:
-            for pieces in journal.records(partition.start, partition.end, options.prefix):
-                yield arrow_batch(pieces, schema)
+            self.start = journal.offset(options.starting, first, end)
+
+    def _bounds(self) -> tuple[int, int]:
+        """The journal's first offset and end; where it is found again when it did not answer where it was."""
+        try:
+            with JournalReader(self.endpoint, self.options.credentials, self.options.fetch_bytes) as journal:
+                return journal.bounds()
+        except BrokerTimeoutError:
+            if self.options.journal:
+                raise
+        self.endpoint = locate(self.options)  # the journal moved (a new leader, another host)
+        with JournalReader(self.endpoint, self.options.credentials, self.options.fetch_bytes) as journal:
+            return journal.bounds()
+
+    def initialOffset(self) -> dict:
+        return {"offset": self.start}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """The journal's end now (never before ``start``); with a limit of rows (Spark's ``ReadMaxRows``), at most
+        that many offsets past ``start``."""
+        _, end = self._bounds()
+        at = int(start["offset"]) if start else self.start
+        most = getattr(limit, "maxRows", None)
+        if most is not None:
+            end = min(end, at + int(most))
+        return {"offset": max(end, at)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [OffsetRange(a, b, self.endpoint)
+                for a, b in split(int(start["offset"]), int(end["offset"]), self.options.partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, OffsetRange)
+        return _read(partition.endpoint or self.endpoint, self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Spark committed the batches up to ``end`` (its checkpoint holds it: nothing is kept in the journal)."""
 
 
 def arrow_batch(pieces: list[Piece], schema: Any = None) -> Any:

@@ -39,9 +39,8 @@ from roq.runtime import DropCounter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "public_key", "identity_for", "owns", "Keyring", "Decision",
-           "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from",
-           "KEY_REMOVED"]
+__all__ = ["ZAP_ENDPOINT", "ZapRequest", "encode_reply", "public_key", "identity_for", "seeded_id", "owns", "Keyring",
+           "Decision", "Authenticator", "ZapServer", "TAG_BYTES", "CLUSTER", "recv_from", "KEY_REMOVED"]
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 VERSION = b"1.0"
@@ -109,10 +108,17 @@ def _tag(public_key: bytes) -> bytes:
     return hashlib.blake2b(public_key, digest_size=TAG_BYTES).digest()
 
 
-def identity_for(public_key: bytes) -> bytes:
-    """A new 16-byte routing id owned by ``public_key`` (Z85 text or 32 raw bytes): its digest, then random."""
+def identity_for(public_key: bytes, seed: bytes = b"") -> bytes:
+    """A 16-byte routing id owned by ``public_key`` (Z85 text or 32 raw bytes): its digest, then random bytes (with
+    ``seed``: bytes derived from it, the same seed giving the same id)."""
     raw = zmq.utils.z85.decode(public_key) if len(public_key) == 40 else public_key
-    return _tag(raw) + os.urandom(16 - TAG_BYTES)
+    rest = seeded_id(seed)[:16 - TAG_BYTES] if seed else os.urandom(16 - TAG_BYTES)
+    return _tag(raw) + rest
+
+
+def seeded_id(seed: bytes) -> bytes:
+    """A 16-byte id derived from ``seed`` (the same seed, the same id)."""
+    return hashlib.sha256(b"roq publisher id\0" + seed).digest()[:16]
 
 
 def owns(public_key: bytes, identity: bytes) -> bool:

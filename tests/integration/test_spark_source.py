@@ -4,14 +4,23 @@ workers read ranges of the journal's offsets in parallel."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 
+import psutil
 import pytest
+from pyspark.sql import functions as F
 
 import client
 from client import spark as roq_spark
 from roq.errors import ConfigError, NotFoundError
 from roqcli.kpi import job
+from roqcli.sparkcluster import SparkCluster
 from tests.integration.test_kpi import QUICK_JVM
 from tests.integration.zkhelp import wait_until
 
@@ -98,3 +107,257 @@ def test_bad_options_and_queues_that_cannot_be_read_are_clear_errors_at_query_st
         roq_spark.read(None, queue="nowhere", **where)
     with pytest.raises(ConfigError, match="'plain' is not durable"):
         roq_spark.read(None, queue="plain", **where)
+
+
+def _committed(out: str) -> list[str]:
+    """The Parquet files a file sink committed (its ``_spark_metadata`` log: a file per batch, ``N.compact`` every
+    tenth holding those before; files of a batch that was not committed are not in it)."""
+    log = os.path.join(out, "_spark_metadata")
+    if not os.path.isdir(log):
+        return []
+    names = sorted((n for n in os.listdir(log) if n.split(".")[0].isdigit()), key=lambda n: int(n.split(".")[0]))
+    compact = [i for i, n in enumerate(names) if n.endswith(".compact")]
+    files: dict[str, bool] = {}
+    for name in names[compact[-1] if compact else 0:]:
+        with open(os.path.join(log, name)) as f:
+            lines = f.read().splitlines()[1:]  # after its version line
+        for entry in map(json.loads, filter(None, lines)):
+            files[entry["path"]] = entry["action"] == "add"
+    return [path.removeprefix("file://") for path, added in files.items() if added]
+
+
+def _sunk(out: str) -> list[tuple[str, int, int]]:
+    """(publisher, seq, payload as a number) of every record the sink committed."""
+    import pyarrow.parquet as pq
+
+    rows: list[tuple[str, int, int]] = []
+    for path in _committed(out):
+        table = pq.read_table(path, columns=["publisher", "seq", "payload"])
+        rows += zip(table.column("publisher").to_pylist(), table.column("seq").to_pylist(),
+                    (int(p) for p in table.column("payload").to_pylist()))
+    return rows
+
+
+def test_a_streaming_query_killed_and_started_again_from_its_checkpoint_sinks_each_record_once(make_embedded,
+                                                                                                tmp_path):
+    """A streaming query reads a queue while a publisher sends into it, its driver is killed with ``kill -9``
+    (with its JVM and Python workers: the whole process group) after it committed a few micro-batches, and started
+    again from its checkpoint: the Parquet sink holds every record exactly once."""
+    cluster = make_embedded(hosts=1)
+    _durable_queue(cluster, "st")
+    total = 30_000
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    command = [sys.executable, "-m", "tests.integration.spark_stream", "--zk", cluster.zk, "--root", cluster.root,
+               "--queue", "st", "--out", out, "--checkpoint", checkpoint]
+    jobs: list[subprocess.Popen] = []
+
+    def start(n: int) -> subprocess.Popen:
+        log = open(tmp_path / f"driver{n}.log", "w")
+        job_ = subprocess.Popen([*command, "--log", str(tmp_path / f"jvm{n}.log")], stdout=log, stderr=log,
+                                start_new_session=True, cwd=os.getcwd())
+        jobs.append(job_)
+        return job_
+
+    def kill(job_: subprocess.Popen) -> None:
+        try:
+            os.killpg(job_.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        job_.wait(30)
+        wait_until(lambda: not _group(job_.pid), 30, "every process of the driver's group gone")
+
+    sent, go = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            with client.connect(zk=cluster.zk, queue="st", root=cluster.root) as conn:
+                pub = conn.publisher()
+                for i in range(total):
+                    pub.send(b"k", b"%d" % i)
+                    if i == 9_999:  # the rest once the query runs, about 2,500 records a second
+                        pub.flush(60)
+                        go.wait(180)
+                    elif i > 9_999 and i % 250 == 249:
+                        time.sleep(0.1)
+                pub.flush(60)
+        except BaseException as exc:  # (seen by the test)
+            failure.append(exc)
+        finally:
+            sent.set()
+
+    try:
+        publisher = threading.Thread(target=publish, daemon=True)
+        publisher.start()
+        first = start(1)
+        wait_until(lambda: _committed(out) or first.poll() is not None, 180, "the first query's first micro-batch")
+        go.set()
+        wait_until(lambda: len(_committed(out)) >= 3 or first.poll() is not None, 60,
+                   "the first query committed micro-batches while the publisher sends")
+        assert first.poll() is None, (tmp_path / "driver1.log").read_text()[-3000:]
+        before = len(_sunk(out))
+        kill(first)  # kill -9, in the middle of whatever batch it was on
+        assert not sent.is_set() and before < total, "the query was killed while the publisher sent"
+        second = start(2)
+        sent.wait(120)
+        assert not failure, failure
+        wait_until(lambda: len(_sunk(out)) >= total or second.poll() is not None, 180,
+                   "the query started again sank every record")
+        assert second.poll() is None, (tmp_path / "driver2.log").read_text()[-3000:]
+        rows = _sunk(out)
+    finally:
+        for job_ in jobs:
+            kill(job_)
+    assert len(rows) == total, f"{len(rows)} records in the sink for {total} sent"
+    assert sorted(n for _, _, n in rows) == list(range(total)), "each record once"
+    assert len({(p, s) for p, s, _ in rows}) == total
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of the process group ``pgid``."""
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return out
+
+
+def _fail_once(marker: str, per: int):
+    """An RDD's partition function: partition ``index`` gives ``per`` rows (key, payload: its ids); the first attempt
+    of partition 1 fails after 100,000 rows, once the sink published some of them (the marker file says it ran)."""
+
+    def rows(index, _):
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        doomed = index == 1 and context is not None and context.attemptNumber() == 0
+        for n, i in enumerate(range(index * per, (index + 1) * per)):
+            if doomed and n == 100_000:
+                with open(marker, "w") as f:
+                    f.write(f"failed after {n} rows")
+                raise RuntimeError("this task fails once, on purpose")
+            yield b"k%d" % (i % 4), b"%d" % i
+
+    return rows
+
+
+def test_the_sink_writes_each_row_once_though_a_task_failed_and_spark_ran_it_again(make_embedded, tmp_path):
+    """1,000,000 rows written to a durable queue by four tasks, one of which fails half-way through its rows (after
+    publishing some) and is run again by Spark: the queue's journal holds each row exactly once."""
+    cluster = make_embedded(hosts=1)
+    _durable_queue(cluster, "sink")
+    session = job.spark_session("local[2,4]", jvm_log=str(tmp_path / "spark.log"),  # a task is tried 4 times
+                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
+    try:
+        roq_spark.register(session)
+        total, marker = 1_000_000, str(tmp_path / "failed-once")
+        made = session.sparkContext.parallelize(range(4), 4).mapPartitionsWithIndex(_fail_once(marker, total // 4))
+        rows = session.createDataFrame(made, "key binary, payload binary")
+        rows.write.format("roq").mode("append").options(zk=cluster.zk, root=cluster.root, queue="sink",
+                                                        flushTimeout="30").save()
+        assert os.path.exists(marker), "no task failed: the test proves nothing"
+        journal = cluster.manager.journal("sink")
+        assert journal is not None and (journal.duplicates or 0) > 0, \
+            "the task run again sent nothing its first attempt had published: the test proves little"
+        where = {"zk": cluster.zk, "root": cluster.root, "queue": "sink"}
+        written = roq_spark.read(session, partitions=4, **where).select("publisher", "seq", "payload")
+        counts = written.groupBy("publisher").agg({"seq": "max", "*": "count"}).collect()
+        assert sorted(r["count(1)"] for r in counts) == sorted(r["max(seq)"] for r in counts), \
+            "each task's publisher: every seq from 1, once"
+        assert sum(r["count(1)"] for r in counts) == total and len(counts) == 4
+        assert written.select("payload").distinct().count() == total, "each row once"
+
+        for options, error in (({"zk": cluster.zk, "queue": "sink", "colour": "red"}, "unknown option 'colour'"),
+                               ({"zk": cluster.zk, "root": cluster.root, "queue": "none-such"}, "no queue 'none-such'"),
+                               ({"zk": cluster.zk, "root": cluster.root, "queue": "sink", "flushTimeout": "soon"},
+                                "option 'flushTimeout'")):
+            with pytest.raises(Exception, match=error):
+                rows.limit(10).write.format("roq").mode("append").options(**options).save()
+        with pytest.raises(Exception, match="a column 'payload' of binary or string"):
+            session.range(3).selectExpr("cast(cast(id as string) as binary) as key").write.format("roq").mode("append") \
+                .options(**where).save()
+    finally:
+        job.stop_session(session)
+
+
+def _free_port(address: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def test_a_standalone_cluster_of_two_workers_reads_a_million_records_each_once_on_both(make_embedded, tmp_path):
+    """A master and two workers (three JVMs, ``roqcli.sparkcluster``), a durable queue of 1,000,000 records from four
+    publishers: the batch read returns each record once, every publisher's seqs whole, and tasks ran on both
+    workers' executors."""
+    cluster = make_embedded(hosts=1)
+    _durable_queue(cluster, "big")
+    per, publishers = 250_000, 4
+    with client.connect(zk=cluster.zk, queue="big", root=cluster.root) as conn:
+        pubs = [conn.publisher() for _ in range(publishers)]
+        payload = b"x" * 90
+        for i in range(per):
+            for p, pub in enumerate(pubs):
+                pub.send(b"k%d" % p, payload)
+        for pub in pubs:
+            pub.flush(120)
+    address = "127.0.0.48"
+    spark_cluster = SparkCluster(workdir=str(tmp_path / "spark"), address=address, port=_free_port(address),
+                                 ui_port=_free_port(address), workers=2, cores=1, memory="1g",
+                                 java_options=QUICK_JVM)
+    with spark_cluster:
+        session = job.spark_session(spark_cluster.url, app="roq-two-workers", jvm_log=str(tmp_path / "driver.log"),
+                                    settings={"spark.driver.extraJavaOptions": QUICK_JVM,
+                                              "spark.executor.extraJavaOptions": QUICK_JVM,
+                                              "spark.driver.host": address, "spark.driver.bindAddress": address,
+                                              "spark.executor.memory": "700m", "spark.cores.max": "2"})
+        try:
+            df = roq_spark.read(session, zk=cluster.zk, root=cluster.root, queue="big", partitions=8)
+            # each executor's Python workers are forked by its own daemon: their parent tells them apart
+            where = df.select("offset").rdd.mapPartitions(lambda rows: [(os.getppid(), sum(1 for _ in rows))]).collect()
+            executors = session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # (the driver's too)
+            columns = df.select("publisher", "seq", "offset").cache()  # (the checks below read the queue once more)
+            total, distinct = columns.agg(F.count("*"), F.countDistinct("offset")).first()
+            per_publisher = columns.groupBy("publisher").agg(F.count("*").alias("n"), F.min("seq").alias("low"),
+                                                             F.max("seq").alias("high"),
+                                                             F.countDistinct("seq").alias("distinct")).collect()
+        finally:
+            job.stop_session(session)
+    assert total == distinct == per * publishers
+    assert len(per_publisher) == publishers
+    assert all(r.n == r.distinct == per and r.high - r.low + 1 == per for r in per_publisher), per_publisher
+    assert executors == 2, f"{executors} executors registered"
+    assert len({w for w, n in where if n}) >= 2, f"records read in one place only: {where}"
+
+
+def test_roq_spark_up_starts_a_master_and_its_workers_and_ctrl_c_stops_every_one(tmp_path):
+    address = "127.0.0.49"
+    port, ui = _free_port(address), _free_port(address)
+    proc = subprocess.Popen([sys.executable, "-m", "roqcli.main", "spark", "up", "--workers", "1", "--address",
+                             address, "--port", str(port), "--ui-port", str(ui), "--dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 120
+        while not any("web UI" in line for line in lines) and time.monotonic() < deadline and proc.poll() is None:
+            lines.append(proc.stdout.readline())
+        assert any(f"Spark master spark://{address}:{port} with 1 workers" in line for line in lines), lines
+        status = SparkCluster(workdir=str(tmp_path), address=address, ui_port=ui).status()
+        assert status is not None and SparkCluster.alive(status) == 1, status
+        children = [p for p in psutil.Process(proc.pid).children(recursive=True)]
+        spawned = [p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        assert "stopping the Spark cluster" in proc.stdout.read()
+        wait_until(lambda: not [pid for pid in spawned if psutil.pid_exists(pid) and
+                                psutil.Process(pid).status() != psutil.STATUS_ZOMBIE], 30, "every JVM gone")
+        assert spawned and not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

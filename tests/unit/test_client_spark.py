@@ -75,3 +75,39 @@ def test_records_become_arrow_columns_cut_out_of_the_batch_bodies():
     torn = Piece(b"k", batch.encode_body(first)[:-1], 6, 0, 6, b"\x01" * 16, 1, 0, 0)
     with pytest.raises(ProtocolError, match="does not hold them"):
         arrow_batch([torn])
+
+
+def test_a_writes_options_are_read_and_a_bad_one_named():
+    from client.spark._options import WriteOptions, parse_write
+
+    assert parse_write({"zk": "h:1", "queue": "q"}) == WriteOptions(zk="h:1", queue="q")
+    opts = parse_write({"zk": "h:1", "queue": "q", "publisherseed": "nightly", "flushTimeout": "30"})
+    assert (opts.seed, opts.flush_timeout) == ("nightly", 30.0)
+    for options, named in (({"zk": "h:1"}, "'queue'"), ({"zk": "h:1", "queue": "q", "partitions": "2"}, "'partitions'"),
+                           ({"zk": "h:1", "queue": "q", "flushTimeout": "-1"}, "'flushTimeout'"),
+                           ({"zk": "h:1", "queue": "q", "publisherSeed": "x" * 300}, "'publisherSeed'")):
+        with pytest.raises(ConfigError, match=named):
+            parse_write(options)
+
+
+def test_a_write_needs_a_key_and_a_payload_column_of_bytes_or_text():
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    from client.spark._sink import check_schema
+
+    check_schema(StructType([StructField("key", StringType()), StructField("payload", BinaryType()),
+                             StructField("other", LongType())]))
+    with pytest.raises(ConfigError, match="'payload' of binary or string, found a long"):
+        check_schema(StructType([StructField("key", StringType()), StructField("payload", LongType())]))
+    with pytest.raises(ConfigError, match="'key' of binary or string, found none"):
+        check_schema(StructType([StructField("payload", BinaryType())]))
+
+
+def test_a_seeded_publisher_id_is_the_same_each_time_and_owned_by_its_key_under_curve():
+    from roq.security.zap import TAG_BYTES, identity_for, owns, seeded_id
+
+    assert seeded_id(b"w:1") == seeded_id(b"w:1") != seeded_id(b"w:2") and len(seeded_id(b"w:1")) == 16
+    key = bytes(range(32))
+    a, b = identity_for(key, b"w:1"), identity_for(key, b"w:1")
+    assert a == b and owns(key, a) and a[TAG_BYTES:] == seeded_id(b"w:1")[:16 - TAG_BYTES]
+    assert identity_for(key) != identity_for(key) and owns(key, identity_for(key))
