@@ -256,7 +256,7 @@ class Replicas:
             heard = r.heard_at if r is not None else self.named[name]
             if name == lead.replica or now - heard < after:
                 continue
-            voting = sum(1 for n in self.members if n != name and n in live and not live[n].hb.learner)
+            voting = sum(1 for n in self._voters(live) if n != name)
             if voting < majority(count):
                 return
             why = (f"replica {name} silent for {now - heard:.1f}s" if r is not None else

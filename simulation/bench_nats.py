@@ -17,6 +17,8 @@ import tempfile
 import time
 from types import TracebackType
 
+from roqcli.zkserver import free_port
+
 __all__ = ["server", "version", "available", "Servers"]
 
 
@@ -45,12 +47,6 @@ def available() -> str:
     return ""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Servers:
     """``count`` nats-servers with JetStream on 127.0.0.1 (a cluster when more than one), for a ``with`` block.
 
@@ -72,8 +68,8 @@ class Servers:
         if path is None:
             raise RuntimeError("no nats-server")
         self.directory = tempfile.mkdtemp(prefix="roq-bench-nats-")
-        ports = [_free_port() for _ in range(count)]
-        routes = [_free_port() for _ in range(count)] if count > 1 else []
+        ports = [free_port("127.0.0.1") for _ in range(count)]
+        routes = [free_port("127.0.0.1") for _ in range(count)] if count > 1 else []
         self.urls = [f"nats://127.0.0.1:{p}" for p in ports]
         self.procs: list[subprocess.Popen[bytes]] = []
         try:

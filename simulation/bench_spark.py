@@ -113,21 +113,14 @@ def _replay(monitor: str, records: int) -> float:
 def _standalone(reads: str, workers: int, records: int) -> float:
     """:func:`_spark` on a standalone cluster of ``workers`` workers of one core each."""
     from roqcli.sparkcluster import SparkCluster
+    from roqcli.zkserver import free_port
 
     with tempfile.TemporaryDirectory(prefix="roq-bench-spark-cluster-") as workdir:
-        with SparkCluster(workdir=workdir, address=ADDRESS, port=_free_port(), ui_port=_free_port(),
+        with SparkCluster(workdir=workdir, address=ADDRESS, port=free_port(ADDRESS), ui_port=free_port(ADDRESS),
                           workers=workers, cores=1, memory="1g") as cluster:
             return _spark(reads, cluster.url, workers, records,
                           {"spark.driver.host": ADDRESS, "spark.driver.bindAddress": ADDRESS,
                            "spark.executor.memory": "700m", "spark.cores.max": str(workers)})
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((ADDRESS, 0))
-        return s.getsockname()[1]
 
 
 def _spark(reads: str, master: str, partitions: int, records: int, settings: dict[str, str] | None = None) -> float:

@@ -423,9 +423,9 @@ class Journal:
                 self._beat(time.monotonic())
                 return
             replica = self._replica()
-            if replica is not None and msg.epoch <= replica.promised:
-                log.warning("replica %s: an order to stand for epoch %d, which it promised already (or a newer one, "
-                            "%d): a late order, ignored", self.id, msg.epoch, replica.promised)
+            if replica is not None and (msg.epoch <= replica.promised or replica.learner):
+                log.warning("replica %s does not stand for epoch %d: %s", self.id, msg.epoch,
+                            replica.refusal(msg.epoch))  # a late order, or a learner's (it holds not all yet)
                 return
             self._lead(msg)
         else:
@@ -517,11 +517,6 @@ class Journal:
         """Stand for the epoch among the peers; won, lead it from its first entry."""
         store, reads = self.store, self.reads
         assert store is not None and reads is not None
-        was = self._replica()
-        if was is not None and was.learner:
-            log.error("replica %s is a learner (it holds not yet what its leader committed): it does not stand for "
-                      "epoch %d", self.id, msg.epoch)
-            return
         self._step_down()
         self.peers = {n: e for n, e in msg.peers.items() if n != self.id}
         started = time.monotonic()

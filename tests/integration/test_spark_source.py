@@ -21,6 +21,7 @@ from client import spark as roq_spark
 from roq.errors import ConfigError, NotFoundError
 from roqcli.kpi import job
 from roqcli.sparkcluster import SparkCluster
+from roqcli.zkserver import free_port
 from tests.integration.test_kpi import QUICK_JVM
 from tests.integration.zkhelp import wait_until
 
@@ -283,14 +284,6 @@ def test_the_sink_writes_each_row_once_though_a_task_failed_and_spark_ran_it_aga
         job.stop_session(session)
 
 
-def _free_port(address: str) -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
-
-
 def test_a_standalone_cluster_of_two_workers_reads_a_million_records_each_once_on_both(make_embedded, tmp_path):
     """A master and two workers (three JVMs, ``roqcli.sparkcluster``), a durable queue of 1,000,000 records from four
     publishers: the batch read returns each record once, every publisher's seqs whole, and tasks ran on both
@@ -307,8 +300,8 @@ def test_a_standalone_cluster_of_two_workers_reads_a_million_records_each_once_o
         for pub in pubs:
             pub.flush(120)
     address = "127.0.0.48"
-    spark_cluster = SparkCluster(workdir=str(tmp_path / "spark"), address=address, port=_free_port(address),
-                                 ui_port=_free_port(address), workers=2, cores=1, memory="1g",
+    spark_cluster = SparkCluster(workdir=str(tmp_path / "spark"), address=address, port=free_port(address),
+                                 ui_port=free_port(address), workers=2, cores=1, memory="1g",
                                  java_options=QUICK_JVM)
     with spark_cluster:
         session = job.spark_session(spark_cluster.url, app="roq-two-workers", jvm_log=str(tmp_path / "driver.log"),
@@ -337,7 +330,7 @@ def test_a_standalone_cluster_of_two_workers_reads_a_million_records_each_once_o
 
 def test_roq_spark_up_starts_a_master_and_its_workers_and_ctrl_c_stops_every_one(tmp_path):
     address = "127.0.0.49"
-    port, ui = _free_port(address), _free_port(address)
+    port, ui = free_port(address), free_port(address)
     proc = subprocess.Popen([sys.executable, "-m", "roqcli.main", "spark", "up", "--workers", "1", "--address",
                              address, "--port", str(port), "--ui-port", str(ui), "--dir", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
