@@ -191,7 +191,7 @@ def connect(
     timeout: float = 5.0,
     publisher_config: PublisherConfig | None = None,
     subscriber_config: SubscriberConfig | None = None,
-    credentials: str | None = None,
+    credentials: str | CurveClient | None = None,
 ) -> Connection:
     """Connect to a logical queue: through its monitor's endpoint (``monitor="tcp://127.0.0.11:5500"``), or
     by name through ZooKeeper (``zk="127.0.0.1:2181", queue="q"``): the GCM leader found there looks the
@@ -201,7 +201,8 @@ def connect(
     it has no subscribers (subscribe at ``store-417``).
     ``credentials``: a directory with the client's secret key (``NAME.key_secret``, from ``roq keys new``) and
     the cluster's public key (``cluster.key``): the look-up, its requests to the monitor, its publishers and
-    its subscribers then speak CURVE to the cluster, whose keyring must hold the client's public key.
+    its subscribers then speak CURVE to the cluster, whose keyring must hold the client's public key (or the
+    keys themselves, a :class:`~roq.config.CurveClient`).
 
     Raises:
         ConfigError: neither or both ways given, a malformed endpoint, or credentials that cannot be used
@@ -213,7 +214,7 @@ def connect(
     """
     if (monitor is None) == (zk is None):
         raise ConfigError("give either monitor=ENDPOINT or zk=SERVERS with queue=NAME")
-    curve = CurveClient.load(credentials) if credentials is not None else None
+    curve = CurveClient.load(credentials) if isinstance(credentials, str) else credentials
     to = ""
     if zk is not None:
         if queue is None:

@@ -15,19 +15,22 @@ import hashlib
 import os
 from typing import Any, TypedDict
 
-from roq.config import MAX_LINK_NAME, ExchangeConfig, JournalConfig, LinkConfig, MonitorConfig, check_curve_settings
+from roq.config import (MAX_LINK_NAME, ExchangeConfig, JournalConfig, LinkConfig, MonitorConfig, ShipperConfig,
+                        check_curve_settings)
 from roq.wire.documents import FederationDoc
 from roq.errors import ConfigError
 from roq.settings import parse_assignments, parse_rate
-from roq.zk import Paths, check_hosts
+from roq.zk import Paths, check_hosts, check_queue_name
 from roq import defaults
 
 __all__ = ["HostManagerConfig", "ChildSettings", "MODULES"]
 
 #: role -> the module run for it
-MODULES = {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal", "link": "client.link"}
+MODULES = {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal", "link": "client.link",
+           "shipper": "client.shipper"}
 #: fields the host manager sets itself (an option may not)
-_OWN_MONITOR_FIELDS = ("address", "port", "queue", "zk", "root", "session_timeout", "kpi_archive", "secret_key",
+_OWN_MONITOR_FIELDS = ("address", "port", "queue", "zk", "root", "session_timeout", "kpi_archive", "archive_rotate_s",
+                       "secret_key",
                        "keyring", "zk_auth")
 _OWN_EXCHANGE_FIELDS = ("monitor", "address", "frontend_port", "backend_port", "exchange_id", "commands",
                         "secret_key", "keyring")
@@ -68,6 +71,9 @@ class HostManagerConfig:
             segment_bytes=1048576 or scrub_interval=1; repeatable).
         kpi_archive: KPI archive directory: its host KPIs go there, and its monitors archive their queues'
             ("" = none).
+        kpi_rotate_s: seconds a file of the archive (its own, its monitors') is written before it is put in place.
+        kpi_queue: the cluster's KPI queue: with ``kpi_archive``, the host manager runs a shipper
+            (:mod:`client.shipper`) that publishes the host's archive files there as they are put in place ("" = none).
         http_address: address of its health checks over HTTP (its own and its processes')
         http_port: their port (-1 = none, 0 = any free port)
         secret_key: the cluster's CURVE secret key file: its control port is served with CURVE, and so are its
@@ -96,6 +102,8 @@ class HostManagerConfig:
     link_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--link-option"})
     journal_options: tuple[str, ...] = dataclasses.field(default=(), metadata={"flag": "--journal-option"})
     kpi_archive: str = ""
+    kpi_rotate_s: float = 30.0
+    kpi_queue: str = ""
     http_address: str = "127.0.0.1"
     http_port: int = -1
     secret_key: str = ""
@@ -119,8 +127,12 @@ class HostManagerConfig:
         if not 0 <= self.cpus <= 4096:
             raise ConfigError(f"cpus must be between 0 (its cgroup's quota or the machine's) and 4096, got {self.cpus}")
         self.link_bytes_per_s  # a bad rate is refused here
-        if self.kpi_period <= 0 or self.session_timeout <= 0:
-            raise ConfigError("kpi_period and session_timeout must be positive")
+        if self.kpi_period <= 0 or self.session_timeout <= 0 or not self.kpi_rotate_s > 0:
+            raise ConfigError("kpi_period, kpi_rotate_s and session_timeout must be positive")
+        if self.kpi_queue:
+            check_queue_name(self.kpi_queue)
+            if not self.kpi_archive:
+                raise ConfigError("kpi_queue: the KPI queue is fed from the host's archive: give kpi_archive too")
 
 
 class _CurveFiles(TypedDict, total=False):
@@ -160,7 +172,8 @@ class ChildSettings:
         """The settings of the monitor of ``queue`` on ``port``."""
         c = self.config
         return MonitorConfig(address=c.address, port=port, queue=queue, zk=c.zk, root=c.root,
-                             session_timeout=c.session_timeout, kpi_archive=c.kpi_archive, **self._curve,
+                             session_timeout=c.session_timeout, kpi_archive=c.kpi_archive,
+                             archive_rotate_s=c.kpi_rotate_s, **self._curve,
                              zk_auth=os.path.abspath(c.zk_auth) if c.zk_auth else "", **self.monitor_options)
 
     def journal(self, queue: str, monitor: str, port: int, generation: int = 0, replicas: int = 1,
@@ -187,6 +200,14 @@ class ChildSettings:
                           target_credentials=federation.parent_credentials, on_demand=True, down=True,
                           cluster_key=self._curve.get("secret_key", ""), zk=self.config.zk, root=self.config.root,
                           **self.link_options)
+
+    def shipper(self) -> ShipperConfig | None:
+        """The settings of the host's KPI shipper (None: no KPI queue, or no archive)."""
+        c = self.config
+        if not (c.kpi_queue and c.kpi_archive):
+            return None
+        return ShipperConfig(archive=os.path.abspath(c.kpi_archive), host=c.address, queue=c.kpi_queue, zk=c.zk,
+                             root=c.root, cluster_key=self._curve.get("secret_key", ""))
 
     def exchange(self, monitor: str, frontend_port: int, backend_port: int, name: str) -> ExchangeConfig:
         """The settings of an exchange named ``name`` reporting to ``monitor``, taking commands on stdin."""

@@ -8,6 +8,8 @@ session (:mod:`hostmanager._supervision`, :mod:`hostmanager._host`). A child tha
 time); an exchange is told on its command pipe when its queue's monitor moves. An assignment that
 disappears stops its process.
 
+With a KPI queue it also runs the host's KPI shipper (:mod:`hostmanager._shipping`).
+
 When the ZooKeeper session expires the host manager registers again and republishes every ready child.
 When it stops it stops its children; if it is killed they get SIGTERM from the kernel
 (``PR_SET_PDEATHSIG``). Its control port answers Ping and Status; with an HTTP port, it answers the health
@@ -28,13 +30,14 @@ from hostmanager._health import Health
 from hostmanager._host import HostSampler, Registration
 from hostmanager._ports import PortAllocator
 from hostmanager._children import Supervised
+from hostmanager._shipping import Shipping
 from hostmanager._supervision import Children
 from roq import prefork
 from roq.wire import control
 from roq.security.curve import Curve
 from roq.wire.documents import JOURNAL, LINK, MONITOR, FederationDoc, HostDoc, MonitorDoc, QueueDoc
 from roq.errors import BrokerConnectionError, ZooKeeperError
-from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter
+from roq.kpi.archive import HOSTS_PARTITION, ArchiveWriter, writer_name
 from roq.wire.ready import HostManagerReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.http import HttpServer
@@ -65,12 +68,14 @@ class HostManager:
         # ConfigError: unsafe or unreadable ZooKeeper credentials
         self.session = Session(config.zk, timeout=config.session_timeout,
                                auth=ZkAuth.load(config.zk_auth) if config.zk_auth else None)
-        archive = (ArchiveWriter(config.kpi_archive, HOSTS_PARTITION, f"host-{config.address}-{os.getpid()}")
+        archive = (ArchiveWriter(config.kpi_archive, HOSTS_PARTITION, writer_name("host", config.address, os.getpid()),
+                                 rotate_s=config.kpi_rotate_s)
                    if config.kpi_archive else None)
         self.host = HostSampler(config.address, config.max_exchanges, archive, config.cpus, config.link_bytes_per_s)
         self.registration = Registration(self.session, self.paths, config.address)
         ports = PortAllocator(config.address, config.port_low, config.port_high)
         self.children = Children(settings, ports, self.registration, config.log_dir)
+        self.shipping = Shipping(settings.shipper(), config.log_dir)
         self.drops = DropCounter(log, "host manager")
         self._ctx = zmq.Context()
         try:  # ConfigError: an unsafe or unreadable key file, an unreadable keyring
@@ -160,6 +165,7 @@ class HostManager:
 
     def _supervise(self, now: float) -> None:
         self._dirty |= self.children.check(now)
+        self.shipping.check(now)
         if self._dirty and self.registration.registered:
             self._converge(now)
 
@@ -170,6 +176,7 @@ class HostManager:
         """Stop every child (SIGTERM, then a second one, then SIGKILL), leave ZooKeeper, close."""
         self.children.stop_all()
         self.host.close()
+        self.shipping.stop()
         self.session.close()
         self.server.socket.close()
         if self.curve is not None:
@@ -245,7 +252,7 @@ class HostManager:
 
     def status(self) -> dict[str, Any]:
         return {"address": self.address, "pid": os.getpid(), "children": self.children.status(),
-                "dropped": self.drops.total}
+                "shipper": self.shipping.status(), "dropped": self.drops.total}
 
 
 DESCRIPTION = (

@@ -30,7 +30,7 @@ from roq.wire import control
 from roq.config import MonitorConfig
 from roq.security.curve import Curve
 from roq.errors import ProtocolError, Result
-from roq.kpi.archive import ArchiveWriter
+from roq.kpi.archive import ArchiveWriter, writer_name
 from roq.kpi.records import EventRecord
 from roq.wire.ready import MonitorReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
@@ -128,8 +128,9 @@ class Monitor:
         self._watch = HandshakeWatch(self._router, "control", self.drops)
         if self.config.kpi_archive:
             self.archive = ArchiveWriter(self.config.kpi_archive, self.config.queue,
-                                         f"monitor-{self.config.address}-{os.getpid()}",
-                                         retention_days=self.config.archive_retention_days)
+                                         writer_name("monitor", self.config.address, os.getpid()),
+                                         retention_days=self.config.archive_retention_days,
+                                         rotate_s=self.config.archive_rotate_s)
         log.info("monitor of queue %r listening on %s", self.config.queue, self.endpoint)
         if self.curve is not None:
             log.info("monitor of queue %r: %s", self.config.queue, self.curve.describe())

@@ -24,6 +24,7 @@ __all__ = [
     "JournalConfig",
     "LinkConfig",
     "MAX_LINK_NAME",
+    "ShipperConfig",
     "DURABILITIES",
     "check_curve_settings",
     "MonitorConfig",
@@ -127,6 +128,20 @@ class CurveClient:
 
         server, mine = load_credentials(credentials)
         return cls(server.decode(), mine.public.decode(), (mine.secret or b"").decode())
+
+    @classmethod
+    def of_cluster(cls, secret_key: str) -> CurveClient:
+        """The keys of a cluster's own process speaking to its cluster as a client (the cluster's secret key file, a
+        process's ``--secret-key``): the cluster's key pair is both ends.
+
+        Raises:
+            ConfigError: a key file that cannot be used.
+        """
+        from roq.security.keys import load_secret
+
+        pair = load_secret(secret_key)
+        public = pair.public.decode()
+        return cls(public, public, (pair.secret or b"").decode())
 
     def apply(self, sock: Any) -> None:
         """Make the ZeroMQ socket ``sock`` a CURVE client with these keys; before it connects."""
@@ -449,6 +464,44 @@ class LinkConfig:
 
 
 @dataclass(frozen=True)
+class ShipperConfig:
+    """A host's KPI shipper's settings (the process: ``python -m client.shipper``, :mod:`client.shipper`; a host
+    manager with a KPI queue runs one).
+
+    Attributes:
+        archive: the KPI archive directory the host's monitors and host manager write.
+        host: the host's address: the shipper ships the files of this host's writers only (a shared archive
+            directory holds other hosts' too, which their own shippers ship).
+        queue: the cluster's KPI queue (made durable by the shipper if it does not exist).
+        zk, root: the cluster's ZooKeeper and root.
+        cluster_key: the cluster's secret key file (a cluster process's ``--secret-key``): the shipper speaks CURVE
+            as the cluster ("" = plaintext).
+        scan_s: seconds between looks at the archive for files put in place.
+        timeout: seconds a file's records may take to be acknowledged before the shipper tries again later.
+    """
+
+    archive: str
+    host: str
+    queue: str
+    zk: str
+    root: str = defaults.ROOT
+    cluster_key: str = ""
+    scan_s: float = 1.0
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        from roq.zk import Paths, check_hosts, check_queue_name
+
+        _text(self, "archive", "host", "queue", "zk", "root", "cluster_key")
+        if not self.archive or not self.host:
+            raise ConfigError("ShipperConfig: the archive and the host are required")
+        check_queue_name(self.queue)
+        check_hosts(self.zk)
+        Paths(self.root)
+        _positive(self, "scan_s", "timeout")
+
+
+@dataclass(frozen=True)
 class MonitorConfig:
     """The monitor of one logical queue.
 
@@ -476,6 +529,8 @@ class MonitorConfig:
         kpi_archive: directory of the KPI archive this monitor appends to ("" = none; see
             :mod:`roq.kpi.archive`).
         archive_retention_days: days of the queue's archive kept (0 = all).
+        archive_rotate_s: seconds a file of the archive is written before it is put in place (where readers, and
+            the host's shipper to the KPI queue, see it).
         secret_key: the cluster's CURVE secret key file: the control port is served with CURVE, and the
             monitor connects to the GCM with it ("" = plaintext, anyone may connect).
         keyring: with ``secret_key``, the directory of the public keys that may connect.
@@ -504,6 +559,7 @@ class MonitorConfig:
     session_timeout: float = defaults.SESSION_TIMEOUT
     kpi_archive: str = ""
     archive_retention_days: float = 7.0
+    archive_rotate_s: float = 30.0
     secret_key: str = ""
     keyring: str = ""
     zk_auth: str = ""
@@ -516,7 +572,7 @@ class MonitorConfig:
             raise ConfigError(f"MonitorConfig.durability must be one of {', '.join(DURABILITIES)}, got "
                               f"{self.durability!r}")
         _positive(self, "archive_retention_days", allow_zero=True)
-        _positive(self, "session_timeout")
+        _positive(self, "session_timeout", "archive_rotate_s")
         _port(self, "port")
         _positive(
             self,

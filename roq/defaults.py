@@ -7,7 +7,7 @@ free port" wherever a port is asked for.
 from __future__ import annotations
 
 __all__ = ["ROOT", "ZK_PORT", "ZK", "SESSION_TIMEOUT", "LOOKUP_PORT", "MANAGEMENT_PORT", "BROADCAST_PORT", "HTTP_PORT",
-           "MONITOR_PORT"]
+           "MONITOR_PORT", "KPI_QUEUE"]
 
 #: The cluster's root in ZooKeeper: everything durable about it lives below.
 ROOT = "/roq"
@@ -26,3 +26,5 @@ BROADCAST_PORT = 5005
 HTTP_PORT = 5080
 #: Port of the first monitor of a host in the original system.
 MONITOR_PORT = 5500
+#: The queue a cluster's KPI records are shipped to, where a flag asks for one without naming it.
+KPI_QUEUE = "roq.kpi"

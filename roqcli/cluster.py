@@ -36,6 +36,7 @@ class ClusterSettings:
     http_port: int = defaults.HTTP_PORT  # the first GCM's HTTP API, metrics and dashboard (on 127.0.0.1); -1 = none
     log_dir: str = ""
     kpi_archive: str = ""  # "" = LOG_DIR/kpi-archive
+    kpi_queue: str = ""  # the queue each host's archive is shipped to ("" = none)
     host_cpus: str = ""  # each host's CPU budget in cores: one for all (0.5) or one per host (0.5,1,2); "" = none
     host_bandwidth: str = ""  # each host's link rate (100mbit), one for all or one per host; "" = loopback hosts
     keys: str = ""  # the cluster's keys (made where missing); "" = ~/.roq/cluster
@@ -78,11 +79,12 @@ def cluster_up(s: ClusterSettings) -> int:
     cluster = EmbeddedCluster(
         hosts=s.hosts, first_host=s.first_host, zk=s.zk or None, zk_port=s.zk_port, gcms=s.gcms, root=s.root,
         session_timeout=s.session_timeout, max_exchanges=s.max_exchanges, log_dir=log_dir,
-        gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port), kpi_archive=archive, budgets=budgets,
+        gcm_ports=(s.lookup_port, s.management_port, s.broadcast_port), kpi_archive=archive,
+        kpi_queue=s.kpi_queue or None, budgets=budgets,
         http_port=s.http_port, secure=not s.insecure, keys=keys, gcm_args=federation_args(s),
     )  # fmt: skip
     print(f"starting: {s.hosts} host(s) from {s.first_host}, {s.gcms} GCM(s); logs in {log_dir}; "
-          f"KPI archive {archive}", flush=True)
+          f"KPI archive {archive}" + (f", shipped to queue {s.kpi_queue}" if s.kpi_queue else ""), flush=True)
     try:
         cluster.start()
         leader = cluster.manager.leader()

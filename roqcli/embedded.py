@@ -78,6 +78,8 @@ class EmbeddedCluster:
             setting of every exchange it starts).
         gcm_args: extra flags of every GCM.
         kpi_archive: KPI archive directory of the host managers and their monitors (None = no archive).
+        kpi_queue: with ``kpi_archive``, the queue each host's archive is shipped to (None = none; see
+            :mod:`client.shipper`).
         budgets: each host's CPU and network budget (one for all, or one per host; None = plain loopback
             hosts sharing the machine).
         http_port: the HTTP port of the first GCM (0 = any free port; the others always take a free one;
@@ -110,6 +112,7 @@ class EmbeddedCluster:
         hostmanager_args: Sequence[str] = (),
         gcm_args: Sequence[str] = (),
         kpi_archive: str | None = None,
+        kpi_queue: str | None = None,
         budgets: Sequence[HostBudget] | None = None,
         http_port: int = 0,
         api_token_file: str | None = None,
@@ -145,7 +148,8 @@ class EmbeddedCluster:
         self.log_dir = log_dir
         self.journal_dir = journal_dir or (os.path.join(log_dir, "journals") if log_dir else "")
         self.gcm_ports = gcm_ports
-        self.hostmanager_args = list(hostmanager_args) + (["--kpi-archive", kpi_archive] if kpi_archive else [])
+        self.hostmanager_args = (list(hostmanager_args) + (["--kpi-archive", kpi_archive] if kpi_archive else [])
+                                 + (["--kpi-queue", kpi_queue] if kpi_archive and kpi_queue else []))
         self.kpi_archive = kpi_archive
         self.gcm_args = list(gcm_args)
         self.zookeeper: ZooKeeperServer | None = None

@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--log-dir", help="directory for every process's log (default: a temporary directory)")
     up.add_argument("--kpi-archive", help="directory of the KPI archive the host managers and monitors append to, "
                     "read by 'roq kpi' (default LOG_DIR/kpi-archive)")
+    up.add_argument("--kpi-queue", nargs="?", const=defaults.KPI_QUEUE, metavar="NAME",
+                    help="ship each host's KPI archive to this durable queue of the cluster (default name "
+                    f"{defaults.KPI_QUEUE}), where 'roq kpi ... --kpi-queue' reads every host's records")
     up.add_argument("--host-cpus", help="emulated hosts: each host's CPU budget in cores, a cgroup quota on its "
                     "host manager and everything it runs: one value for all (0.5) or one per host (0.25,0.5,1); "
                     "needs root")

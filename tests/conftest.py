@@ -38,7 +38,7 @@ EMULATED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_h
 MEASURED_MODULES = {"test_slow_subscriber.py", "test_dashboard.py", "test_journal_crash.py", "test_fuzz.py",
                     "test_scenario_run.py", "test_flow_control.py"}
 #: Modules that run Spark (a JVM of a gigabyte or more, a job at a time): one after another, beside anything else.
-SPARK_MODULES = {"test_kpi.py", "test_spark_source.py"}
+SPARK_MODULES = {"test_kpi.py", "test_spark_source.py", "test_kpi_queue.py"}
 
 
 #: Where the groups' locks are: one file per group, machine-wide (two test runs at once share them too).

@@ -46,7 +46,6 @@ from roq.wire import batch
 from roq.wire.control.links import ClusterName, LinkHello, LinkStats
 from roq.loop import Loop
 from roq.runtime import DropCounter, SignalWakeup, run_main
-from roq.security.keys import load_secret
 from roq.security.zap import TAG_BYTES, identity_for
 from roq.wire.ready import LinkReady
 
@@ -308,9 +307,7 @@ def _own_keys(config: LinkConfig) -> CurveClient | None:
         ConfigError: keys that cannot be used.
     """
     if config.cluster_key:
-        pair = load_secret(config.cluster_key)
-        public = pair.public.decode()
-        return CurveClient(public, public, (pair.secret or b"").decode())
+        return CurveClient.of_cluster(config.cluster_key)
     return CurveClient.load(config.source_credentials) if config.source_credentials else None
 
 

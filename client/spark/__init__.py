@@ -14,7 +14,7 @@ Python data source API); importing this package imports PySpark, nothing else of
 """
 
 from client.spark._options import OPTIONS, SCHEMA, WRITE_OPTIONS, ReadOptions, WriteOptions, parse_read, parse_write
-from client.spark._source import RoqDataSource, read, register
+from client.spark._source import RoqDataSource, read, read_stream, register
 
-__all__ = ["read", "register", "RoqDataSource", "SCHEMA", "OPTIONS", "ReadOptions", "parse_read", "WRITE_OPTIONS",
+__all__ = ["read", "read_stream", "register", "RoqDataSource", "SCHEMA", "OPTIONS", "ReadOptions", "parse_read", "WRITE_OPTIONS",
            "WriteOptions", "parse_write"]

@@ -25,7 +25,7 @@ from roq.errors import BrokerTimeoutError, ConfigError, ProtocolError
 from client.spark._options import COLUMNS, SCHEMA, ReadOptions, parse_read, parse_write, split
 from client.spark._sink import RoqStreamWriter, RoqWriter, check_schema, check_target
 
-__all__ = ["RoqDataSource", "RoqStreamReader", "register", "read", "arrow_batch", "arrow_schema"]
+__all__ = ["RoqDataSource", "RoqStreamReader", "register", "read", "read_stream", "arrow_batch", "arrow_schema"]
 
 
 class OffsetRange(InputPartition):
@@ -234,3 +234,11 @@ def read(spark: Any, **options: Any) -> Any:
     RoqReader(parse_read(strings))
     register(spark)
     return spark.read.format("roq").options(**strings).load()
+
+
+def read_stream(spark: Any, **options: Any) -> Any:
+    """``spark.readStream.format("roq")`` with ``options``, checked here first as :func:`read`'s."""
+    strings = {name: str(value) for name, value in options.items()}
+    RoqStreamReader(parse_read(strings))
+    register(spark)
+    return spark.readStream.format("roq").options(**strings).load()

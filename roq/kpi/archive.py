@@ -37,17 +37,57 @@ from roq.kpi.records import Record
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ArchiveWriter", "HOSTS_PARTITION", "partition_dir"]
+__all__ = ["ArchiveWriter", "HOSTS_PARTITION", "partition_dir", "writer_name", "host_of", "safe_name", "placed_files"]
 
 HOSTS_PARTITION = "@hosts"
 FLUSH_S = 1.0
 ABANDONED_S = 120.0  # a hidden part untouched this long has no writer any more
 _PART = re.compile(r"\.(?P<name>.+\.jsonl)\.part\Z")
 _DATE_DIR = re.compile(r"date=(\d{4}-\d{2}-\d{2})\Z")
+#: a file put in place: ``[recovered-]<role>-<host>-<pid>-<ms>-<seq>.jsonl`` (its writer's name, then the file's)
+_PLACED = re.compile(r"(?:recovered-)?(?:monitor|host)-(?P<host>.+)-\d+-\d+-\d+\.jsonl\Z")
 
 
 def partition_dir(root: str, queue: str, date: str) -> str:
     return os.path.join(root, f"queue={queue}", f"date={date}")
+
+
+def safe_name(text: str) -> str:
+    """``text`` as a part of a file's name (what is not ``A-Z a-z 0-9 _ . -`` becomes ``_``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
+def writer_name(role: str, host: str, pid: int) -> str:
+    """The name of a writer of the archive: its ``role`` (``monitor`` or ``host``), its host's address and pid."""
+    if role not in ("monitor", "host"):
+        raise ValueError(f"a writer of the KPI archive is a monitor or a host, not {role!r}")
+    return f"{role}-{safe_name(host)}-{pid}"
+
+
+def host_of(name: str) -> str | None:
+    """The host (as :func:`safe_name` wrote it) of a file put in place by a writer named by :func:`writer_name`;
+    None for any other name (a hidden part, a file of an older archive)."""
+    match = _PLACED.match(name)
+    return match.group("host") if match else None
+
+
+def placed_files(root: str, *, since_date: str = "") -> list[tuple[str, str, str]]:
+    """The files put in place under ``root``, oldest date first: (partition, date, name) each; only the date
+    partitions from ``since_date`` on ("" = all)."""
+    out = []
+    for entry in _list(root):
+        if not entry.startswith("queue="):
+            continue
+        partition = entry[len("queue="):]
+        for date_dir in _list(os.path.join(root, entry)):
+            match = _DATE_DIR.match(date_dir)
+            if not match or match.group(1) < since_date:
+                continue
+            for name in _list(os.path.join(root, entry, date_dir)):
+                if name.endswith(".jsonl") and not name.startswith("."):
+                    out.append((partition, match.group(1), name))
+    out.sort(key=lambda f: (f[1], f[2]))
+    return out
 
 
 def _date(t: float) -> str:
@@ -68,7 +108,7 @@ class ArchiveWriter:
 
     def __init__(self, root: str, queue: str, writer: str, *, rotate_bytes: int = 16 << 20, rotate_s: float = 30.0,
                  retention_days: float = 7.0, clock: Callable[[], float] = time.time) -> None:
-        self.root, self.queue, self.writer = root, queue, re.sub(r"[^A-Za-z0-9_.-]", "_", writer)
+        self.root, self.queue, self.writer = root, queue, safe_name(writer)
         self.rotate_bytes, self.rotate_s, self.retention_days = rotate_bytes, rotate_s, retention_days
         self.clock = clock
         self.records = 0  # appended

@@ -18,7 +18,7 @@ from roq.wire import shape
 from roq.errors import ProtocolError
 
 __all__ = ["PREFIX", "Ready", "GcmReady", "HostManagerReady", "MonitorReady", "ExchangeReady", "JournalReady",
-           "LinkReady", "register", "decode"]
+           "LinkReady", "ShipperReady", "register", "decode"]
 
 PREFIX = "READY "
 MAX_LINE = 64 * 1024  # characters of a ready line read at most
@@ -114,6 +114,17 @@ class LinkReady(Ready):
     position: int  # the offset in it it went on from
     epoch: int  # its first epoch
 
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class ShipperReady(Ready):
+    """A host's KPI shipper (``python -m client.shipper``)."""
+
+    ROLE: ClassVar[str] = "shipper"
+    host: str
+    queue: str  # the KPI queue it ships to
+    pending: int  # files put in place and not shipped yet, when it started
 
 def decode(text: str) -> Ready:
     """The ready line ``text`` (``READY {json}``), as the shape of its role.

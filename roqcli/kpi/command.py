@@ -10,7 +10,9 @@ import tempfile
 import time
 from typing import Any, Callable
 
+from roq import defaults
 from roq.errors import ConfigError, NotFoundError
+from roq.zk import check_queue_name
 from roq.runtime import StopFlag
 from roqcli.kpi.capacity import TuneRule
 
@@ -20,13 +22,19 @@ ARCHIVE_ENV = "ROQ_KPI_ARCHIVE"
 
 
 def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None]) -> None:
-    kpi = sub.add_parser("kpi", help="reports on the KPI archive and thresholds tuned from it (PySpark)")
+    kpi = sub.add_parser("kpi", help="reports on the KPI records and thresholds tuned from them (PySpark), from the "
+                         "archive or the cluster's KPI queue")
     ksub = kpi.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--archive", help=f"the KPI archive directory (default ${ARCHIVE_ENV})")
+        q.add_argument("--kpi-queue", nargs="?", const=defaults.KPI_QUEUE, metavar="NAME",
+                       help="read the cluster's KPI queue instead of an archive (default name "
+                       f"{defaults.KPI_QUEUE}): every host's records, shipped there by its host manager (roq cluster "
+                       "up --kpi-queue); the cluster is --zk, --root, --credentials")
         q.add_argument("--queue", help="only this queue (default: every queue in the archive)")
         q.add_argument("--since", help="only records from then on: 30m, 6h, 7d ago, or a date / date-time (UTC)")
+        q.add_argument("--until", help="only records before then: as --since")
         q.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
         q.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", type=_spark_setting,
                        help="a Spark setting, as spark-submit's --conf (repeat it for more), e.g. "
@@ -36,6 +44,7 @@ def add_parsers(sub: Any, client_flags: Callable[[argparse.ArgumentParser], None
                              "per queue / exchange / host, as report.json, PNG plots and index.html")
     common(report)
     report.add_argument("--out", help="output directory (default out/kpi-report-DATE-TIME)")
+    client_flags(report)
     tune = ksub.add_parser(
         "tune", help="estimate each exchange's capacity from the archive and write the thresholds derived from "
         "it, with the evidence, to the cluster (the queue's explicit rules still win)",
@@ -76,12 +85,22 @@ def run(args: argparse.Namespace, client: Any) -> int:
     """Run ``roq kpi ACTION``; ``client`` holds the cluster's address (for ``tune``)."""
     from roqcli.kpi import job, report
 
-    archive = args.archive or os.environ.get(ARCHIVE_ENV)
-    if not archive:
-        raise ConfigError(f"no KPI archive given: --archive DIR or ${ARCHIVE_ENV}")
-    if not os.path.isdir(archive):
-        raise ConfigError(f"{archive}: no such KPI archive directory")
+    archive: job.Source
+    if args.kpi_queue:
+        if args.archive:
+            raise ConfigError("read the KPI archive (--archive) or the KPI queue (--kpi-queue), not both")
+        check_queue_name(args.kpi_queue)
+        archive = job.KpiQueue(client.zk, args.kpi_queue, client.root, client.credentials or "")
+    else:
+        archive = args.archive or os.environ.get(ARCHIVE_ENV) or ""
+        if not archive:
+            raise ConfigError(f"no KPI records given: --archive DIR (or ${ARCHIVE_ENV}), or --kpi-queue")
+        if not os.path.isdir(archive):
+            raise ConfigError(f"{archive}: no such KPI archive directory")
     since = job.parse_since(args.since)
+    until = job.parse_since(args.until, flag="--until")
+    if args.action == "tune" and args.follow and until is not None:
+        raise ConfigError("--until is for a report or a tuning made once; --follow goes on")
     rule = TuneRule()
     if args.action == "tune":
         if not 0 < args.scale_out_margin <= args.margin <= 1:
@@ -105,11 +124,12 @@ def run(args: argparse.Namespace, client: Any) -> int:
     try:
         if args.action == "report":
             assert out is not None
-            report.report(spark, archive, out, queue=args.queue, since=since, progress=lambda s: print(s, flush=True))
+            report.report(spark, archive, out, queue=args.queue, since=since, until=until,
+                          progress=lambda s: print(s, flush=True))
             return 0
         if not args.follow:
             print(f"reading {archive}...", flush=True)
-            decisions, counts = job.tune(spark, archive, queue=args.queue, since=since, rule=rule)
+            decisions, counts = job.tune(spark, archive, queue=args.queue, since=since, until=until, rule=rule)
             print(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines, "
                   f"{counts['unknown_kind']:,} of unknown kind and {counts['files_being_written']} files being "
                   f"written", flush=True)

@@ -27,8 +27,9 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Union
 
+from roq import defaults
 from roq.errors import ConfigError, RoQError
 from roq.kpi.archive import HOSTS_PARTITION
 from roq.kpi.records import KINDS, columns
@@ -38,11 +39,29 @@ from roqcli.kpi.capacity import Budget, Evidence, HostMoments, Moments, TuneRule
 log = logging.getLogger(__name__)
 
 __all__ = ["spark_session", "stop_session", "load", "tune", "tune_frame", "follow", "parse_since", "FIELDS",
-           "Loaded"]
+           "Loaded", "KpiQueue", "Source"]
 
 #: every column a record may have (a record has the ones of its kind); partition columns come on top
 FIELDS: tuple[tuple[str, str], ...] = columns()
 CORRUPT = "_corrupt"
+
+
+@dataclasses.dataclass(frozen=True)
+class KpiQueue:
+    """The cluster's KPI queue (:mod:`client.shipper` fills it from every host's archive), read through the ``roq``
+    data source: each record's key is its archive partition (a queue's name or ``@hosts``), its payload the line."""
+
+    zk: str
+    queue: str
+    root: str = defaults.ROOT
+    credentials: str = ""
+
+    def __str__(self) -> str:
+        return f"queue {self.queue} of the cluster at {self.zk}{self.root}"
+
+
+#: where the records are read: an archive directory, or the KPI queue
+Source = Union[str, KpiQueue]
 
 
 class Loaded:
@@ -131,8 +150,8 @@ def _schema() -> Any:
     return StructType([StructField(name, types[kind]) for name, kind in FIELDS] + [StructField(CORRUPT, StringType())])
 
 
-def parse_since(text: str | None, now: float | None = None) -> float | None:
-    """``--since``: ``30m``, ``6h``, ``7d`` ago, or an ISO date / date-time (UTC); None = everything.
+def parse_since(text: str | None, now: float | None = None, flag: str = "--since") -> float | None:
+    """``--since`` (or ``flag``): ``30m``, ``6h``, ``7d`` ago, or an ISO date / date-time (UTC); None = none given.
 
     Raises:
         ConfigError: none of those.
@@ -147,7 +166,7 @@ def parse_since(text: str | None, now: float | None = None) -> float | None:
     try:
         moment = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ConfigError(f"--since {text!r}: expected e.g. 30m, 6h, 7d or 2026-11-23 or 2026-11-23T08:00") from None
+        raise ConfigError(f"{flag} {text!r}: expected e.g. 30m, 6h, 7d or 2026-11-23 or 2026-11-23T08:00") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.timezone.utc)
     return moment.timestamp()
@@ -166,38 +185,73 @@ def _paths(archive: str, queue: str | None) -> list[str]:
     return [path] + ([hosts] if os.path.isdir(hosts) else [])
 
 
-def load(spark: Any, archive: str, *, queue: str | None = None, since: float | None = None) -> Loaded:
-    """Read the archive (one queue's records and the hosts' if ``queue``; records from ``since`` on).
+def load(spark: Any, source: Source, *, queue: str | None = None, since: float | None = None,
+         until: float | None = None) -> Loaded:
+    """Read the records of ``source``, an archive directory or the KPI queue (one queue's records and the hosts'
+    if ``queue``; records from ``since`` on, before ``until``).
 
     Raises:
-        ConfigError: the archive (or the queue in it) does not exist, or holds no readable file.
+        ConfigError: the archive (or the queue in it) does not exist, or holds no readable file; the KPI queue is
+            not durable.
+        NotFoundError: the KPI queue does not exist.
     """
     from pyspark.sql import functions as F
 
-    paths = _paths(archive, queue)
-    try:
-        raw = (spark.read.schema(_schema()).option("mode", "PERMISSIVE")
-               .option("columnNameOfCorruptRecord", CORRUPT).option("basePath", archive)
-               .json(paths))
-    except Exception as exc:  # Spark's AnalysisException and kin: an archive without files
-        raise ConfigError(f"{archive}: no KPI records to read ({str(exc).splitlines()[0][:200]})") from None
-    if since is not None:
-        day = datetime.datetime.fromtimestamp(since, datetime.timezone.utc).strftime("%Y-%m-%d")
-        raw = raw.where(F.col("date") >= F.lit(day))  # prunes whole date directories
+    paths: list[str] = []
+    if isinstance(source, KpiQueue):
+        raw = _from_queue(spark, source, F, queue, since)
+    else:
+        paths = _paths(source, queue)
+        try:
+            raw = (spark.read.schema(_schema()).option("mode", "PERMISSIVE")
+                   .option("columnNameOfCorruptRecord", CORRUPT).option("basePath", source)
+                   .json(paths))
+        except Exception as exc:  # Spark's AnalysisException and kin: an archive without files
+            raise ConfigError(f"{source}: no KPI records to read ({str(exc).splitlines()[0][:200]})") from None
+        if since is not None:
+            day = datetime.datetime.fromtimestamp(since, datetime.timezone.utc).strftime("%Y-%m-%d")
+            raw = raw.where(F.col("date") >= F.lit(day))  # prunes whole date directories
     raw = raw.cache()
     corrupt = F.col(CORRUPT).isNotNull()
     usable = F.col("kind").isin(*KINDS) & F.col("time").isNotNull()
-    row = raw.agg(F.count(F.lit(1)).alias("lines"), F.sum(F.when(corrupt, 1).otherwise(0)).alias("corrupt"),
-                  F.sum(F.when(~corrupt & ~usable, 1).otherwise(0)).alias("unknown")).collect()[0]
-    frame = raw.where(~corrupt & usable)
+    window = F.lit(True)
     if since is not None:
-        frame = frame.where(F.col("time") >= F.lit(since))
+        window = window & (F.col("time") >= F.lit(since))
+    if until is not None:
+        window = window & (F.col("time") < F.lit(until))
+    row = raw.agg(F.count(F.lit(1)).alias("lines"), F.sum(F.when(corrupt, 1).otherwise(0)).alias("corrupt"),
+                  F.sum(F.when(~corrupt & ~usable, 1).otherwise(0)).alias("unknown"),
+                  F.sum(F.when(~corrupt & usable & window, 1).otherwise(0)).alias("records")).collect()[0]
+    frame = raw.where(~corrupt & usable & window)
+    # lines read, of them corrupt and of unknown kind; records: the usable ones from since, before until
     counts = {"lines": int(row["lines"] or 0), "corrupt": int(row["corrupt"] or 0),
-              "unknown_kind": int(row["unknown"] or 0)}
-    counts["records"] = counts["lines"] - counts["corrupt"] - counts["unknown_kind"]
+              "unknown_kind": int(row["unknown"] or 0), "records": int(row["records"] or 0)}
     counts["files_being_written"] = sum(1 for p in paths for _, _, files in os.walk(p)
                                         for name in files if name.startswith(".") and name.endswith(".part"))
     return Loaded(frame.drop(CORRUPT), counts)
+
+
+def _from_queue(spark: Any, source: KpiQueue, F: Any, queue: str | None, since: float | None,
+                stream: bool = False) -> Any:
+    """The KPI queue's records as the archive's rows: each payload parsed as a line of the archive (a line that is
+    not is corrupt, as in a file), ``queue`` from its key, ``date`` from its time. From ``since`` on, the journal is
+    read from the records published then (a record is shipped after its time, never before)."""
+    from client import spark as roq_spark
+
+    options: dict[str, Any] = {"zk": source.zk, "root": source.root, "queue": source.queue}
+    if source.credentials:
+        options["credentials"] = source.credentials
+    if since is not None:
+        options["startingOffsets"] = datetime.datetime.fromtimestamp(since, datetime.timezone.utc).isoformat()
+    # a queue that does not exist or is not durable, a bad option: raised here, not in a worker
+    records = (roq_spark.read_stream if stream else roq_spark.read)(spark, **options)
+    key = F.col("key").cast("string")
+    if queue is not None:
+        records = records.where(key.isin(queue, HOSTS_PARTITION))
+    parsed = F.from_json(F.col("payload").cast("string"), _schema(),
+                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    rows = records.select(parsed.alias("r"), key.alias("queue")).select("r.*", "queue")
+    return rows.withColumn("date", F.date_format(F.timestamp_seconds(F.col("time")), "yyyy-MM-dd"))
 
 
 # ---------------------------------------------------------------------- tune
@@ -307,24 +361,25 @@ def tune_frame(frame: Any, rule: TuneRule = TuneRule()) -> dict[str, dict[str, A
     return _decide(groups, rule, budgets, delivered)
 
 
-def tune(spark: Any, archive: str, *, queue: str | None = None, since: float | None = None,
-         rule: TuneRule = TuneRule()) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
-    """Estimate every queue's capacity and thresholds from the archive: (queue -> decision, skipped counts).
+def tune(spark: Any, archive: Source, *, queue: str | None = None, since: float | None = None,
+         until: float | None = None, rule: TuneRule = TuneRule()) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """Estimate every queue's capacity and thresholds from the archive or the KPI queue: (queue -> decision, skipped
+    counts).
 
     Each host's budget comes from its host records (read with ``queue`` too).
 
     Raises:
         ConfigError: as :func:`load`.
     """
-    loaded = load(spark, archive, queue=queue, since=since)
+    loaded = load(spark, archive, queue=queue, since=since, until=until)
     return tune_frame(loaded.frame, rule), loaded.counts
 
 
-def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, Any]]], object], *,
+def follow(spark: Any, archive: Source, on_decision: Callable[[dict[str, dict[str, Any]]], object], *,
            queue: str | None = None, rule: TuneRule = TuneRule(), every_s: float = 5.0,
            window_s: float = 7 * 86400.0, stop: Callable[[], bool] = lambda: False) -> None:
-    """Tune continuously: Structured Streaming over the archive directory; every ``every_s`` the new files
-    are folded into the evidence (hourly buckets; only the last ``window_s`` seconds of samples count, see
+    """Tune continuously: Structured Streaming over the archive directory (or the KPI queue, from the records
+    published in the last ``window_s``); every ``every_s`` the new files (records) are folded into the evidence (hourly buckets; only the last ``window_s`` seconds of samples count, see
     :class:`~roqcli.kpi.capacity.Evidence`) and ``on_decision`` gets the decisions of every queue with new
     samples.
 
@@ -336,13 +391,16 @@ def follow(spark: Any, archive: str, on_decision: Callable[[dict[str, dict[str, 
     """
     from pyspark.sql import functions as F
 
-    _paths(archive, queue)
-    # one queue: its partition and the hosts' (a glob; a queue's name has no glob characters)
-    where = os.path.join(archive, f"queue={{{queue},{HOSTS_PARTITION}}}") if queue else archive
-    source = (spark.readStream.schema(_schema()).option("mode", "PERMISSIVE")
-              .option("columnNameOfCorruptRecord", CORRUPT).option("basePath", archive).json(where))
-    if "queue" not in source.columns:  # partition columns of a stream: from the path when not discovered
-        source = source.withColumn("queue", F.regexp_extract(F.input_file_name(), r"queue=([^/]+)/", 1))
+    if isinstance(archive, KpiQueue):
+        source = _from_queue(spark, archive, F, queue, time.time() - window_s, stream=True)
+    else:
+        _paths(archive, queue)
+        # one queue: its partition and the hosts' (a glob; a queue's name has no glob characters)
+        where = os.path.join(archive, f"queue={{{queue},{HOSTS_PARTITION}}}") if queue else archive
+        source = (spark.readStream.schema(_schema()).option("mode", "PERMISSIVE")
+                  .option("columnNameOfCorruptRecord", CORRUPT).option("basePath", archive).json(where))
+        if "queue" not in source.columns:  # partition columns of a stream: from the path when not discovered
+            source = source.withColumn("queue", F.regexp_extract(F.input_file_name(), r"queue=([^/]+)/", 1))
     records = source.where(F.col(CORRUPT).isNull() & F.col("kind").isin("exchange", "host", "subscriber")
                            & F.col("time").isNotNull())
     evidence = Evidence(window_s)

@@ -18,15 +18,15 @@ import time
 from typing import Any, Callable
 
 from roq.kpi.archive import HOSTS_PARTITION
-from roqcli.kpi.job import load, tune_frame
+from roqcli.kpi.job import KpiQueue, Source, load, tune_frame
 
 __all__ = ["report", "PLOTS"]
 
 PLOTS = ("throughput.png", "latency.png", "capacity.png", "hosts.png")
 
 
-def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, since: float | None = None,
-           progress: Callable[[str], None] = print) -> dict[str, Any]:
+def report(spark: Any, archive: Source, out_dir: str, *, queue: str | None = None, since: float | None = None,
+           until: float | None = None, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Write ``report.json``, the plots and ``index.html`` to ``out_dir``; return the report.
 
     Raises:
@@ -36,7 +36,7 @@ def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, 
 
     started = time.monotonic()
     progress(f"reading {archive}{f' (queue {queue})' if queue else ''}...")
-    loaded = load(spark, archive, queue=queue, since=since)
+    loaded = load(spark, archive, queue=queue, since=since, until=until)
     frame, counts = loaded.frame, loaded.counts
     progress(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines, "
              f"{counts['unknown_kind']:,} of unknown kind and {counts['files_being_written']} files being written")
@@ -97,7 +97,8 @@ def report(spark: Any, archive: str, out_dir: str, *, queue: str | None = None, 
 
     queues = sorted({e["queue"] for e in exchanges} | set(latency) | set(gaps) | set(events))
     doc: dict[str, Any] = {
-        "archive": os.path.abspath(archive), "queue": queue, "since": since, "from": first, "to": last,
+        "archive": str(archive) if isinstance(archive, KpiQueue) else os.path.abspath(archive), "queue": queue,
+        "since": since, "until": until, "from": first, "to": last,
         "bucket_s": bucket, "skipped": counts,
         "units": {"records_per_s": "records/s", "cpu_percent": "% of one core", "ms": "ms", "bytes": "bytes",
                   "time": "s since the epoch", "bucket_s": "s", "cpus": "cores", "link_bytes_per_s": "bytes/s"},

@@ -6,7 +6,7 @@ import pytest
 
 from hostmanager import HostManagerConfig
 from hostmanager._config import MODULES, ChildSettings
-from roq.config import ExchangeConfig, JournalConfig, MonitorConfig
+from roq.config import ExchangeConfig, JournalConfig, MonitorConfig, ShipperConfig
 from roq.errors import ConfigError
 from roq.settings import from_args, parser_for, to_args
 
@@ -59,7 +59,8 @@ def test_a_replica_placed_in_place_of_a_lost_one_gets_learner_on_its_command_lin
 
 
 def test_the_module_of_a_role_comes_from_a_fixed_table():
-    assert MODULES == {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal", "link": "client.link"}
+    assert MODULES == {"monitor": "monitor", "exchange": "exchange", "journal": "exchange.journal", "link": "client.link",
+                       "shipper": "client.shipper"}
 
 
 @pytest.mark.parametrize("options, named", [
@@ -125,3 +126,19 @@ def test_a_placed_link_takes_the_link_options_compress_and_rate_limit():
                                                                                 tree)
     assert config.compress and config.rate_limit == 250_000 and config.down and config.on_demand
     assert rebuilt(LinkConfig, config) == config and "--compress" in to_args(config)
+
+
+def test_a_kpi_queue_gives_the_host_a_shipper_of_its_own_files_and_the_monitors_the_rotation(tmp_path):
+    assert settings().shipper() is None  # no KPI queue: no shipper
+    s = settings(kpi_queue="roq.kpi", kpi_rotate_s=2.0)
+    shipper = s.shipper()
+    assert shipper is not None and (shipper.archive, shipper.host, shipper.queue, shipper.zk, shipper.root) == (
+        "/tmp/kpi", "127.0.0.12", "roq.kpi", "127.0.0.1:2181", "/r")
+    assert rebuilt(ShipperConfig, shipper) == shipper
+    assert s.monitor("q", 5500).archive_rotate_s == 2.0
+    with pytest.raises(ConfigError, match="give kpi_archive too"):
+        HostManagerConfig(zk="127.0.0.1:2181", kpi_queue="roq.kpi")
+    with pytest.raises(ConfigError, match="bad queue name"):
+        HostManagerConfig(zk="127.0.0.1:2181", kpi_archive="/tmp/kpi", kpi_queue="no/such")
+    with pytest.raises(ConfigError, match="set by the host manager"):
+        settings(monitor_options=("archive_rotate_s=1",))

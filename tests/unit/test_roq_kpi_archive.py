@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 
-from roq.kpi.archive import ArchiveWriter, partition_dir
+import pytest
+
+from roq.kpi.archive import ArchiveWriter, host_of, partition_dir, placed_files, writer_name
 from roq.kpi.records import EventRecord
 
 DAY = 86400.0
@@ -113,3 +115,24 @@ def test_names_with_a_trailing_newline_are_neither_pruned_nor_recovered(tmp_path
     w.tick()
     assert os.path.isdir(base / "date=2026-09-01\n")
     assert os.listdir(directory) == [".dead-1-1.jsonl.part\n"]  # not a part this module names: left alone
+
+
+def test_a_file_put_in_place_names_its_writers_host_and_only_such_files_are_listed(tmp_path):
+    clock = Clock()
+    for host in ("127.0.0.11", "web-1.example"):
+        writer = ArchiveWriter(str(tmp_path), "q", writer_name("monitor", host, 4242), clock=clock)
+        writer.append(EventRecord(event="e", text="t"))
+        writer.close()
+    hosts = ArchiveWriter(str(tmp_path), "@hosts", writer_name("host", "127.0.0.11", 7), clock=clock)
+    hosts.append(EventRecord(event="e", text="t"))
+    hosts.flush()  # written, not put in place: not listed
+    files = placed_files(str(tmp_path))
+    assert [(p, d) for p, d, _ in files] == [("q", "2026-09-21")] * 2
+    assert sorted(host_of(name) for _, _, name in files) == ["127.0.0.11", "web-1.example"]
+    assert host_of("recovered-" + files[0][2]) == host_of(files[0][2])
+    assert host_of("synthetic-1-2.jsonl") is None and host_of(".monitor-h-1-2-3.jsonl.part") is None
+    assert placed_files(str(tmp_path), since_date="2026-09-22") == []
+    hosts.close()
+    assert len(placed_files(str(tmp_path))) == 3
+    with pytest.raises(ValueError):
+        writer_name("exchange", "h", 1)

@@ -22,7 +22,11 @@ def test_since_takes_durations_and_dates():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["kpi", "report"], "no KPI archive given"),
+    (["kpi", "report"], "no KPI records given"),
+    (["kpi", "report", "--archive", ".", "--kpi-queue"], "not both"),
+    (["kpi", "report", "--kpi-queue", "no/such"], "bad queue name"),
+    (["kpi", "report", "--archive", ".", "--until", "soon"], "--until 'soon': expected e.g. 30m"),
+    (["kpi", "tune", "--archive", ".", "--follow", "--until", "1h"], "--follow goes on"),
     (["kpi", "tune", "--archive", "/nonexistent/roq-archive"], "no such KPI archive directory"),
     (["kpi", "tune", "--archive", ".", "--margin", "0.5", "--scale-out-margin", "0.7"],
      "need 0 < --scale-out-margin <= --margin <= 1"),
