@@ -18,7 +18,7 @@ from roq.config import CurveClient, PublisherConfig, SubscriberConfig, replace
 from roq.errors import BrokerConnectionError, ClosedError, ConfigError, ProtocolError
 from roq.federation import split_address
 from roq.sockets import PLAINTEXT_HINT, RefusalWatch, check_endpoint, poll_ms
-from roq.wire.status import QueueStatus, decode
+from roq.wire.status import JournalStatus, QueueStatus, decode, decode_journal
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,15 @@ class Connection:
             ProtocolError: the monitor's answer is not a status (the message names the field).
         """
         return decode(self._ask(control.Status(), timeout))
+
+    def journal(self, prefix: bytes = b"", timeout: float = 5.0) -> JournalStatus:
+        """Where the queue's journal is read and how it is, as its monitor last heard it (what a reader of the keys
+        under ``prefix`` may ask: the permission to subscribe to them is enough).
+
+        Raises:
+            As :meth:`status`.
+        """
+        return decode_journal(self._ask(control.JournalWhere(prefix=prefix), timeout))
 
     def relocate(self, publisher: str = "", target: str = "", timeout: float = 5.0) -> dict[str, Any]:
         """Ask the monitor to move a publisher now (default: its busiest, to the least loaded exchange).

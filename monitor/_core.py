@@ -112,6 +112,7 @@ class Core:
             control.SubscriberBye: self.subscribers.bye,
             control.Ping: self.operators.ping,
             control.Status: self.operators.status,
+            control.JournalWhere: self.operators.journal_where,
             control.ForceRelocate: self.operators.force_relocate,
             control.Interest: self.demand.told,
         }

@@ -65,6 +65,9 @@ class Operators:
     def ping(self, ping: control.Ping, identity: bytes, now: float) -> Reply:
         return Reply(comment="pong", data={"queue": self.queue})
 
+    def journal_where(self, where: control.JournalWhere, identity: bytes, now: float) -> Reply:
+        return Reply(data=to_document(self.journal(now)))
+
     def status(self, status: control.Status, identity: bytes, now: float) -> Reply:
         return Reply(data=fit(to_document(self.describe(now)), MAX_STATUS_BYTES))
 

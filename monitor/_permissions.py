@@ -40,6 +40,7 @@ NEEDS: dict[type[control.Message], str] = {
     control.Ready: "subscribe",
     control.SubscriberBye: "subscribe",
     control.Status: "manage",
+    control.JournalWhere: "subscribe",
     control.ForceRelocate: "manage",
     control.Interest: "link",
 }
@@ -101,7 +102,7 @@ class Permissions:
         needed = NEEDS.get(type(msg))
         if needed is None or principal is None or principal == CLUSTER or self._acl is None:
             return
-        prefix = msg.prefix if isinstance(msg, control.SubscriberHello) else None
+        prefix = msg.prefix if isinstance(msg, (control.SubscriberHello, control.JournalWhere)) else None
         decision = self._acl.check(principal, needed, self.queue, prefix)
         if not decision.allowed:
             raise ForbiddenError(decision.reason)

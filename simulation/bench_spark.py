@@ -15,8 +15,14 @@ from its start to its last record:
   (:class:`roqcli.sparkcluster.SparkCluster`: a master and one, then two workers of one core each, every one its
   own JVM, and the driver's), in as many ranges as workers.
 
+* **Streaming latency**: a streaming query (``spark.readStream.format("roq")``, a trigger every second, local[2])
+  whose ``foreachBatch`` notes, for each record, the time from its publishing (in its payload) to the batch being
+  in the sink's hands; beside it, in the same run and for the same records, a live subscriber's latency (the
+  baseline: what an application that subscribes gets). A publisher sends :data:`STREAM_RATE` records a second for
+  :data:`STREAM_S` seconds once the query runs.
+
 The targets (issue: on the two-worker cluster at least half of the replay subscriber's records/s, and more with
-two workers than with one) are checked by ``--check``.
+two workers than with one; a streaming p50 of at most 2 s at a 1 s trigger) are checked by ``--check``.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
+import struct
 import tempfile
+import threading
 import time
 from typing import Any, Callable
 
@@ -41,6 +50,9 @@ PER_BATCH = 64
 WINDOW = 32
 SIZE = 100
 ADDRESS = "127.0.0.46"
+STREAM_RATE = 1000  # records a second, in batches of 10 every 10 ms
+STREAM_S = 20.0
+STREAM_TRIGGER_S = 1.0
 
 
 def _queue(directory: str, children: list[Child]) -> tuple[str, str, str]:
@@ -147,6 +159,68 @@ def _spark(reads: str, master: str, partitions: int, records: int, settings: dic
         job.stop_session(session)
 
 
+def _percentiles(values: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(values, n=100)
+    return {"p50": statistics.median(values) * 1000, "p99": q[98] * 1000, "max": max(values) * 1000}
+
+
+def _streaming(monitor: str, reads: str, checkpoint: str) -> tuple[dict[str, float], dict[str, float], int]:
+    """The latencies (ms) of a streaming query's ``foreachBatch`` and of a live subscriber, for the same records
+    published while both run: (Spark's, the subscriber's, records)."""
+    import client
+    from client import spark as roq_spark
+    from roqcli.kpi import job
+
+    spark_lat: list[float] = []
+    sub_lat: list[float] = []
+    session = job.spark_session("local[2]", app="roq-bench-spark-stream",
+                                jvm_log=os.path.join(tempfile.gettempdir(), "roq-bench-spark.log"))
+
+    def sink(frame: Any, _batch_id: int) -> None:
+        now = time.time()
+        spark_lat.extend(now - struct.unpack_from("<d", bytes(row.payload))[0]
+                         for row in frame.select("payload").collect())
+
+    try:
+        stream = roq_spark.read_stream(session, journal=reads, startingOffsets="latest", partitions=2)
+        query = (stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+                 .trigger(processingTime=f"{STREAM_TRIGGER_S:g} seconds").start())
+        with client.connect(monitor) as conn:
+            sub = conn.subscriber()
+            stop = threading.Event()
+
+            def receive() -> None:
+                while not stop.is_set():
+                    for b in sub.recv_many(timeout=0.2):
+                        now = time.time()
+                        sub_lat.extend(now - struct.unpack_from("<d", p)[0] for p in b.payloads)
+
+            reader = threading.Thread(target=receive, daemon=True)
+            reader.start()
+            deadline = time.monotonic() + 60
+            while query.lastProgress is None and time.monotonic() < deadline:  # its first (empty) batch ran
+                time.sleep(0.1)
+            pub = conn.publisher()
+            sent, ends = 0, time.monotonic() + STREAM_S
+            while time.monotonic() < ends:
+                pub.send_many(b"latency", [struct.pack("<d", time.time()) + b"\0" * (SIZE - 8) for _ in range(10)])
+                sent += 10
+                time.sleep(10 / STREAM_RATE)
+            pub.flush(30)
+            deadline = time.monotonic() + 60
+            while (len(spark_lat) < sent or len(sub_lat) < sent) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            stop.set()
+            reader.join(5)
+            pub.close()
+        query.stop()
+        if len(spark_lat) != sent:
+            raise RuntimeError(f"the streaming query saw {len(spark_lat):,} records, {sent:,} were sent")
+        return _percentiles(spark_lat), _percentiles(sub_lat), sent
+    finally:
+        job.stop_session(session)
+
+
 def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Result]:
     records = args.records  # (1,000,000 by default, as the issue's)
     directory = tempfile.mkdtemp(prefix="roq-bench-spark-")
@@ -165,6 +239,9 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
         for workers in (1, 2):
             progress(f"(s) Spark standalone, {workers} worker(s) of one core, through the roq data source")
             standalone[workers] = _standalone(reads, workers, records)
+        progress(f"(s) streaming latency: a query with a {STREAM_TRIGGER_S:g} s trigger beside a live subscriber, "
+                 f"{STREAM_RATE:,} records/s for {STREAM_S:g} s")
+        stream_lat, sub_lat, streamed = _streaming(monitor, reads, os.path.join(directory, "checkpoint"))
     finally:
         for child in reversed(children):
             child.stop()
@@ -174,7 +251,10 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Resul
             *[Result(f"(s) Spark local[{c}], roq data source", r, r * SIZE / 1e6, 0, {}, {**notes, "kind": f"spark{c}"})
               for c, r in rates.items()],
             *[Result(f"(s) Spark standalone, {w} worker{'s' if w > 1 else ''}", r, r * SIZE / 1e6, 0, {},
-                     {**notes, "kind": f"workers{w}"}) for w, r in standalone.items()]]
+                     {**notes, "kind": f"workers{w}"}) for w, r in standalone.items()],
+            Result("(s) live subscriber, latency", 0, 0, 0, sub_lat, {"records": streamed, "kind": "live"}),
+            Result(f"(s) Spark streaming, {STREAM_TRIGGER_S:g} s trigger, latency", 0, 0, 0, stream_lat,
+                   {"records": streamed, "kind": "stream"})]
 
 
 def _rows(results: list[Result]) -> dict[str, Result]:
@@ -187,7 +267,13 @@ def render(results: list[Result]) -> list[str]:
         return []
     lines = ["", f"{'(s) Spark reads a durable queue':46} {'records/s':>12}"]
     for r in rows.values():
-        lines.append(f"{r.name[4:]:46} {r.records_per_s:12,.0f}")
+        if not r.latency_ms:
+            lines.append(f"{r.name[4:]:46} {r.records_per_s:12,.0f}")
+    lines.append(f"{'(s) published -> seen':46} {'p50 ms':>12} {'p99 ms':>10} {'max ms':>10}")
+    for r in rows.values():
+        if r.latency_ms:
+            lines.append(f"{r.name[4:]:46} {r.latency_ms['p50']:12,.1f} {r.latency_ms['p99']:10,.1f} "
+                         f"{r.latency_ms['max']:10,.1f}")
     replay, one, two = rows.get("replay"), rows.get("workers1"), rows.get("workers2")
     if replay and one and two and replay.records_per_s and one.records_per_s:
         lines.append(f"Spark (two workers) / replay subscriber: {two.records_per_s / replay.records_per_s:.2f}x "
@@ -198,8 +284,11 @@ def render(results: list[Result]) -> list[str]:
 def checks(results: list[Result]) -> list[Check]:
     rows = _rows(results)
     replay, one, two = rows.get("replay"), rows.get("workers1"), rows.get("workers2")
+    stream = rows.get("stream")
+    out = [Check("(s) Spark streaming p50, published -> foreachBatch", stream.latency_ms["p50"] / 1000, 2.0, True,
+                 " s")] if stream and stream.latency_ms else []
     if not (replay and one and two and replay.records_per_s and one.records_per_s):
-        return []
-    return [Check("(s) Spark two workers / replay subscriber", two.records_per_s / replay.records_per_s, 0.50, False,
-                  "x"),
-            Check("(s) Spark two workers / one worker", two.records_per_s / one.records_per_s, 1.0, False, "x")]
+        return out
+    return out + [Check("(s) Spark two workers / replay subscriber", two.records_per_s / replay.records_per_s, 0.50,
+                        False, "x"),
+                  Check("(s) Spark two workers / one worker", two.records_per_s / one.records_per_s, 1.0, False, "x")]

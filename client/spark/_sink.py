@@ -32,13 +32,18 @@ def check_target(options: WriteOptions) -> None:
 
     Raises:
         NotFoundError: no such queue. BrokerConnectionError, BrokerTimeoutError: the cluster cannot be reached.
-        PermissionDeniedError: the credentials may not.
+        ForbiddenError: the credentials may not look the queue up, or may not publish to it.
     """
+    from client._connection import connect
     from client._management import QueueManager
 
     with QueueManager(options.zk, root=options.root, credentials=options.credentials or None) as qm:
         if not qm.exists(options.queue):
             raise NotFoundError(f"roq sink: no queue {options.queue!r} in the cluster at {options.zk}{options.root}")
+    # a publisher's hello, once: one without the permission to publish is refused here, not in every task
+    with connect(zk=options.zk, queue=options.queue, root=options.root, credentials=options.credentials or None,
+                 timeout=10.0) as conn:
+        conn.publisher().close()
 
 
 def check_schema(schema: Any) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "Shown",
     "Event",
     "decode",
+    "decode_journal",
     "of_stats",
     "RATES",
     "rate",
@@ -270,6 +271,16 @@ def decode(doc: Any) -> QueueStatus:
     for i, event in enumerate(status.events):
         shape.read(Event, event, f"status.events[{i}]")
     return status
+
+
+def decode_journal(doc: Any) -> JournalStatus:
+    """The journal's status in ``doc`` (a monitor's answer to :class:`~roq.wire.control.JournalWhere`), checked.
+
+    Raises:
+        ProtocolError: a field is missing, of the wrong type or out of range (named).
+    """
+    journal: JournalStatus = shape.read(JournalStatus, doc, "journal")
+    return journal
 
 
 def of_stats(data: Mapping[str, Any]) -> QueueStatus | None:

@@ -110,6 +110,53 @@ def test_bad_options_and_queues_that_cannot_be_read_are_clear_errors_at_query_st
         roq_spark.read(None, queue="plain", **where)
 
 
+
+def test_on_a_cluster_with_curve_a_reader_needs_subscribe_and_a_writer_publish_and_each_is_told_at_query_start(
+        make_embedded, spark):
+    """Every socket CURVE: a key without permissions is refused by name at query start (the reader and the sink
+    alike); granted ``subscribe`` (not ``manage``) it reads, its tasks speaking CURVE to the journal, and granted
+    ``publish`` on another queue it writes there."""
+    from roq.errors import ForbiddenError
+
+    cluster = make_embedded(hosts=1, secure=True)
+    qm = _durable_queue(cluster, "s")
+    _durable_queue(cluster, "t")
+    with cluster.connect("s") as conn:
+        pub = conn.publisher()
+        pub.send_many(b"k", [b"%d" % i for i in range(1000)])
+        pub.flush(30)
+    carol = cluster.keys.client("carol")
+    where = {"zk": cluster.zk, "root": cluster.root, "credentials": carol}
+
+    def refused(what):
+        try:
+            what()
+        except ForbiddenError as exc:
+            return str(exc)
+        except client.BrokerConnectionError:  # her key not read into the keyrings yet
+            return None
+        return "allowed"
+
+    wait_until(lambda: refused(lambda: roq_spark.read(None, queue="s", **where)) not in (None, "allowed"), 15,
+               "carol's key known and refused")
+    assert "carol may not" in refused(lambda: roq_spark.read(None, queue="s", **where))
+    rows = spark.createDataFrame([(b"a", b"1")], "key binary, payload binary")
+    with pytest.raises(Exception, match="carol may not publish"):
+        roq_spark.register(spark)
+        rows.write.format("roq").mode("append").options(queue="t", **where).save()
+
+    qm.grant("carol", "subscribe", "s")
+    qm.grant("carol", "publish", "t")
+    wait_until(lambda: refused(lambda: roq_spark.read(spark, queue="s", **where)) == "allowed", 15,
+               "carol's grant in force")
+    assert roq_spark.read(spark, queue="s", partitions=2, **where).count() == 1000
+    rows.write.format("roq").mode("append").options(queue="t", **where).save()
+    written = roq_spark.read(spark, zk=cluster.zk, root=cluster.root, credentials=cluster.credentials,
+                             queue="t").collect()
+    assert [(r.key, r.payload) for r in written] == [(b"a", b"1")]
+    with pytest.raises(Exception, match="carol may not publish"):  # granted on t, not on s
+        rows.write.format("roq").mode("append").options(queue="s", **where).save()
+
 def _committed(out: str) -> list[str]:
     """The Parquet files a file sink committed (its ``_spark_metadata`` log: a file per batch, ``N.compact`` every
     tenth holding those before; files of a batch that was not committed are not in it)."""

@@ -67,3 +67,14 @@ def test_without_rules_without_a_key_or_from_the_cluster_nothing_is_checked():
     d = _driver()
     assert d.send(control.PublisherHello(publisher="aa", exchange=""), b"aa", None) is None
     assert d.send(control.Status(), b"gcm", "cluster").result == Result.OK
+
+
+def test_where_the_journal_is_read_is_told_to_a_subscriber_of_the_prefix_and_to_nobody_else():
+    d = _driver()
+    reply = d.send(control.JournalWhere(prefix=b"eu.x"), b"ff", "bob")
+    assert reply is not None and reply.result == Result.OK and reply.data["durability"] == "none"
+    for principal, prefix in (("bob", b""), ("bob", b"us."), ("alice", b"eu."), ("mallory", b"eu.")):
+        reply = d.send(control.JournalWhere(prefix=prefix), b"ff", principal)
+        assert reply is not None and reply.result == Result.FORBIDDEN, (principal, prefix)
+    reply = d.send(control.Status(), b"ff", "bob")
+    assert reply is not None and reply.result == Result.FORBIDDEN  # the whole status is a manager's

@@ -42,7 +42,7 @@ from roq.wire.control.links import (
     NamesRefused,
     QueueInterest,
 )
-from roq.wire.control.operators import ForceRelocate, Ping, Status
+from roq.wire.control.operators import ForceRelocate, JournalWhere, Ping, Status
 from roq.wire.control.permissions import AclRules
 from roq.wire.control.publishers import Moved, NoExchange, Panic, PublisherBye, PublisherHello, Relocate
 from roq.wire.control.reads import (DURABLE_NAME, MAX_FETCH_BYTES, MAX_PREFIXES, MAX_WAIT_MS, NO_CURSOR, Commit,
@@ -123,6 +123,7 @@ __all__ = [
     "Ping",
     "Status",
     "ForceRelocate",
+    "JournalWhere",
     # a child cluster <-> its parent
     "ROLES",
     "WAYS",

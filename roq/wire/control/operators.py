@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from roq.wire.control.codec import Message, message
 
-__all__ = ["Ping", "Status", "ForceRelocate"]
+__all__ = ["Ping", "Status", "ForceRelocate", "JournalWhere"]
 
 
 @message(42)
@@ -26,3 +26,12 @@ class ForceRelocate(Message):
 
     publisher: str = ""
     target: str = ""
+
+
+@message(43)
+class JournalWhere(Message):
+    """Reader -> monitor: where the queue's journal is read, for a reader of the keys under ``prefix`` (the
+    permission to subscribe to them is enough). Answered with the journal's
+    :class:`~roq.wire.status.JournalStatus` as the reply's data."""
+
+    prefix: bytes = b""
