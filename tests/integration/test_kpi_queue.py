@@ -1,7 +1,8 @@
 """The KPI records of every host through the broker: each host manager's shipper (``client.shipper``) publishes its
 host's archive files to the cluster's KPI queue as they are put in place, and ``roq kpi report`` and ``roq kpi
 tune`` read that queue through the ``roq`` data source. On three emulated hosts (each its own CPU budget, a
-cgroup), the report and the thresholds made from the queue are those made from the archive files of the same run."""
+cgroup), the report and the thresholds made from the queue (the report on a standalone Spark cluster) are those
+made from the archive files of the same run."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from roq.kpi.records import EventRecord
 from roq.process import spawn
 from roqcli.emulation import HostBudget
 from roqcli.main import main as roq
+from roqcli.sparkcluster import SparkCluster
+from roqcli.zkserver import free_port
 from tests.integration.test_kpi import QUICK_JVM
 from tests.integration.zkhelp import wait_until
 
@@ -101,11 +104,22 @@ def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emul
     where = ["--zk", cluster.zk, "--root", cluster.root]
     spark = ["--master", "local[2]", "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM}"]
     reports = {}
-    for name, source in (("archive", ["--archive", archive]), ("queue", ["--kpi-queue", KPI_QUEUE, *where])):
-        out = str(tmp_path / f"report-{name}")
-        assert roq(["kpi", "report", *source, "--until", until, "--out", out, *spark]) == 0
+    out = str(tmp_path / "report-archive")
+    assert roq(["kpi", "report", "--archive", archive, "--until", until, "--out", out, *spark]) == 0
+    with open(os.path.join(out, "report.json")) as f:
+        reports["archive"] = json.load(f)
+    # the queue's report on a standalone Spark cluster: a master and a worker of their own (JVMs), no shared files
+    address = "127.0.0.50"
+    with SparkCluster(workdir=str(tmp_path / "spark"), address=address, port=free_port(address),
+                      ui_port=free_port(address), workers=1, cores=2, memory="1g", java_options=QUICK_JVM) as standalone:
+        out = str(tmp_path / "report-queue")
+        settings = {"spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM,
+                    "spark.driver.host": address, "spark.driver.bindAddress": address,
+                    "spark.executor.memory": "700m"}
+        assert roq(["kpi", "report", "--kpi-queue", KPI_QUEUE, *where, "--until", until, "--out", out,
+                    "--master", standalone.url, *[a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]]) == 0
         with open(os.path.join(out, "report.json")) as f:
-            reports[name] = json.load(f)
+            reports["queue"] = json.load(f)
     a, q = reports["archive"], reports["queue"]
     assert q["archive"] == f"queue {KPI_QUEUE} of the cluster at {cluster.zk}{cluster.root}"
     assert a["skipped"]["records"] == q["skipped"]["records"] > 0
