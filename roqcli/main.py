@@ -181,6 +181,9 @@ def _parser() -> argparse.ArgumentParser:
     sup.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
     sup.add_argument("--cores", type=int, default=1, help="cores each worker offers (default 1)")
     sup.add_argument("--memory", default="1g", help="memory each worker offers (default 1g)")
+    sup.add_argument("--worker-cpus", type=float, default=0.0,
+                     help="emulated hosts: each worker (and its executors) in a cgroup with this CPU quota in cores, as "
+                     "on a host of its own; needs root (default 0: none)")
     sup.add_argument("--dir", default=os.path.expanduser("~/.roq/spark"),
                      help="where the logs and the workers' scratch go (default ~/.roq/spark)")
     keys = sub.add_parser("keys", help="CURVE key pairs for the cluster's processes and its clients")

@@ -23,7 +23,7 @@ from typing import Any
 
 from roq.errors import ConfigError, RoQError
 
-__all__ = ["SparkCluster", "spark_home", "spark_up", "START_TIMEOUT_S"]
+__all__ = ["SparkCluster", "spark_home", "spark_up", "START_TIMEOUT_S", "worker_group", "remove_group"]
 
 #: seconds the master and its workers have to start and register
 START_TIMEOUT_S = 90.0
@@ -58,6 +58,9 @@ class SparkCluster:
         cores: cores each worker offers.
         memory: memory each worker offers (``1g``).
         java_options: for every JVM (``SPARK_DAEMON_JAVA_OPTS``).
+        worker_cpus: each worker, and the executors and Python workers it starts, in a cgroup of its own with this
+            CPU quota in cores, as on a host of its own of that many cores (emulated hosts, as ``roq cluster up
+            --host-cpus``; needs root); 0 = none.
     """
 
     workdir: str
@@ -68,7 +71,9 @@ class SparkCluster:
     cores: int = 1
     memory: str = "1g"
     java_options: str = ""
+    worker_cpus: float = 0.0
     procs: list[subprocess.Popen] = dataclasses.field(default_factory=list)
+    groups: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -85,6 +90,8 @@ class SparkCluster:
             ConfigError: a bad setting, or PySpark missing. RoQError: they did not start in time (their logs say
                 why; what started is stopped).
         """
+        if not 0 <= self.worker_cpus <= 1024:
+            raise ConfigError(f"worker_cpus must be 0 (none) to 1024 cores, got {self.worker_cpus}")
         if not self.address.startswith("127.") or self.workers < 1 or self.cores < 1:
             raise ConfigError(f"a Spark cluster on a loopback address (127.x.y.z), with at least one worker of at "
                               f"least one core: got {self.address}, {self.workers} workers of {self.cores} cores")
@@ -103,6 +110,8 @@ class SparkCluster:
                 self._run(f"worker{i + 1}", env, [
                     spark_class, "org.apache.spark.deploy.worker.Worker", "--host", self.address, "--cores",
                     str(self.cores), "--memory", self.memory, "--work-dir", scratch, "--webui-port", "0", self.url])
+                if self.worker_cpus:
+                    self.groups.append(worker_group(self.procs[-1].pid, self.worker_cpus))
             self._wait(lambda status: self.alive(status) >= self.workers, timeout, f"{self.workers} workers")
         except BaseException:
             self.stop()
@@ -154,12 +163,45 @@ class SparkCluster:
                 proc.wait(5)
             _signal(proc, signal.SIGKILL)  # whatever it left in its session (spark-class's own children)
         self.procs.clear()
+        for name in self.groups:
+            remove_group(name)
+        self.groups.clear()
 
     def __enter__(self) -> SparkCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+#: where the groups of workers on hosts of their own are (below each CPU hierarchy's mount)
+CGROUP_BASE = "roq-spark"
+
+
+def worker_group(pid: int, cores: float, name: str = "") -> str:
+    """Put process ``pid`` (and what it starts from now on) in a group of ``cores`` cores, made if missing (named
+    after this process and ``pid`` unless ``name``); the group's name.
+
+    Raises:
+        ConfigError: no CPU controller. OSError: not root.
+    """
+    from roq.cgroups import Controller
+
+    cpu = Controller(CGROUP_BASE)
+    name = name or f"{os.getpid()}-{pid}"
+    cpu.create(name, cores)
+    cpu.join(name, pid)
+    return name
+
+
+def remove_group(name: str) -> None:
+    """Remove a group of :func:`worker_group` (its processes gone; one still there keeps it)."""
+    from roq.cgroups import Controller
+
+    try:
+        Controller(CGROUP_BASE).remove(name)
+    except OSError:
+        pass
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:
@@ -172,7 +214,8 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
 def spark_up(args: Any) -> int:
     """``roq spark up``: a cluster in the foreground until Ctrl-C (or SIGTERM)."""
     cluster = SparkCluster(workdir=args.dir, address=args.address, port=args.port, ui_port=args.ui_port,
-                           workers=args.workers, cores=args.cores, memory=args.memory)
+                           workers=args.workers, cores=args.cores, memory=args.memory,
+                           worker_cpus=getattr(args, "worker_cpus", 0.0))
     print(f"starting a Spark master and {args.workers} workers on {args.address} (logs in {args.dir})", flush=True)
     stop = signal.signal(signal.SIGTERM, _interrupt)
     try:
