@@ -1,8 +1,7 @@
 """The KPI records of every host through the broker: each host manager's shipper (``client.shipper``) publishes its
 host's archive files to the cluster's KPI queue as they are put in place, and ``roq kpi report`` and ``roq kpi
 tune`` read that queue through the ``roq`` data source. On three emulated hosts (each its own CPU budget, a
-cgroup), the report and the thresholds made from the queue (the report on a standalone Spark cluster) are those
-made from the archive files of the same run."""
+cgroup), the report and the thresholds made from the queue are those made from the archive files of the same run."""
 
 from __future__ import annotations
 
@@ -13,14 +12,15 @@ import signal
 import threading
 import time
 
+import pytest
+
 import client
 from roq.kpi.archive import ArchiveWriter, host_of, placed_files, writer_name
 from roq.kpi.records import EventRecord
 from roq.process import spawn
 from roqcli.emulation import HostBudget
+from roqcli.kpi import job, report
 from roqcli.main import main as roq
-from roqcli.sparkcluster import SparkCluster
-from roqcli.zkserver import free_port
 from tests.integration.test_kpi import QUICK_JVM
 from tests.integration.zkhelp import wait_until
 
@@ -84,6 +84,7 @@ def _traffic(cluster, seconds: float) -> None:
         reader.join(5)
 
 
+@pytest.mark.timeout(420)  # (three Spark sessions, one after another, on a busy machine)
 def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emulated_hosts(make_embedded, tmp_path,
                                                                                            capsys):
     archive = str(tmp_path / "archive")
@@ -93,7 +94,7 @@ def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emul
     wait_until(lambda: qm.exists(KPI_QUEUE) and (j := qm.journal(KPI_QUEUE)) is not None and bool(j.alive), 60,
                "the shippers made the KPI queue")
     qm.create("work", exchanges=3)
-    _traffic(cluster, 8.0)
+    _traffic(cluster, 6.0)
     cut = time.time()
     wait_until(lambda: _all_placed_before(archive, cut), 30, "every record from before the cut put in place")
     wait_until(lambda: _shipped_before(archive, cut), 60, "every file with records from before the cut shipped")
@@ -101,26 +102,23 @@ def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emul
     assert hosts == set(cluster.addresses)  # three hosts' writers, each file shipped by its own host's shipper
 
     until = datetime.datetime.fromtimestamp(cut, datetime.timezone.utc).isoformat()
+    cut = job.parse_since(until, flag="--until")  # (as the command reads it)
+    # from the archive: the jobs themselves, in a Spark session of the test's
+    session = job.spark_session("local[2]", jvm_log=str(tmp_path / "spark.log"),
+                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
+    try:
+        a = json.loads(json.dumps(report.report(session, archive, str(tmp_path / "report-archive"), until=cut,
+                                                progress=lambda _: None)))
+        decided, counts = job.tune(session, archive, until=cut)
+    finally:
+        job.stop_session(session)
+    # from the KPI queue: the commands
     where = ["--zk", cluster.zk, "--root", cluster.root]
     spark = ["--master", "local[2]", "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM}"]
-    reports = {}
-    out = str(tmp_path / "report-archive")
-    assert roq(["kpi", "report", "--archive", archive, "--until", until, "--out", out, *spark]) == 0
+    out = str(tmp_path / "report-queue")
+    assert roq(["kpi", "report", "--kpi-queue", KPI_QUEUE, *where, "--until", until, "--out", out, *spark]) == 0
     with open(os.path.join(out, "report.json")) as f:
-        reports["archive"] = json.load(f)
-    # the queue's report on a standalone Spark cluster: a master and a worker of their own (JVMs), no shared files
-    address = "127.0.0.50"
-    with SparkCluster(workdir=str(tmp_path / "spark"), address=address, port=free_port(address),
-                      ui_port=free_port(address), workers=1, cores=2, memory="1g", java_options=QUICK_JVM) as standalone:
-        out = str(tmp_path / "report-queue")
-        settings = {"spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM,
-                    "spark.driver.host": address, "spark.driver.bindAddress": address,
-                    "spark.executor.memory": "700m"}
-        assert roq(["kpi", "report", "--kpi-queue", KPI_QUEUE, *where, "--until", until, "--out", out,
-                    "--master", standalone.url, *[a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]]) == 0
-        with open(os.path.join(out, "report.json")) as f:
-            reports["queue"] = json.load(f)
-    a, q = reports["archive"], reports["queue"]
+        q = json.load(f)
     assert q["archive"] == f"queue {KPI_QUEUE} of the cluster at {cluster.zk}{cluster.root}"
     assert a["skipped"]["records"] == q["skipped"]["records"] > 0
     assert {h["host"] for h in q["hosts"]} == set(cluster.addresses)
@@ -133,20 +131,15 @@ def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emul
             doc["skipped"].pop(what)
     assert q == a
 
-    decisions, codes = {}, {}
-    for name, source in (("archive", ["--archive", archive]), ("queue", ["--kpi-queue", KPI_QUEUE])):
-        capsys.readouterr()
-        # (8 s of samples are too few for a capacity: the code is 1 and the evidence says why, for both alike)
-        codes[name] = roq(["kpi", "tune", *source, "--until", until, "--dry-run", "--json", *where, *spark])
-        out = capsys.readouterr().out
-        decisions[name] = json.loads(out[out.rindex("\n{\n") + 1:])
-    assert codes["queue"] == codes["archive"]
-    evidence = decisions["queue"]["decisions"]["work"]["evidence"]["hosts"]
+    capsys.readouterr()
+    roq(["kpi", "tune", "--kpi-queue", KPI_QUEUE, "--until", until, "--dry-run", "--json", *where, *spark])
+    out = capsys.readouterr().out
+    tuned = json.loads(out[out.rindex("\n{\n") + 1:])
+    # (6 s of samples are too few for a capacity: the evidence says why, for both alike)
+    evidence = tuned["decisions"]["work"]["evidence"]["hosts"]
     assert set(evidence) == set(cluster.addresses) and all(e["samples"] > 0 for e in evidence.values()), evidence
-    for doc in decisions.values():
-        for what in ("files_being_written", "lines"):
-            doc["skipped"].pop(what)
-    assert decisions["queue"] == decisions["archive"]
+    assert tuned["decisions"] == json.loads(json.dumps(decided, default=str))
+    assert tuned["skipped"]["records"] == counts["records"]
 
 
 def _write_files(archive: str, host: str, files: int, lines: int, first: int = 0) -> list[bytes]:
@@ -208,3 +201,56 @@ def test_a_shipper_killed_and_started_again_without_its_record_ships_each_line_o
                "the journal's end at the number of lines")
     journal = cluster.manager.journal("kq")
     assert journal is not None and (journal.duplicates or 0) >= 2  # the files shipped before the kill came again
+
+
+def _publish_archive(conn, archive: str) -> int:
+    """Every line of the files of ``archive`` to the connection's queue, as a shipper sends them (key: partition)."""
+    sent = 0
+    pub = conn.publisher()
+    for partition, date, name in placed_files(archive):
+        with open(os.path.join(archive, f"queue={partition}", f"date={date}", name), "rb") as f:
+            lines = [line for line in f.read().split(b"\n") if line]
+        pub.send_many(partition.encode(), lines)
+        sent += len(lines)
+    pub.flush(60)
+    pub.close()
+    return sent
+
+
+def test_following_the_kpi_queue_updates_the_thresholds_as_evidence_arrives(make_embedded, tmp_path):
+    """``roq kpi tune --follow --kpi-queue``'s job: a streaming read of the KPI queue, folded into the evidence as
+    records arrive (a synthetic history of a known capacity, published as a shipper would)."""
+    from simulation.kpi_history import generate
+
+    cluster = make_embedded(hosts=1)
+    qm = cluster.manager
+    qm.create(KPI_QUEUE, cluster.addresses[0])
+    qm.set_rules(KPI_QUEUE, {"durability": "interval"})
+    wait_until(lambda: (j := qm.journal(KPI_QUEUE)) is not None and bool(j.alive) and bool(j.reads), 30,
+               "the KPI queue's journal running")
+    few, more = str(tmp_path / "few"), str(tmp_path / "more")
+    generate(few, records=100, capacity=10_000, exchanges=1, hosts=1, seed=3, start=time.time() - 7200)
+    generate(more, records=6_000, capacity=10_000, exchanges=1, hosts=1, seed=4, start=time.time() - 3600)
+    session = job.spark_session("local[2]", jvm_log=str(tmp_path / "spark.log"),
+                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
+    decisions: list[dict] = []
+    stop = threading.Event()
+    runner = threading.Thread(target=job.follow, args=(session, job.KpiQueue(cluster.zk, KPI_QUEUE, cluster.root),
+                                                       decisions.append),
+                              kwargs={"every_s": 1.0, "stop": stop.is_set}, daemon=True)
+    try:
+        with client.connect(zk=cluster.zk, queue=KPI_QUEUE, root=cluster.root) as conn:
+            _publish_archive(conn, few)  # 16 samples: too few for a capacity
+            runner.start()
+            wait_until(lambda: bool(decisions), 90, "a first decision")
+            assert decisions[0]["synthetic"]["thresholds"] == {}, decisions[:1]
+            _publish_archive(conn, more)
+            wait_until(lambda: bool(decisions[-1]["synthetic"]["thresholds"]), 90, "thresholds from the new evidence")
+        mark = decisions[-1]["synthetic"]["thresholds"]["exchange_records_per_s"]
+        assert abs(mark / (0.8 * 10_000) - 1) < 0.10, decisions[-1]
+    finally:
+        stop.set()
+        if runner.is_alive():
+            runner.join(30)
+        job.stop_session(session)
+    assert not runner.is_alive()
