@@ -8,7 +8,8 @@ records of every host from the queue instead of a shared file system.
 
 **Each line once.** A file is shipped by a publisher of its own whose id derives from the file's path
 (:attr:`~roq.config.PublisherConfig.id_seed`), its lines numbered 1, 2, 3... in the file's order. Once the queue
-acknowledged them all the file is written down as shipped (:class:`Shipped`, a hidden file of the archive). A
+acknowledged them all the file is written down as shipped (:class:`Shipped`, the hidden file ``.shipped-<host>``
+of the archive). A
 shipper that stopped in the middle of a file (killed, the queue unreachable) ships the file again from its first
 line: the same publisher, the same numbers, and the queue's journal drops the records it holds already. The
 record's key is the file's partition (its queue's name, or ``@hosts``), its payload the line as written.
@@ -18,7 +19,6 @@ The KPI queue is made (durable) by the first shipper that finds it missing.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -46,40 +46,35 @@ DESCRIPTION = ("A host's KPI shipper: publishes each file of the host's KPI arch
 
 
 class Shipped:
-    """The archive files shipped and acknowledged (paths relative to the archive), kept in the hidden file
-    ``path``. A file that cannot be read is started again empty: every file is then shipped again, and the
-    journal drops what it holds already."""
+    """The archive files shipped and acknowledged (paths relative to the archive), kept in the hidden file ``path``:
+    one path a line, appended as each file is shipped (a few bytes, whatever the archive holds), written anew only
+    when files leave the archive. A line that is not a path of the archive (a torn last line, garbage) names
+    nothing: at worst a file is shipped again, and the journal drops what it holds already."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.files: set[str] = set()
         try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-            files = doc.get("files") if isinstance(doc, dict) else None
-            if not isinstance(files, list) or not all(isinstance(x, str) for x in files):
-                raise ValueError("no list of files")
-            self.files = set(files)
+            with open(path, "rb") as f:
+                self.files = {line for line in f.read().decode("utf-8", "replace").split("\n") if line}
         except FileNotFoundError:
             pass
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             log.warning("%s: unreadable (%s); every file is shipped again (the queue drops what it holds)", path, exc)
 
     def add(self, relpath: str) -> None:
         self.files.add(relpath)
-        self._save()
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(relpath + "\n")
 
     def keep_only(self, existing: set[str]) -> None:
         """Forget files no longer in the archive (removed by its retention)."""
         if self.files - existing:
             self.files &= existing
-            self._save()
-
-    def _save(self) -> None:
-        part = self.path + ".part"
-        with open(part, "w", encoding="utf-8") as f:
-            json.dump({"files": sorted(self.files)}, f)
-        os.replace(part, self.path)
+            part = self.path + ".part"
+            with open(part, "w", encoding="utf-8") as f:
+                f.writelines(name + "\n" for name in sorted(self.files))
+            os.replace(part, self.path)
 
 
 class Shipper:
@@ -91,7 +86,7 @@ class Shipper:
         self.host = safe_name(config.host)
         self.curve = CurveClient.of_cluster(config.cluster_key) if config.cluster_key else None  # ConfigError
         os.makedirs(config.archive, exist_ok=True)
-        self.shipped = Shipped(os.path.join(config.archive, f".shipped-{self.host}.json"))
+        self.shipped = Shipped(os.path.join(config.archive, f".shipped-{self.host}"))
         self.drops = DropCounter(log, "shipper")
         self.files = 0  # shipped by this process
         self.records = 0

@@ -46,9 +46,9 @@ def _shipped_before(archive: str, cut: float) -> bool:
     """Every file put in place with a record from before ``cut`` is written down as shipped by its host's shipper."""
     shipped: set[str] = set()
     for name in os.listdir(archive):
-        if name.startswith(".shipped-") and name.endswith(".json"):
+        if name.startswith(".shipped-") and not name.endswith(".part"):
             with open(os.path.join(archive, name)) as f:
-                shipped |= set(json.load(f)["files"])
+                shipped |= set(f.read().split())
     for partition, date, name in placed_files(archive):
         rel = f"queue={partition}/date={date}/{name}"
         if rel not in shipped and any(r["time"] < cut for r in _lines(os.path.join(archive, rel))):
@@ -159,8 +159,8 @@ def _write_files(archive: str, host: str, files: int, lines: int, first: int = 0
 
 def _shipped(archive: str, host: str) -> set[str]:
     try:
-        with open(os.path.join(archive, f".shipped-{host}.json")) as f:
-            return set(json.load(f)["files"])
+        with open(os.path.join(archive, f".shipped-{host}")) as f:
+            return set(f.read().split())
     except FileNotFoundError:
         return set()
 
@@ -180,7 +180,7 @@ def test_a_shipper_killed_and_started_again_without_its_record_ships_each_line_o
         shipper.wait_ready(30)
         wait_until(lambda: len(_shipped(archive, host)) >= 2, 60, "two files shipped")
         shipper.kill()  # SIGKILL, in the middle of the files
-        os.remove(os.path.join(archive, f".shipped-{host}.json"))
+        os.remove(os.path.join(archive, f".shipped-{host}"))
         lines = _write_files(archive, host, files=1, lines=500, first=6)  # one more, put in place meanwhile
         shipper = spawn("shipper", "client.shipper", args, stderr=logs)
         shipper.wait_ready(30)
