@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 from typing import IO, Any
 
 from hostmanager._config import MODULES
 from roq.config import ShipperConfig
-from roq.errors import BrokerTimeoutError
 from roq.process import Child, spawn
 from roq.settings import to_args
 
@@ -68,11 +66,7 @@ class Shipping:
         """SIGTERM, then SIGKILL after :data:`STOP_WAIT_S`."""
         child, self.child = self.child, None
         if child is not None:
-            child.signal(signal.SIGTERM)
-            try:
-                child.wait(STOP_WAIT_S)
-            except BrokerTimeoutError:
-                child.kill()
+            child.stop(STOP_WAIT_S)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -131,11 +131,13 @@ class Shipper:
         return out
 
     def _tick(self, now: float) -> None:
+        if now < self._retry_at:
+            return
         full = now >= self._next_full
         if full:
             self._next_full = now + FULL_SCAN_S
         todo = self._todo(full)
-        if not todo or now < self._retry_at:
+        if not todo:
             return
         try:
             conn = self._connection()

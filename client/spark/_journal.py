@@ -12,6 +12,7 @@ from typing import Iterator, NamedTuple
 import zmq
 
 from client._connection import connect
+from client._management import QueueManager
 from client._replay import CONTINUE
 from client.spark._options import Position, ReadOptions
 from roq.config import CurveClient
@@ -34,8 +35,10 @@ def locate(options: ReadOptions) -> str:
     if options.journal:
         return options.journal
     # asked of the queue's monitor as a reader of the prefix: the permission to subscribe is enough
-    with connect(zk=options.zk, queue=options.queue, root=options.root, credentials=options.credentials or None,
-                 timeout=10.0) as conn:
+    credentials = options.credentials or None
+    with QueueManager(options.zk, root=options.root, credentials=credentials) as qm:
+        monitor = qm.lookup(options.queue)
+    with connect(monitor, credentials=credentials, timeout=10.0) as conn:
         journal = conn.journal(options.prefix)
     if journal.durability == "none" or not journal.journal:
         raise ConfigError(f"queue {options.queue!r} is not durable: it keeps no journal to read (set its rule "

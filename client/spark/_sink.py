@@ -37,12 +37,13 @@ def check_target(options: WriteOptions) -> None:
     from client._connection import connect
     from client._management import QueueManager
 
-    with QueueManager(options.zk, root=options.root, credentials=options.credentials or None) as qm:
+    credentials = options.credentials or None
+    with QueueManager(options.zk, root=options.root, credentials=credentials) as qm:
         if not qm.exists(options.queue):
             raise NotFoundError(f"roq sink: no queue {options.queue!r} in the cluster at {options.zk}{options.root}")
+        monitor = qm.lookup(options.queue)
     # a publisher's hello, once: one without the permission to publish is refused here, not in every task
-    with connect(zk=options.zk, queue=options.queue, root=options.root, credentials=options.credentials or None,
-                 timeout=10.0) as conn:
+    with connect(monitor, credentials=credentials, timeout=10.0) as conn:
         conn.publisher().close()
 
 
