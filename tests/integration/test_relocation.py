@@ -43,6 +43,9 @@ def test_twenty_relocations_under_load_lose_nothing(make_cluster, loads):
         except (UnavailableError, NotFoundError):  # the chosen publisher is already moving, or none can move: ask again
             pass
         status = cluster.wait_for(lambda s: s.relocations_in_flight == 0, 30, "the move to finish")
+    # Enough traffic for each subscriber's audit to mean something, however fast the moves went (a quarter of it
+    # is stock.eu's; the moves alone once took under 4 s)
+    cluster.wait_for(lambda s: s.totals.records_in >= 30_000, 60, "30,000 records through the queue")
     sent = {}
     for pub in pubs:
         report = loads.report(pub, stop=True)
