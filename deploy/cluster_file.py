@@ -9,6 +9,7 @@ A cluster file reads like this (``roq deploy up cluster.toml``)::
     root = "/roq"                      # the cluster's ZooKeeper root
     keys = "~/.roq/deployments/prod"   # the cluster's keys, made where missing (the default: this, by name)
     insecure = false                   # true: no CURVE, no permissions, no ZooKeeper authentication
+    kpi_queue = "roq.kpi"              # KPI records through the broker (roq kpi ... --kpi-queue); default: none
 
     [[docker_hosts]]
     name = "a"
@@ -33,6 +34,22 @@ A cluster file reads like this (``roq deploy up cluster.toml``)::
     max_exchanges = 4
     http_port = 5081                   # health checks of it and of its processes (the container's too)
 
+    [[spark_master]]                   # optional: a standalone Spark cluster for the KPI jobs and the roq data
+    docker_host = "a"                  # source (at most one master; its workers need it)
+    address = "127.0.0.24"
+    port = 7077                        # jobs run with --master spark://127.0.0.24:7077
+    ui_port = 8080                     # its web UI
+
+    [[spark_worker]]
+    docker_host = "a"
+    address = "127.0.0.25"
+    cores = 1
+    memory = "1g"
+    ui_port = 8081
+
+The Spark roles run from ``spark_image`` (default: ``image``), which needs PySpark and a Java runtime: an image
+built with ``python -m deploy.image --extras kpi``.
+
 Every container runs with host networking, so the addresses are the Docker hosts' own. A mistake (an
 unknown key, a wrong type, an unknown Docker host, two processes on one address and port) is refused with a
 :class:`~roq.errors.ConfigError` naming the file, the table entry and the key.
@@ -47,11 +64,11 @@ from typing import Any
 
 from roq.errors import ConfigError
 from roq.settings import check_table, missing_keys, parse_toml, read_text
-from roq.zk import Paths
+from roq.zk import Paths, check_queue_name
 from roq import defaults
 
-__all__ = ["ClusterFile", "Deployment", "DockerHost", "ZooKeeperSpec", "GcmSpec", "HostManagerSpec", "load_cluster_file",
-           "parse_cluster_file", "OFFICIAL_ZOOKEEPER"]
+__all__ = ["ClusterFile", "Deployment", "DockerHost", "ZooKeeperSpec", "GcmSpec", "HostManagerSpec", "SparkMasterSpec",
+           "SparkWorkerSpec", "load_cluster_file", "parse_cluster_file", "OFFICIAL_ZOOKEEPER"]
 
 OFFICIAL_ZOOKEEPER = "zookeeper:3.9"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,39}\Z")
@@ -66,6 +83,14 @@ class Deployment:
     session_timeout: float = defaults.SESSION_TIMEOUT
     keys: str = ""  # "" = ~/.roq/deployments/NAME
     insecure: bool = False
+    spark_image: str = ""  # "" = image (it needs PySpark and Java: python -m deploy.image --extras kpi)
+    kpi_queue: str = ""  # the host managers ship their hosts' KPI records to this durable queue ("" = none)
+    kpi_rotate_s: float = 30.0  # seconds a KPI archive file is written before it is put in place (and shipped)
+
+    @property
+    def spark(self) -> str:
+        """The image the Spark master and workers run from."""
+        return self.spark_image or self.image
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +126,31 @@ class HostManagerSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class SparkMasterSpec:
+    docker_host: str
+    address: str
+    port: int = 7077
+    ui_port: int = 8080
+
+    @property
+    def url(self) -> str:
+        return f"spark://{self.address}:{self.port}"
+
+    @property
+    def ui(self) -> str:
+        return f"http://{self.address}:{self.ui_port}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkWorkerSpec:
+    docker_host: str
+    address: str
+    cores: int = 1
+    memory: str = "1g"
+    ui_port: int = 8081
+
+
+@dataclasses.dataclass(frozen=True)
 class ClusterFile:
     deployment: Deployment
     docker_hosts: tuple[DockerHost, ...]
@@ -108,11 +158,18 @@ class ClusterFile:
     gcms: tuple[GcmSpec, ...]
     hostmanagers: tuple[HostManagerSpec, ...]
     source: str = ""
+    spark_masters: tuple[SparkMasterSpec, ...] = ()  # none or one
+    spark_workers: tuple[SparkWorkerSpec, ...] = ()
 
     @property
     def zk(self) -> str:
         """The ZooKeeper connection string of the deployed cluster."""
         return ",".join(f"{z.address}:{z.port}" for z in self.zookeeper)
+
+    @property
+    def specs(self) -> tuple[Any, ...]:
+        """Every process's spec, in the order they start."""
+        return (*self.zookeeper, *self.gcms, *self.hostmanagers, *self.spark_masters, *self.spark_workers)
 
     def host(self, name: str) -> DockerHost:
         return next(h for h in self.docker_hosts if h.name == name)
@@ -134,7 +191,7 @@ def parse_cluster_file(text: str, source: str = "<cluster file>") -> ClusterFile
         ConfigError: as :func:`load_cluster_file`.
     """
     doc = parse_toml(text, source)
-    known = ("deployment", "docker_hosts", "zookeeper", "gcm", "hostmanager")
+    known = ("deployment", "docker_hosts", *_ROLES)
     for key in doc:
         if key not in known:
             raise ConfigError(f"{source}: unknown table {key!r}; known: {', '.join(known)}")
@@ -173,6 +230,13 @@ def parse_cluster_file(text: str, source: str = "<cluster file>") -> ClusterFile
         Paths(deployment.root)
     except ConfigError as exc:
         raise fail("deployment", None, "root", str(exc)) from None
+    if deployment.kpi_queue:
+        try:
+            check_queue_name(deployment.kpi_queue)
+        except ConfigError as exc:
+            raise fail("deployment", None, "kpi_queue", str(exc)) from None
+    if not 0 < deployment.kpi_rotate_s <= 86_400:
+        raise fail("deployment", None, "kpi_rotate_s", f"{deployment.kpi_rotate_s:g}: from more than 0 to 86400 s")
     hosts = [table(DockerHost, "docker_hosts", i, v) for i, v in enumerate(entries("docker_hosts"))]
     names = [h.name for h in hosts]
     for i, h in enumerate(hosts):
@@ -181,9 +245,9 @@ def parse_cluster_file(text: str, source: str = "<cluster file>") -> ClusterFile
         if not re.match(r"^(unix|tcp|ssh)://.+", h.url):
             raise fail("docker_hosts", i, "url", f"{h.url!r}: expected unix:///path, tcp://host:port or ssh://...")
     specs: dict[str, list[Any]] = {}
-    for name, cls in (("zookeeper", ZooKeeperSpec), ("gcm", GcmSpec), ("hostmanager", HostManagerSpec)):
+    for name, cls in _ROLES.items():
         specs[name] = [table(cls, name, i, v) for i, v in enumerate(entries(name))]
-        if not specs[name]:
+        if not specs[name] and not name.startswith("spark"):
             raise ConfigError(f"{source}: at least one [[{name}]] is needed")
         for i, spec in enumerate(specs[name]):
             if spec.docker_host not in names:
@@ -198,8 +262,18 @@ def parse_cluster_file(text: str, source: str = "<cluster file>") -> ClusterFile
                     raise fail(name, i, f.name, f"{getattr(spec, f.name)} is not a port")
     if len(specs["zookeeper"]) > 1:
         raise fail("zookeeper", 1, "", "one ZooKeeper server only: deploying a quorum is not supported yet")
+    if len(specs["spark_master"]) > 1:
+        raise fail("spark_master", 1, "", "one Spark master only (its workers register with it)")
+    if specs["spark_worker"] and not specs["spark_master"]:
+        raise fail("spark_worker", 0, "", "a worker needs a master: add a [[spark_master]]")
+    for i, worker in enumerate(specs["spark_worker"]):
+        if worker.cores < 1:
+            raise fail("spark_worker", i, "cores", f"{worker.cores}: at least 1")
+        if not re.match(r"[1-9][0-9]*[kmgt]?\Z", worker.memory, re.IGNORECASE):
+            raise fail("spark_worker", i, "memory", f"{worker.memory!r}: an amount as Spark writes it, e.g. 1g or "
+                                                    f"512m")
     taken: dict[tuple[str, str, int], str] = {}
-    for name in ("zookeeper", "gcm", "hostmanager"):
+    for name in _ROLES:
         for i, spec in enumerate(specs[name]):
             for f in dataclasses.fields(spec):
                 port = getattr(spec, f.name) if f.name.endswith("port") else None
@@ -214,4 +288,9 @@ def parse_cluster_file(text: str, source: str = "<cluster file>") -> ClusterFile
         if address in addresses[:i]:
             raise fail("hostmanager", i, "address", f"{address} has a host manager already")
     return ClusterFile(deployment, tuple(hosts), tuple(specs["zookeeper"]), tuple(specs["gcm"]),
-                       tuple(specs["hostmanager"]), source)
+                       tuple(specs["hostmanager"]), source, tuple(specs["spark_master"]), tuple(specs["spark_worker"]))
+
+
+#: the cluster file's tables of processes (array of tables each), in the order they start
+_ROLES: dict[str, type] = {"zookeeper": ZooKeeperSpec, "gcm": GcmSpec, "hostmanager": HostManagerSpec,
+                           "spark_master": SparkMasterSpec, "spark_worker": SparkWorkerSpec}

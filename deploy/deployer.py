@@ -2,8 +2,8 @@
 
 Everything goes through the Docker Engine API (the ``docker`` SDK). ``up`` first checks what it can
 without starting anything: every Docker host answers, every image is there, the deployment has no
-container yet. Then it starts ZooKeeper, the GCMs, the host managers, in that order, each waiting for
-the ones before to be healthy (the containers' own health checks), with host networking (the addresses
+container yet. Then it starts ZooKeeper, the GCMs, the host managers, a Spark master and its workers (if the
+file names them), in that order, each waiting for the ones before to be healthy (the containers' own health checks), with host networking (the addresses
 are the Docker hosts'), ``--init`` as PID 1, and labels ``roq.deployment``, ``roq.role``,
 ``roq.address``. If anything fails, every container it created is removed before the error is raised:
 nothing half-deployed stays running.
@@ -14,8 +14,9 @@ tokens, ZooKeeper identity, and the admin's credentials) and copies what the ser
 secret) into each GCM and host manager container before it starts, under :data:`KEYS_IN_CONTAINER`, mode 0700;
 they run with CURVE, permissions and ZooKeeper authentication. ``keys`` copies the keyring and the tokens
 into the running containers again (``keys_again``), after ``roq keys client`` or ``revoke``. ``down`` stops and removes exactly the containers that carry the
-deployment's label, host managers first (they stop their monitors and exchanges), then the GCMs, then
-ZooKeeper; images are left alone.
+deployment's label, in the reverse order (Spark's workers and master, the host managers, which stop their monitors
+and exchanges, the GCMs, ZooKeeper); images are left alone. The Spark cluster has no authentication of its own: its
+master and workers bind the addresses the file gives them.
 """
 
 from __future__ import annotations
@@ -26,18 +27,27 @@ import tarfile
 import time
 from typing import Any, Callable
 
-from deploy.cluster_file import ClusterFile, GcmSpec, HostManagerSpec, ZooKeeperSpec
+from deploy.cluster_file import ClusterFile
 from roq.errors import RoQError
 from roq.security.keys import ClusterKeys
 
-__all__ = ["Deployer", "DeployError", "LABEL", "KEYS_IN_CONTAINER", "keys_of"]
+__all__ = ["Deployer", "DeployError", "LABEL", "KEYS_IN_CONTAINER", "SPARK_PYTHON", "keys_of"]
 
 LABEL = "roq.deployment"
 #: where a secure deployment's GCM and host manager containers find the cluster's keys
 KEYS_IN_CONTAINER = "/etc/roq/keys"
+#: the Python a job's tasks on a deployed Spark cluster run, by name: found on the PATH, it is the image's there (its
+#: /opt/roq/bin leads the PATH), and the project's where the driver plans the job (PySpark sends the driver's one
+#: choice, ``PYSPARK_PYTHON``, with every task, and the driver runs it too, to plan a read of the roq data source)
+SPARK_PYTHON = "python3"
+#: where a host manager container keeps its host's KPI archive (with the deployment's ``kpi_queue``)
+KPI_ARCHIVE_IN_CONTAINER = "/var/lib/roq/kpi"
+#: the client whose credentials a secure deployment copies into its Spark workers, at the path they have here (a
+#: job's ``credentials`` option names one directory, for the driver and every executor alike)
+SPARK_CLIENT = "spark"
 #: what of the keys directory the servers get (no client's secret)
 _SERVER_KEYS = ("cluster.key", "cluster.key_secret", "zookeeper.secret", "keyring", "tokens")
-ORDER = ("zookeeper", "gcm", "hostmanager")
+ORDER = ("zookeeper", "gcm", "hostmanager", "spark-master", "spark-worker")
 _SECOND = 1_000_000_000  # the Engine API counts health-check times in nanoseconds
 #: one container to run: (Docker host, role, address, image, command, health check, environment)
 Planned = tuple[str, str, str, str, list[str], list[str], dict[str, str]]
@@ -63,6 +73,7 @@ class Deployer:
         self._clients: dict[str, Any] = {}
         self.keys = keys_of(cluster)
         self.credentials = ""  # the admin's, once up made them
+        self.spark_credentials = ""  # the Spark jobs', once up made them (a secure deployment with Spark workers)
 
     # ------------------------------------------------------------------ the three commands
 
@@ -89,6 +100,10 @@ class Deployer:
             self.credentials = self.keys.client("admin")
             self.progress(f"keys in {self.keys.directory}{' (made now)' if made else ''}; the admin's credentials "
                           f"{self.credentials}")
+            if c.spark_workers:
+                self.spark_credentials = self.keys.client(SPARK_CLIENT)
+                self.progress(f"Spark jobs' credentials {self.spark_credentials} (copied into each Spark worker; grant "
+                              f"{SPARK_CLIENT!r} what the jobs read and write)")
         else:
             self.progress("INSECURE (insecure = true): no CURVE, no permissions, no ZooKeeper authentication")
         created: list[tuple[str, Any]] = []
@@ -221,9 +236,24 @@ class Deployer:
                        "--http-address", h.address, "--http-port", str(h.http_port)]
             health = ["CMD", "python3", "-m", "deploy.node", "health", "hostmanager", "--address", h.address,
                       "--zk", zk, "--root", d.root, "--http-port", str(h.http_port)]
+            if d.kpi_queue:
+                command += ["--kpi-archive", KPI_ARCHIVE_IN_CONTAINER, "--kpi-queue", d.kpi_queue, "--kpi-rotate-s",
+                            str(d.kpi_rotate_s)]
             if self.keys is not None:
                 command += _secure_flags()
             plan.append((h.docker_host, "hostmanager", h.address, d.image, command, health, {}))
+        for m in c.spark_masters:
+            command = ["spark-master", "--address", m.address, "--port", str(m.port), "--ui-port", str(m.ui_port)]
+            health = ["CMD", "python3", "-m", "deploy.node", "health", "spark-master", "--address", m.address,
+                      "--http-port", str(m.ui_port)]
+            plan.append((m.docker_host, "spark-master", m.address, d.spark, command, health, {}))
+        for w in c.spark_workers:
+            master = c.spark_masters[0]
+            command = ["spark-worker", "--address", w.address, "--master", master.url, "--cores", str(w.cores),
+                       "--memory", w.memory, "--ui-port", str(w.ui_port)]
+            health = ["CMD", "python3", "-m", "deploy.node", "health", "spark-worker", "--address", w.address,
+                      "--master-ui", master.ui]
+            plan.append((w.docker_host, "spark-worker", w.address, d.spark, command, health, {}))
         return plan
 
     def _client(self, name: str) -> Any:
@@ -258,9 +288,7 @@ class Deployer:
 
     def _existing(self) -> list[dict[str, Any]]:
         rows = []
-        specs: list[ZooKeeperSpec | GcmSpec | HostManagerSpec] = [*self.cluster.zookeeper, *self.cluster.gcms,
-                                                                  *self.cluster.hostmanagers]
-        for host in sorted({spec.docker_host for spec in specs}):
+        for host in sorted({spec.docker_host for spec in self.cluster.specs}):
             for container in self._client(host).containers.list(
                     all=True, filters={"label": f"{LABEL}={self.cluster.deployment.name}"}):
                 rows.append(_row(host, container))
@@ -283,6 +311,8 @@ class Deployer:
         try:
             if self.keys is not None and role in ("gcm", "hostmanager"):
                 container.put_archive("/", _archive(self.keys.directory, _SERVER_KEYS))
+            if self.spark_credentials and role == "spark-worker":
+                container.put_archive("/", _tree(self.spark_credentials))
             container.start()
             return container
         except docker.errors.APIError as exc:
@@ -328,18 +358,27 @@ def _archive(directory: str, names: tuple[str, ...], suffix: str = "") -> bytes:
     :data:`KEYS_IN_CONTAINER`, modes kept, owned by root."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            return info
-
         top = tarfile.TarInfo(KEYS_IN_CONTAINER.lstrip("/"))
         top.type, top.mode = tarfile.DIRTYPE, 0o700
-        tar.addfile(owned(top))
+        tar.addfile(_owned(top))
         for name in names:
             path = os.path.join(directory, name)
             if os.path.exists(path):
-                tar.add(path, arcname=f"{KEYS_IN_CONTAINER.lstrip('/')}/{name}{suffix}", filter=owned)
+                tar.add(path, arcname=f"{KEYS_IN_CONTAINER.lstrip('/')}/{name}{suffix}", filter=_owned)
+    return buffer.getvalue()
+
+
+def _owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _tree(directory: str) -> bytes:
+    """A tar of ``directory``'s files at the same absolute path, modes kept, owned by root."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(directory, arcname=os.path.abspath(directory).lstrip("/"), filter=_owned)
     return buffer.getvalue()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,8 +25,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCKERFILE = os.path.join(REPO, "deploy", "Dockerfile")
 
 
-def wheelhouse(directory: str, *, dependencies: bool, progress: Callable[[str], None] = print) -> list[str]:
-    """Put the project's wheel (and with ``dependencies`` its dependencies' wheels) in ``directory``.
+def wheelhouse(directory: str, *, dependencies: bool, extras: str = "",
+               progress: Callable[[str], None] = print) -> list[str]:
+    """Put the project's wheel (and with ``dependencies`` its dependencies' wheels, those of ``extras`` too) in
+    ``directory``.
 
     Raises:
         RoQError: pip failed (its output's tail is in the message).
@@ -35,15 +38,17 @@ def wheelhouse(directory: str, *, dependencies: bool, progress: Callable[[str], 
     if not dependencies:
         command.append("--no-deps")
     progress(f"building wheels{' with every dependency' if dependencies else ''} into {directory}")
-    done = subprocess.run([*command, REPO], capture_output=True, text=True)
+    done = subprocess.run([*command, f"{REPO}[{extras}]" if extras and dependencies else REPO], capture_output=True,
+                          text=True)
     if done.returncode != 0:
         raise RoQError(f"pip wheel failed: {(done.stderr or done.stdout)[-1500:]}")
     return sorted(os.listdir(directory))
 
 
-def build_image(client: Any, tag: str, *, base: str | None = None, offline: bool = False,
+def build_image(client: Any, tag: str, *, base: str | None = None, offline: bool = False, extras: str = "",
                 progress: Callable[[str], None] = print) -> str:
-    """Build the image ``tag`` with the Docker client ``client``; return its id.
+    """Build the image ``tag`` with the Docker client ``client``; return its id. ``extras``: the project's optional
+    dependencies to install too (``kpi``: PySpark, for the Spark roles; the base needs a Java runtime when offline).
 
     Raises:
         RoQError: the wheels or the build failed (the build log's tail is in the message).
@@ -53,9 +58,12 @@ def build_image(client: Any, tag: str, *, base: str | None = None, offline: bool
     context = tempfile.mkdtemp(prefix="roq-image-")
     try:
         shutil.copy(DOCKERFILE, os.path.join(context, "Dockerfile"))
-        wheelhouse(os.path.join(context, "wheelhouse"), dependencies=offline, progress=progress)
-        args = {"OFFLINE": "1" if offline else "0", **({"BASE_IMAGE": base} if base else {})}
-        progress(f"docker build {tag} (base {base or 'the Dockerfile default'}{', offline' if offline else ''})")
+        if extras and not re.fullmatch(r"[a-z]+(,[a-z]+)*", extras):
+            raise ConfigError(f"extras {extras!r}: names of the project's optional dependencies, e.g. kpi or kpi,deploy")
+        wheelhouse(os.path.join(context, "wheelhouse"), dependencies=offline, extras=extras, progress=progress)
+        args = {"OFFLINE": "1" if offline else "0", "EXTRAS": extras, **({"BASE_IMAGE": base} if base else {})}
+        progress(f"docker build {tag} (base {base or 'the Dockerfile default'}{', offline' if offline else ''}"
+                 f"{', extras ' + extras if extras else ''})")
         try:
             image, logs = client.images.build(path=context, tag=tag, buildargs=args, rm=True, forcerm=True,
                                               pull=False)
@@ -74,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag", default="roq:latest", help="the image's tag (default roq:latest)")
     p.add_argument("--base", help="BASE_IMAGE build argument (default: the Dockerfile's, an official slim Python)")
     p.add_argument("--offline", action="store_true", help="install from the wheelhouse only (no index in the build)")
+    p.add_argument("--extras", default="", help="optional dependencies to install too: kpi (PySpark, for the Spark "
+                                                "master and workers of roq deploy; adds a Java runtime if the base "
+                                                "has none)")
     p.add_argument("--docker", default=None, help="Docker daemon URL (default $DOCKER_HOST or the local socket)")
     args = p.parse_args(argv)
     try:
@@ -83,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     try:
         client = docker.DockerClient(base_url=args.docker, version="auto") if args.docker else docker.from_env()
-        image = build_image(client, args.tag, base=args.base, offline=args.offline)
+        image = build_image(client, args.tag, base=args.base, offline=args.offline, extras=args.extras)
     except (RoQError, ConfigError) as exc:
         print(f"deploy.image: {exc}", file=sys.stderr)
         return 1

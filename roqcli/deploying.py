@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -13,7 +14,7 @@ __all__ = ["deploy"]
 
 
 def deploy(args: argparse.Namespace) -> int:
-    from deploy import Deployer, load_cluster_file
+    from deploy import SPARK_PYTHON, Deployer, load_cluster_file
 
     cluster = load_cluster_file(args.file)
     deployer = Deployer(cluster, progress=lambda line: print(line, flush=True))
@@ -24,6 +25,14 @@ def deploy(args: argparse.Namespace) -> int:
             creds = f" --credentials {deployer.credentials}" if deployer.credentials else ""
             print(f"up: ZooKeeper {cluster.zk} (root {cluster.deployment.root}); "
                   f"try: roq queue create demo --zk {cluster.zk}{creds}")
+            for master in cluster.spark_masters:
+                spark = f" --credentials {deployer.spark_credentials}" if deployer.spark_credentials else ""
+                kpi = f" --kpi-queue {cluster.deployment.kpi_queue}" if cluster.deployment.kpi_queue else ""
+                here = os.path.dirname(sys.executable)  # this Python's directory: python3 there has the project
+                print(f"Spark: master {master.url} with {len(cluster.spark_workers)} worker(s), web UI {master.ui}; "
+                      f"its tasks run {SPARK_PYTHON} from the PATH (the image's there, this one here): "
+                      f"PATH={here}:$PATH PYSPARK_PYTHON={SPARK_PYTHON} roq kpi report --master "
+                      f"{master.url}{kpi} --zk {cluster.zk}{spark}")
             return ExitCode.OK
         if args.action == "keys":
             print(f"keys copied to {deployer.keys_again()} container(s) of deployment {cluster.deployment.name!r}")

@@ -23,7 +23,8 @@ from typing import Any
 
 from roq.errors import ConfigError, RoQError
 
-__all__ = ["SparkCluster", "spark_home", "spark_up", "START_TIMEOUT_S", "worker_group", "remove_group"]
+__all__ = ["SparkCluster", "spark_home", "spark_env", "master_command", "worker_command", "master_status",
+           "alive_workers", "spark_up", "START_TIMEOUT_S", "worker_group", "remove_group"]
 
 #: seconds the master and its workers have to start and register
 START_TIMEOUT_S = 90.0
@@ -43,6 +44,50 @@ def spark_home() -> str:
     if not os.access(os.path.join(home, "bin", "spark-class"), os.X_OK):
         raise ConfigError(f"{home}/bin/spark-class is missing or not executable: PySpark's installation is broken")
     return home
+
+
+def spark_env(address: str, java_options: str = "") -> dict[str, str]:
+    """The environment of a master or a worker bound to ``address``: in the foreground (no daemon), its Python
+    workers running this Python.
+
+    Raises:
+        ConfigError: as :func:`spark_home`.
+    """
+    return {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": address, "PYSPARK_PYTHON": sys.executable,
+            "SPARK_DAEMON_JAVA_OPTS": java_options, "SPARK_NO_DAEMONIZE": "1"}
+
+
+def master_command(address: str, port: int, ui_port: int) -> list[str]:
+    """The command line of a master on ``address:port``, its web UI on ``ui_port``."""
+    return [os.path.join(spark_home(), "bin", "spark-class"), "org.apache.spark.deploy.master.Master", "--host",
+            address, "--port", str(port), "--webui-port", str(ui_port)]
+
+
+def worker_command(address: str, master: str, *, cores: int, memory: str, workdir: str, ui_port: int) -> list[str]:
+    """The command line of a worker on ``address`` offering ``cores`` and ``memory`` to the master at ``master``
+    (``spark://HOST:PORT``), its scratch in ``workdir``, its web UI on ``ui_port`` (0: any free port)."""
+    return [os.path.join(spark_home(), "bin", "spark-class"), "org.apache.spark.deploy.worker.Worker", "--host",
+            address, "--cores", str(cores), "--memory", memory, "--work-dir", workdir, "--webui-port", str(ui_port),
+            master]
+
+
+def master_status(ui: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """The status of the master whose web UI is at ``ui`` (``http://HOST:PORT``: its ``/json``), or None while it
+    does not answer."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(ui + "/json/", timeout=timeout) as answer:
+            status = json.loads(answer.read())
+            return status if isinstance(status, dict) else None
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+
+
+def alive_workers(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """The workers a master's ``status`` counts alive (each with its ``host``, ``cores``...)."""
+    workers = status.get("workers", [])
+    return [w for w in workers if isinstance(w, dict) and w.get("state") == "ALIVE"] if isinstance(workers, list) \
+        else []
 
 
 @dataclasses.dataclass
@@ -95,21 +140,16 @@ class SparkCluster:
         if not self.address.startswith("127.") or self.workers < 1 or self.cores < 1:
             raise ConfigError(f"a Spark cluster on a loopback address (127.x.y.z), with at least one worker of at "
                               f"least one core: got {self.address}, {self.workers} workers of {self.cores} cores")
-        home = spark_home()
         os.makedirs(self.workdir, exist_ok=True)
-        env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": self.address, "PYSPARK_PYTHON": sys.executable,
-               "SPARK_DAEMON_JAVA_OPTS": self.java_options, "SPARK_NO_DAEMONIZE": "1"}
-        spark_class = os.path.join(home, "bin", "spark-class")
+        env = spark_env(self.address, self.java_options)
         try:
-            self._run("master", env, [spark_class, "org.apache.spark.deploy.master.Master", "--host", self.address,
-                                      "--port", str(self.port), "--webui-port", str(self.ui_port)])
+            self._run("master", env, master_command(self.address, self.port, self.ui_port))
             self._wait(lambda status: True, timeout, "the master")
             for i in range(self.workers):
                 scratch = os.path.join(self.workdir, f"worker{i + 1}")
                 os.makedirs(scratch, exist_ok=True)
-                self._run(f"worker{i + 1}", env, [
-                    spark_class, "org.apache.spark.deploy.worker.Worker", "--host", self.address, "--cores",
-                    str(self.cores), "--memory", self.memory, "--work-dir", scratch, "--webui-port", "0", self.url])
+                self._run(f"worker{i + 1}", env, worker_command(self.address, self.url, cores=self.cores,
+                                                                memory=self.memory, workdir=scratch, ui_port=0))
                 if self.worker_cpus:
                     self.groups.append(worker_group(self.procs[-1].pid, self.worker_cpus))
             self._wait(lambda status: self.alive(status) >= self.workers, timeout, f"{self.workers} workers")
@@ -125,16 +165,12 @@ class SparkCluster:
 
     def status(self) -> dict[str, Any] | None:
         """The master's status (its web UI's ``/json``), or None while it does not answer."""
-        try:
-            with urllib.request.urlopen(self.ui + "/json/", timeout=2) as answer:
-                return json.loads(answer.read())
-        except (OSError, urllib.error.URLError, ValueError):
-            return None
+        return master_status(self.ui)
 
     @staticmethod
     def alive(status: dict[str, Any]) -> int:
         """Workers the master counts alive in ``status``."""
-        return sum(1 for w in status.get("workers", []) if w.get("state") == "ALIVE")
+        return len(alive_workers(status))
 
     def _wait(self, ready: Any, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

@@ -145,6 +145,11 @@ def run(args: argparse.Namespace, client: Any) -> int:
         job.follow(spark, archive, lambda ds: [writer.write(q, d, None, only_changed=True) for q, d in ds.items()],
                    queue=args.queue, rule=rule, every_s=args.every, window_s=window, stop=stopping)
         return 0
+    except Exception as exc:
+        failure = job.spark_failure(exc, jvm_log)
+        if failure is None:
+            raise
+        raise failure from None
     finally:
         job.stop_session(spark)
         writer.close()

@@ -38,7 +38,7 @@ from roqcli.kpi.capacity import Budget, Evidence, HostMoments, Moments, TuneRule
 
 log = logging.getLogger(__name__)
 
-__all__ = ["spark_session", "stop_session", "load", "tune", "tune_frame", "follow", "parse_since", "FIELDS",
+__all__ = ["spark_session", "stop_session", "spark_failure", "load", "tune", "tune_frame", "follow", "parse_since", "FIELDS",
            "Loaded", "KpiQueue", "Source"]
 
 #: every column a record may have (a record has the ones of its kind); partition columns come on top
@@ -117,6 +117,27 @@ def spark_session(master: str = "local[*]", app: str = "roq-kpi", *, jvm_log: st
         raise ConfigError(f"Spark did not start on {master}{where}: {str(exc).splitlines()[0][:300]}") from None
     context.setLogLevel("ERROR")
     return SparkSession(context)
+
+
+def spark_failure(exc: BaseException, jvm_log: str | None = None) -> RoQError | None:
+    """A failure of Spark's (a Java exception through Py4J, a PySpark error) as one of ours, its first line and, for
+    a Python traceback, its last, naming where Spark's own output went; None: ``exc`` is not Spark's."""
+    if not type(exc).__module__.startswith(("py4j", "pyspark")):
+        return None
+    text = ""
+    for say in (lambda: exc.java_exception.toString(), lambda: str(exc)):  # type: ignore[attr-defined]
+        try:
+            text = str(say()).strip()
+        except Exception:  # (no Java exception; a gateway gone)
+            continue
+        if text:
+            break
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [type(exc).__name__]
+    said = lines[0] if len(lines) == 1 or "Traceback" not in text else f"{lines[0]} ... {lines[-1]}"
+    if "Cannot run program" in said:
+        said += (f" (PYSPARK_PYTHON, {os.environ.get('PYSPARK_PYTHON', 'python3')!r}, must name a Python with the "
+                 f"project both here and on every worker: a name found on the PATH, such as python3)")
+    return RoQError(f"Spark failed: {said[:800]}{f' (its output: {jvm_log})' if jvm_log else ''}")
 
 
 def stop_session(spark: Any, timeout: float = 20.0) -> None:

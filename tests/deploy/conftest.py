@@ -107,9 +107,10 @@ def base_image(dockerd, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def roq_image(dockerd, base_image):
-    """``roq-test:local``: deploy/Dockerfile on the base above, installed offline from a wheelhouse."""
+    """``roq-test:local``: deploy/Dockerfile on the base above, installed offline from a wheelhouse, with PySpark
+    (the Spark roles; the base has Java)."""
     _, client = dockerd
-    build_image(client, IMAGE, base=base_image, offline=True, progress=print)
+    build_image(client, IMAGE, base=base_image, offline=True, extras="kpi", progress=print)
     yield IMAGE
     client.images.remove(IMAGE, force=True)
     assert client.images.list(name=IMAGE) == []

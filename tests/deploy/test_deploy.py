@@ -79,8 +79,9 @@ address = "{HOST_B}"
 """
 
 
-def roq(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "roqcli", *args], capture_output=True, text=True, timeout=timeout)
+def roq(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "roqcli", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
     print(f"$ roq {' '.join(args)}\n{done.stdout}{done.stderr}")
     return done
 
@@ -161,6 +162,91 @@ def test_a_cluster_deployed_on_docker_serves_this_machine_and_goes_away_whole(do
         time.sleep(0.2)
     assert no_roq_processes() == []
     assert roq("deploy", "status", str(path)).returncode != 0  # nothing deployed any more
+
+
+SPARK_MASTER, SPARK_WORKERS = "127.0.0.33", ("127.0.0.34", "127.0.0.35")
+
+
+def test_a_deployment_with_spark_reports_from_its_kpi_queue_on_its_own_workers(dockerd, roq_image, tmp_path):
+    # A secure deployment whose host managers ship their KPI records to a queue, with a Spark master and two workers
+    # in containers: roq kpi report from this machine runs its job on them (their Python, the Spark client's
+    # credentials copied in) and reads the queue through the roq data source. No shared file system anywhere.
+    sock, docker_client = dockerd
+    keys = tmp_path / "keys"
+    port, ui = free_port(SPARK_MASTER), free_port(SPARK_MASTER)
+    spark = f"""
+[[spark_master]]
+docker_host = "here"
+address = "{SPARK_MASTER}"
+port = {port}
+ui_port = {ui}
+""" + "".join(f"""
+[[spark_worker]]
+docker_host = "here"
+address = "{address}"
+ui_port = {free_port(address)}
+""" for address in SPARK_WORKERS)
+    path = tmp_path / "spark.toml"
+    path.write_text(cluster_toml(sock, roq_image, name="s", keys=str(keys)).replace(
+        "session_timeout = 4.0", 'session_timeout = 4.0\nkpi_queue = "roq.kpi"\nkpi_rotate_s = 1.0') + spark)
+    up = roq("deploy", "up", str(path))
+    assert up.returncode == 0, up.stderr
+    master = f"spark://{SPARK_MASTER}:{port}"
+    credentials = str(keys / "clients" / "spark")
+    assert f"Spark: master {master} with 2 worker(s), web UI http://{SPARK_MASTER}:{ui}" in up.stdout
+    assert f"--credentials {credentials}" in up.stdout and "PYSPARK_PYTHON=python3 roq kpi report" in up.stdout
+    zk = next(line.split("ZooKeeper ")[1].split()[0] for line in up.stdout.splitlines() if line.startswith("up:"))
+    admin = str(keys / "clients" / "admin")
+    try:
+        with client.QueueManager(zk, timeout=30, credentials=admin) as qm:
+            qm.create("orders", HOST_A, exchanges=1)
+            qm.grant("spark", "subscribe", "roq.kpi")
+            deadline = time.monotonic() + 60
+            while not (qm.exists("roq.kpi") and (journal := qm.journal("roq.kpi")) is not None and journal.alive):
+                assert time.monotonic() < deadline, "the host managers' shippers did not make the KPI queue"
+                time.sleep(0.2)
+        with client.connect(zk=zk, queue="orders", credentials=admin) as conn:
+            pub = conn.publisher()
+            for i in range(2000):
+                pub.send(b"orders.eu", i.to_bytes(4, "big"))
+            pub.flush(timeout=30)
+        # the exchange's period with those records, shipped (in order: what came before it is there too)
+        with client.connect(zk=zk, queue="roq.kpi", credentials=admin) as conn:
+            sub = conn.subscriber(prefix=b"", start="earliest")
+            hosts, traffic, deadline = set(), 0, time.monotonic() + 90
+            while not (traffic and hosts == {HOST_A, HOST_B}):
+                assert time.monotonic() < deadline, f"KPI records shipped: traffic {traffic}, hosts {hosts}"
+                msg = sub.recv(timeout=1.0)
+                if msg is None:
+                    continue
+                line = __import__("json").loads(msg.payload)
+                if msg.key == b"@hosts":
+                    hosts.add(line.get("host"))
+                elif msg.key == b"orders" and line.get("kind") == "exchange":
+                    traffic += line.get("records_in", 0)
+        out = tmp_path / "report"
+        report = roq("kpi", "report", "--kpi-queue", "roq.kpi", "--master", master, "--zk", zk, "--credentials",
+                     credentials, "--queue", "orders", "--out", str(out),
+                     env={"PYSPARK_PYTHON": "python3",
+                          "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"})
+        assert report.returncode == 0, report.stderr[-3000:]
+        doc = __import__("json").loads((out / "report.json").read_text())
+        assert sum(e["records_in"] for e in doc["queues"]["orders"]["exchanges"]) >= traffic > 0
+        assert {h["host"] for h in doc["hosts"]} == {HOST_A, HOST_B}
+        # the job ran on the deployed cluster, its executors on its workers
+        from roqcli.sparkcluster import master_status
+        deadline = time.monotonic() + 30
+        while True:
+            status = master_status(f"http://{SPARK_MASTER}:{ui}") or {}
+            if [app["name"] for app in status.get("completedapps", [])] == ["roq-kpi"]:
+                break
+            assert time.monotonic() < deadline, f"no completed roq-kpi application on the master: {status}"
+            time.sleep(0.5)
+        assert {w["host"] for w in status["workers"]} == set(SPARK_WORKERS)
+    finally:
+        down = roq("deploy", "down", str(path))
+    assert down.returncode == 0 and "removed 7 container(s)" in down.stdout
+    assert labelled(docker_client, "s") == []
 
 
 def test_an_unreachable_docker_host_or_a_missing_image_is_named_and_nothing_starts(dockerd, roq_image, tmp_path):

@@ -44,3 +44,32 @@ def test_a_spark_setting_is_a_spark_key_and_a_value(setting, capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["kpi", "report", "--archive", ".", "--conf", setting])
     assert stopped.value.code == 2 and "expected KEY=VALUE with KEY a Spark setting" in capsys.readouterr().err
+
+
+class _JavaException:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def toString(self) -> str:  # noqa: N802 (Java's name, through Py4J)
+        return self.text
+
+
+def _spark_error(module: str, text: str, java: str | None = None) -> Exception:
+    kind = type("Failure", (Exception,), {"__module__": module})
+    exc = kind(text)
+    if java is not None:
+        exc.java_exception = _JavaException(java)
+    return exc
+
+
+def test_a_spark_failure_is_told_in_a_line_naming_spark_s_output_and_others_pass_through():
+    from roqcli.kpi.job import spark_failure
+
+    missing = spark_failure(_spark_error("py4j.protocol", "", 'java.io.IOException: Cannot run program "/opt/x": '
+                                         'error=2\n\tat java.lang.ProcessBuilder.start'), "/tmp/spark.log")
+    assert str(missing).startswith('Spark failed: java.io.IOException: Cannot run program "/opt/x": error=2 '
+                                   "(PYSPARK_PYTHON") and str(missing).endswith("(its output: /tmp/spark.log)")
+    task = spark_failure(_spark_error("pyspark.errors.exceptions.captured", "An exception was thrown from the Python "
+                                      "worker.\nTraceback (most recent call last):\n  File x\nValueError: bad"))
+    assert str(task) == "Spark failed: An exception was thrown from the Python worker. ... ValueError: bad"
+    assert spark_failure(ValueError("ours")) is None
