@@ -37,8 +37,10 @@ EMULATED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_h
 #: another, two of them never share the machine's two cores.
 MEASURED_MODULES = {"test_slow_subscriber.py", "test_dashboard.py", "test_journal_crash.py", "test_fuzz.py",
                     "test_scenario_run.py", "test_flow_control.py"}
-#: Modules that run Spark (a JVM of a gigabyte or more, a job at a time): one after another, beside anything else.
-SPARK_MODULES = {"test_kpi.py", "test_spark_source.py", "test_kpi_queue.py"}
+#: Modules that run Spark (a JVM of a gigabyte or more, a job at a time), by group: in each group one after another,
+#: beside anything else. Two groups, two chains of Spark tests at once: one chain of them all was the run's longest,
+#: twelve minutes under load, with the other workers idle at its end.
+SPARK_MODULES = {"test_spark_source.py": "spark", "test_kpi_queue.py": "spark", "test_kpi.py": "spark-kpi"}
 
 
 #: Where the groups' locks are: one file per group, machine-wide (two test runs at once share them too).
@@ -46,12 +48,12 @@ GROUP_LOCKS = Path("/tmp/roq-test-groups")
 
 
 def group_of(item: pytest.Item) -> str | None:
-    """The group whose tests run one after another: "emulated", "spark", "measured", one a module names with
+    """The group whose tests run one after another: "emulated", "spark", "spark-kpi", "measured", one a module names with
     ``pytestmark = pytest.mark.one_at_a_time("name")``, or None."""
     if item.path.name in EMULATED_MODULES:
         return "emulated"
     if item.path.name in SPARK_MODULES:
-        return "spark"
+        return SPARK_MODULES[item.path.name]
     if item.path.name in MEASURED_MODULES or item.get_closest_marker("measured") is not None:
         return "measured"
     mark = item.get_closest_marker("one_at_a_time")
@@ -60,7 +62,7 @@ def group_of(item: pytest.Item) -> str | None:
 
 #: The groups whose tests take longest, each placed where a worker's share of the run begins, in this order (with
 #: fewer workers than groups, the last ones follow the one before them).
-PLACED_GROUPS = ("measured", "emulated", "spark")
+PLACED_GROUPS = ("spark", "spark-kpi", "emulated", "measured")
 
 
 def pytest_collection_modifyitems(config, items):

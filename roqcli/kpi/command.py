@@ -118,7 +118,9 @@ def run(args: argparse.Namespace, client: Any) -> int:
     logs = out or tempfile.mkdtemp(prefix="roq-kpi-")
     os.makedirs(logs, exist_ok=True)
     jvm_log = os.path.join(logs, "spark.log")
-    print(f"starting Spark on {args.master} (its own output goes to {jvm_log})", flush=True)
+    ours = not job.session_running()  # (in a process with one running, a notebook's or a test's: that one, left running)
+    print(f"starting Spark on {args.master} (its own output goes to {jvm_log})" if ours else
+          "using the Spark session running in this process (--master and --conf are its own)", flush=True)
     spark = job.spark_session(args.master, jvm_log=jvm_log, settings=dict(args.conf))
     writer = _Writer(client, getattr(args, "dry_run", False))
     try:
@@ -151,7 +153,8 @@ def run(args: argparse.Namespace, client: Any) -> int:
             raise
         raise failure from None
     finally:
-        job.stop_session(spark)
+        if ours:
+            job.stop_session(spark)
         writer.close()
 
 

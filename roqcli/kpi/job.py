@@ -38,7 +38,7 @@ from roqcli.kpi.capacity import Budget, Evidence, HostMoments, Moments, TuneRule
 
 log = logging.getLogger(__name__)
 
-__all__ = ["spark_session", "stop_session", "spark_failure", "load", "tune", "tune_frame", "follow", "parse_since", "FIELDS",
+__all__ = ["spark_session", "session_running", "stop_session", "spark_failure", "load", "tune", "tune_frame", "follow", "parse_since", "FIELDS",
            "Loaded", "KpiQueue", "Source"]
 
 #: every column a record may have (a record has the ones of its kind); partition columns come on top
@@ -138,6 +138,15 @@ def spark_failure(exc: BaseException, jvm_log: str | None = None) -> RoQError | 
         said += (f" (PYSPARK_PYTHON, {os.environ.get('PYSPARK_PYTHON', 'python3')!r}, must name a Python with the "
                  f"project both here and on every worker: a name found on the PATH, such as python3)")
     return RoQError(f"Spark failed: {said[:800]}{f' (its output: {jvm_log})' if jvm_log else ''}")
+
+
+def session_running() -> bool:
+    """Whether this process has a Spark session running (then :func:`spark_session` returns that one)."""
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return False
+    return SparkContext._active_spark_context is not None
 
 
 def stop_session(spark: Any, timeout: float = 20.0) -> None:

@@ -84,7 +84,7 @@ def _traffic(cluster, seconds: float) -> None:
         reader.join(5)
 
 
-@pytest.mark.timeout(420)  # (three Spark sessions, one after another, on a busy machine)
+@pytest.mark.timeout(420)  # (four Spark jobs, one after another, on a busy machine)
 def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emulated_hosts(make_embedded, tmp_path,
                                                                                            capsys):
     archive = str(tmp_path / "archive")
@@ -103,20 +103,24 @@ def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emul
 
     until = datetime.datetime.fromtimestamp(cut, datetime.timezone.utc).isoformat()
     cut = job.parse_since(until, flag="--until")  # (as the command reads it)
-    # from the archive: the jobs themselves, in a Spark session of the test's
+    # from the archive: the jobs themselves, in a Spark session of the test's; from the KPI queue: the commands, in
+    # the same session (one JVM for the four jobs: the commands use a session running in their process)
     session = job.spark_session("local[2]", jvm_log=str(tmp_path / "spark.log"),
                                 settings={"spark.driver.extraJavaOptions": QUICK_JVM})
     try:
         a = json.loads(json.dumps(report.report(session, archive, str(tmp_path / "report-archive"), until=cut,
                                                 progress=lambda _: None)))
         decided, counts = job.tune(session, archive, until=cut)
+        capsys.readouterr()
+        where = ["--zk", cluster.zk, "--root", cluster.root]
+        out = str(tmp_path / "report-queue")
+        assert roq(["kpi", "report", "--kpi-queue", KPI_QUEUE, *where, "--until", until, "--out", out]) == 0
+        assert "using the Spark session running in this process" in capsys.readouterr().out
+        roq(["kpi", "tune", "--kpi-queue", KPI_QUEUE, "--until", until, "--dry-run", "--json", *where])
+        tuned_out = capsys.readouterr().out
+        assert job.session_running()  # (the commands left it running)
     finally:
         job.stop_session(session)
-    # from the KPI queue: the commands
-    where = ["--zk", cluster.zk, "--root", cluster.root]
-    spark = ["--master", "local[2]", "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM}"]
-    out = str(tmp_path / "report-queue")
-    assert roq(["kpi", "report", "--kpi-queue", KPI_QUEUE, *where, "--until", until, "--out", out, *spark]) == 0
     with open(os.path.join(out, "report.json")) as f:
         q = json.load(f)
     assert q["archive"] == f"queue {KPI_QUEUE} of the cluster at {cluster.zk}{cluster.root}"
@@ -131,10 +135,7 @@ def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emul
             doc["skipped"].pop(what)
     assert q == a
 
-    capsys.readouterr()
-    roq(["kpi", "tune", "--kpi-queue", KPI_QUEUE, "--until", until, "--dry-run", "--json", *where, *spark])
-    out = capsys.readouterr().out
-    tuned = json.loads(out[out.rindex("\n{\n") + 1:])
+    tuned = json.loads(tuned_out[tuned_out.rindex("\n{\n") + 1:])
     # (6 s of samples are too few for a capacity: the evidence says why, for both alike)
     evidence = tuned["decisions"]["work"]["evidence"]["hosts"]
     assert set(evidence) == set(cluster.addresses) and all(e["samples"] > 0 for e in evidence.values()), evidence
