@@ -14,8 +14,8 @@ demo: $(STAMP)
 
 # on both cores: four pytest-xdist workers (the tests wait on processes, sockets and ZooKeeper sessions as much
 # as they compute: two kept the machine 72% busy, three 81%, four 87%), an idle one taking tests from another's queue
-# (worksteal); the tests that load the machine heavily, those that make emulated hosts and those that run Spark
-# each run one after another, holding a lock per group, each group from the start of one worker's share
+# (worksteal); the tests that load the machine heavily, those that make emulated hosts and those of each module that
+# runs Spark each run one after another, holding a lock per group, each group from the start of one worker's share
 # (tests/conftest.py). Times, rates and capacity ratios are not asserted here: make bench-check holds them to
 # their targets.
 #

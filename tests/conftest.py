@@ -28,8 +28,8 @@ from roqcli.embedded import EmbeddedCluster
 from simulation.load import Loads
 
 
-#: Modules whose tests make emulated hosts (CPU quotas in cgroups, network namespaces) and check what is left of
-#: them machine-wide: one after another, so that none sees another's.
+#: Modules whose tests make emulated hosts (CPU quotas in cgroups, network namespaces) and weigh the machine's CPU
+#: among them: one after another. (A test elsewhere may make some too: each checks only what it made is gone.)
 EMULATED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_hosts.py", "test_tree_clusters.py"}
 #: Modules whose tests load the machine heavily: Spark, a browser with Prometheus, crash loops, fuzzing, busy loops,
 #: gigabytes pushed through. A test elsewhere says so with ``@pytest.mark.measured``. They assert outcomes, not
@@ -38,9 +38,9 @@ EMULATED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_h
 MEASURED_MODULES = {"test_slow_subscriber.py", "test_dashboard.py", "test_journal_crash.py", "test_fuzz.py",
                     "test_scenario_run.py", "test_flow_control.py"}
 #: Modules that run Spark (a JVM of a gigabyte or more, a job at a time), by group: in each group one after another,
-#: beside anything else. Two groups, two chains of Spark tests at once: one chain of them all was the run's longest,
-#: twelve minutes under load, with the other workers idle at its end.
-SPARK_MODULES = {"test_spark_source.py": "spark", "test_kpi_queue.py": "spark", "test_kpi.py": "spark-kpi"}
+#: beside anything else. A group per module, three chains of Spark tests at once: one chain of them all was the
+#: run's longest, twelve minutes under load, with the other workers idle at its end.
+SPARK_MODULES = {"test_spark_source.py": "spark", "test_kpi_queue.py": "spark-queue", "test_kpi.py": "spark-kpi"}
 
 
 #: Where the groups' locks are: one file per group, machine-wide (two test runs at once share them too).
@@ -48,8 +48,8 @@ GROUP_LOCKS = Path("/tmp/roq-test-groups")
 
 
 def group_of(item: pytest.Item) -> str | None:
-    """The group whose tests run one after another: "emulated", "spark", "spark-kpi", "measured", one a module names with
-    ``pytestmark = pytest.mark.one_at_a_time("name")``, or None."""
+    """The group whose tests run one after another: "emulated", "spark", "spark-queue", "spark-kpi", "measured", one a
+    module names with ``pytestmark = pytest.mark.one_at_a_time("name")``, or None."""
     if item.path.name in EMULATED_MODULES:
         return "emulated"
     if item.path.name in SPARK_MODULES:
@@ -62,7 +62,7 @@ def group_of(item: pytest.Item) -> str | None:
 
 #: The groups whose tests take longest, each placed where a worker's share of the run begins, in this order (with
 #: fewer workers than groups, the last ones follow the one before them).
-PLACED_GROUPS = ("spark", "spark-kpi", "emulated", "measured")
+PLACED_GROUPS = ("spark", "spark-queue", "spark-kpi", "measured", "emulated")
 
 
 def pytest_collection_modifyitems(config, items):

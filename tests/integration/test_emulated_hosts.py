@@ -20,15 +20,18 @@ from tests.integration.zkhelp import wait_until
 CPU_MOUNT = "/sys/fs/cgroup/cpu"  # v1 here; the checks below look at whichever hierarchy holds the groups
 
 
-def made_by(tag: str) -> dict[str, list[str]]:
-    """What of a launcher's emulation is still there: namespaces, links, cgroups, its state file."""
+def made_by(tag: str, name: str) -> dict[str, list[str]]:
+    """What of a launcher's emulation (its ``tag`` and ``name``) is still there: namespaces, links, its cgroup (with
+    its hosts' groups in it), its state file. (Its own only: another test's cluster of emulated hosts may run.)"""
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     lines = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()
     links = [line.split(": ")[1].split("@")[0] for line in lines if ": " in line]
-    groups = [d for root, dirs, _ in os.walk("/sys/fs/cgroup") if CGROUP_BASE in root for d in dirs]
+    groups = [os.path.join(root, d) for root, dirs, _ in os.walk("/sys/fs/cgroup") if CGROUP_BASE in root
+              for d in dirs if d == name]
+    files = os.listdir(STATE_DIR) if os.path.isdir(STATE_DIR) else []
     return {"netns": [n for n in netns if n.startswith(f"roq{tag}n")],
-            "links": [name for name in links if name.startswith(f"rq{tag}")],
-            "cgroups": groups, "state": os.listdir(STATE_DIR) if os.path.isdir(STATE_DIR) else []}
+            "links": [link for link in links if link.startswith(f"rq{tag}")],
+            "cgroups": groups, "state": [f for f in files if f.lstrip(".").startswith(f"{name}.")]}
 
 
 def hosts_settled(cluster, budgets: dict[str, float], below: float):
@@ -94,15 +97,15 @@ from roqcli.embedded import EmbeddedCluster
 from roqcli.emulation import HostBudget
 c = EmbeddedCluster(hosts=2, budgets=[HostBudget(0.5, "50mbit"), HostBudget(0.25, "20mbit")], log_dir={logs!r})
 c.start()
-print("READY", c.emulation.tag, c.zk, " ".join(str(p) for p in c.pids()), flush=True)
+print("READY", c.emulation.tag, c.emulation.name, c.zk, " ".join(str(p) for p in c.pids()), flush=True)
 time.sleep(600)
 """
 
 
 def test_links_carry_traffic_and_everything_made_goes_on_stop_and_after_kill_9(make_embedded, tmp_path):
     cluster = make_embedded(hosts=2, zk=None, budgets=[HostBudget(0.5, "50mbit")])
-    tag = cluster.emulation.tag
-    made = made_by(tag)
+    tag, name = cluster.emulation.tag, cluster.emulation.name
+    made = made_by(tag, name)
     assert len(made["netns"]) == 2 and len(made["links"]) == 3 and made["cgroups"], made
     assert all(a.startswith("198.18.") for a in cluster.addresses)
     cluster.manager.create("net", exchanges=2)
@@ -120,7 +123,7 @@ def test_links_carry_traffic_and_everything_made_goes_on_stop_and_after_kill_9(m
     hosts = {h["Address"]: h for h in cluster.manager.hosts()}
     assert all(h["LinkBytesPerS"] == 50e6 / 8 and h["Cpus"] == 0.5 for h in hosts.values()), hosts
     cluster.stop()
-    assert made_by(tag) == {"netns": [], "links": [], "cgroups": [], "state": []}
+    assert made_by(tag, name) == {"netns": [], "links": [], "cgroups": [], "state": []}
 
     # a launcher killed with -9 leaves its groups, namespaces and links; the next start removes them
     script = tmp_path / "launcher.py"
@@ -130,15 +133,15 @@ def test_links_carry_traffic_and_everything_made_goes_on_stop_and_after_kill_9(m
     try:
         line = launcher.stdout.readline().split()  # type: ignore[union-attr]
         assert line and line[0] == "READY", line
-        tag, pids = line[1], [int(p) for p in line[3:]]
-        assert made_by(tag)["netns"] and made_by(tag)["cgroups"]
+        tag, name, pids = line[1], line[2], [int(p) for p in line[4:]]
+        assert made_by(tag, name)["netns"] and made_by(tag, name)["cgroups"]
     finally:
         launcher.kill()
         launcher.wait()
-    left = made_by(tag)
+    left = made_by(tag, name)
     assert left["netns"] and left["cgroups"] and left["state"], left
     wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                                for p in pids), 20, "the killed launcher's processes gone (they die with it)")
     removed = sweep()
     print("swept: " + "; ".join(removed))
-    assert made_by(tag) == {"netns": [], "links": [], "cgroups": [], "state": []}
+    assert made_by(tag, name) == {"netns": [], "links": [], "cgroups": [], "state": []}
