@@ -38,9 +38,10 @@ EMULATED_MODULES = {"test_saturation.py", "test_elasticity.py", "test_emulated_h
 MEASURED_MODULES = {"test_slow_subscriber.py", "test_dashboard.py", "test_journal_crash.py", "test_fuzz.py",
                     "test_scenario_run.py", "test_flow_control.py"}
 #: Modules that run Spark (a JVM of a gigabyte or more, a job at a time), by group: in each group one after another,
-#: beside anything else. A group per module, three chains of Spark tests at once: one chain of them all was the
-#: run's longest, twelve minutes under load, with the other workers idle at its end.
-SPARK_MODULES = {"test_spark_source.py": "spark", "test_kpi_queue.py": "spark-queue", "test_kpi.py": "spark-kpi"}
+#: beside anything else. Three chains of Spark tests at once: one chain of them all was the run's longest, twelve
+#: minutes under load, with the other workers idle at its end.
+SPARK_MODULES = {"test_spark_source.py": "spark", "test_kpi_queue.py": "spark-queue",
+                 "test_spark_cluster.py": "spark-queue", "test_kpi.py": "spark-kpi"}
 
 
 #: Where the groups' locks are: one file per group, machine-wide (two test runs at once share them too).
@@ -186,10 +187,21 @@ def loads(tmp_path):
     loads.close()
 
 
+def _of_an_older_jvm(p: psutil.Process, before: set[int]) -> bool:
+    """Whether ``p`` descends from a Java process older than the test: a Spark session a module's tests share forks
+    its Python workers as their tasks come, and keeps them for the next (they go with it)."""
+    for parent in p.parents():
+        if parent.pid == os.getpid():
+            return False
+        if parent.pid in before and parent.name() == "java":
+            return True
+    return False
+
+
 @pytest.fixture(autouse=True)
 def no_process_left_behind():
     """Every process a test starts must be gone when it ends (this process's prefork server, which forks them,
-    lives as long as it does)."""
+    lives as long as it does; so does a Spark session a module's tests share, and its Python workers)."""
     me = psutil.Process(os.getpid())
     before = {p.pid for p in me.children(recursive=True)}
     yield
@@ -198,7 +210,8 @@ def no_process_left_behind():
         left = []
         for p in me.children(recursive=True):
             try:
-                if p.pid not in before and p.pid != prefork.server_pid() and p.status() != psutil.STATUS_ZOMBIE:
+                if p.pid not in before and p.pid != prefork.server_pid() and p.status() != psutil.STATUS_ZOMBIE \
+                        and not _of_an_older_jvm(p, before):
                     left.append(f"{p.pid} {' '.join(p.cmdline()[:4])}")
             except psutil.NoSuchProcess:
                 pass

@@ -14,14 +14,11 @@ import time
 
 import psutil
 import pytest
-from pyspark.sql import functions as F
 
 import client
 from client import spark as roq_spark
 from roq.errors import ConfigError, NotFoundError
 from roqcli.kpi import job
-from roqcli.sparkcluster import SparkCluster
-from roqcli.zkserver import free_port
 from tests.integration.test_kpi import QUICK_JVM
 from tests.integration.zkhelp import wait_until
 
@@ -29,10 +26,11 @@ PUBLISHERS = {"a.1": 0, "b.1": 1, "a.2": 2}  # key -> publisher
 PER_PUBLISHER = 10_000
 
 
-@pytest.fixture
-def spark(tmp_path):
-    """A local Spark of two cores, stopped with its Java process and Python workers after the test."""
-    session = job.spark_session("local[2]", jvm_log=str(tmp_path / "spark.log"),
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    """A local Spark of two cores that tries a failed task up to 4 times, for the module's tests that run in this
+    process (one JVM and its start for them all), stopped with its Java process and Python workers at the end."""
+    session = job.spark_session("local[2,4]", jvm_log=str(tmp_path_factory.mktemp("spark") / "spark.log"),
                                 settings={"spark.driver.extraJavaOptions": QUICK_JVM})
     yield session
     job.stop_session(session)
@@ -297,112 +295,36 @@ def _fail_once(marker: str, per: int):
     return rows
 
 
-def test_the_sink_writes_each_row_once_though_a_task_failed_and_spark_ran_it_again(make_embedded, tmp_path):
+def test_the_sink_writes_each_row_once_though_a_task_failed_and_spark_ran_it_again(make_embedded, spark, tmp_path):
     """1,000,000 rows written to a durable queue by four tasks, one of which fails half-way through its rows (after
     publishing some) and is run again by Spark: the queue's journal holds each row exactly once."""
     cluster = make_embedded(hosts=1)
     _durable_queue(cluster, "sink")
-    session = job.spark_session("local[2,4]", jvm_log=str(tmp_path / "spark.log"),  # a task is tried 4 times
-                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
-    try:
-        roq_spark.register(session)
-        total, marker = 1_000_000, str(tmp_path / "failed-once")
-        made = session.sparkContext.parallelize(range(4), 4).mapPartitionsWithIndex(_fail_once(marker, total // 4))
-        rows = session.createDataFrame(made, "key binary, payload binary")
-        rows.write.format("roq").mode("append").options(zk=cluster.zk, root=cluster.root, queue="sink",
-                                                        flushTimeout="30").save()
-        assert os.path.exists(marker), "no task failed: the test proves nothing"
-        journal = cluster.manager.journal("sink")
-        assert journal is not None and (journal.duplicates or 0) > 0, \
-            "the task run again sent nothing its first attempt had published: the test proves little"
-        where = {"zk": cluster.zk, "root": cluster.root, "queue": "sink"}
-        written = roq_spark.read(session, partitions=4, **where).select("publisher", "seq", "payload")
-        counts = written.groupBy("publisher").agg({"seq": "max", "*": "count"}).collect()
-        assert sorted(r["count(1)"] for r in counts) == sorted(r["max(seq)"] for r in counts), \
-            "each task's publisher: every seq from 1, once"
-        assert sum(r["count(1)"] for r in counts) == total and len(counts) == 4
-        assert written.select("payload").distinct().count() == total, "each row once"
+    session = spark  # (a task is tried 4 times)
+    roq_spark.register(session)
+    total, marker = 1_000_000, str(tmp_path / "failed-once")
+    made = session.sparkContext.parallelize(range(4), 4).mapPartitionsWithIndex(_fail_once(marker, total // 4))
+    rows = session.createDataFrame(made, "key binary, payload binary")
+    rows.write.format("roq").mode("append").options(zk=cluster.zk, root=cluster.root, queue="sink",
+                                                    flushTimeout="30").save()
+    assert os.path.exists(marker), "no task failed: the test proves nothing"
+    journal = cluster.manager.journal("sink")
+    assert journal is not None and (journal.duplicates or 0) > 0, \
+        "the task run again sent nothing its first attempt had published: the test proves little"
+    where = {"zk": cluster.zk, "root": cluster.root, "queue": "sink"}
+    written = roq_spark.read(session, partitions=4, **where).select("publisher", "seq", "payload")
+    counts = written.groupBy("publisher").agg({"seq": "max", "*": "count"}).collect()
+    assert sorted(r["count(1)"] for r in counts) == sorted(r["max(seq)"] for r in counts), \
+        "each task's publisher: every seq from 1, once"
+    assert sum(r["count(1)"] for r in counts) == total and len(counts) == 4
+    assert written.select("payload").distinct().count() == total, "each row once"
 
-        for options, error in (({"zk": cluster.zk, "queue": "sink", "colour": "red"}, "unknown option 'colour'"),
-                               ({"zk": cluster.zk, "root": cluster.root, "queue": "none-such"}, "no queue 'none-such'"),
-                               ({"zk": cluster.zk, "root": cluster.root, "queue": "sink", "flushTimeout": "soon"},
-                                "option 'flushTimeout'")):
-            with pytest.raises(Exception, match=error):
-                rows.limit(10).write.format("roq").mode("append").options(**options).save()
-        with pytest.raises(Exception, match="a column 'payload' of binary or string"):
-            session.range(3).selectExpr("cast(cast(id as string) as binary) as key").write.format("roq").mode("append") \
-                .options(**where).save()
-    finally:
-        job.stop_session(session)
-
-
-def test_a_standalone_cluster_of_two_workers_reads_a_million_records_each_once_on_both(make_embedded, tmp_path):
-    """A master and two workers (three JVMs, ``roqcli.sparkcluster``), a durable queue of 1,000,000 records from four
-    publishers: the batch read returns each record once, every publisher's seqs whole, and tasks ran on both
-    workers' executors."""
-    cluster = make_embedded(hosts=1)
-    _durable_queue(cluster, "big")
-    per, publishers = 250_000, 4
-    with client.connect(zk=cluster.zk, queue="big", root=cluster.root) as conn:
-        pubs = [conn.publisher() for _ in range(publishers)]
-        payload = b"x" * 90
-        for i in range(per):
-            for p, pub in enumerate(pubs):
-                pub.send(b"k%d" % p, payload)
-        for pub in pubs:
-            pub.flush(120)
-    address = "127.0.0.48"
-    spark_cluster = SparkCluster(workdir=str(tmp_path / "spark"), address=address, port=free_port(address),
-                                 ui_port=free_port(address), workers=2, cores=1, memory="1g",
-                                 java_options=QUICK_JVM)
-    with spark_cluster:
-        session = job.spark_session(spark_cluster.url, app="roq-two-workers", jvm_log=str(tmp_path / "driver.log"),
-                                    settings={"spark.driver.extraJavaOptions": QUICK_JVM,
-                                              "spark.executor.extraJavaOptions": QUICK_JVM,
-                                              "spark.driver.host": address, "spark.driver.bindAddress": address,
-                                              "spark.executor.memory": "700m", "spark.cores.max": "2"})
-        try:
-            df = roq_spark.read(session, zk=cluster.zk, root=cluster.root, queue="big", partitions=8)
-            # each executor's Python workers are forked by its own daemon: their parent tells them apart
-            where = df.select("offset").rdd.mapPartitions(lambda rows: [(os.getppid(), sum(1 for _ in rows))]).collect()
-            executors = session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # (the driver's too)
-            columns = df.select("publisher", "seq", "offset").cache()  # (the checks below read the queue once more)
-            total, distinct = columns.agg(F.count("*"), F.countDistinct("offset")).first()
-            per_publisher = columns.groupBy("publisher").agg(F.count("*").alias("n"), F.min("seq").alias("low"),
-                                                             F.max("seq").alias("high"),
-                                                             F.countDistinct("seq").alias("distinct")).collect()
-        finally:
-            job.stop_session(session)
-    assert total == distinct == per * publishers
-    assert len(per_publisher) == publishers
-    assert all(r.n == r.distinct == per and r.high - r.low + 1 == per for r in per_publisher), per_publisher
-    assert executors == 2, f"{executors} executors registered"
-    assert len({w for w, n in where if n}) >= 2, f"records read in one place only: {where}"
-
-
-def test_roq_spark_up_starts_a_master_and_its_workers_and_ctrl_c_stops_every_one(tmp_path):
-    address = "127.0.0.49"
-    port, ui = free_port(address), free_port(address)
-    proc = subprocess.Popen([sys.executable, "-m", "roqcli.main", "spark", "up", "--workers", "1", "--address",
-                             address, "--port", str(port), "--ui-port", str(ui), "--dir", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 120
-        while not any("web UI" in line for line in lines) and time.monotonic() < deadline and proc.poll() is None:
-            lines.append(proc.stdout.readline())
-        assert any(f"Spark master spark://{address}:{port} with 1 workers" in line for line in lines), lines
-        status = SparkCluster(workdir=str(tmp_path), address=address, ui_port=ui).status()
-        assert status is not None and SparkCluster.alive(status) == 1, status
-        children = [p for p in psutil.Process(proc.pid).children(recursive=True)]
-        spawned = [p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
-        assert "stopping the Spark cluster" in proc.stdout.read()
-        wait_until(lambda: not [pid for pid in spawned if psutil.pid_exists(pid) and
-                                psutil.Process(pid).status() != psutil.STATUS_ZOMBIE], 30, "every JVM gone")
-        assert spawned and not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+    for options, error in (({"zk": cluster.zk, "queue": "sink", "colour": "red"}, "unknown option 'colour'"),
+                           ({"zk": cluster.zk, "root": cluster.root, "queue": "none-such"}, "no queue 'none-such'"),
+                           ({"zk": cluster.zk, "root": cluster.root, "queue": "sink", "flushTimeout": "soon"},
+                            "option 'flushTimeout'")):
+        with pytest.raises(Exception, match=error):
+            rows.limit(10).write.format("roq").mode("append").options(**options).save()
+    with pytest.raises(Exception, match="a column 'payload' of binary or string"):
+        session.range(3).selectExpr("cast(cast(id as string) as binary) as key").write.format("roq").mode("append") \
+            .options(**where).save()
