@@ -40,8 +40,8 @@ MEASURED_MODULES = {"test_slow_subscriber.py", "test_dashboard.py", "test_journa
 #: Modules that run Spark (a JVM of a gigabyte or more, a job at a time), by group: in each group one after another,
 #: beside anything else. Three chains of Spark tests at once: one chain of them all was the run's longest, twelve
 #: minutes under load, with the other workers idle at its end.
-SPARK_MODULES = {"test_spark_source.py": "spark", "test_kpi_queue.py": "spark-queue",
-                 "test_spark_cluster.py": "spark-queue", "test_kpi.py": "spark-kpi"}
+SPARK_MODULES = {"test_spark_source.py": "spark", "test_spark_cluster.py": "spark", "test_kpi_queue.py": "spark-queue",
+                 "test_kpi.py": "spark-kpi"}
 
 
 #: Where the groups' locks are: one file per group, machine-wide (two test runs at once share them too).

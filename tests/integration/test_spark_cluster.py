@@ -12,6 +12,7 @@ import sys
 import time
 
 import psutil
+import pytest
 from pyspark.sql import functions as F
 
 import client
@@ -24,6 +25,7 @@ from tests.integration.test_spark_source import _durable_queue
 from tests.integration.zkhelp import wait_until
 
 
+@pytest.mark.timeout(420)  # (a million records published, then four JVMs on a machine that runs other Spark tests)
 def test_a_standalone_cluster_of_two_workers_reads_a_million_records_each_once_on_both(make_embedded, tmp_path):
     """A master and two workers (three JVMs, ``roqcli.sparkcluster``), a durable queue of 1,000,000 records from four
     publishers: the batch read returns each record once, every publisher's seqs whole, and tasks ran on both
