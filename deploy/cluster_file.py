@@ -129,8 +129,8 @@ class HostManagerSpec:
 class SparkMasterSpec:
     docker_host: str
     address: str
-    port: int = 7077
-    ui_port: int = 8080
+    port: int = defaults.SPARK_PORT
+    ui_port: int = defaults.SPARK_UI_PORT
 
     @property
     def url(self) -> str:
@@ -147,7 +147,7 @@ class SparkWorkerSpec:
     address: str
     cores: int = 1
     memory: str = "1g"
-    ui_port: int = 8081
+    ui_port: int = defaults.SPARK_WORKER_UI_PORT
 
 
 @dataclasses.dataclass(frozen=True)

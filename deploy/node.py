@@ -66,9 +66,10 @@ def _spark(role: str) -> Callable[[list[str]], int]:
         p = argparse.ArgumentParser(prog=f"deploy.node {role}", description=f"a standalone Spark {role[6:]} (this "
                                                                              f"process becomes its JVM)")
         p.add_argument("--address", required=True, help="the address it binds and advertises")
-        p.add_argument("--ui-port", type=int, default=8080 if role == "spark-master" else 8081, help="its web UI")
+        p.add_argument("--ui-port", type=int, help="its web UI",
+                       default=defaults.SPARK_UI_PORT if role == "spark-master" else defaults.SPARK_WORKER_UI_PORT)
         if role == "spark-master":
-            p.add_argument("--port", type=int, default=7077, help="the port jobs and workers reach it on")
+            p.add_argument("--port", type=int, default=defaults.SPARK_PORT, help="the port jobs and workers reach it on")
         else:
             p.add_argument("--master", required=True, help="the master's URL, spark://HOST:PORT")
             p.add_argument("--cores", type=int, default=1, help="cores it offers (default 1)")

@@ -7,7 +7,7 @@ free port" wherever a port is asked for.
 from __future__ import annotations
 
 __all__ = ["ROOT", "ZK_PORT", "ZK", "SESSION_TIMEOUT", "LOOKUP_PORT", "MANAGEMENT_PORT", "BROADCAST_PORT", "HTTP_PORT",
-           "MONITOR_PORT", "KPI_QUEUE"]
+           "MONITOR_PORT", "KPI_QUEUE", "SPARK_PORT", "SPARK_UI_PORT", "SPARK_WORKER_UI_PORT"]
 
 #: The cluster's root in ZooKeeper: everything durable about it lives below.
 ROOT = "/roq"
@@ -26,5 +26,9 @@ BROADCAST_PORT = 5005
 HTTP_PORT = 5080
 #: Port of the first monitor of a host in the original system.
 MONITOR_PORT = 5500
+#: A standalone Spark master's port (Spark's own default), its web UI's, and a worker's web UI's.
+SPARK_PORT = 7077
+SPARK_UI_PORT = 8080
+SPARK_WORKER_UI_PORT = 8081
 #: The queue a cluster's KPI records are shipped to, where a flag asks for one without naming it.
 KPI_QUEUE = "roq.kpi"

@@ -176,8 +176,10 @@ def _parser() -> argparse.ArgumentParser:
     sup = ssub.add_parser("up", help="start a master and its workers (each its own JVM) on a loopback address, print "
                           "the master's URL and web UI, and run until Ctrl-C, which stops all of them")
     sup.add_argument("--address", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
-    sup.add_argument("--port", type=int, default=7077, help="the master's port (default 7077)")
-    sup.add_argument("--ui-port", type=int, default=8080, help="the master's web UI port (default 8080)")
+    sup.add_argument("--port", type=int, default=defaults.SPARK_PORT,
+                     help=f"the master's port (default {defaults.SPARK_PORT})")
+    sup.add_argument("--ui-port", type=int, default=defaults.SPARK_UI_PORT,
+                     help=f"the master's web UI port (default {defaults.SPARK_UI_PORT})")
     sup.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
     sup.add_argument("--cores", type=int, default=1, help="cores each worker offers (default 1)")
     sup.add_argument("--memory", default="1g", help="memory each worker offers (default 1g)")

@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from roq import defaults
 from roq.errors import ConfigError, RoQError
 
 __all__ = ["SparkCluster", "spark_home", "spark_env", "master_command", "worker_command", "master_status",
@@ -110,8 +111,8 @@ class SparkCluster:
 
     workdir: str
     address: str = "127.0.0.1"
-    port: int = 7077
-    ui_port: int = 8080
+    port: int = defaults.SPARK_PORT
+    ui_port: int = defaults.SPARK_UI_PORT
     workers: int = 2
     cores: int = 1
     memory: str = "1g"

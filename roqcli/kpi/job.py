@@ -103,7 +103,7 @@ def spark_session(master: str = "local[*]", app: str = "roq-kpi", *, jvm_log: st
             .set("spark.sql.session.timeZone", "UTC"))
     for key, value in (settings or {}).items():
         conf.set(key, value)
-    if SparkContext._active_spark_context is not None:
+    if session_running():
         return SparkSession.builder.getOrCreate()
     try:
         if jvm_log:
