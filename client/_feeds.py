@@ -32,7 +32,7 @@ from roq.wire import batch
 from roq.wire.batch import BatchError
 from roq.config import CurveClient
 from roq.errors import ProtocolError
-from roq.sockets import RefusalWatch
+from roq.sockets import RefusalWatch, send_frames
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class Feeds:
         if feed.rejoin:
             frames = batch.pack_subscription(self._ident, self._prefix, self._replay, feed.rejoin)
         try:
-            feed.socket.send_multipart(frames, zmq.NOBLOCK)
+            send_frames(feed.socket, frames, zmq.NOBLOCK)
         except zmq.Again:  # its pipe is full (the exchange is not reading): the next hello sends it again
             pass
 
@@ -204,7 +204,7 @@ class Feeds:
             if feed.away:
                 continue
             try:
-                feed.socket.send_multipart(batch.pack_progress(ident, feed.taken, feed.mark), zmq.NOBLOCK)
+                send_frames(feed.socket, batch.pack_progress(ident, feed.taken, feed.mark), zmq.NOBLOCK)
                 feed.taken = 0
             except zmq.Again:
                 pass

@@ -20,7 +20,7 @@ from client._window import Pressure, Sent, Window
 from roq.wire import batch
 from roq.config import CurveClient
 from roq.errors import ProtocolError
-from roq.sockets import RefusalWatch
+from roq.sockets import RefusalWatch, send_frames
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Stream:
         return done
 
     def _send(self, link: Link, now: float) -> bool:
-        send = link.socket.send_multipart
+        sock = link.socket
         pack = batch.pack_header
         data, retransmit = batch.DATA, batch.FLAG_RETRANSMIT
         pid = self._id
@@ -139,7 +139,7 @@ class Stream:
             header = pack(data, pid, e.first, e.count, epoch=epoch, key_prev=e.key_prev, timestamp_ns=e.timestamp_ns,
                           flags=e.flags | retransmit if e.sent_at else e.flags)
             try:
-                send((e.key, header, e.body), zmq.NOBLOCK)
+                send_frames(sock, (e.key, header, e.body), zmq.NOBLOCK)
             except zmq.Again:
                 self._block(True)
                 return False
@@ -159,7 +159,7 @@ class Stream:
         marker = batch.pack_header(batch.MARKER, self._id, self.last_sent + 1, 0, epoch=self.epoch,
                                    timestamp_ns=time.time_ns(), flags=flags)
         try:
-            link.socket.send_multipart((batch.CONTROL_TOPIC, marker, b""), zmq.NOBLOCK)
+            send_frames(link.socket, (batch.CONTROL_TOPIC, marker, b""), zmq.NOBLOCK)
         except zmq.Again:
             self._block(True)
             return False

@@ -27,6 +27,7 @@ import zmq
 
 from roq.wire import batch
 from roq.errors import ProtocolError
+from roq.sockets import send_frames
 
 __all__ = ["Acks", "MAX_PENDING_ACKS", "REMIND_S", "owed_to"]
 
@@ -109,12 +110,12 @@ class Acks:
         self._send(self.latest)
 
     def _send(self, acks: dict[Owed, int]) -> None:
-        reply = self.frontend.send_multipart
+        frontend = self.frontend
         for ident, seq in acks.items():
             try:
                 if isinstance(ident, tuple):  # a relayed publisher's
-                    reply((ident[0], batch.encode_relayed_ack(ident[1], seq)), zmq.NOBLOCK)
+                    send_frames(frontend, (ident[0], batch.encode_relayed_ack(ident[1], seq)), zmq.NOBLOCK)
                 else:
-                    reply((ident, batch.encode_ack(seq)), zmq.NOBLOCK)
+                    send_frames(frontend, (ident, batch.encode_ack(seq)), zmq.NOBLOCK)
             except (zmq.ZMQError, ProtocolError):  # peer gone or its pipe full: it resends or fails over
                 pass

@@ -38,6 +38,7 @@ from exchange._acks import Acks
 from exchange._subscribers import Subscribers
 from roq.errors import ProtocolError
 from roq.wire import batch
+from roq.sockets import send_frames
 
 __all__ = ["Delivery", "MARK_INTERVAL", "MAX_MARKS"]
 
@@ -93,14 +94,14 @@ class Delivery:
             if len(self.marks) > MAX_MARKS:
                 self._deliver(self.marks[0][0])
             frames = [b""] + batch.pack_delivery_mark(self.beacon_id, mark)
-            send = self.backend.send_multipart
+            backend = self.backend
             gone = []
             for sub in self.subscribers.all:
                 if sub.mark < 0:  # new since the last mark: what that one covers was sent before it came
                     sub.mark = mark - 1
                 frames[0] = sub.ident
                 try:
-                    send(frames, zmq.NOBLOCK)
+                    send_frames(backend, frames, zmq.NOBLOCK)
                 except zmq.ZMQError as exc:  # a full pipe: a later mark; a gone peer: forgotten
                     if exc.errno != zmq.EAGAIN:
                         gone.append(sub)
@@ -136,11 +137,11 @@ class Delivery:
         seqs: dict[Any, int] = {}
         while marks and marks[0][0] <= upto:
             seqs.update(marks.popleft()[2])
-        send = self.acks.frontend.send_multipart
+        frontend = self.acks.frontend
         for conn, seq in seqs.items():
             if isinstance(conn, tuple):  # a relayed publisher's: its link resends by its own rules
                 continue
             try:
-                send((conn, batch.encode_delivered(seq)), zmq.NOBLOCK)
+                send_frames(frontend, (conn, batch.encode_delivered(seq)), zmq.NOBLOCK)
             except (zmq.ZMQError, ProtocolError):  # gone, or its pipe full: it keeps the batches a while longer
                 pass

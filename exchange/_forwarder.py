@@ -83,7 +83,7 @@ from roq.wire.batch import BatchError
 from roq.config import ExchangeConfig
 from roq.loop import Loop
 from roq.runtime import DropCounter, counted_log_due
-from roq.sockets import bind
+from roq.sockets import bind, send_frames
 from roq.security.curve import Curve
 from roq.security.zap import Keyring, recv_from
 
@@ -364,13 +364,13 @@ class Forwarder:
         for the link toward it."""
         if key[:2] == batch.ADDRESSED:
             return None
-        send = self.backend.send_multipart
+        backend = self.backend
         waiting = None
         for sub in self.subscribers.all:
             if key.startswith(sub.prefixes):
                 frames[0] = sub.ident
                 try:
-                    send(frames, zmq.NOBLOCK)
+                    send_frames(backend, frames, zmq.NOBLOCK)
                 except zmq.ZMQError as exc:
                     if self._refused(sub, exc):
                         waiting = [sub] if waiting is None else waiting + [sub]
@@ -425,11 +425,11 @@ class Forwarder:
             return False
         self.backend.getsockopt(zmq.EVENTS)  # take in the subscribers' reads
         paused, self.retried = now - self.retried > PAUSED_S, now
-        send = self.backend.send_multipart
+        backend = self.backend
         still = []
         for sub in waiting:
             try:
-                send((sub.ident, key, header, body), zmq.NOBLOCK)
+                send_frames(backend, (sub.ident, key, header, body), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
                 if exc.errno != zmq.EAGAIN:
                     self.subscribers.remove(sub)

@@ -30,6 +30,7 @@ from roq.wire import batch
 from roq.security.curve import Curve
 from roq.errors import ProtocolError
 from roq.runtime import DropCounter
+from roq.sockets import send_frames
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class JournalFeed:
         if self._resend and not self.flush():
             return False
         try:
-            self.socket.send_multipart(frames, zmq.NOBLOCK)
+            send_frames(self.socket, frames, zmq.NOBLOCK)
         except zmq.Again:
             return False
         return True
@@ -116,7 +117,7 @@ class JournalFeed:
         resend = self._resend
         while resend:
             try:
-                self.socket.send_multipart(resend[0], zmq.NOBLOCK)
+                send_frames(self.socket, resend[0], zmq.NOBLOCK)
             except zmq.Again:
                 return False
             resend.popleft()

@@ -34,6 +34,7 @@ from roq.wire import batch
 from roq.wire.batch import BatchError
 from roq.runtime import DropCounter, counted_log_due
 from roq.security.zap import Keyring, recv_from
+from roq.sockets import send_frames
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +155,8 @@ class Subscriptions:
         """Tell a subscriber it was cut off (once its pipe has room; one that is gone is forgotten)."""
         floor = max(cut.floor, 0)  # not known: from the journal's start
         try:
-            self.backend.send_multipart([cut.ident] + batch.pack_cut(self.beacon_id, self.name, floor, cut.tag),
-                                        zmq.NOBLOCK)
+            send_frames(self.backend, [cut.ident] + batch.pack_cut(self.beacon_id, self.name, floor, cut.tag),
+                        zmq.NOBLOCK)
             cut.told = True
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EAGAIN:
@@ -189,7 +190,7 @@ class Subscriptions:
     def _beacon_to(self, sub: Subscriber, frames: list[bytes]) -> None:
         frames[0] = sub.ident
         try:
-            self.backend.send_multipart(frames, zmq.NOBLOCK)
+            send_frames(self.backend, frames, zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # a full pipe: the next heartbeat's beacon; a gone peer: forgotten
             if exc.errno != zmq.EAGAIN:
                 self.subscribers.remove(sub)

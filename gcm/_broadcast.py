@@ -15,6 +15,7 @@ import zmq
 
 from gcm._view import View
 from roq.wire.management import broadcast_frames
+from roq.sockets import send_frames
 
 __all__ = ["Broadcaster"]
 
@@ -45,7 +46,7 @@ class Broadcaster:
         self._last = topology
         self.next_at = now + self.period
         try:
-            self.socket.send_multipart(broadcast_frames(queues, hosts), zmq.NOBLOCK)
+            send_frames(self.socket, broadcast_frames(queues, hosts), zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # a PUB drops rather than blocks; this is the context ending
             log.debug("broadcast not sent: %s", exc)
             return False

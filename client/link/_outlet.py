@@ -34,6 +34,7 @@ from roq.errors import ProtocolError, Result
 from roq.federation import Pace, Relay
 from roq.loop import Loop
 from roq.wire import batch, control
+from roq.sockets import send_frames
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ class Outlet:
         if self.socket is not None and msg.reason == "relocate":
             for marker in self.relay.markers():  # the streams through the old exchange end here
                 try:
-                    self.socket.send_multipart(marker, zmq.NOBLOCK)
+                    send_frames(self.socket, marker, zmq.NOBLOCK)
                 except zmq.Again:
                     break  # its pipe is full: the far side's subscribers wait out their hold instead
         had = self.socket is not None
@@ -230,7 +231,7 @@ class Outlet:
                     self._resume_at = ready  # the loop comes back then
                     return
             try:
-                sock.send_multipart(waiting[0], zmq.NOBLOCK)
+                send_frames(sock, waiting[0], zmq.NOBLOCK)
             except zmq.Again:
                 return  # the next acknowledgement or hello tries again
             frames = waiting.popleft()

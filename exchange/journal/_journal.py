@@ -65,7 +65,7 @@ from roq.runtime import DropCounter, SignalWakeup, counted_log_due, run_main
 from roq.server import Dispatcher, Request
 from roq.wire.control import Reply
 from roq.loop import Loop
-from roq.sockets import HandshakeWatch, bind, check_endpoint
+from roq.sockets import bind, check_endpoint, HandshakeWatch, send_frames
 from roq.security.zap import CLUSTER, recv_from
 
 log = logging.getLogger(__name__)
@@ -357,12 +357,13 @@ class Journal:
 
     def _acknowledge(self, acks: dict[bytes, list[tuple[bytes, int]]], end: int) -> None:
         """Tell each exchange its publishers' highest seqs journaled, and the journal's end ``end``."""
-        send = self.sock.send_multipart
+        sock = self.sock
         most = batch.MAX_JOURNAL_ACKS
         for source, pairs in acks.items():
             for i in range(0, len(pairs), most):
                 try:
-                    send([source, batch.encode_journal_ack(self.incarnation, pairs[i:i + most], end)], zmq.NOBLOCK)
+                    send_frames(sock, [source, batch.encode_journal_ack(self.incarnation, pairs[i:i + most], end)],
+                                zmq.NOBLOCK)
                 except zmq.ZMQError:  # the exchange is gone or its pipe full: it sends again, and is answered
                     pass
 

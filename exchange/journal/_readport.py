@@ -26,7 +26,7 @@ from roq.errors import ForbiddenError, JournalError, ProtocolError, UnavailableE
 from roq.runtime import DropCounter
 from roq.server import Dispatcher, Request, RouterServer
 from roq.security.zap import CLUSTER
-from roq.sockets import bind
+from roq.sockets import bind, send_frames
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +171,6 @@ class ReadPort:
     def _send(self, answers: list[tuple[bytes, list[bytes]]]) -> None:
         for identity, frames in answers:
             try:
-                self.socket.send_multipart([identity, *frames], zmq.NOBLOCK)
+                send_frames(self.socket, [identity, *frames], zmq.NOBLOCK)
             except zmq.ZMQError:  # the reader is gone, or reads nothing: it fetches again
                 pass

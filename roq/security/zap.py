@@ -36,6 +36,7 @@ import zmq.utils.z85
 from roq.errors import ConfigError, ProtocolError
 from roq.security.keys import PUBLIC_SUFFIX, expiry
 from roq.runtime import DropCounter
+from roq.sockets import send_frames
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +359,7 @@ class ZapServer:
 
     def readable(self) -> None:
         """Answer the requests waiting (at most :data:`MAX_PER_TURN`)."""
-        recv, send = self.socket.recv_multipart, self.socket.send_multipart
+        recv, sock = self.socket.recv_multipart, self.socket
         for _ in range(MAX_PER_TURN):
             try:
                 frames = recv(zmq.NOBLOCK)
@@ -369,7 +370,7 @@ class ZapServer:
             except ProtocolError as exc:
                 self.drops.drop("bad ZAP request", str(exc))
                 if len(frames) >= 4 and frames[1] == b"":  # answer what can be answered: the handshake fails now
-                    send([frames[0], b"", VERSION, frames[3], b"500", b"bad request", b"", b""], zmq.NOBLOCK)
+                    send_frames(sock, [frames[0], b"", VERSION, frames[3], b"500", b"bad request", b"", b""], zmq.NOBLOCK)
                 continue
             decision = self.authenticator.decide(request)
             if decision.status == 200:
@@ -380,7 +381,8 @@ class ZapServer:
                 if self.on_refused is not None:
                     self.on_refused(request, decision)
             try:
-                send(encode_reply(request, decision.status, decision.reason or "OK", decision.principal), zmq.NOBLOCK)
+                send_frames(sock, encode_reply(request, decision.status, decision.reason or "OK", decision.principal),
+                            zmq.NOBLOCK)
             except zmq.ZMQError:  # the handshake gave up meanwhile
                 pass
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zmq
+
 from gcm._broadcast import Broadcaster
 from gcm._view import HostView, QueueView, View
 from roq.wire.documents import HostDoc, HostKpis, QueueDoc
@@ -9,11 +11,17 @@ from roq.wire.management import parse_broadcast
 
 
 class Pub:
+    """A PUB socket's sends, a message (its frames) each."""
+
     def __init__(self) -> None:
         self.sent: list[list[bytes]] = []
+        self._parts: list[bytes] = []
 
-    def send_multipart(self, frames, flags=0) -> None:
-        self.sent.append(frames)
+    def send(self, frame: bytes, flags: int = 0) -> None:
+        self._parts.append(frame)
+        if not flags & zmq.SNDMORE:
+            self.sent.append(self._parts)
+            self._parts = []
 
 
 def _view(cpu: float = 10.0, state: str = "running", max_exchanges: int = 4) -> View:
