@@ -66,6 +66,7 @@ from roq.errors import ConfigError
 from roq.settings import check_table, missing_keys, parse_toml, read_text
 from roq.zk import Paths, check_queue_name
 from roq import defaults
+from roqcli.sparkcluster import master_url, web_ui
 
 __all__ = ["ClusterFile", "Deployment", "DockerHost", "ZooKeeperSpec", "GcmSpec", "HostManagerSpec", "SparkMasterSpec",
            "SparkWorkerSpec", "load_cluster_file", "parse_cluster_file", "OFFICIAL_ZOOKEEPER"]
@@ -134,11 +135,11 @@ class SparkMasterSpec:
 
     @property
     def url(self) -> str:
-        return f"spark://{self.address}:{self.port}"
+        return master_url(self.address, self.port)
 
     @property
     def ui(self) -> str:
-        return f"http://{self.address}:{self.ui_port}"
+        return web_ui(self.address, self.ui_port)
 
 
 @dataclasses.dataclass(frozen=True)

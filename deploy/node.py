@@ -63,8 +63,9 @@ def _spark(role: str) -> Callable[[list[str]], int]:
         from roq.errors import ConfigError
         from roqcli import sparkcluster
 
-        p = argparse.ArgumentParser(prog=f"deploy.node {role}", description=f"a standalone Spark {role[6:]} (this "
-                                                                             f"process becomes its JVM)")
+        what = "master" if role == "spark-master" else "worker"
+        p = argparse.ArgumentParser(prog=f"deploy.node {role}",
+                                    description=f"a standalone Spark {what} (this process becomes its JVM)")
         p.add_argument("--address", required=True, help="the address it binds and advertises")
         p.add_argument("--ui-port", type=int, help="its web UI",
                        default=defaults.SPARK_UI_PORT if role == "spark-master" else defaults.SPARK_WORKER_UI_PORT)

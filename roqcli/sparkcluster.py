@@ -24,7 +24,7 @@ from typing import Any
 from roq import defaults
 from roq.errors import ConfigError, RoQError
 
-__all__ = ["SparkCluster", "spark_home", "spark_env", "master_command", "worker_command", "master_status",
+__all__ = ["SparkCluster", "master_url", "web_ui", "spark_home", "spark_env", "master_command", "worker_command", "master_status",
            "alive_workers", "spark_up", "START_TIMEOUT_S", "worker_group", "remove_group"]
 
 #: seconds the master and its workers have to start and register
@@ -91,6 +91,16 @@ def alive_workers(status: dict[str, Any]) -> list[dict[str, Any]]:
         else []
 
 
+def master_url(address: str, port: int) -> str:
+    """The URL jobs and workers reach a standalone master at."""
+    return f"spark://{address}:{port}"
+
+
+def web_ui(address: str, port: int) -> str:
+    """A master's or a worker's web UI."""
+    return f"http://{address}:{port}"
+
+
 @dataclasses.dataclass
 class SparkCluster:
     """A master and ``workers`` workers on ``address``.
@@ -123,11 +133,11 @@ class SparkCluster:
 
     @property
     def url(self) -> str:
-        return f"spark://{self.address}:{self.port}"
+        return master_url(self.address, self.port)
 
     @property
     def ui(self) -> str:
-        return f"http://{self.address}:{self.ui_port}"
+        return web_ui(self.address, self.ui_port)
 
     def start(self, timeout: float = START_TIMEOUT_S) -> SparkCluster:
         """Start the master and the workers; return once every worker is registered.
