@@ -196,7 +196,6 @@ def test_a_streaming_query_killed_and_started_again_from_its_checkpoint_sinks_ea
     again from its checkpoint: the Parquet sink holds every record exactly once."""
     cluster = make_embedded(hosts=1)
     _durable_queue(cluster, "st")
-    total = 30_000
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
     command = [sys.executable, "-m", "tests.integration.spark_stream", "--zk", cluster.zk, "--root", cluster.root,
                "--queue", "st", "--out", out, "--checkpoint", checkpoint]
@@ -217,20 +216,29 @@ def test_a_streaming_query_killed_and_started_again_from_its_checkpoint_sinks_ea
         job_.wait(30)
         wait_until(lambda: not _group(job_.pid), 30, "every process of the driver's group gone")
 
-    sent, go = threading.Event(), threading.Event()
+    sent, go, killed = threading.Event(), threading.Event(), threading.Event()
     failure: list[BaseException] = []
+    published = [0]
 
     def publish() -> None:
+        # 10,000 records before the query starts, then about 2,500 a second until its driver was killed and 5,000
+        # more (however long its micro-batches take on a busy machine, it is killed while records come)
         try:
             with client.connect(zk=cluster.zk, queue="st", root=cluster.root) as conn:
                 pub = conn.publisher()
-                for i in range(total):
+                i, last = 0, 10_000
+                while i < last:
                     pub.send(b"k", b"%d" % i)
-                    if i == 9_999:  # the rest once the query runs, about 2,500 records a second
+                    i += 1
+                    if i == 10_000:
                         pub.flush(60)
                         go.wait(180)
-                    elif i > 9_999 and i % 250 == 249:
+                        last = 1 << 62
+                    elif i > 10_000 and i % 250 == 0:
                         time.sleep(0.1)
+                    if killed.is_set() and last > i + 5_000:
+                        last = i + 5_000
+                    published[0] = i
                 pub.flush(60)
         except BaseException as exc:  # (seen by the test)
             failure.append(exc)
@@ -248,15 +256,19 @@ def test_a_streaming_query_killed_and_started_again_from_its_checkpoint_sinks_ea
         assert first.poll() is None, (tmp_path / "driver1.log").read_text()[-3000:]
         before = len(_sunk(out))
         kill(first)  # kill -9, in the middle of whatever batch it was on
-        assert not sent.is_set() and before < total, "the query was killed while the publisher sent"
+        assert not sent.is_set() and not failure, failure
+        killed.set()
         second = start(2)
-        sent.wait(120)
+        assert sent.wait(120), f"{published[0]} records published in 120 s"
         assert not failure, failure
+        total = published[0]
+        assert before < total
         wait_until(lambda: len(_sunk(out)) >= total or second.poll() is not None, 180,
                    "the query started again sank every record")
         assert second.poll() is None, (tmp_path / "driver2.log").read_text()[-3000:]
         rows = _sunk(out)
     finally:
+        killed.set()  # (a failure before the kill: the publisher stops too)
         for job_ in jobs:
             kill(job_)
     assert len(rows) == total, f"{len(rows)} records in the sink for {total} sent"
