@@ -70,7 +70,8 @@ def _spark(role: str) -> Callable[[list[str]], int]:
         p.add_argument("--ui-port", type=int, help="its web UI",
                        default=defaults.SPARK_UI_PORT if role == "spark-master" else defaults.SPARK_WORKER_UI_PORT)
         if role == "spark-master":
-            p.add_argument("--port", type=int, default=defaults.SPARK_PORT, help="the port jobs and workers reach it on")
+            p.add_argument("--port", type=int, default=defaults.SPARK_PORT,
+                           help="the port jobs and workers reach it on")
         else:
             p.add_argument("--master", required=True, help="the master's URL, spark://HOST:PORT")
             p.add_argument("--cores", type=int, default=1, help="cores it offers (default 1)")

@@ -36,7 +36,7 @@ from roq.wire.ready import MonitorReady
 from roq.runtime import DropCounter, SignalWakeup, run_main
 from roq.server import Dispatcher, Request, RouterServer
 from roq.loop import Loop
-from roq.sockets import bind, HandshakeWatch, send_frames
+from roq.sockets import HandshakeWatch, bind, send_frames
 from roq.zk import ZkAuth
 
 log = logging.getLogger(__name__)

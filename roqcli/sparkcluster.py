@@ -24,8 +24,8 @@ from typing import Any
 from roq import defaults
 from roq.errors import ConfigError, RoQError
 
-__all__ = ["SparkCluster", "master_url", "web_ui", "spark_home", "spark_env", "master_command", "worker_command", "master_status",
-           "alive_workers", "spark_up", "START_TIMEOUT_S", "worker_group", "remove_group"]
+__all__ = ["SparkCluster", "master_url", "web_ui", "spark_home", "spark_env", "master_command", "worker_command",
+           "master_status", "alive_workers", "spark_up", "START_TIMEOUT_S", "worker_group", "remove_group"]
 
 #: seconds the master and its workers have to start and register
 START_TIMEOUT_S = 90.0

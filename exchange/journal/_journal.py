@@ -65,7 +65,7 @@ from roq.runtime import DropCounter, SignalWakeup, counted_log_due, run_main
 from roq.server import Dispatcher, Request
 from roq.wire.control import Reply
 from roq.loop import Loop
-from roq.sockets import bind, check_endpoint, HandshakeWatch, send_frames
+from roq.sockets import HandshakeWatch, bind, check_endpoint, send_frames
 from roq.security.zap import CLUSTER, recv_from
 
 log = logging.getLogger(__name__)

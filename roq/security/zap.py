@@ -370,7 +370,8 @@ class ZapServer:
             except ProtocolError as exc:
                 self.drops.drop("bad ZAP request", str(exc))
                 if len(frames) >= 4 and frames[1] == b"":  # answer what can be answered: the handshake fails now
-                    send_frames(sock, [frames[0], b"", VERSION, frames[3], b"500", b"bad request", b"", b""], zmq.NOBLOCK)
+                    send_frames(sock, [frames[0], b"", VERSION, frames[3], b"500", b"bad request", b"", b""],
+                                zmq.NOBLOCK)
                 continue
             decision = self.authenticator.decide(request)
             if decision.status == 200:

@@ -85,7 +85,8 @@ def test_roq_spark_up_starts_a_master_and_its_workers_and_ctrl_c_stops_every_one
         status = SparkCluster(workdir=str(tmp_path), address=address, ui_port=ui).status()
         assert status is not None and SparkCluster.alive(status) == 1, status
         children = [p for p in psutil.Process(proc.pid).children(recursive=True)]
-        spawned = [p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+        spawned = [p.pid for p in psutil.process_iter(["cmdline"])
+                   if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
         assert "stopping the Spark cluster" in proc.stdout.read()
