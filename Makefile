@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SPARK_CLASSES := $(VENV)/spark-classes.jsa
 PYTEST_ARGS ?=
 PACKAGES := roq exchange monitor gcm hostmanager client simulation roqcli deploy
 
@@ -22,10 +23,15 @@ demo: $(STAMP)
 # Every process a test starts (an exchange, a monitor, a GCM, a client's load) imports the project: compiled once
 # here, not once per process (an environment that sets PYTHONDONTWRITEBYTECODE would have each of them compile it
 # again); the workers keep their rewritten test modules for the same reason.
-test: $(STAMP)
+test: $(STAMP) $(SPARK_CLASSES)
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 4 --dist worksteal $(PYTEST_ARGS) tests --ignore=tests/deploy \
 		--ignore=tests/federation
+
+# the classes a Spark session loads, parsed and verified once for every Spark JVM of the tests to map (about 40% of
+# a session's start; tests/integration/sparkjvm.py): once per environment, about 50 CPU seconds
+$(SPARK_CLASSES): $(STAMP)
+	$(BIN)/python -m tests.integration.sparkjvm $@
 
 # the fuzz test with 1,000 seeds instead of make test's 6 (about ten minutes)
 fuzz: $(STAMP)

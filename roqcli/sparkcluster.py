@@ -49,13 +49,15 @@ def spark_home() -> str:
 
 def spark_env(address: str, java_options: str = "") -> dict[str, str]:
     """The environment of a master or a worker bound to ``address``: in the foreground (no daemon), its Python
-    workers running this Python.
+    workers running this Python, its JVM's options ``java_options`` (none given: this environment's
+    ``SPARK_DAEMON_JAVA_OPTS``, which Spark's own scripts read).
 
     Raises:
         ConfigError: as :func:`spark_home`.
     """
     return {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": address, "PYSPARK_PYTHON": sys.executable,
-            "SPARK_DAEMON_JAVA_OPTS": java_options, "SPARK_NO_DAEMONIZE": "1"}
+            "SPARK_DAEMON_JAVA_OPTS": java_options or os.environ.get("SPARK_DAEMON_JAVA_OPTS", ""),
+            "SPARK_NO_DAEMONIZE": "1"}
 
 
 def master_command(address: str, port: int, ui_port: int) -> list[str]:
@@ -113,7 +115,7 @@ class SparkCluster:
         workers: how many workers.
         cores: cores each worker offers.
         memory: memory each worker offers (``1g``).
-        java_options: for every JVM (``SPARK_DAEMON_JAVA_OPTS``).
+        java_options: for every JVM (``SPARK_DAEMON_JAVA_OPTS``; none: the environment's).
         worker_cpus: each worker, and the executors and Python workers it starts, in a cgroup of its own with this
             CPU quota in cores, as on a host of its own of that many cores (emulated hosts, as ``roq cluster up
             --host-cpus``; needs root); 0 = none.

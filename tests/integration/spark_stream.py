@@ -8,8 +8,7 @@ import argparse
 
 from client import spark as roq_spark
 from roqcli.kpi import job
-
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+from tests.integration.sparkjvm import QUICK_JVM
 
 
 def main() -> None:

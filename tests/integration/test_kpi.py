@@ -20,12 +20,10 @@ from roq.kpi.records import ExchangeRecord, HostRecord, SubscriberRecord
 from roqcli.kpi import job, report
 from roqcli.kpi.capacity import TuneRule
 from simulation.kpi_history import generate
+from tests.integration.sparkjvm import QUICK_JVM
 
 CAPACITY = 40_000.0
 DOCUMENTED_MARK = TuneRule().margin * CAPACITY  # what the documented rule gives for the true capacity
-#: The JVM of a job of seconds spends more CPU compiling than computing: its first compiler only (about 40% less
-#: CPU for the module's session, its jobs no slower).
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @pytest.fixture(scope="module")

@@ -21,10 +21,19 @@ from roq.process import spawn
 from roqcli.emulation import HostBudget
 from roqcli.kpi import job, report
 from roqcli.main import main as roq
-from tests.integration.test_kpi import QUICK_JVM
+from tests.integration.sparkjvm import QUICK_JVM
 from tests.integration.zkhelp import wait_until
 
 KPI_QUEUE = "roq.kpi"
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    """A local Spark of two cores for the module's tests (one JVM and its start for them all)."""
+    session = job.spark_session("local[2]", jvm_log=str(tmp_path_factory.mktemp("spark") / "spark.log"),
+                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
+    yield session
+    job.stop_session(session)
 
 
 def _lines(path: str) -> list[dict]:
@@ -85,8 +94,8 @@ def _traffic(cluster, seconds: float) -> None:
 
 
 @pytest.mark.timeout(420)  # (four Spark jobs, one after another, on a busy machine)
-def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emulated_hosts(make_embedded, tmp_path,
-                                                                                           capsys):
+def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emulated_hosts(spark, make_embedded,
+                                                                                           tmp_path, capsys):
     archive = str(tmp_path / "archive")
     cluster = make_embedded(hosts=3, budgets=[HostBudget(0.6)], kpi_archive=archive, kpi_queue=KPI_QUEUE,
                             hostmanager_args=["--kpi-rotate-s", "2"])
@@ -103,24 +112,19 @@ def test_report_and_tune_from_the_kpi_queue_agree_with_the_archive_of_three_emul
 
     until = datetime.datetime.fromtimestamp(cut, datetime.timezone.utc).isoformat()
     cut = job.parse_since(until, flag="--until")  # (as the command reads it)
-    # from the archive: the jobs themselves, in a Spark session of the test's; from the KPI queue: the commands, in
-    # the same session (one JVM for the four jobs: the commands use a session running in their process)
-    session = job.spark_session("local[2]", jvm_log=str(tmp_path / "spark.log"),
-                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
-    try:
-        a = json.loads(json.dumps(report.report(session, archive, str(tmp_path / "report-archive"), until=cut,
-                                                progress=lambda _: None)))
-        decided, counts = job.tune(session, archive, until=cut)
-        capsys.readouterr()
-        where = ["--zk", cluster.zk, "--root", cluster.root]
-        out = str(tmp_path / "report-queue")
-        assert roq(["kpi", "report", "--kpi-queue", KPI_QUEUE, *where, "--until", until, "--out", out]) == 0
-        assert "using the Spark session running in this process" in capsys.readouterr().out
-        roq(["kpi", "tune", "--kpi-queue", KPI_QUEUE, "--until", until, "--dry-run", "--json", *where])
-        tuned_out = capsys.readouterr().out
-        assert job.session_running()  # (the commands left it running)
-    finally:
-        job.stop_session(session)
+    # from the archive: the jobs themselves, in the module's Spark session; from the KPI queue: the commands, in the
+    # same session (one JVM for the four jobs: the commands use a session running in their process)
+    a = json.loads(json.dumps(report.report(spark, archive, str(tmp_path / "report-archive"), until=cut,
+                                            progress=lambda _: None)))
+    decided, counts = job.tune(spark, archive, until=cut)
+    capsys.readouterr()
+    where = ["--zk", cluster.zk, "--root", cluster.root]
+    out = str(tmp_path / "report-queue")
+    assert roq(["kpi", "report", "--kpi-queue", KPI_QUEUE, *where, "--until", until, "--out", out]) == 0
+    assert "using the Spark session running in this process" in capsys.readouterr().out
+    roq(["kpi", "tune", "--kpi-queue", KPI_QUEUE, "--until", until, "--dry-run", "--json", *where])
+    tuned_out = capsys.readouterr().out
+    assert job.session_running()  # (the commands left it running)
     with open(os.path.join(out, "report.json")) as f:
         q = json.load(f)
     assert q["archive"] == f"queue {KPI_QUEUE} of the cluster at {cluster.zk}{cluster.root}"
@@ -218,7 +222,7 @@ def _publish_archive(conn, archive: str) -> int:
     return sent
 
 
-def test_following_the_kpi_queue_updates_the_thresholds_as_evidence_arrives(make_embedded, tmp_path):
+def test_following_the_kpi_queue_updates_the_thresholds_as_evidence_arrives(spark, make_embedded, tmp_path):
     """``roq kpi tune --follow --kpi-queue``'s job: a streaming read of the KPI queue, folded into the evidence as
     records arrive (a synthetic history of a known capacity, published as a shipper would)."""
     from simulation.kpi_history import generate
@@ -232,11 +236,9 @@ def test_following_the_kpi_queue_updates_the_thresholds_as_evidence_arrives(make
     few, more = str(tmp_path / "few"), str(tmp_path / "more")
     generate(few, records=100, capacity=10_000, exchanges=1, hosts=1, seed=3, start=time.time() - 7200)
     generate(more, records=6_000, capacity=10_000, exchanges=1, hosts=1, seed=4, start=time.time() - 3600)
-    session = job.spark_session("local[2]", jvm_log=str(tmp_path / "spark.log"),
-                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
     decisions: list[dict] = []
     stop = threading.Event()
-    runner = threading.Thread(target=job.follow, args=(session, job.KpiQueue(cluster.zk, KPI_QUEUE, cluster.root),
+    runner = threading.Thread(target=job.follow, args=(spark, job.KpiQueue(cluster.zk, KPI_QUEUE, cluster.root),
                                                        decisions.append),
                               kwargs={"every_s": 1.0, "stop": stop.is_set}, daemon=True)
     try:
@@ -253,5 +255,4 @@ def test_following_the_kpi_queue_updates_the_thresholds_as_evidence_arrives(make
         stop.set()
         if runner.is_alive():
             runner.join(30)
-        job.stop_session(session)
     assert not runner.is_alive()

@@ -19,7 +19,7 @@ import client
 from client import spark as roq_spark
 from roq.errors import ConfigError, NotFoundError
 from roqcli.kpi import job
-from tests.integration.test_kpi import QUICK_JVM
+from tests.integration.sparkjvm import QUICK_JVM
 from tests.integration.zkhelp import wait_until
 
 PUBLISHERS = {"a.1": 0, "b.1": 1, "a.2": 2}  # key -> publisher
@@ -324,12 +324,13 @@ def test_the_sink_writes_each_row_once_though_a_task_failed_and_spark_ran_it_aga
     assert journal is not None and (journal.duplicates or 0) > 0, \
         "the task run again sent nothing its first attempt had published: the test proves little"
     where = {"zk": cluster.zk, "root": cluster.root, "queue": "sink"}
-    written = roq_spark.read(session, partitions=4, **where).select("publisher", "seq", "payload")
+    written = roq_spark.read(session, partitions=4, **where).select("publisher", "seq", "payload").cache()  # (read once)
     counts = written.groupBy("publisher").agg({"seq": "max", "*": "count"}).collect()
     assert sorted(r["count(1)"] for r in counts) == sorted(r["max(seq)"] for r in counts), \
         "each task's publisher: every seq from 1, once"
     assert sum(r["count(1)"] for r in counts) == total and len(counts) == 4
     assert written.select("payload").distinct().count() == total, "each row once"
+    written.unpersist()
 
     for options, error in (({"zk": cluster.zk, "queue": "sink", "colour": "red"}, "unknown option 'colour'"),
                            ({"zk": cluster.zk, "root": cluster.root, "queue": "none-such"}, "no queue 'none-such'"),
