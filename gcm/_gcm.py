@@ -1,7 +1,8 @@
 """The GCM's shell: its sockets, its ZooKeeper session, its poll loop, and the outcomes of decisions applied.
 
 One process, one poll loop. ZooKeeper holds every decision; the GCM's memory is only a cache of it (the
-:class:`~gcm._view.View`, read again whenever a watch fires), so a standby that takes over knows everything
+:class:`~gcm._view.View`, read again whenever a watch fires: only the hosts' nodes when their figures, which
+every host manager rewrites each KPI period, are all that changed), so a standby that takes over knows everything
 the old leader knew. What to answer and what to decide is :mod:`gcm._api` and the pure decisions behind it;
 this module carries their :class:`~gcm._outcome.Outcome` s out: the paths ensured, the operations committed
 as one transaction (decided again on a fresh view if that one was stale), the events recorded, the view read
@@ -190,10 +191,14 @@ class Gcm:
         loop.run()
 
     def _on_zookeeper(self) -> None:
-        """Session events and watches: the view read again before the requests of this turn are decided."""
-        self._on_session()
+        """Session events and watches: the view read again before the requests of this turn are decided (when the
+        figures of some hosts are all that changed, as every host manager writes them each KPI period, only their
+        nodes)."""
+        hosts = self._on_session()
         if self._dirty and time.monotonic() >= self._retry_at:
             self._refresh()
+        elif hosts and not self._dirty:
+            self._refresh_hosts(hosts)
 
     def _on_signal(self) -> None:
         log.info("GCM %s: stopping on signal", self.id)
@@ -396,14 +401,40 @@ class Gcm:
 
     # ------------------------------------------------------------------ ZooKeeper
 
-    def _on_session(self) -> None:
-        states, fired = self.session.consume()
-        self._dirty = self._dirty or fired or bool(states)
+    def _on_session(self) -> frozenset[str]:
+        """The session's states and watches taken in; the hosts whose node's data changed when that is all that
+        changed (anything else: the whole view to be read again)."""
+        states, fired = self.session.consume_changes()
+        prefix = self.paths.hosts + "/"
+        hosts = frozenset(path[len(prefix):] for path in fired.changed if path.startswith(prefix))
+        whole = fired.other or bool(states) or not all(a in self.view.hosts for a in hosts) or \
+            len(hosts) < len(fired.changed)
+        self._dirty = self._dirty or whole
         if "lost" in states:
             self.election.lost()
             self.host_loss.reset()
             self.pending.fail_all(Reply(result=Result.UNAVAILABLE, comment="the GCM lost its ZooKeeper session; retry",
                                         data={"Retry": True}))
+        return frozenset() if whole else hosts
+
+    def _refresh_hosts(self, addresses: frozenset[str]) -> None:
+        """Read again the nodes of hosts whose figures changed, and answer what waited for it; anything amiss (a
+        host gone meanwhile, ZooKeeper failing): the whole view, as :meth:`_refresh`. Never raises."""
+        if not self.leading:
+            return  # (a standby reads no topology)
+        try:
+            view = self.view.with_hosts(self.session, addresses)
+        except ZooKeeperError as exc:
+            log.warning("GCM %s: reading ZooKeeper failed (%s); retrying", self.id, exc)
+            self._dirty, self._retry_at = True, time.monotonic() + _RETRY
+            return
+        if view is None:
+            self._refresh()
+            return
+        self.view = view
+        self.host_loss.update(self.view, time.monotonic())
+        self.pending.check()
+        self.broadcaster.publish(self.view, time.monotonic(), force=False)
 
     def _refresh(self) -> None:
         """Read the election and the topology again (re-arming the watches) and answer what waited for it.

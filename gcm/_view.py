@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from roq.security.acl import Rule
 from roq.wire.documents import (
@@ -33,7 +33,7 @@ from roq.wire.management import HostSummary, QueueSummary
 from roq.rules import DEFAULT_RULES, effective_rules
 from roq.zk import Paths, Session, check_queue_name
 
-__all__ = ["QueueView", "HostView", "View", "read_view", "read_acl", "echo", "checked_name"]
+__all__ = ["QueueView", "HostView", "View", "read_view", "read_host", "read_acl", "echo", "checked_name"]
 
 _ECHO = 80  # characters of a peer's text quoted back in a refusal
 
@@ -170,6 +170,22 @@ class View:
     acl_version: int = -1
     federation: FederationDoc | None = None  # the cluster's place in a tree (None: not written yet)
 
+    def with_hosts(self, session: Session, addresses: Iterable[str]) -> View | None:
+        """This view with the nodes of ``addresses`` read again (their figures, rewritten every KPI period, are all
+        that changed): the rest stands, its watches still set. None: one of them is no longer registered (read it
+        all).
+
+        Raises:
+            ZooKeeperError: ZooKeeper could not be read.
+        """
+        hosts = dict(self.hosts)
+        for address in addresses:
+            host = read_host(session, self.paths, address)
+            if host is None:
+                return None
+            hosts[address] = host
+        return dataclasses.replace(self, hosts=hosts)
+
     def find(self, name: str) -> QueueView | None:
         """The queue named ``name`` (a request's ``QName``), None if there is none.
 
@@ -220,9 +236,8 @@ def read_view(session: Session, paths: Paths) -> View:
               if (q := _read_queue(session, paths, name)) is not None}
     hosts = {}
     for address in session.children(paths.hosts, watch=True):
-        doc, version = session.read(paths.host(address), HostDoc.decode, watch=True)
-        if version >= 0:  # a node that holds no valid document is still a registration
-            hosts[address] = HostView(address, doc or HostDoc(address=address))
+        if (host := read_host(session, paths, address)) is not None:
+            hosts[address] = host
     met = set(hosts)
     for q in queues.values():
         met.add(q.host)
@@ -231,6 +246,18 @@ def read_view(session: Session, paths: Paths) -> View:
     acl, acl_version = read_acl(session, paths)
     federation, _ = session.read(paths.federation, FederationDoc.decode, watch=True)
     return View(queues, hosts, assignments, paths, acl, acl_version, federation)
+
+
+def read_host(session: Session, paths: Paths, address: str) -> HostView | None:
+    """The host manager registered as ``address``, leaving a watch on its node; None: not registered.
+
+    Raises:
+        ZooKeeperError: ZooKeeper could not be read.
+    """
+    doc, version = session.read(paths.host(address), HostDoc.decode, watch=True)
+    if version < 0:
+        return None
+    return HostView(address, doc or HostDoc(address=address))  # a node that holds no valid document still registers
 
 
 def read_acl(session: Session, paths: Paths) -> tuple[tuple[Rule, ...] | None, int]:

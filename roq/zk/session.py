@@ -21,14 +21,14 @@ from typing import Any
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import EventType, ZnodeStat
 from kazoo.security import make_acl, make_digest_acl
 
 from roq import defaults
 from roq.errors import BrokerConnectionError, ConfigError
 from roq.zk.ops import Znodes
 
-__all__ = ["Session", "ZkAuth", "check_hosts"]
+__all__ = ["Fired", "Session", "ZkAuth", "check_hosts"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,16 @@ class ZkAuth:
         return auth
 
 
+@dataclasses.dataclass(frozen=True)
+class Fired:
+    """The watches that fired since the loop last looked: ``changed``, the nodes whose data changed; ``other``,
+    whether one of another kind fired (a node's children, a node made or deleted)."""
+
+    any: bool = False
+    changed: frozenset[str] = frozenset()
+    other: bool = False
+
+
 class Session(Znodes):
     """A ZooKeeper session whose watch and session events wake a poll loop; every call is mapped.
 
@@ -138,6 +148,8 @@ class Session(Znodes):
         self._lock = threading.Lock()
         self._states: deque[str] = deque()
         self._fired = False
+        self._changed: set[str] = set()  # nodes whose data changed (their watch fired) since the last consume
+        self._other = False  # a watch of another kind fired (children, a node made or deleted)
         self._started = False
         self._zk.add_listener(self._on_state)
 
@@ -190,14 +202,23 @@ class Session(Znodes):
 
     # ------------------------------------------------------------------ the poll loop's side
 
-    def watch(self, *_event: Any) -> None:
-        """A kazoo watcher: note that something changed and wake the loop."""
+    def watch(self, event: Any = None) -> None:
+        """A kazoo watcher: note what changed (a node's data, or anything else) and wake the loop."""
         with self._lock:
             self._fired = True
+            if getattr(event, "type", None) == EventType.CHANGED and getattr(event, "path", None):
+                self._changed.add(event.path)
+            else:
+                self._other = True
         self._wake()
 
     def consume(self) -> tuple[list[str], bool]:
         """Drain the wake-up pipe; return (session states since last call, whether a watch fired)."""
+        states, fired = self.consume_changes()
+        return states, fired.any
+
+    def consume_changes(self) -> tuple[list[str], Fired]:
+        """Drain the wake-up pipe; return (session states since last call, the watches that fired)."""
         try:
             while os.read(self._read, 4096):
                 pass
@@ -206,7 +227,9 @@ class Session(Znodes):
         with self._lock:
             states = list(self._states)
             self._states.clear()
-            fired, self._fired = self._fired, False
+            fired = Fired(self._fired, frozenset(self._changed), self._other)
+            self._fired, self._other = False, False
+            self._changed.clear()
         return states, fired
 
     def _on_state(self, state: str) -> None:

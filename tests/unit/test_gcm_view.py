@@ -148,3 +148,32 @@ def test_a_huge_name_is_refused_without_being_quoted_whole():
     with pytest.raises(BadRequestError) as err:
         View().find("x" * 1_000_000)
     assert len(str(err.value)) < 200 and "1000000 characters" in str(err.value)
+
+
+class _Nodes:
+    """The reads of a session over a dict of host documents (path -> doc), counting them."""
+
+    def __init__(self, docs: dict[str, HostDoc]) -> None:
+        self.docs = docs
+        self.reads: list[str] = []
+
+    def read(self, path, decode, *, watch=False):
+        self.reads.append(path)
+        doc = self.docs.get(path)
+        return (doc, 3) if doc is not None else (None, -1)
+
+
+def test_a_view_with_hosts_read_again_reads_only_the_hosts_named_and_keeps_the_rest_of_the_view():
+    view = _view([_queue("q", {"x1": "a"})], [_host("a", cpu=10.0), _host("b", cpu=20.0)])
+    busier = HostDoc(address="a", max_exchanges=4, kpis=HostKpis(cpu_percent=70.0, memory_percent=5.0,
+                                                                 net_bytes_per_s=0.0))
+    nodes = _Nodes({view.paths.host("a"): busier})
+    after = view.with_hosts(nodes, ["a"])
+    assert after is not None and nodes.reads == [view.paths.host("a")]
+    assert after.hosts["a"].cpu_percent == 70.0 and after.hosts["b"] is view.hosts["b"]
+    assert after.queues is view.queues and view.hosts["a"].cpu_percent == 10.0  # (the old view unchanged)
+
+
+def test_a_view_with_hosts_read_again_is_none_when_a_host_is_no_longer_registered():
+    view = _view([], [_host("a"), _host("b")])
+    assert view.with_hosts(_Nodes({view.paths.host("a"): view.hosts["a"].doc}), ["a", "b"]) is None
