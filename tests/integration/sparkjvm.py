@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Iterator
 
 #: Where ``make test`` puts the archive: beside the environment's Python (one per Java and PySpark installed).
 CLASS_ARCHIVE = Path(sys.prefix) / "spark-classes.jsa"
@@ -33,6 +34,17 @@ def quick_jvm(archive: Path = CLASS_ARCHIVE) -> str:
 #: The options, as the tests pass them (``spark.driver.extraJavaOptions``, ``spark.executor.extraJavaOptions``,
 #: ``SparkCluster(java_options=...)``).
 QUICK_JVM = quick_jvm()
+
+
+def local_session(log_dir: Path, master: str = "local[2]") -> Iterator[Any]:
+    """For a module's fixture: a local Spark session with these options (its JVM's output in ``log_dir``), stopped
+    with its Java process at the end."""
+    from roqcli.kpi import job
+
+    session = job.spark_session(master, jvm_log=str(log_dir / "spark.log"),
+                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
+    yield session
+    job.stop_session(session)
 
 
 def make_archive(path: Path) -> None:

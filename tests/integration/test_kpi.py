@@ -20,7 +20,7 @@ from roq.kpi.records import ExchangeRecord, HostRecord, SubscriberRecord
 from roqcli.kpi import job, report
 from roqcli.kpi.capacity import TuneRule
 from simulation.kpi_history import generate
-from tests.integration.sparkjvm import QUICK_JVM
+from tests.integration.sparkjvm import QUICK_JVM, local_session
 
 CAPACITY = 40_000.0
 DOCUMENTED_MARK = TuneRule().margin * CAPACITY  # what the documented rule gives for the true capacity
@@ -28,10 +28,7 @@ DOCUMENTED_MARK = TuneRule().margin * CAPACITY  # what the documented rule gives
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
-    session = job.spark_session("local[2]", jvm_log=str(tmp_path_factory.mktemp("spark") / "spark.log"),
-                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
-    yield session
-    job.stop_session(session)
+    yield from local_session(tmp_path_factory.mktemp("spark"))
 
 
 @pytest.fixture(scope="module")

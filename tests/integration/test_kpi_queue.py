@@ -21,7 +21,7 @@ from roq.process import spawn
 from roqcli.emulation import HostBudget
 from roqcli.kpi import job, report
 from roqcli.main import main as roq
-from tests.integration.sparkjvm import QUICK_JVM
+from tests.integration.sparkjvm import local_session
 from tests.integration.zkhelp import wait_until
 
 KPI_QUEUE = "roq.kpi"
@@ -30,10 +30,7 @@ KPI_QUEUE = "roq.kpi"
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
     """A local Spark of two cores for the module's tests (one JVM and its start for them all)."""
-    session = job.spark_session("local[2]", jvm_log=str(tmp_path_factory.mktemp("spark") / "spark.log"),
-                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
-    yield session
-    job.stop_session(session)
+    yield from local_session(tmp_path_factory.mktemp("spark"))
 
 
 def _lines(path: str) -> list[dict]:

@@ -18,8 +18,7 @@ import pytest
 import client
 from client import spark as roq_spark
 from roq.errors import ConfigError, NotFoundError
-from roqcli.kpi import job
-from tests.integration.sparkjvm import QUICK_JVM
+from tests.integration.sparkjvm import local_session
 from tests.integration.zkhelp import wait_until
 
 PUBLISHERS = {"a.1": 0, "b.1": 1, "a.2": 2}  # key -> publisher
@@ -30,10 +29,7 @@ PER_PUBLISHER = 10_000
 def spark(tmp_path_factory):
     """A local Spark of two cores that tries a failed task up to 4 times, for the module's tests that run in this
     process (one JVM and its start for them all), stopped with its Java process and Python workers at the end."""
-    session = job.spark_session("local[2,4]", jvm_log=str(tmp_path_factory.mktemp("spark") / "spark.log"),
-                                settings={"spark.driver.extraJavaOptions": QUICK_JVM})
-    yield session
-    job.stop_session(session)
+    yield from local_session(tmp_path_factory.mktemp("spark"), "local[2,4]")
 
 
 def _durable_queue(cluster, name: str):
