@@ -431,10 +431,14 @@ class Gcm:
         if view is None:
             self._refresh()
             return
+        self._adopt(view)
+
+    def _adopt(self, view: View) -> None:
+        """Decide from ``view`` from now on: the host-loss clocks, the requests waiting for a state, the broadcast."""
         self.view = view
-        self.host_loss.update(self.view, time.monotonic())
+        self.host_loss.update(view, time.monotonic())
         self.pending.check()
-        self.broadcaster.publish(self.view, time.monotonic(), force=False)
+        self.broadcaster.publish(view, time.monotonic(), force=False)
 
     def _refresh(self) -> None:
         """Read the election and the topology again (re-arming the watches) and answer what waited for it.
@@ -448,10 +452,7 @@ class Gcm:
                     self.pending.fail_all(Reply(result=Result.UNAVAILABLE, data={"Retry": True},
                                                 comment="this GCM is no longer the leader; retry"))
                 return
-            self.view = read_view(self.session, self.paths)
-            self.host_loss.update(self.view, time.monotonic())
-            self.pending.check()
-            self.broadcaster.publish(self.view, time.monotonic(), force=False)
+            self._adopt(read_view(self.session, self.paths))
         except ZooKeeperError as exc:
             log.warning("GCM %s: reading ZooKeeper failed (%s); retrying", self.id, exc)
             self._dirty, self._retry_at = True, time.monotonic() + _RETRY

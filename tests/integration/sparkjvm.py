@@ -26,14 +26,9 @@ CLASS_ARCHIVE = Path(sys.prefix) / "spark-classes.jsa"
 _QUICK = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def quick_jvm(archive: Path = CLASS_ARCHIVE) -> str:
-    """The options for every Spark JVM of the tests (driver, executors, master and workers)."""
-    return f"{_QUICK} -XX:SharedArchiveFile={archive}" if archive.is_file() else _QUICK
-
-
-#: The options, as the tests pass them (``spark.driver.extraJavaOptions``, ``spark.executor.extraJavaOptions``,
-#: ``SparkCluster(java_options=...)``).
-QUICK_JVM = quick_jvm()
+#: The options of every Spark JVM of the tests (driver, executors, master and workers), as the tests pass them
+#: (``spark.driver.extraJavaOptions``, ``spark.executor.extraJavaOptions``, ``SparkCluster(java_options=...)``).
+QUICK_JVM = f"{_QUICK} -XX:SharedArchiveFile={CLASS_ARCHIVE}" if CLASS_ARCHIVE.is_file() else _QUICK
 
 
 def local_session(log_dir: Path, master: str = "local[2]") -> Iterator[Any]:

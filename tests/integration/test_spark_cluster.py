@@ -92,7 +92,7 @@ def test_roq_spark_up_starts_a_master_and_its_workers_and_ctrl_c_stops_every_one
         spawned = [p.pid for p in psutil.process_iter(["cmdline"])
                    if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
         jvms = [p for p in psutil.process_iter(["cmdline"]) if "org.apache.spark.deploy." in " ".join(
-            p.info["cmdline"] or []) and f"{address}" in p.info["cmdline"]]
+            p.info["cmdline"] or []) and address in p.info["cmdline"]]
         assert len(jvms) == 2 and all(QUICK_JVM.split()[0] in p.info["cmdline"] for p in jvms), jvms
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
