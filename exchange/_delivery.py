@@ -30,17 +30,21 @@ rules.
 from __future__ import annotations
 
 import collections
+import logging
 from typing import Any
 
 import zmq
 
 from exchange._acks import Acks
-from exchange._subscribers import Subscribers
+from exchange._subscribers import Subscriber, Subscribers
 from roq.errors import ProtocolError
+from roq.runtime import counted_log_due
 from roq.wire import batch
 from roq.sockets import send_frames
 
 __all__ = ["Delivery", "MARK_INTERVAL", "MAX_MARKS"]
+
+log = logging.getLogger(__name__)
 
 #: Seconds between two marks at least (with many subscribers, longer: see :meth:`Delivery.interval`).
 MARK_INTERVAL = 0.02
@@ -70,6 +74,7 @@ class Delivery:
         # (mark, when it was sent, what each publisher's connection had been acknowledged by then), marks in order
         self.marks: collections.deque[tuple[int, float, dict[Any, int]]] = collections.deque()
         self._next = 0.0
+        self.unwaited = 0  # times a subscriber that took no mark for ``hold`` stopped being waited for
 
     @property
     def interval(self) -> float:
@@ -125,9 +130,21 @@ class Delivery:
             if took < first - 1 or sub.behind(now):  # given up on before, or batches go past it
                 continue
             if now - marks[took + 1 - first][1] >= hold and now - sub.marked >= hold:
-                continue  # the mark after the one it took waits too long, and it took none newer for as long
+                if not sub.unwaited:  # the mark after the one it took waits too long, and it took none newer as long
+                    self._unwaited(sub, now - marks[took + 1 - first][1])
+                continue
             floor = took
         return floor
+
+    def _unwaited(self, sub: Subscriber, waited: float) -> None:
+        """``sub`` stops being waited for: what it has not taken is told delivered without it. Said, since it loses
+        what this exchange has on its way to it should the exchange die now."""
+        sub.unwaited = True
+        self.unwaited += 1
+        if counted_log_due(self.unwaited):
+            log.warning("subscriber %s left a delivery mark untaken for %.1fs: publishers are told what it has not "
+                        "taken is delivered, until it takes one (%d times in all)", sub.id.hex()[:8], waited,
+                        self.unwaited)
 
     def _deliver(self, upto: int) -> None:
         """Every mark up to ``upto`` was taken: tell each publisher what had been acknowledged by then."""

@@ -43,7 +43,7 @@ class Subscriber:
     delivery mark it took and when."""
 
     __slots__ = ("ident", "id", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed", "progressed",
-                 "missed_at", "mark", "marked")
+                 "missed_at", "mark", "marked", "unwaited")
 
     def __init__(self, ident: bytes, prefix: bytes, principal: str = "", id: bytes = b"") -> None:
         self.ident = ident
@@ -58,6 +58,7 @@ class Subscriber:
         self.missed_at = 0.0  # when a batch last went past it
         self.mark = -1  # the last delivery mark it took (-1: it came after the last one sent; see exchange._delivery)
         self.marked = 0.0  # when it last reported a mark newer than the one before
+        self.unwaited = False  # delivery goes on without it until it takes a newer mark (see exchange._delivery)
 
     def behind(self, now: float) -> bool:
         """Until ``behind_until``; and one that reports progress, until it reports again after it missed a batch
@@ -72,6 +73,7 @@ class Subscriber:
         if mark > self.mark:
             self.mark = mark
             self.marked = now
+            self.unwaited = False
 
     def __repr__(self) -> str:
         return f"Subscriber({self.id.hex()[:8]}, {self.prefix[:40]!r})"

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PAYLOAD_HEADER", "make_payload", "read_payload", "Audit", "compare"]
+__all__ = ["PAYLOAD_HEADER", "make_payload", "read_payload", "Audit", "compare", "holes"]
 
 #: overall counter u64, key counter u64, send time ns i64
 PAYLOAD_HEADER = struct.Struct("<QQq")
@@ -37,6 +37,11 @@ class _KeyStream:
     lost: int = 0
     duplicated: int = 0
     reordered: int = 0
+    holes: list[tuple[int, int, float]] = field(default_factory=list)  # the first few: from, to, sent (epoch s)
+
+
+#: holes remembered per (publisher, key): where the first ones were is what explains a loss
+MAX_HOLES = 5
 
 
 @dataclass
@@ -58,7 +63,7 @@ class Audit:
         if len(payload) < PAYLOAD_HEADER.size:
             self.malformed += 1
             return
-        overall, per_key, _ = PAYLOAD_HEADER.unpack_from(payload)
+        overall, per_key, sent_ns = PAYLOAD_HEADER.unpack_from(payload)
         p = self.publishers.get(publisher)
         if p is None:
             p = self.publishers[publisher] = _PublisherStream()
@@ -68,7 +73,10 @@ class Audit:
             k = p.keys[key] = _KeyStream(first=per_key, next=per_key)
         k.received += 1
         if per_key >= k.next:
-            k.lost += per_key - k.next
+            if per_key > k.next:
+                k.lost += per_key - k.next
+                if len(k.holes) < MAX_HOLES:
+                    k.holes.append((k.next, per_key - 1, sent_ns / 1e9))
             k.next = per_key + 1
             if overall <= p.last_overall:
                 p.reordered += 1
@@ -79,7 +87,8 @@ class Audit:
             k.reordered += 1  # an older record after a newer one (or an older duplicate)
 
     def summary(self) -> dict[str, Any]:
-        """Per publisher and in total: received, lost (holes), duplicated, reordered; per key: first/next."""
+        """Per publisher and in total: received, lost (holes), duplicated, reordered; per key: first/next, and the
+        first holes (key counters from and to, and when the record after the hole was sent)."""
         per_publisher = {}
         totals = dict(received=0, lost=0, duplicated=0, reordered=0)
         for name, p in self.publishers.items():
@@ -96,6 +105,7 @@ class Audit:
                         "lost": s.lost,
                         "duplicated": s.duplicated,
                         "reordered": s.reordered,
+                        "holes": s.holes,
                     }
                     for k, s in p.keys.items()
                 },
@@ -138,3 +148,16 @@ def compare(summary: dict[str, Any], sent: dict[str, dict[str, int]], prefix: by
             out["undelivered"] += max(0, count - got["next"])
     out["lost"] = out["dropped"] + out["undelivered"]
     return out
+
+
+def holes(summary: dict[str, Any]) -> list[str]:
+    """Where a subscriber's audit summary found holes, a line per (publisher, key) that has any: what a failed test
+    prints, so that a loss can be placed in time (the send time of the record after each hole)."""
+    lines = []
+    for pub, row in summary["publishers"].items():
+        for key, k in row["keys"].items():
+            if k["lost"]:
+                where = ", ".join(f"{a}..{b} (the next sent at {sent:.3f})" for a, b, sent in k.get("holes", ()))
+                lines.append(f"publisher {pub} key {key!r}: {k['lost']} lost of {k['next'] - k['first']} from "
+                             f"{k['first']}; holes {where}")
+    return lines

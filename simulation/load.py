@@ -347,7 +347,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help=f"ZooKeeper root of the cluster, with --zk (default {defaults.ROOT})")
         q.add_argument("--credentials", default="", help="the client's credentials directory, for a cluster that "
                                                           "serves CURVE (its secret key and cluster.key)")
-        q.add_argument("--log-level", default="WARNING")
+        q.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     if bool(args.monitor) == bool(args.zk) or bool(args.zk) != bool(args.queue):
         p.error("give either --monitor ENDPOINT or --zk SERVERS with --queue NAME")

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import client
 from roq.errors import RoQError, UnavailableError
 from roq.wire.status import QueueStatus
-from simulation.audit import compare
+from simulation.audit import compare, holes
 from tests.integration.zkhelp import wait_until
 
 __all__ = ["Queue"]
@@ -98,6 +98,8 @@ class Queue:
             print(f"subscriber {report['prefix']!r}: {audit}; its library's counts: {report['stats']}")
             if report.get("timeline"):
                 print("  timeline: " + ", ".join(f"{p['received']}/{p['gaps']}" for p in report["timeline"]))
+            for line in holes(report["audit"]):
+                print("  " + line)
             assert (audit["lost"], audit["duplicated"], audit["reordered"]) == (0, 0, 0), audit
             assert audit["expected"] > 0 and (report["prefix"] or audit["expected"] == expected), audit
             audits.append(audit)

@@ -111,20 +111,25 @@ def test_delivered_only_once_every_subscriber_that_reads_took_the_mark(rig):
     assert told(pub, 1000) == 2 and not fwd.delivery.marks
 
 
-def test_a_subscriber_that_leaves_a_mark_untaken_for_the_hold_is_not_waited_for(rig):
+def test_a_subscriber_that_leaves_a_mark_untaken_for_the_hold_is_not_waited_for(rig, caplog):
     fwd, pub, subscriber = rig
     me = os.urandom(16)
-    subscriber()  # never reports
+    sub, sub_id = subscriber()  # reports nothing
     publish(fwd, pub, me, 1)
     sent = time.monotonic()
     fwd.delivery.tick(sent)
     fwd.delivery.tick(sent + HOLD / 2)
-    assert told(pub, 100) is None
-    fwd.delivery.tick(sent + HOLD)  # what it costs publishers: the hold, once
+    assert told(pub, 100) is None and fwd.delivery.unwaited == 0
+    with caplog.at_level(logging.WARNING, logger="exchange._delivery"):
+        fwd.delivery.tick(sent + HOLD)  # what it costs publishers: the hold, once
     assert told(pub, 1000) == 1
+    assert fwd.delivery.unwaited == 1 and f"subscriber {sub_id.hex()[:8]} left a delivery mark untaken" in caplog.text
     publish(fwd, pub, me, 2)
     fwd.delivery.tick(time.monotonic())
     assert told(pub, 1000) == 2  # given up on: not waited for again until it takes a mark
+    assert fwd.delivery.unwaited == 1  # said once
+    report(fwd, sub, sub_id, 2)  # it takes the newest mark: waited for again, and said again when it stops
+    assert not next(s for s in fwd.subscribers.all if s.id == sub_id).unwaited
 
 
 def test_a_subscriber_that_reads_further_behind_than_the_hold_but_takes_marks_is_waited_for(rig):

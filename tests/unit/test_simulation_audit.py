@@ -1,4 +1,4 @@
-from simulation.audit import Audit, compare, make_payload
+from simulation.audit import Audit, compare, holes, make_payload
 
 
 def feed(audit, pub, key, counters):
@@ -40,3 +40,14 @@ def test_compare_tells_holes_from_a_tail():
     feed(a, "p", b"k", [(i, i) for i in (0, 1, 5, 6)])  # 2-4 dropped on the way; 7-9 never came
     result = compare(a.summary(), {"p": {"k": 10}})
     assert (result["dropped"], result["undelivered"], result["lost"]) == (3, 3, 6)
+
+
+def test_the_first_holes_are_placed_by_counter_and_send_time():
+    a = Audit()
+    for overall in (0, 1, 5, 6, 9):  # holes 2..4 and 7..8; the record after each sent at its counter's second
+        a.record("p", b"k", make_payload(overall, overall, overall * 1_000_000_000, 40))
+    assert a.summary()["publishers"]["p"]["keys"]["k"]["holes"] == [(2, 4, 5.0), (7, 8, 9.0)]
+    assert holes(a.summary()) == ["publisher p key 'k': 5 lost of 10 from 0; holes 2..4 (the next sent at 5.000), "
+                                  "7..8 (the next sent at 9.000)"]
+    feed(a, "q", b"k", [(i, i) for i in range(3)])
+    assert len(holes(a.summary())) == 1  # a publisher without holes has no line
