@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any, Callable
 
 from monitor._balancer import Balancer
@@ -168,6 +169,19 @@ class Core:
             self._settled = True
             self.mover.place_orphans(now)  # publishers whose exchange never reported: fail them over
             self.subscribers.broadcast(now)  # and subscribers drop the exchanges that never reported
+
+    def quiet(self) -> bool:
+        """Nothing is under way that the tick must follow closely: no relocation, settled after the start, no hot
+        exchange waiting for a new one, no replicated journal (its elections are timed by the tick). Then the
+        tick may come seldom, at the latest when an exchange would fall silent (:meth:`silent_at`)."""
+        return (self._settled and not self.mover.relocations and self.balancer.fresh is None
+                and not self.replicas.active)
+
+    def silent_at(self) -> float:
+        """When the exchange heard from longest ago falls silent for the heartbeat timeout, if nothing more comes
+        from it (infinity: no exchange)."""
+        last = min((x.last_seen for x in self.topology.exchanges.values()), default=math.inf)
+        return last + self.exchanges.heartbeat_timeout
 
     def evaluate(self, now: float) -> None:
         """Four times per KPI period: the relocation rule, then (in a cluster) the scaling rule."""

@@ -8,7 +8,8 @@ messages on the ROUTER, records events (event log, KPI archive, log line), appen
 archive and passes requests to the GCM to its :class:`~monitor._cluster.ClusterLink`.
 
 The shell owns the sockets, the ZooKeeper link, the archive writer and the poll loop with its timers: a
-tick every :data:`TICK` (heartbeats, moves' timeouts, settling), the rules four times per KPI period, the
+tick every :data:`TICK` while something is under way (moves' timeouts, settling, elections) and at most every
+:data:`QUIET_TICK` otherwise, always just as an exchange falls silent; the rules four times per KPI period, the
 event log written to ZooKeeper at most every 0.5 s, and the stall discount (a tick that comes late means the
 loop itself did not run: that time is nobody else's silence).
 """
@@ -43,10 +44,14 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Monitor"]
 
-TICK = 0.05  # seconds between checks of heartbeats and timeouts
+TICK = 0.05  # seconds between checks of heartbeats and timeouts while something is under way
+#: seconds between two ticks at most while nothing is under way (Core.quiet); an exchange's silence is still
+#: noticed as it happens (Core.silent_at)
+QUIET_TICK = 0.25
 #: what only the cluster's own processes (the queue's exchanges) may send, with CURVE
 INTERNAL = (control.Heartbeat, control.ExchangeKpi, control.ExchangeBye, control.JournalHeartbeat)
 STALL = 0.25  # a tick this late means the loop itself stopped (see Core.discount_stall)
+SILENT_AFTER = 0.001  # the tick after an exchange's silence reached the timeout: just past it (the check is strict)
 EVALUATIONS_PER_PERIOD = 4  # rule evaluations per KPI period (each acts only on sustained conditions)
 MAX_MESSAGE = 1 << 20  # larger messages make ZeroMQ drop the connection
 
@@ -104,6 +109,7 @@ class Monitor:
         self.loop = Loop(f"monitor of queue {config.queue!r}", self.drops)
         self._gcm: zmq.Socket | None = None  # the GCM leader's socket the loop reads
         self._next_tick = 0.0
+        self._ticked = 0.0  # when the last tick ran
 
     @property
     def failures(self) -> int:
@@ -175,8 +181,9 @@ class Monitor:
         loop.add(self._router, self._server.readable, "the control port")
         if self._watch is not None:
             loop.add(self._watch.socket, self._watch.handle, "handshakes")
-        self._next_tick = time.monotonic() + TICK
-        loop.deadline(lambda: self._next_tick, self._tick, "the tick")
+        self._ticked = time.monotonic()
+        self._next_tick = self._ticked + TICK
+        loop.deadline(self._tick_due, self._tick, "the tick")
         loop.every(lambda: self.core.kpi_period / EVALUATIONS_PER_PERIOD, self.core.evaluate, "the rules")
         loop.after_turn(lambda now: self._apply(), "the core's decisions")
         loop.run()
@@ -225,10 +232,20 @@ class Monitor:
         if self.cluster.on_session(time.monotonic()):
             self.core.cluster_changed(self.cluster.view)
 
+    def _quiet(self) -> bool:
+        return self.core.quiet() and (self.cluster is None or not self.cluster.asking)
+
+    def _tick_due(self) -> float:
+        """When the tick is due: every :data:`TICK` while something is under way (it may have begun since the last
+        tick), else as the last tick planned (at most :data:`QUIET_TICK` later)."""
+        if self._next_tick > self._ticked + TICK and not self._quiet():
+            return self._ticked + TICK
+        return self._next_tick
+
     def _tick(self, now: float) -> None:
-        if now - self._next_tick >= STALL:
-            self.core.discount_stall(now - self._next_tick)
-        self._next_tick = now + TICK
+        late = now - max(self._tick_due(), self.loop.polled)  # (due before the poll began: it was not waited for)
+        if late >= STALL:
+            self.core.discount_stall(late)
         if self.archive is not None:
             self.archive.tick()
         self.core.tick(now)
@@ -236,6 +253,10 @@ class Monitor:
             self.cluster.expire(now)
             if self.log.changed and self.cluster.flush(self.log.recent(len(self.log.events)), self.log.counters, now):
                 self.log.saved()
+        self._ticked = now
+        self._next_tick = now + TICK
+        if self._quiet():  # until an exchange falls silent, if it does before the quiet tick
+            self._next_tick = max(self._next_tick, min(now + QUIET_TICK, self.core.silent_at() + SILENT_AFTER))
 
     # ------------------------------------------------------------------ carrying out the core's decisions
 

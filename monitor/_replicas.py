@@ -152,6 +152,11 @@ class Replicas:
                 return r.hb
         return None
 
+    @property
+    def active(self) -> bool:
+        """The queue's journal is replicated and replicas were heard: :meth:`decide` is timed by the tick."""
+        return bool(self.known) and wanted(self.rules()) >= 2
+
     def decide(self, now: float) -> None:
         """Tell the replicas what to be (see the module)."""
         count = wanted(self.rules())

@@ -93,6 +93,31 @@ def test_a_restarted_monitor_settles_before_failing_anybody_over():
     assert [x.exchange for x in d.to(b"s1", control.Exchanges)[-1].exchanges] == ["x1"]
 
 
+def test_the_tick_may_come_seldom_only_while_nothing_is_under_way_and_never_past_an_exchanges_silence():
+    q = Queue()
+    core = q.d.core
+    assert not core.quiet()  # settling after its start
+    for p in ("p1", "p2", "p3"):
+        q.publisher(p)
+    q.rates = {"x1": {"p1": 60, "p3": 50}, "x2": {"p2": 10}}
+    q.live(2.5, answer_ready=False)
+    assert core.quiet()  # settled, nothing to move
+    assert core.silent_at() == pytest.approx(q.d.now + 1.0)  # both beat just now; the timeout is 1 s
+    q.rates = {"x1": {"p1": 600, "p3": 500}, "x2": {"p2": 100}}
+    for _ in range(5):
+        q.live(1.0, answer_ready=False)
+        if q.d.to(b"s1", control.Prepare):
+            break
+    assert q.d.to(b"s1", control.Prepare) and not core.quiet()  # a relocation prepares: its timeouts are ticked
+    q.ready()
+    q.moved("p1")
+    assert core.quiet()
+    q.silent.add("x1")
+    q.d.run(0.5)
+    q.beat()
+    assert core.silent_at() == pytest.approx(q.d.now - 0.5 + 1.0)  # x1's last beat, plus the timeout
+
+
 def test_time_the_monitor_did_not_run_is_nobody_elses_silence():
     q = Queue()
     q.live(3.0)
