@@ -5,7 +5,9 @@ or a page never waits for a hundred monitors. The asks go through their own :cla
 (polled by the GCM's loop beside the operators' stats asks), at most one per queue at a time, which decodes
 each answer (:class:`~roq.wire.status.QueueStatus`); a monitor that does not answer within the ask's timeout, or
 answers something that is not a status, leaves its queue's last status in place, marked by its age.
-A queue that is no longer running is forgotten.
+A queue that is no longer running is forgotten. Each monitor is asked on one connection round after round (up to
+:data:`MAX_KEPT` of them), not a new one each time: a TCP and ZMTP handshake, and on a secure cluster a CURVE key
+exchange, per queue per period cost the GCM and every monitor more than the asks themselves.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from roq.security.curve import Curve
 from roq.wire.documents import RUNNING
 from roq.wire.status import QueueStatus
 
-__all__ = ["Census", "Snapshot", "MAX_QUEUES"]
+__all__ = ["Census", "Snapshot", "MAX_QUEUES", "MAX_KEPT"]
 
 MAX_QUEUES = 1000  # queues asked in one round, at most
+MAX_KEPT = 256  # connections to monitors kept from one round to the next (beyond, a new one per ask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +57,7 @@ class Census:
                  on_status: Callable[[Snapshot], None] | None = None,
                  on_round: Callable[[], None] | None = None, curve: Curve | None = None) -> None:
         self.period = period
-        self.asks = StatsAsks(ctx, limit=MAX_QUEUES, timeout=max(0.5, min(period, 2.0)), curve=curve)
+        self.asks = StatsAsks(ctx, limit=MAX_QUEUES, timeout=max(0.5, min(period, 2.0)), curve=curve, keep=MAX_KEPT)
         self.snapshots: dict[str, Snapshot] = {}
         self.next_at = 0.0
         self._asking: set[str] = set()
@@ -78,6 +81,7 @@ class Census:
         running = {name: q for name, q in view.queues.items() if q.state == RUNNING}
         for name in [n for n in self.snapshots if n not in running]:
             del self.snapshots[name]
+        self.asks.forget({q.monitor.endpoint for q in running.values() if q.monitor is not None})
         for name, q in list(running.items())[:MAX_QUEUES]:
             if name in self._asking:
                 continue

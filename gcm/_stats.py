@@ -63,6 +63,7 @@ class _Ask:
     answer: Answer
     queue: QueueView
     deadline: float
+    endpoint: str = ""  # kept after the answer, for the next ask of the same monitor ("": closed)
 
 
 class StatsAsks:
@@ -71,15 +72,21 @@ class StatsAsks:
     Args:
         ctx: the context the DEALERs are made in (the loop's thread owns them).
         curve: the GCM's CURVE (it asks the monitors as the cluster), or None for plaintext.
+        keep: how many DEALERs that were answered are kept, one per monitor endpoint, for the next ask of the
+            same monitor (the census asks every monitor every period: a new connection each time would cost both
+            sides a TCP and ZMTP handshake, and a CURVE key exchange, per queue per period). One that was not
+            answered in time, or answered garbage, is closed: a late answer is never read as the next one's.
     """
 
     def __init__(self, ctx: zmq.Context, *, limit: int = MAX_ASKS, timeout: float = ANSWER_TIMEOUT,
-                 curve: Curve | None = None) -> None:
+                 curve: Curve | None = None, keep: int = 0) -> None:
         self._ctx = ctx
         self._curve = curve
         self.limit = limit
         self.timeout = timeout
+        self.keep = keep
         self._asks: dict[zmq.Socket, _Ask] = {}
+        self._kept: dict[str, zmq.Socket] = {}  # monitor endpoint -> an answered DEALER connected to it
         self._unreadable = LogLimit(LOG_INTERVAL)
         self.unreadable = 0  # answers that were not a status (garbage, a malformed status)
 
@@ -102,19 +109,28 @@ class StatsAsks:
         it answered no status); False when it cannot be asked (``answer`` is not called)."""
         if q.monitor is None or len(self._asks) >= self.limit:
             return False
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_STATUS_BYTES)
-        if self._curve is not None:
-            self._curve.connect(sock)
+        endpoint = q.monitor.endpoint
+        sock = self._kept.pop(endpoint, None)
+        if sock is None:
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_STATUS_BYTES)
+            if self._curve is not None:
+                self._curve.connect(sock)
+            try:
+                sock.connect(check_endpoint(endpoint))
+            except Exception as exc:  # a bad endpoint in the monitor's node (ConfigError, ZMQError): topology only
+                log.debug("queue %s: cannot ask its monitor at %r: %s", q.name, endpoint[:80], exc)
+                sock.close()
+                return False
         try:
-            sock.connect(check_endpoint(q.monitor.endpoint))
             sock.send(control.encode(control.Status()), zmq.NOBLOCK)
-        except Exception as exc:  # a bad endpoint in the monitor's node (ConfigError, ZMQError): topology only
-            log.debug("queue %s: cannot ask its monitor at %r: %s", q.name, q.monitor.endpoint[:80], exc)
+        except zmq.ZMQError as exc:  # its pipe is full (the monitor does not read): topology only
+            log.debug("queue %s: cannot ask its monitor at %r: %s", q.name, endpoint[:80], exc)
             sock.close()
             return False
-        self._asks[sock] = _Ask(answer, q, now + self.timeout)
+        kept = endpoint if len(self._kept) + len(self._asks) < self.keep else ""
+        self._asks[sock] = _Ask(answer, q, now + self.timeout, kept)
         return True
 
     def readable(self, sock: zmq.Socket) -> None:
@@ -137,8 +153,16 @@ class StatsAsks:
         except Exception as exc:  # nothing after all (a ZMQError): none
             log.debug("queue %s: its monitor's answer could not be read: %s", ask.queue.name, str(exc)[:200])
         finally:
-            sock.close()
+            if status is not None and ask.endpoint and ask.endpoint not in self._kept:
+                self._kept[ask.endpoint] = sock  # asked again next time
+            else:
+                sock.close()
         ask.answer(status)
+
+    def forget(self, endpoints: set[str]) -> None:
+        """Close the kept DEALERs to every monitor but those at ``endpoints`` (the running queues' monitors)."""
+        for endpoint in [e for e in self._kept if e not in endpoints]:
+            self._kept.pop(endpoint).close()
 
     def expire(self, now: float) -> None:
         """Answer the asks whose monitor stayed silent past their deadline."""
@@ -148,6 +172,7 @@ class StatsAsks:
             ask.answer(None)
 
     def close(self) -> None:
-        for sock in self._asks:
+        for sock in [*self._asks, *self._kept.values()]:
             sock.close()
         self._asks.clear()
+        self._kept.clear()

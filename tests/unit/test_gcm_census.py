@@ -33,20 +33,22 @@ def _monitor(ctx: zmq.Context) -> tuple[zmq.Socket, str]:
     return sock, f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
 
 
-def _answer(monitor: zmq.Socket, frame: bytes) -> None:
+def _answer(monitor: zmq.Socket, frame: bytes) -> bytes:
+    """The monitor answers ``frame``; the routing id of the connection it was asked on."""
     assert monitor.poll(5000), "the monitor was not asked"
     identity, body = monitor.recv_multipart()
     assert isinstance(decode(body), Status)
     monitor.send_multipart([identity, frame])
+    return identity
 
 
-def _round(census: Census, view: View, answers: dict[zmq.Socket, bytes], now: float) -> None:
-    """One census round: every monitor asked, each answering its frame, every answer read."""
+def _round(census: Census, view: View, answers: dict[zmq.Socket, bytes], now: float) -> dict[zmq.Socket, bytes]:
+    """One census round: every monitor asked, each answering its frame, every answer read; the connections each
+    monitor was asked on."""
     rounds = []
     census.follow(lambda snapshot: None, lambda: rounds.append(1))
     census.round(view, now)
-    for monitor, frame in answers.items():
-        _answer(monitor, frame)
+    asked_on = {monitor: _answer(monitor, frame) for monitor, frame in answers.items()}
     poller = zmq.Poller()
     for sock in census.sockets():
         poller.register(sock, zmq.POLLIN)
@@ -55,6 +57,7 @@ def _round(census: Census, view: View, answers: dict[zmq.Socket, bytes], now: fl
         for sock, _ in poller.poll(100):
             census.readable(sock)
     assert rounds == [1], "the round did not close"
+    return asked_on
 
 
 def _status(rate: float) -> bytes:
@@ -85,6 +88,27 @@ def test_a_monitor_answering_garbage_keeps_its_last_status_and_the_others_are_se
         shell = type("Shell", (), {"id": "g", "view": view, "census": census})()
         state = LiveFeed(shell, labels=Labels()).state()
         assert {q["name"]: q["records_in_per_s"] for q in state["queues"]} == {"bad": 20.0, "good": 40.0}
+    finally:
+        census.close()
+        good.close()
+        bad.close()
+
+
+def test_a_monitor_is_asked_round_after_round_on_one_connection_until_it_answers_wrong_or_its_queue_goes(ctx):
+    (good, good_at), (bad, bad_at) = _monitor(ctx), _monitor(ctx)
+    view = View(queues={name: QueueView(name, QueueDoc(state=RUNNING), monitor=MonitorDoc(endpoint=at, host="h"))
+                        for name, at in (("good", good_at), ("bad", bad_at))})
+    census = Census(ctx, period=1.0)
+    try:
+        first = _round(census, view, {good: _status(10.0), bad: _status(20.0)}, 1.0)
+        second = _round(census, view, {good: _status(11.0), bad: b"\xff garbage"}, 2.0)
+        assert second == first  # the same connections: no handshake per round
+        third = _round(census, view, {good: _status(12.0), bad: _status(21.0)}, 3.0)
+        assert third[good] == first[good] and third[bad] != first[bad]  # one that answered garbage: a new one
+        assert census.snapshots["bad"].status.exchanges[0].records_per_s == 21.0
+        gone = View(queues={"bad": view.queues["bad"]})
+        assert _round(census, gone, {bad: _status(22.0)}, 4.0)[bad] == third[bad]
+        assert census.asks._kept.keys() == {bad_at}  # the queue that went: its connection closed
     finally:
         census.close()
         good.close()
