@@ -60,14 +60,19 @@ def _round(census: Census, view: View, answers: dict[zmq.Socket, bytes], now: fl
     return asked_on
 
 
+def _view(**monitors: str) -> View:
+    """Running queues, each named as its monitor's endpoint is given."""
+    return View(queues={name: QueueView(name, QueueDoc(state=RUNNING), monitor=MonitorDoc(endpoint=at, host="h"))
+                        for name, at in monitors.items()})
+
+
 def _status(rate: float) -> bytes:
     return encode(Reply(data=to_document(queue_status(exchanges=[{"id": "x1", "records_per_s": rate}]))))
 
 
 def test_a_monitor_answering_garbage_keeps_its_last_status_and_the_others_are_served(ctx):
     (good, good_at), (bad, bad_at) = _monitor(ctx), _monitor(ctx)
-    view = View(queues={name: QueueView(name, QueueDoc(state=RUNNING), monitor=MonitorDoc(endpoint=at, host="h"))
-                        for name, at in (("good", good_at), ("bad", bad_at))})
+    view = _view(good=good_at, bad=bad_at)
     census = Census(ctx, period=1.0)
     try:
         _round(census, view, {good: _status(10.0), bad: _status(20.0)}, 1.0)
@@ -96,8 +101,7 @@ def test_a_monitor_answering_garbage_keeps_its_last_status_and_the_others_are_se
 
 def test_a_monitor_is_asked_round_after_round_on_one_connection_until_it_answers_wrong_or_its_queue_goes(ctx):
     (good, good_at), (bad, bad_at) = _monitor(ctx), _monitor(ctx)
-    view = View(queues={name: QueueView(name, QueueDoc(state=RUNNING), monitor=MonitorDoc(endpoint=at, host="h"))
-                        for name, at in (("good", good_at), ("bad", bad_at))})
+    view = _view(good=good_at, bad=bad_at)
     census = Census(ctx, period=1.0)
     try:
         first = _round(census, view, {good: _status(10.0), bad: _status(20.0)}, 1.0)
@@ -106,8 +110,7 @@ def test_a_monitor_is_asked_round_after_round_on_one_connection_until_it_answers
         third = _round(census, view, {good: _status(12.0), bad: _status(21.0)}, 3.0)
         assert third[good] == first[good] and third[bad] != first[bad]  # one that answered garbage: a new one
         assert census.snapshots["bad"].status.exchanges[0].records_per_s == 21.0
-        gone = View(queues={"bad": view.queues["bad"]})
-        assert _round(census, gone, {bad: _status(22.0)}, 4.0)[bad] == third[bad]
+        assert _round(census, _view(bad=bad_at), {bad: _status(22.0)}, 4.0)[bad] == third[bad]
         assert census.asks._kept.keys() == {bad_at}  # the queue that went: its connection closed
     finally:
         census.close()
