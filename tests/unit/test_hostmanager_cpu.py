@@ -1,0 +1,43 @@
+"""The host manager's CPU meter under a budget given by a setting: its process tree, read from the kernel's lists of
+each task's children (real processes), and the CPU the tree spends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from hostmanager._cpu import CpuMeter, process_tree
+
+#: a child that starts a grandchild from a thread of its own (listed under that thread, not the main one), then
+#: burns CPU until it is killed
+SPAWNER = """
+import subprocess, sys, threading
+kid = []
+t = threading.Thread(target=lambda: kid.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])))
+t.start(); t.join()
+print(kid[0].pid, flush=True)
+while True:
+    pass
+"""
+
+
+def test_the_tree_holds_children_and_grandchildren_as_psutil_finds_them_and_the_meter_counts_their_cpu():
+    child = subprocess.Popen([sys.executable, "-c", SPAWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(child.stdout.readline())
+        tree = process_tree(os.getpid())
+        assert tree[0] == os.getpid() and {child.pid, grandchild} <= set(tree)
+        assert set(tree) == {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
+        meter = CpuMeter(cpus=2.0)
+        assert meter.source == "the host manager's processes"
+        time.sleep(0.5)
+        assert meter.percent() > 10  # the child burns a core: about half of a 2-core budget
+    finally:
+        for p in psutil.Process().children(recursive=True):
+            p.kill()
+        child.wait(10)
+    assert process_tree(2 ** 22 + 1) == [2 ** 22 + 1]  # no such process: itself alone
