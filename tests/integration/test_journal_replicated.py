@@ -253,6 +253,11 @@ def _audit(cluster, name: str, fault: Callable[[Rig], None], leader_stays: bool 
         assert _read(durable, 3000) == list(range(3000))
         durable.commit()  # on a majority of the replicas: it survives whatever the fault takes
         durable.close()
+        # the fault strikes once the monitor heard the leader say its followers hold the first records (a leader
+        # lost in its first heartbeat period after the election left only its first report, "no follower reached
+        # yet", and was passed over for that a moment before its silence counted)
+        wait_until(lambda: (found := _settled(qm, 3)) and _leader(found).end > leader.end, 10,
+                   "the leader's report of its followers holding the first records")
         for i in range(3000, 6000):  # in flight when the fault strikes
             pub.send(b"k", b"%d" % i)
         struck = time.monotonic()
