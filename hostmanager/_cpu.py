@@ -69,6 +69,8 @@ def process_tree(pid: int) -> list[int]:
     """``pid`` and every process descended from it, from the kernel's list of each task's children: the tree's
     own files, where psutil's ``children(recursive=True)`` reads every process of the machine (10-20 ms a call
     on a busy machine, each KPI period). Where the kernel keeps no such list, psutil's way."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        return _psutil_tree(pid)  # a kernel without the lists (or no such process)
     tree, todo = [pid], [pid]
     while todo:
         parent = todo.pop()
@@ -80,12 +82,8 @@ def process_tree(pid: int) -> list[int]:
             try:
                 with open(f"/proc/{parent}/task/{task}/children") as f:
                     kids = [int(k) for k in f.read().split()]
-            except FileNotFoundError:
-                if parent == pid and not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
-                    return _psutil_tree(pid)  # a kernel without the lists
-                continue  # the task ended
             except OSError:
-                continue
+                continue  # the task ended
             tree += kids
             todo += kids
     return tree

@@ -204,20 +204,19 @@ def test_a_streaming_query_killed_and_started_again_from_its_checkpoint_sinks_ea
         jobs.append(job_)
         return job_
 
-    drivers: list[subprocess.Popen] = []  # the query's drivers, the last one running
-    spark_restarts: list[int] = []
+    spark_restarts: list[int] = []  # the drivers started again for Spark's sake
 
     def driver() -> subprocess.Popen:
-        """The running driver: one that Spark ended because a Python worker it started did not connect back within
-        its 10 s (hard-coded in Spark's PythonWorkerFactory; a machine loaded far beyond its cores) is started
-        again from the checkpoint, as a supervisor would, at most twice: each record once all the same."""
-        job_ = drivers[-1]
-        if job_.poll() is not None and len(spark_restarts) < 2:
+        """The running driver (the last one started): one that Spark ended because a Python worker it started did
+        not connect back within its 10 s (hard-coded in Spark's PythonWorkerFactory; a machine loaded far beyond its
+        cores) is started again from the checkpoint, as a supervisor would, at most twice: each record once all the
+        same."""
+        if jobs[-1].poll() is not None and len(spark_restarts) < 2:
             if "Python worker failed to connect back" in (tmp_path / f"driver{len(jobs)}.log").read_text():
                 spark_restarts.append(len(jobs))
                 print(f"driver {len(jobs)}: Spark gave up on a Python worker starting; started again")
-                drivers.append(start(len(jobs) + 1))
-        return drivers[-1]
+                start(len(jobs) + 1)
+        return jobs[-1]
 
     def kill(job_: subprocess.Popen) -> None:
         try:
@@ -259,7 +258,7 @@ def test_a_streaming_query_killed_and_started_again_from_its_checkpoint_sinks_ea
     try:
         publisher = threading.Thread(target=publish, daemon=True)
         publisher.start()
-        drivers.append(start(1))
+        start(1)
         wait_until(lambda: _committed(out) or driver().poll() is not None, 180, "the first query's first micro-batch")
         go.set()
         wait_until(lambda: len(_committed(out)) >= 3 or driver().poll() is not None, 60,
@@ -269,7 +268,7 @@ def test_a_streaming_query_killed_and_started_again_from_its_checkpoint_sinks_ea
         kill(driver())  # kill -9, in the middle of whatever batch it was on
         assert not sent.is_set() and not failure, failure
         killed.set()
-        drivers.append(start(len(jobs) + 1))
+        start(len(jobs) + 1)
         assert sent.wait(120), f"{published[0]} records published in 120 s"
         assert not failure, failure
         total = published[0]
