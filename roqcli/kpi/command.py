@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 from typing import Any, Callable
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace, client: Any) -> int:
     until = job.parse_since(args.until, flag="--until")
     if args.action == "tune" and args.follow and until is not None:
         raise ConfigError("--until is for a report or a tuning made once; --follow goes on")
-    rule = TuneRule()
+    rule, window = TuneRule(), 0.0
     if args.action == "tune":
         if not 0 < args.scale_out_margin <= args.margin <= 1:
             raise ConfigError("need 0 < --scale-out-margin <= --margin <= 1")
@@ -119,34 +120,16 @@ def run(args: argparse.Namespace, client: Any) -> int:
     os.makedirs(logs, exist_ok=True)
     jvm_log = os.path.join(logs, "spark.log")
     ours = not job.session_running()  # (in a process with one running, a notebook's or a test's: that one, left running)
-    print(f"starting Spark on {args.master} (its own output goes to {jvm_log})" if ours else
+    kept = "" if out else ", kept if the run fails"
+    print(f"starting Spark on {args.master} (its own output goes to {jvm_log}{kept})" if ours else
           "using the Spark session running in this process (--master and --conf are its own)", flush=True)
     spark = job.spark_session(args.master, jvm_log=jvm_log, settings=dict(args.conf))
     writer = _Writer(client, getattr(args, "dry_run", False))
+    done = False  # a directory of our own for Spark's output is kept only when a failure points at it
     try:
-        if args.action == "report":
-            assert out is not None
-            report.report(spark, archive, out, queue=args.queue, since=since, until=until,
-                          progress=lambda s: print(s, flush=True))
-            return 0
-        if not args.follow:
-            print(f"reading {archive}...", flush=True)
-            decisions, counts = job.tune(spark, archive, queue=args.queue, since=since, until=until, rule=rule)
-            print(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines, "
-                  f"{counts['unknown_kind']:,} of unknown kind and {counts['files_being_written']} files being "
-                  f"written", flush=True)
-            if not decisions:
-                print("no exchange KPI records: nothing to tune")
-                return 1
-            written = [writer.write(q, d, counts) for q, d in decisions.items()]
-            if args.json:
-                print(json.dumps({"decisions": decisions, "skipped": counts}, indent=1, default=str))
-            return 0 if any(written) else 1
-        stopping = StopFlag()
-        print(f"following {archive} (every {args.every:g} s; Ctrl-C stops)", flush=True)
-        job.follow(spark, archive, lambda ds: [writer.write(q, d, None, only_changed=True) for q, d in ds.items()],
-                   queue=args.queue, rule=rule, every_s=args.every, window_s=window, stop=stopping)
-        return 0
+        code = _jobs(args, spark, archive, out, since, until, rule, window, writer)
+        done = True
+        return code
     except Exception as exc:
         failure = job.spark_failure(exc, jvm_log)
         if failure is None:
@@ -156,6 +139,39 @@ def run(args: argparse.Namespace, client: Any) -> int:
         if ours:
             job.stop_session(spark)
         writer.close()
+        if done and out is None:
+            shutil.rmtree(logs, ignore_errors=True)
+
+
+def _jobs(args: argparse.Namespace, spark: Any, archive: Any, out: str | None, since: float | None,
+          until: float | None, rule: TuneRule, window: float, writer: _Writer) -> int:
+    """Run the report or the tuning asked for on ``spark`` (``archive``: a :data:`roqcli.kpi.job.Source`); the
+    command's exit status."""
+    from roqcli.kpi import job, report
+
+    if args.action == "report":
+        assert out is not None
+        report.report(spark, archive, out, queue=args.queue, since=since, until=until,
+                      progress=lambda s: print(s, flush=True))
+        return 0
+    if not args.follow:
+        print(f"reading {archive}...", flush=True)
+        decisions, counts = job.tune(spark, archive, queue=args.queue, since=since, until=until, rule=rule)
+        print(f"{counts['records']:,} records; skipped {counts['corrupt']:,} corrupt lines, "
+              f"{counts['unknown_kind']:,} of unknown kind and {counts['files_being_written']} files being "
+              f"written", flush=True)
+        if not decisions:
+            print("no exchange KPI records: nothing to tune")
+            return 1
+        written = [writer.write(q, d, counts) for q, d in decisions.items()]
+        if args.json:
+            print(json.dumps({"decisions": decisions, "skipped": counts}, indent=1, default=str))
+        return 0 if any(written) else 1
+    stopping = StopFlag()
+    print(f"following {archive} (every {args.every:g} s; Ctrl-C stops)", flush=True)
+    job.follow(spark, archive, lambda ds: [writer.write(q, d, None, only_changed=True) for q, d in ds.items()],
+               queue=args.queue, rule=rule, every_s=args.every, window_s=window, stop=stopping)
+    return 0
 
 
 class _Writer:

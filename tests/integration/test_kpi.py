@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -231,6 +232,8 @@ def test_roq_kpi_tune_writes_thresholds_with_their_evidence(history, make_embedd
     print(done.stdout, done.stderr)
     assert done.returncode == 0
     assert "queue synthetic: thresholds written" in done.stdout and "WARN" not in done.stdout + done.stderr
+    logs = re.search(r"its own output goes to (\S+)/spark\.log, kept if the run fails", done.stdout)
+    assert logs and not os.path.exists(logs.group(1))  # a run that succeeded leaves nothing behind
     thresholds = cluster.manager.get_thresholds("synthetic")
     assert abs(thresholds["exchange_records_per_s"] / DOCUMENTED_MARK - 1) < 0.10
     tuning = cluster.manager.get_tuning("synthetic")
