@@ -13,7 +13,9 @@ average, an event on the page within 2 s.
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -34,20 +36,27 @@ TRIALS = 3
 
 @contextmanager
 def browser() -> Iterator[Any]:
-    """A headless chromium, quit on leaving (so no chromium process outlives its user)."""
+    """A headless chromium, quit on leaving (so no chromium process outlives its user). Its profile and its
+    temporary files go to a directory of its own, removed after it: the directory of its singleton socket, which
+    chromium makes in the machine's temporary directory, outlived every run."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", "--no-proxy-server"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    scratch = tempfile.mkdtemp(prefix="roq-chromium-")
     try:
-        yield driver
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--window-size=1400,1000", "--no-proxy-server", f"--user-data-dir={scratch}/profile"):
+            options.add_argument(arg)
+        service = Service(executable_path=CHROMEDRIVER, env={**os.environ, "TMPDIR": scratch})
+        driver = webdriver.Chrome(service=service, options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def fake_state(step: int, rng: random.Random, start: float) -> dict:

@@ -19,9 +19,11 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="the Parquet sink's directory")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--log", required=True, help="the JVM's log")
+    parser.add_argument("--tmp", required=True, help="the JVM's temporary directory (Spark's local directories in it: "
+                        "a driver killed with kill -9 leaves them, and the test's own directory is removed in time)")
     args = parser.parse_args()
     spark = job.spark_session("local[2]", app="roq-stream-test", jvm_log=args.log,
-                              settings={"spark.driver.extraJavaOptions": QUICK_JVM})
+                              settings={"spark.driver.extraJavaOptions": f"{QUICK_JVM} -Djava.io.tmpdir={args.tmp}"})
     roq_spark.register(spark)
     records = (spark.readStream.format("roq").option("zk", args.zk).option("root", args.root)
                .option("queue", args.queue).option("partitions", "2").load())

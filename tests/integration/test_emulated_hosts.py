@@ -128,8 +128,11 @@ def test_links_carry_traffic_and_everything_made_goes_on_stop_and_after_kill_9(m
     # a launcher killed with -9 leaves its groups, namespaces and links; the next start removes them
     script = tmp_path / "launcher.py"
     script.write_text(LAUNCHER.format(root=os.getcwd(), logs=str(tmp_path / "killed")))
+    scratch = tmp_path / "killed-tmp"  # its ZooKeeper's data and its API token, which no stop removes after a kill
+    scratch.mkdir()
     launcher = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                                preexec_fn=functools.partial(die_with_parent, os.getpid()))
+                                preexec_fn=functools.partial(die_with_parent, os.getpid()),
+                                env={**os.environ, "TMPDIR": str(scratch)})
     try:
         line = launcher.stdout.readline().split()  # type: ignore[union-attr]
         assert line and line[0] == "READY", line

@@ -199,8 +199,11 @@ def test_a_streaming_query_killed_and_started_again_from_its_checkpoint_sinks_ea
 
     def start(n: int) -> subprocess.Popen:
         log = open(tmp_path / f"driver{n}.log", "w")
-        job_ = subprocess.Popen([*command, "--log", str(tmp_path / f"jvm{n}.log")], stdout=log, stderr=log,
-                                start_new_session=True, cwd=os.getcwd())
+        scratch = tmp_path / f"jvm{n}-tmp"
+        scratch.mkdir()
+        job_ = subprocess.Popen([*command, "--log", str(tmp_path / f"jvm{n}.log"), "--tmp", str(scratch)], stdout=log,
+                                stderr=log, start_new_session=True, cwd=os.getcwd(),
+                                env={**os.environ, "TMPDIR": str(scratch)})
         jobs.append(job_)
         return job_
 
