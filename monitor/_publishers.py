@@ -82,6 +82,13 @@ class Publishers:
         if x is not None:
             self.mover.relieve(p, x, f"publisher reports {x.id} unresponsive: {reason}", now)
             return
+        if self.topology.settling(now):
+            # a (re)started monitor knows neither every exchange nor the subscribers yet: a failover now would send
+            # the publisher to an exchange its subscribers do not hear, and preparing them needs knowing them. It
+            # is failed over once settled (Mover.place_orphans), with its subscribers prepared like any other's
+            log.info("publisher %s reports exchange %s unresponsive: %s; failed over once the monitor settled",
+                     p.id[:8], panic.exchange, reason)
+            return
         log.warning("publisher %s reports exchange %s unresponsive: %s", p.id[:8], panic.exchange, reason)
         self.mover.failover(p, f"publisher reports {panic.exchange} unresponsive, and the monitor does not hear it: "
                                f"{reason}", now)

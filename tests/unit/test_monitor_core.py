@@ -93,6 +93,29 @@ def test_a_restarted_monitor_settles_before_failing_anybody_over():
     assert [x.exchange for x in d.to(b"s1", control.Exchanges)[-1].exchanges] == ["x1"]
 
 
+def test_a_restarted_monitor_fails_a_panicking_publisher_over_once_settled_with_its_subscribers_prepared():
+    # the monitor's host was lost with x1: the new monitor hears x2 and x1's replacement x3 (no publisher yet)
+    d = Driver(CONFIG)
+    for x in ("x2", "x3"):
+        d.send(control.Heartbeat(x, f"tcp://127.0.0.1:70{x[1]}0", f"tcp://127.0.0.1:80{x[1]}0", 1), x.encode())
+    d.send(control.PublisherHello("p2", "x2"), b"p2")
+    d.send(control.Panic("p1", "x1", "no acknowledgement for 1.6s"), b"p1")  # before any subscriber said hello
+    assert not d.to(b"p1", control.Relocate)  # not to an exchange whose subscribers nobody knows yet
+    d.send(control.SubscriberHello("s1", b"", ["x1", "x2"]), b"s1")  # it hears x2 (and the dead x1), not x3
+    for _ in range(9):
+        d.run(0.25)
+        for x in ("x2", "x3"):
+            d.send(control.Heartbeat(x, f"tcp://127.0.0.1:70{x[1]}0", f"tcp://127.0.0.1:80{x[1]}0", 1), x.encode())
+        d.send(control.SubscriberHello("s1", b"", ["x1", "x2"]), b"s1")
+        if d.to(b"p1", control.Relocate) or d.to(b"s1", control.Prepare):
+            break
+    # settled: failed over where its subscriber hears (x2), or with the subscriber prepared first
+    prepared = {m.target for m in d.to(b"s1", control.Prepare)}
+    relocations = d.to(b"p1", control.Relocate)
+    assert relocations and relocations[0].reason == "failover", relocations
+    assert relocations[0].exchange == "x2" or relocations[0].exchange in prepared
+
+
 def test_the_tick_may_come_seldom_only_while_nothing_is_under_way_and_never_past_an_exchanges_silence():
     q = Queue()
     core = q.d.core
