@@ -11,7 +11,8 @@ Every :data:`MARK_INTERVAL` in which it acknowledged something, the exchange sen
 publisher's connection had been acknowledged by then. A subscriber's progress report names the last mark it took
 (:func:`roq.wire.batch.pack_progress`): the pipe keeps its order, so it took every batch sent before that mark.
 Once every subscriber counted took mark ``m``, what was acknowledged up to ``m`` is delivered, and each
-publisher concerned is told its highest seq.
+publisher concerned is told its highest seq. A subscriber whose pipe is full when a mark is sent is owed the
+newest one, sent before its next batch (:meth:`Delivery.send_owed`).
 
 Counted is every subscriber in the table except one *behind* (batches go past it: it sees gaps anyway) and one
 that took no new mark for ``hold`` seconds while the mark after the one it took waited as long (one that stopped
@@ -107,13 +108,29 @@ class Delivery:
                 frames[0] = sub.ident
                 try:
                     send_frames(backend, frames, zmq.NOBLOCK)
-                except zmq.ZMQError as exc:  # a full pipe: a later mark; a gone peer: forgotten
+                    sub.mark_owed = False
+                except zmq.ZMQError as exc:  # a full pipe: owed, before its next batch; a gone peer: forgotten
                     if exc.errno != zmq.EAGAIN:
                         gone.append(sub)
+                    else:
+                        sub.mark_owed = True
             for sub in gone:
                 self.subscribers.remove(sub)
         if self.marks:
             self._deliver(self.taken(now))
+
+    def send_owed(self, sub: Subscriber) -> None:
+        """Send ``sub`` the newest mark, which its full pipe refused, if it has room now: the forward loop calls this
+        before it sends it a batch. (A subscriber that reads steadily at its pipe's limit found it full at every
+        tick, since the loop fills what room it makes with held batches first: it took no mark for the hold, and was
+        no longer waited for, however steadily it read.) A mark sent later than made still comes after every batch
+        acknowledged when it was made."""
+        try:
+            send_frames(self.backend, [sub.ident, *batch.pack_delivery_mark(self.beacon_id, self.next_mark - 1)],
+                        zmq.NOBLOCK)
+            sub.mark_owed = False
+        except zmq.ZMQError:  # still full (or gone: the batch's send finds that)
+            pass
 
     def taken(self, now: float) -> int:
         """The highest mark every subscriber counted took (see the module's doc)."""

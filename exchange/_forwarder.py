@@ -369,6 +369,8 @@ class Forwarder:
         for sub in self.subscribers.all:
             if key.startswith(sub.prefixes):
                 frames[0] = sub.ident
+                if sub.mark_owed:
+                    self.delivery.send_owed(sub)
                 try:
                     send_frames(backend, frames, zmq.NOBLOCK)
                 except zmq.ZMQError as exc:
@@ -428,6 +430,8 @@ class Forwarder:
         backend = self.backend
         still = []
         for sub in waiting:
+            if sub.mark_owed:
+                self.delivery.send_owed(sub)
             try:
                 send_frames(backend, (sub.ident, key, header, body), zmq.NOBLOCK)
             except zmq.ZMQError as exc:

@@ -39,11 +39,11 @@ BEHIND_HOLD = 2.0
 class Subscriber:
     """One subscriber of the exchange: its connection's routing id (``ident``, what it is sent to), its id (the
     one its subscription names), the prefixes it gets (its own and the control topic's), until when it is behind,
-    how many batches went past it, whether its seam went to the journal, when it last reported progress, and the last
-    delivery mark it took and when."""
+    how many batches went past it, whether its seam went to the journal, when it last reported progress, the last
+    delivery mark it took and when, and whether a mark its full pipe refused is owed to it."""
 
     __slots__ = ("ident", "id", "prefix", "prefixes", "behind_until", "missed", "principal", "seamed", "progressed",
-                 "missed_at", "mark", "marked", "unwaited")
+                 "missed_at", "mark", "marked", "unwaited", "mark_owed")
 
     def __init__(self, ident: bytes, prefix: bytes, principal: str = "", id: bytes = b"") -> None:
         self.ident = ident
@@ -59,6 +59,7 @@ class Subscriber:
         self.mark = -1  # the last delivery mark it took (-1: it came after the last one sent; see exchange._delivery)
         self.marked = 0.0  # when it last reported a mark newer than the one before
         self.unwaited = False  # delivery goes on without it until it takes a newer mark (see exchange._delivery)
+        self.mark_owed = False  # its pipe was full for the last mark: the newest goes before its next batch
 
     def behind(self, now: float) -> bool:
         """Until ``behind_until``; and one that reports progress, until it reports again after it missed a batch

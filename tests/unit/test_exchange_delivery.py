@@ -30,9 +30,12 @@ def rig():
     pub.connect(fwd.frontend_endpoint)
     sockets = [pub]
 
-    def subscriber() -> tuple[zmq.Socket, bytes]:
+    def subscriber(small: bool = False) -> tuple[zmq.Socket, bytes]:
         sub = ctx.socket(zmq.DEALER)
         sub.setsockopt(zmq.LINGER, 0)
+        if small:  # a pipe that fills after a few batches
+            sub.setsockopt(zmq.RCVHWM, 1)
+            sub.setsockopt(zmq.RCVBUF, 4096)
         ident = os.urandom(16)
         sub.connect(fwd.backend_endpoint)
         sub.send_multipart(batch.pack_subscription(ident, b""))
@@ -166,3 +169,38 @@ def test_with_no_subscriber_and_for_one_that_came_after_the_mark_nothing_waits(r
     fwd.delivery.tick(time.monotonic())
     assert told(pub, 1000) == 3
     assert fwd.delivery.due == float("inf")  # nothing acknowledged, no mark waits: the loop does not wake for it
+
+
+def test_a_mark_refused_by_a_full_pipe_goes_before_the_next_batch_it_gets(rig):
+    """A subscriber reading steadily at its pipe's limit is sent every mark: one its full pipe refused goes out as
+    soon as it has room, before the held batch (the loop fills what room it makes with held batches first, so at
+    every tick the pipe was full, it took no mark, and after the hold it was no longer waited for)."""
+    fwd, pub, subscriber = rig
+    me = os.urandom(16)
+    sub, sub_id = subscriber(small=True)
+    body = batch.encode_body([b"x" * 65536])
+    seq, deadline = 0, time.monotonic() + 10.0
+    while fwd.held is None:  # fill its pipe and socket buffers until a batch is held for it
+        assert time.monotonic() < deadline, "the subscriber's pipe never filled"
+        seq += 1
+        pub.send_multipart([b"k", batch.pack_header(batch.DATA, me, seq, 1), body])
+        while not pub.poll(1) and fwd.held is None:
+            fwd.forward()
+        if fwd.held is None:
+            assert batch.decode_ack(pub.recv()) == seq
+    table = next(s for s in fwd.subscribers.all if s.id == sub_id)
+    fwd.delivery.tick(time.monotonic())  # a mark for what was acknowledged (all but the held batch): no room
+    assert table.mark_owed
+    got: list[int] = []
+    while fwd.held is not None:  # it reads; the forward loop tries the held batch again as it has room
+        assert time.monotonic() < deadline + 10.0, "the held batch never went out"
+        while sub.poll(10):
+            h = batch.parse_header(sub.recv_multipart()[1])
+            got.append(-h.first_seq if h.kind == batch.DELIVERY_MARK else h.first_seq)
+        fwd.retry(time.monotonic())
+    got += marks(sub)
+    assert got == [*range(1, seq), -1, seq]  # the mark after what it covers, before the held batch
+    assert not table.mark_owed
+    report(fwd, sub, sub_id, 1)
+    fwd.delivery.tick(time.monotonic())
+    assert told(pub, 1000) == seq - 1  # delivered: it took the mark
