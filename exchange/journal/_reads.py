@@ -29,6 +29,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from exchange.journal._files import replace_synced
 from exchange.journal._store import POSITIONS, Store
 from roq.wire import batch, compression, control
 from roq.errors import CorruptJournalError, JournalError, ProtocolError
@@ -273,11 +274,7 @@ class Positions:
         self.check(name, offset)
         new = {**self.offsets, name: offset}
         try:
-            with open(self.path + ".new", "w") as f:
-                json.dump(new, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(self.path + ".new", self.path)
+            replace_synced(self.path, json.dumps(new).encode())
         except OSError as exc:
             raise JournalError(f"cannot write {self.path}: {exc.strerror}") from exc
         self.offsets = new

@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import zmq
 
+from exchange.journal._files import replace_synced
 from exchange.journal._format import Entry, read_position
 from exchange.journal._readport import ReadPort
 from exchange.journal._reads import Positions
@@ -119,11 +120,7 @@ def save_replica(directory: str, replica: Replica) -> None:
     """
     path = os.path.join(directory, REPLICA_FILE)
     try:
-        with open(path + ".new", "w") as f:
-            json.dump({"promised": replica.promised, "history": replica.history.to_list()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".new", path)
+        replace_synced(path, json.dumps({"promised": replica.promised, "history": replica.history.to_list()}).encode())
     except OSError as exc:
         raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
 

@@ -13,6 +13,7 @@ import logging
 import os
 from typing import Iterator
 
+from exchange.journal._files import sync_directory
 from exchange.journal._format import Entry, decode_entry, segment_name
 from exchange.journal._index import Index
 from roq.errors import CorruptJournalError, JournalError
@@ -77,7 +78,7 @@ class Segment:
             seg._wfd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
             with open(seg.index_path, "wb"):
                 pass
-            _sync_dir(directory)
+            sync_directory(directory)
         except OSError as exc:
             raise JournalError(f"cannot create segment {seg.path}: {exc.strerror}") from exc
         return seg
@@ -153,7 +154,7 @@ class Segment:
                 src.seek(scan.size)
                 dst.write(src.read())
             os.truncate(self.path, scan.size)
-            _sync_dir(self.directory)
+            sync_directory(self.directory)
         except OSError as exc:
             raise JournalError(f"cannot cut the torn tail of {self.path}: {exc.strerror}") from exc
         log.warning("segment %s: %d bytes after its last whole entry (%s) moved to %s and cut off",
@@ -340,14 +341,6 @@ class Segment:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-
-
-def _sync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def walk(fd: int, position: int, end: int) -> Iterator[tuple[int, Entry | None, str]]:

@@ -34,6 +34,7 @@ from typing import Iterator
 
 from exchange.journal._format import (Entry, decode_publishers, encode_entry, encode_publishers, entry_size,
                                       segment_base, segment_name)
+from exchange.journal._files import replace_synced, sync_directory
 from exchange.journal._segment import Scan, Segment
 from roq.wire.batch import parse_header
 from roq.errors import CorruptJournalError, JournalError
@@ -171,11 +172,7 @@ class Store:
     def _write_meta(self, generation: int = 0) -> None:
         path = os.path.join(self.directory, META)
         try:
-            with open(path + ".new", "w") as f:
-                json.dump({"format": FORMAT, "queue": self.queue, "generation": generation}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(path + ".new", path)
+            replace_synced(path, json.dumps({"format": FORMAT, "queue": self.queue, "generation": generation}).encode())
         except OSError as exc:
             raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
 
@@ -538,6 +535,7 @@ class Store:
         try:
             os.replace(fresh, seg.path)
             os.unlink(seg.index_path)
+            sync_directory(self.directory)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -594,11 +592,7 @@ def _move_files(source: str, target: str) -> None:
             if name == POSITIONS or (name[:20].isdigit() and name[20:21] == "."):
                 os.rename(os.path.join(source, name), os.path.join(target, name))
         for d in {source, target, os.path.dirname(os.path.normpath(target))}:
-            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            sync_directory(d)
     except OSError as exc:
         raise JournalError(f"cannot move the journal's files from {source} to {target}: {exc.strerror}") from exc
 

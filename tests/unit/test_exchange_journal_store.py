@@ -361,3 +361,32 @@ def test_offsets_jump_past_a_gap_that_reads_as_one_and_is_found_again(tmp_path):
     with pytest.raises(CorruptJournalError):
         _records(store)  # ...still reads as damage, not as a gap
     store.close()
+
+
+def test_a_promise_a_position_and_the_format_are_on_disk_with_their_rename_before_the_answer(tmp_path, monkeypatch):
+    """Each small file is written whole, synced, renamed into place, and then its directory synced: the rename is
+    durable too, so a power loss cannot take back a replica's promise or a position the journal confirmed."""
+    from exchange.journal._reads import Positions
+    from exchange.journal._replicas import load_replica, save_replica
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    directory = str(tmp_path / "j")
+    store, _ = Store.open(directory, "q")
+    replica = load_replica(directory, "r1", store)
+    replica.promise(3)
+    synced.clear()
+    save_replica(directory, replica)
+    assert synced == [os.path.realpath(os.path.join(directory, "replica.json.new")), os.path.realpath(directory)]
+    assert load_replica(directory, "r1", store).promised == 3
+    positions = Positions(directory)
+    synced.clear()
+    positions.commit("sub-1", 42)
+    assert synced[-1] == os.path.realpath(directory) and len(synced) == 2
+    store.close()
