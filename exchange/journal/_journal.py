@@ -17,7 +17,9 @@ durability, sync interval, retention) when it holds another. Its host manager te
 where the monitor moved (:class:`~roq.wire.control.Retarget`).
 
 A write that fails (the disk is full) loses the round, acknowledges none of it and pauses the intake for
-:data:`PAUSE_S`; the exchanges send it again. Nothing acknowledged is lost.
+:data:`PAUSE_S`; the exchanges send it again. Nothing acknowledged is lost. A sync that fails (``always``) does
+the same and cuts the log back to what is known on the disk (:meth:`Journal._distrust_unsynced`): a leader stops
+leading first.
 
 **A journal waits for its policy.** Its host manager starts it with the queue's journal *generation*
 (:attr:`~roq.config.JournalConfig.generation`: how many times the queue's journal was started anew after its
@@ -334,8 +336,10 @@ class Journal:
         """Write the round (and sync it, unless ``interval``), then acknowledge it."""
         store, intake = self.store, self.intake
         assert store is not None and intake is not None
+        written = False
         try:
             store.write()
+            written = True
             if self.leading is not None and self.reads is not None:
                 self.reads.written()  # the followers take the round now, and sync it while we do
             if not self.interval:
@@ -343,6 +347,8 @@ class Journal:
         except JournalError as exc:
             self._paused_until = time.monotonic() + PAUSE_S
             intake.acks()  # nothing of the round is acknowledged
+            if written:
+                self._distrust_unsynced()
             failures = self.meter.failed(str(exc))
             if counted_log_due(failures):
                 log.error("journal %s: %s; nothing of the last round is acknowledged, the exchanges send it again "
@@ -354,6 +360,25 @@ class Journal:
             self._acknowledge(intake.acks(), store.next_offset)
         if self.reads is not None:
             self.reads.written()  # readers waiting at the end (after the acknowledgements: publishers wait on them)
+
+    def _distrust_unsynced(self) -> None:
+        """A sync failed: what was written since the last good one is cut away (a later sync could succeed without
+        it, the kernel having marked its pages clean, and the exchanges' resends would then be taken for records
+        the journal holds). A leader stands down first: its followers may have taken the round, and it must not
+        give those offsets to other records; the monitor elects another, and this replica follows it."""
+        store = self.store
+        assert store is not None
+        if self.leading is not None:
+            log.error("journal %s: a sync failed; it stops leading epoch %d (what it wrote since its last good sync "
+                      "is cut away)", self.id, self.leading.epoch)
+            self._step_down()
+        try:
+            store.cut_to_synced()
+        except JournalError as exc:
+            log.error("journal %s: %s", self.id, exc)
+            return
+        if self.standby is not None:
+            self.standby.truncated(store.next_offset)
 
     def _acknowledge(self, acks: dict[bytes, list[tuple[bytes, int]]], end: int) -> None:
         """Tell each exchange its publishers' highest seqs journaled, and the journal's end ``end``."""

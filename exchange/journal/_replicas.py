@@ -178,7 +178,14 @@ def _write(store: Store, replica: Replica, durable: bool) -> None:
         replica.truncated(store.next_offset)  # (nothing of it was written)
         raise
     if durable:
-        store.sync()
+        try:
+            store.sync()
+        except JournalError:  # what the failed sync covered cannot be trusted: fetched again (Store.cut_to_synced)
+            try:
+                store.cut_to_synced()
+            finally:
+                replica.truncated(store.next_offset)
+            raise
 
 
 def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], store: Store,

@@ -44,6 +44,7 @@ class Segment:
         base: the offset of its first record.
         size: bytes of whole entries written (to the kernel).
         synced: bytes known to be on the disk.
+        synced_offset: the offset after the last entry known to be on the disk.
         next_offset: the offset its next entry gets.
         written_offset: the offset after the last entry written (what reads reach).
         first_time_ns: the time of its first entry (0: none yet).
@@ -56,7 +57,7 @@ class Segment:
         self.path = os.path.join(directory, segment_name(base, ".log"))
         self.index_path = os.path.join(directory, segment_name(base, ".idx"))
         self.size = self.synced = 0
-        self.next_offset = self.written_offset = base
+        self.next_offset = self.written_offset = self.synced_offset = base
         self.first_time_ns = self.last_time_ns = 0
         self.index = Index(self.index_path, base)
         self._wfd = -1
@@ -121,7 +122,7 @@ class Segment:
                               scan.damage)
                 scan = None
         seg.synced = seg.size
-        seg.written_offset = seg.next_offset
+        seg.written_offset = seg.synced_offset = seg.next_offset
         return seg, scan
 
     def _scan(self, file_size: int) -> Scan:
@@ -262,6 +263,7 @@ class Segment:
         except OSError as exc:
             raise JournalError(f"cannot sync {self.path}: {exc.strerror}") from exc
         self.synced = self.size
+        self.synced_offset = self.written_offset
 
     def seal(self) -> None:
         """No more appends: sync, write the whole index, keep only the read side open."""

@@ -296,6 +296,17 @@ class Store:
             while self._recent and self._recent[-1].offset >= end:
                 self._recent_bytes -= self._recent.pop().size
 
+    def cut_to_synced(self) -> None:
+        """After a sync that failed: cut the log back to the end known to be on the disk. The kernel may have marked
+        the pages it could not write clean, and a later sync then succeeds without them; what was written after the
+        last good sync can no longer be trusted, and is cut away (its batches were not acknowledged: the exchanges
+        send them again).
+
+        Raises:
+            JournalError: the file cannot be cut.
+        """
+        self.truncate(self.active.synced_offset)
+
     # ------------------------------------------------------------------ the extent
 
     @property

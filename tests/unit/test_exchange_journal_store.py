@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 
 import pytest
 
@@ -390,3 +391,120 @@ def test_a_promise_a_position_and_the_format_are_on_disk_with_their_rename_befor
     positions.commit("sub-1", 42)
     assert synced[-1] == os.path.realpath(directory) and len(synced) == 2
     store.close()
+
+
+def _failing_syncs(monkeypatch, times: int) -> None:
+    """``os.fdatasync`` fails ``times`` times with EIO (a disk that refused), then works."""
+    import errno
+
+    real, left = os.fdatasync, [times]
+
+    def fdatasync(fd: int) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+
+def test_after_a_failed_sync_the_log_is_cut_back_to_what_is_on_the_disk_and_the_resends_are_taken_again(
+        tmp_path, monkeypatch):
+    """A failed sync may leave its pages marked clean: a later sync succeeds without them, and the exchanges'
+    resends would be taken for records the journal holds. What was written since the last good sync is cut away."""
+    store, _ = Store.open(str(tmp_path), "q")
+    _put(store, PUB_A, 1, 3)
+    store.write()
+    store.sync()
+    synced_end = store.end_offset
+    _put(store, PUB_A, 4, 2)
+    store.write()
+    _failing_syncs(monkeypatch, 1)
+    with pytest.raises(JournalError):
+        store.sync()
+    assert store.end_offset > synced_end and store.high(PUB_A) == 5
+    store.cut_to_synced()
+    assert store.end_offset == store.next_offset == synced_end and store.high(PUB_A) == 3
+    assert _records(store) == [(PUB_A, s) for s in (1, 2, 3)]
+    _put(store, PUB_A, 4, 2)  # the exchange's resend: not a duplicate any more
+    store.write()
+    store.sync()
+    assert _records(store) == [(PUB_A, s) for s in (1, 2, 3, 4, 5)]
+    store.close()
+    reopened, _ = Store.open(str(tmp_path), "q")
+    assert _records(reopened) == [(PUB_A, s) for s in (1, 2, 3, 4, 5)]
+    reopened.close()
+
+
+def test_a_follower_whose_sync_fails_holds_only_what_is_on_the_disk_and_fetches_the_rest_again(tmp_path, monkeypatch):
+    from exchange.journal._replicas import append_entries, load_replica
+    from exchange.journal._replication import EpochHistory
+
+    store, _ = Store.open(str(tmp_path), "q")
+    replica = load_replica(str(tmp_path), "r2", store)
+    history = EpochHistory.from_list([[1, 0, -1]])
+    first = [*_batch(PUB_A, 1, [b"a"] * 2), *_batch(PUB_A, 3, [b"b"] * 2)]
+    assert append_entries(store, replica, history, [0, 2], [1, 2], first, durable=True) == (2, "")
+    second = list(_batch(PUB_A, 5, [b"c"] * 3))
+    _failing_syncs(monkeypatch, 1)
+    with pytest.raises(JournalError):
+        append_entries(store, replica, history, [4], [3], second, durable=True)
+    assert store.next_offset == 4 and replica.end == 4  # its next fetch asks from 4 again
+    assert append_entries(store, replica, history, [4], [3], second, durable=True) == (1, "")
+    assert store.next_offset == 7 and replica.end == 7
+    store.close()
+
+
+@pytest.mark.parametrize("leads", [False, True], ids=["one journal", "a leader"])
+def test_a_journal_whose_sync_fails_acknowledges_nothing_of_the_round_and_takes_its_resend_as_new(tmp_path,
+                                                                                                  monkeypatch, leads):
+    """A journal process's core on real sockets: the round whose sync fails is not acknowledged and is cut away, so
+    the exchange's resend is written and synced again before it is acknowledged, not taken for a duplicate of what
+    the failed sync may have left only in the kernel's memory."""
+    import zmq
+
+    from exchange.journal._journal import Journal
+    from roq.config import JournalConfig
+
+    journal = Journal(JournalConfig(queue="q", directory=str(tmp_path / "j"), followers=("f1",) if leads else ()))
+    journal.start()
+    exchange = journal._ctx.socket(zmq.DEALER)
+    exchange.setsockopt(zmq.LINGER, 0)
+    exchange.connect(journal.endpoint)
+
+    def send(first: int, n: int) -> list[int]:
+        """A batch of ``n`` records from ``first``, one round of the journal; the seqs acknowledged."""
+        key, header, body = _batch(PUB_A, first, [b"r"] * n)
+        exchange.send_multipart([key, header, body])
+        deadline = time.monotonic() + 5
+        while not journal.sock.poll(10):
+            assert time.monotonic() < deadline, "the batch never reached the journal"
+        journal._round(time.monotonic())
+        return [seq for frame in _frames(exchange) for _, seq in batch.decode_journal_ack(frame)[2]]
+
+    try:
+        if leads:  # a leader's round is acknowledged once its follower holds it too: none here
+            assert send(1, 3) == [] and journal.leading is not None
+        else:
+            assert send(1, 3) == [3]
+        end = journal.store.end_offset
+        _failing_syncs(monkeypatch, 1)
+        assert send(4, 2) == []  # not on the disk: not acknowledged
+        assert journal.store.end_offset == end  # and not held: the resend is not a duplicate
+        if leads:  # its follower may have taken the round: it leads no more, and gives those offsets to nobody
+            assert journal.leading is None and journal.standby is not None and journal.standby.end == end
+            return
+        journal._paused_until = 0.0  # (the intake's pause after a failure, over)
+        assert send(4, 2) == [5]
+        assert _records(journal.store) == [(PUB_A, s) for s in range(1, 6)]
+    finally:
+        exchange.close()
+        journal.close()
+
+
+def _frames(sock) -> list[bytes]:
+    """The last frame of each message waiting on ``sock``, within 0.2 s."""
+    out = []
+    while sock.poll(200):
+        out.append(sock.recv_multipart()[-1])
+    return out
