@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import zmq
 
@@ -62,11 +62,14 @@ class Delivery:
         acks: what the publishers were acknowledged (:attr:`Acks.given`).
         beacon_id: the id in the marks' headers.
         hold: seconds a subscriber may leave a mark untaken and still be waited for.
+        held: the subscribers a held batch waits for (the forward loop's): on a durable queue the journal may have
+            acknowledged it already, so a mark made now covers it, and goes to them only after it.
     """
 
     def __init__(self, backend: zmq.Socket, subscribers: Subscribers, acks: Acks, beacon_id: bytes,
-                 hold: float) -> None:
+                 hold: float, held: Callable[[], Iterable[Subscriber]] = tuple) -> None:
         self.backend = backend
+        self.held = held
         self.subscribers = subscribers
         self.acks = acks
         self.beacon_id = beacon_id
@@ -93,6 +96,7 @@ class Delivery:
         subscribers counted took."""
         self._next = now + self.interval
         given = self.acks.take_given()
+        waiting = set(self.held())
         if given:
             mark = self.next_mark
             self.next_mark += 1
@@ -106,6 +110,9 @@ class Delivery:
                 if sub.mark < 0:  # new since the last mark: what that one covers was sent before it came
                     sub.mark = mark - 1
                 frames[0] = sub.ident
+                if sub in waiting:  # after the batch held for it (retry)
+                    sub.mark_owed = True
+                    continue
                 try:
                     send_frames(backend, frames, zmq.NOBLOCK)
                     sub.mark_owed = False
@@ -116,12 +123,16 @@ class Delivery:
                         sub.mark_owed = True
             for sub in gone:
                 self.subscribers.remove(sub)
+        elif self.marks:  # nothing new: a mark still owed goes now if it has room (it may get no batch soon)
+            for sub in self.subscribers.all:
+                if sub.mark_owed and sub not in waiting:
+                    self.send_owed(sub)
         if self.marks:
             self._deliver(self.taken(now))
 
     def send_owed(self, sub: Subscriber) -> None:
         """Send ``sub`` the newest mark, which its full pipe refused, if it has room now: the forward loop calls this
-        before it sends it a batch. (A subscriber that reads steadily at its pipe's limit found it full at every
+        before it sends it a new batch, and after the held batch it waited for. (A subscriber that reads steadily at its pipe's limit found it full at every
         tick, since the loop fills what room it makes with held batches first: it took no mark for the hold, and was
         no longer waited for, however steadily it read.) A mark sent later than made still comes after every batch
         acknowledged when it was made."""

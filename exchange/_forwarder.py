@@ -176,7 +176,8 @@ class Forwarder:
         self.subscriptions = Subscriptions(self.backend, self.subscribers, drops, name=name, beacon_id=beacon_id,
                                            keyring=self.keyring, admission=admission if curve is not None else None)
         # what every subscriber that reads took, so what the publishers may forget
-        self.delivery = Delivery(self.backend, self.subscribers, self.acks, beacon_id, config.delivery_hold)
+        self.delivery = Delivery(self.backend, self.subscribers, self.acks, beacon_id, config.delivery_hold,
+                                 held=self._held_for)
 
     def bind(self, address: str, frontend_port: int, backend_port: int) -> None:
         """Bind the frontend and the backend.
@@ -430,8 +431,6 @@ class Forwarder:
         backend = self.backend
         still = []
         for sub in waiting:
-            if sub.mark_owed:
-                self.delivery.send_owed(sub)
             try:
                 send_frames(backend, (sub.ident, key, header, body), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
@@ -445,10 +444,18 @@ class Forwarder:
                     self.stalls += 1
                     self._past(sub, now)
                     _log_stall(sub, now - self.held_since, BEHIND_HOLD * self.config.subscriber_grace, self.stalls)
+            else:
+                if sub.mark_owed:  # after the held batch: the mark may cover it (the journal acknowledged it)
+                    self.delivery.send_owed(sub)
         if still:
             self.held = (frames, h, still, conn)
             return False
         return self._released(h, body, conn)
+
+    def _held_for(self) -> list[Subscriber]:
+        """The subscribers the held batch waits for (none while it waits for the journal's pipe: nobody has it)."""
+        held = self.held
+        return (held[2] or []) if held is not None else []
 
     def _hold(self, frames: list[bytes], h: batch.Header, waiting: list[Subscriber], conn: bytes) -> None:
         """Hold a batch that came on ``conn`` for the full pipes of ``waiting`` (it went to the journal first, if

@@ -28,7 +28,8 @@ def replace_synced(path: str, data: bytes) -> None:
     crash meanwhile) not at all.
 
     Raises:
-        OSError: it could not be written; ``path`` then holds what it held before.
+        OSError: it could not be written (``path`` then holds what it held before), or its rename could not be
+            synced (``path`` holds ``data``, which a power loss may undo).
     """
     fresh = path + ".new"
     with open(fresh, "wb") as f:

@@ -336,10 +336,8 @@ class Journal:
         """Write the round (and sync it, unless ``interval``), then acknowledge it."""
         store, intake = self.store, self.intake
         assert store is not None and intake is not None
-        written = False
         try:
             store.write()
-            written = True
             if self.leading is not None and self.reads is not None:
                 self.reads.written()  # the followers take the round now, and sync it while we do
             if not self.interval:
@@ -347,7 +345,7 @@ class Journal:
         except JournalError as exc:
             self._paused_until = time.monotonic() + PAUSE_S
             intake.acks()  # nothing of the round is acknowledged
-            if written:
+            if store.sync_failed:  # (also the sync of a segment sealed as it rolled)
                 self._distrust_unsynced()
             failures = self.meter.failed(str(exc))
             if counted_log_due(failures):
@@ -374,8 +372,9 @@ class Journal:
             self._step_down()
         try:
             store.cut_to_synced()
-        except JournalError as exc:
-            log.error("journal %s: %s", self.id, exc)
+        except JournalError as exc:  # what it cannot cut it must not take for held: it takes no batch any more
+            self._paused_until = float("inf")
+            log.error("journal %s: %s; it takes no batch until it is started again", self.id, exc)
             return
         if self.standby is not None:
             self.standby.truncated(store.next_offset)

@@ -174,18 +174,17 @@ def append_entries(store: Store, replica: Replica, history: EpochHistory, offset
 def _write(store: Store, replica: Replica, durable: bool) -> None:
     try:
         store.write()
-    except JournalError:
-        replica.truncated(store.next_offset)  # (nothing of it was written)
-        raise
-    if durable:
-        try:
+        if durable:
             store.sync()
-        except JournalError:  # what the failed sync covered cannot be trusted: fetched again (Store.cut_to_synced)
-            try:
+    except JournalError:
+        # a sync failed (also one of a segment sealed as it rolled): what it covered cannot be trusted, and is
+        # fetched again (Store.cut_to_synced); a write that failed wrote nothing
+        try:
+            if store.sync_failed:
                 store.cut_to_synced()
-            finally:
-                replica.truncated(store.next_offset)
-            raise
+        finally:
+            replica.truncated(store.next_offset)
+        raise
 
 
 def elect(context: zmq.Context, name: str, epoch: int, peers: dict[str, str], store: Store,

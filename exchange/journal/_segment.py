@@ -45,6 +45,7 @@ class Segment:
         size: bytes of whole entries written (to the kernel).
         synced: bytes known to be on the disk.
         synced_offset: the offset after the last entry known to be on the disk.
+        sync_failed: its last sync failed (what was written after :attr:`synced` cannot be trusted).
         next_offset: the offset its next entry gets.
         written_offset: the offset after the last entry written (what reads reach).
         first_time_ns: the time of its first entry (0: none yet).
@@ -58,6 +59,7 @@ class Segment:
         self.index_path = os.path.join(directory, segment_name(base, ".idx"))
         self.size = self.synced = 0
         self.next_offset = self.written_offset = self.synced_offset = base
+        self.sync_failed = False
         self.first_time_ns = self.last_time_ns = 0
         self.index = Index(self.index_path, base)
         self._wfd = -1
@@ -261,9 +263,11 @@ class Segment:
         try:
             os.fdatasync(self._wfd)
         except OSError as exc:
+            self.sync_failed = True
             raise JournalError(f"cannot sync {self.path}: {exc.strerror}") from exc
         self.synced = self.size
         self.synced_offset = self.written_offset
+        self.sync_failed = False
 
     def seal(self) -> None:
         """No more appends: sync, write the whole index, keep only the read side open."""

@@ -425,6 +425,11 @@ class Store:
         seg = self.active
         return seg.synced == seg.size
 
+    @property
+    def sync_failed(self) -> bool:
+        """The last sync failed (also one of a segment sealed as it rolled): :meth:`cut_to_synced` is due."""
+        return self.active.sync_failed
+
     def _roll(self) -> None:
         old = self.active
         old.seal()
@@ -545,10 +550,11 @@ class Store:
         seg.close()
         try:
             os.replace(fresh, seg.path)
-            os.unlink(seg.index_path)
+            try:
+                os.unlink(seg.index_path)
+            except FileNotFoundError:
+                pass
             sync_directory(self.directory)
-        except FileNotFoundError:
-            pass
         except OSError as exc:
             raise JournalError(f"cannot put the repaired {seg.path} in place: {exc.strerror}") from exc
         self.segments[i], _ = Segment.open(self.directory, base, active=False)  # (its index rebuilt)

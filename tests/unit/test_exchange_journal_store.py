@@ -436,6 +436,26 @@ def test_after_a_failed_sync_the_log_is_cut_back_to_what_is_on_the_disk_and_the_
     reopened.close()
 
 
+def test_a_sync_that_fails_as_a_full_segment_is_sealed_is_cut_back_too(tmp_path, monkeypatch):
+    store, _ = Store.open(str(tmp_path), "q", segment_bytes=300)
+    _put(store, PUB_A, 1, 1)
+    store.write()
+    store.sync()
+    synced_end = store.end_offset
+    _put(store, PUB_A, 2, 3)  # past the segment's size: the write seals it, and the seal syncs it
+    _failing_syncs(monkeypatch, 1)
+    with pytest.raises(JournalError):
+        store.write()
+    assert store.sync_failed and store.end_offset > synced_end
+    store.cut_to_synced()
+    assert not store.sync_failed and store.end_offset == synced_end and store.high(PUB_A) == 1
+    _put(store, PUB_A, 2, 3)
+    store.write()
+    store.sync()
+    assert _records(store) == [(PUB_A, s) for s in (1, 2, 3, 4)]
+    store.close()
+
+
 def test_a_follower_whose_sync_fails_holds_only_what_is_on_the_disk_and_fetches_the_rest_again(tmp_path, monkeypatch):
     from exchange.journal._replicas import append_entries, load_replica
     from exchange.journal._replication import EpochHistory
