@@ -11,8 +11,9 @@ Every :data:`MARK_INTERVAL` in which it acknowledged something, the exchange sen
 publisher's connection had been acknowledged by then. A subscriber's progress report names the last mark it took
 (:func:`roq.wire.batch.pack_progress`): the pipe keeps its order, so it took every batch sent before that mark.
 Once every subscriber counted took mark ``m``, what was acknowledged up to ``m`` is delivered, and each
-publisher concerned is told its highest seq. A subscriber whose pipe is full when a mark is sent is owed the
-newest one, sent before its next batch (:meth:`Delivery.send_owed`).
+publisher concerned is told its highest seq. A subscriber whose pipe is full when a mark is sent, or that a
+held batch waits for (the journal may have acknowledged that batch: the mark covers it), is owed the newest
+mark: sent before its next new batch, right after the held one, or at the next tick (:meth:`Delivery.send_owed`).
 
 Counted is every subscriber in the table except one *behind* (batches go past it: it sees gaps anyway) and one
 that took no new mark for ``hold`` seconds while the mark after the one it took waited as long (one that stopped
