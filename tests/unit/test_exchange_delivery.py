@@ -171,7 +171,7 @@ def test_with_no_subscriber_and_for_one_that_came_after_the_mark_nothing_waits(r
     assert fwd.delivery.due == float("inf")  # nothing acknowledged, no mark waits: the loop does not wake for it
 
 
-def test_a_mark_refused_by_a_full_pipe_goes_before_the_next_batch_it_gets(rig):
+def test_a_mark_owed_to_a_subscriber_with_a_full_pipe_goes_right_after_the_batch_held_for_it(rig):
     """A subscriber reading steadily at its pipe's limit is sent every mark: one made while a batch is held for it
     goes out right after that batch (the loop fills what room it makes with held batches first, so at every tick
     the pipe was full, it took no mark, and after the hold it was no longer waited for)."""
