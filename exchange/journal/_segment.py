@@ -111,6 +111,10 @@ class Segment:
                 seg._wfd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
             except OSError as exc:
                 raise JournalError(f"cannot open segment {seg.path} to append: {exc.strerror}") from exc
+            try:  # what a killed process wrote and never synced may be in the kernel's memory only: on the disk
+                os.fdatasync(seg._wfd)  # before it counts as held (the exchanges' resends of it are then dropped)
+            except OSError as exc:
+                raise JournalError(f"cannot sync segment {seg.path}: {exc.strerror}") from exc
             seg.index.save()
         else:
             seg.size = seg.synced = file_size

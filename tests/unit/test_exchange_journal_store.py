@@ -528,3 +528,24 @@ def _frames(sock) -> list[bytes]:
     while sock.poll(200):
         out.append(sock.recv_multipart()[-1])
     return out
+
+
+def test_a_journal_opened_again_syncs_its_active_segment_before_its_records_count_as_held(tmp_path, monkeypatch):
+    """A process killed after a write and before its sync leaves that write in the kernel's memory only: opened
+    again, the journal syncs it before taking it for records it holds (and dropping their resends)."""
+    store, _ = Store.open(str(tmp_path), "q")
+    _put(store, PUB_A, 1, 3)
+    store.write()  # not synced: the process "dies" here
+    active = os.path.realpath(store.active.path)
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    reopened, _ = Store.open(str(tmp_path), "q")
+    assert active in synced and reopened.high(PUB_A) == 3
+    reopened.close()
+    store.close()
