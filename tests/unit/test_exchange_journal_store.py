@@ -370,14 +370,7 @@ def test_a_promise_a_position_and_the_format_are_on_disk_with_their_rename_befor
     from exchange.journal._reads import Positions
     from exchange.journal._replicas import load_replica, save_replica
 
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = _watched(monkeypatch, "fsync")
     directory = str(tmp_path / "j")
     store, _ = Store.open(directory, "q")
     replica = load_replica(directory, "r1", store)
@@ -537,15 +530,21 @@ def test_a_journal_opened_again_syncs_its_active_segment_before_its_records_coun
     _put(store, PUB_A, 1, 3)
     store.write()  # not synced: the process "dies" here
     active = os.path.realpath(store.active.path)
-    synced: list[str] = []
-    real = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    synced = _watched(monkeypatch, "fdatasync")
     reopened, _ = Store.open(str(tmp_path), "q")
     assert active in synced and reopened.high(PUB_A) == 3
     reopened.close()
     store.close()
+
+
+def _watched(monkeypatch, call: str) -> list[str]:
+    """The paths ``os.<call>`` (``fsync``, ``fdatasync``) syncs from now on, in order (the real call is made)."""
+    synced: list[str] = []
+    real = getattr(os, call)
+
+    def watched(fd: int) -> None:
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, call, watched)
+    return synced
