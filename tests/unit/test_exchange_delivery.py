@@ -208,3 +208,19 @@ def test_a_mark_owed_to_a_subscriber_with_a_full_pipe_goes_right_after_the_batch
     report(fwd, sub, sub_id, 1)
     fwd.delivery.tick(time.monotonic())
     assert told(pub, 1000) == seq - 1  # delivered: it took the mark
+
+
+def test_an_owed_mark_goes_at_the_next_tick_when_no_batch_comes(rig):
+    fwd, pub, subscriber = rig
+    me = os.urandom(16)
+    sub, sub_id = subscriber()
+    publish(fwd, pub, me, 1)
+    fwd.delivery.tick(time.monotonic())
+    assert marks(sub) == [1, -1]
+    table = next(s for s in fwd.subscribers.all if s.id == sub_id)
+    table.mark_owed = True  # as if its pipe had been full for mark 1 (the test above fills one for real)
+    fwd.delivery.tick(time.monotonic())  # nothing new acknowledged: no new mark, the owed one goes
+    assert marks(sub) == [-1] and not table.mark_owed
+    report(fwd, sub, sub_id, 1)
+    fwd.delivery.tick(time.monotonic())
+    assert told(pub, 1000) == 1
