@@ -43,7 +43,13 @@ def _all_placed_before(archive: str, cut: float) -> bool:
     """No record from before ``cut`` waits in a file its writer has not put in place yet."""
     for root, _, files in os.walk(archive):
         for name in files:
-            if name.endswith(".jsonl.part") and any(r["time"] < cut for r in _lines(os.path.join(root, name))):
+            if not name.endswith(".jsonl.part"):
+                continue
+            try:
+                lines = _lines(os.path.join(root, name))
+            except FileNotFoundError:  # put in place since the directory was listed: it waits no more
+                continue
+            if any(r["time"] < cut for r in lines):
                 return False
     return True
 
