@@ -183,10 +183,17 @@ class JournalFeed:
         self.flush()
 
     def take_over(self, old: JournalFeed) -> None:
-        """What ``old``'s journal had not acknowledged goes to this one (now: it drops what it has)."""
+        """What ``old``'s journal had not acknowledged goes to this one (now: it drops what it has), and again after
+        :data:`RESEND_S` without an acknowledgement, like anything sent to it. (Until 2026-11-29 the send now left
+        the time of the last progress at infinity, so that nothing was ever sent again: a new journal killed before
+        its first acknowledgement, and started again at the same endpoint, held the exchange back for good.)"""
         self.unconfirmed.update(old.unconfirmed)
         self.bytes += old.bytes
-        self.tick(float("inf"))
+        if self.unconfirmed:
+            log.warning("journal %s: sending it the %d batches the journal before it had not acknowledged",
+                        self.endpoint, self.waiting)
+            self.progress_at = time.monotonic()
+            self._schedule_resend()
 
     def last_seqs(self) -> list[tuple[bytes, int]]:
         """Each publisher with batches waiting, and the last seq of them."""
