@@ -133,10 +133,10 @@ class Delivery:
 
     def send_owed(self, sub: Subscriber) -> None:
         """Send ``sub`` the newest mark, which its full pipe refused, if it has room now: the forward loop calls this
-        before it sends it a new batch, and after the held batch it waited for. (A subscriber that reads steadily at its pipe's limit found it full at every
-        tick, since the loop fills what room it makes with held batches first: it took no mark for the hold, and was
-        no longer waited for, however steadily it read.) A mark sent later than made still comes after every batch
-        acknowledged when it was made."""
+        before it sends it a new batch, and after the held batch it waited for. (A subscriber that reads steadily at
+        its pipe's limit found it full at every tick, since the loop fills what room it makes with held batches
+        first: it took no mark for the hold, and was no longer waited for, however steadily it read.) A mark sent
+        later than made still comes after every batch acknowledged when it was made."""
         try:
             send_frames(self.backend, [sub.ident, *batch.pack_delivery_mark(self.beacon_id, self.next_mark - 1)],
                         zmq.NOBLOCK)

@@ -59,7 +59,7 @@ class Subscriber:
         self.mark = -1  # the last delivery mark it took (-1: it came after the last one sent; see exchange._delivery)
         self.marked = 0.0  # when it last reported a mark newer than the one before
         self.unwaited = False  # delivery goes on without it until it takes a newer mark (see exchange._delivery)
-        self.mark_owed = False  # its pipe was full for the last mark: the newest goes before its next batch
+        self.mark_owed = False  # the last mark did not go (a full pipe, a batch held for it): the newest goes next
 
     def behind(self, now: float) -> bool:
         """Until ``behind_until``; and one that reports progress, until it reports again after it missed a batch

@@ -34,7 +34,7 @@ from typing import Iterator
 
 from exchange.journal._format import (Entry, decode_publishers, encode_entry, encode_publishers, entry_size,
                                       segment_base, segment_name)
-from exchange.journal._files import replace_synced, sync_directory
+from exchange.journal._files import replace_synced, sync_directory, write_synced
 from exchange.journal._segment import Scan, Segment
 from roq.wire.batch import parse_header
 from roq.errors import CorruptJournalError, JournalError
@@ -248,7 +248,7 @@ class Store:
         ended = self.segments[-2].written_offset if empty and len(self.segments) > 1 else old.written_offset
         path = os.path.join(self.directory, segment_name(base, ".from"))
         try:
-            _write_synced(path, str(ended).encode())
+            write_synced(path, str(ended).encode())
         except OSError as exc:
             raise JournalError(f"cannot write {path}: {exc.strerror}") from exc
         seg = _new_segment(self.directory, base, self._highs)
@@ -543,7 +543,7 @@ class Store:
         seg = self.segments[i]
         fresh = seg.path + ".repair"
         try:
-            _write_synced(fresh, b"".join(b"".join(encode_entry(e.offset, e.time_ns, e.key, e.header, e.body))
+            write_synced(fresh, b"".join(b"".join(encode_entry(e.offset, e.time_ns, e.key, e.header, e.body))
                                           for e in entries))
         except OSError as exc:
             raise JournalError(f"cannot write {fresh}: {exc.strerror}") from exc
@@ -576,18 +576,10 @@ def _new_segment(directory: str, base: int, highs: dict[bytes, int]) -> Segment:
     """A new segment at ``base``, with the publishers' table ``highs`` beside it (recovery reads from there)."""
     pub = os.path.join(directory, segment_name(base, ".pub"))
     try:
-        _write_synced(pub, encode_publishers(highs))
+        write_synced(pub, encode_publishers(highs))
     except OSError as exc:
         log.warning("cannot write %s (%s): recovery will read older segments", pub, exc.strerror)
     return Segment.create(directory, base)
-
-
-def _write_synced(path: str, data: bytes) -> None:
-    """``data`` in the file ``path``, on the disk before this returns (OSError: it is not)."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _jumped_from(directory: str, base: int) -> int:
